@@ -1,0 +1,308 @@
+"""The spec loader: one TOML file in, one resolved Policy out, or one SpecError.
+
+Order of operations: read the bytes (missing, unreadable, not UTF-8 are errors) → parse
+TOML → check every key against the schema table below (an unknown key, a wrong type or a
+key whose feature is not built yet is an error: never ignored, never a default that
+opens more) → expand and canonicalise every path once → check the relations between
+paths (a reopen lies in a hidden folder, nothing is granted inside Link's settings …).
+
+Every error names the file, the key and the reason, in one line. SpecError is the only
+exception that leaves this module; anything else is a bug.
+
+Inputs are explicit: the environment (HOME, LNK_HOME, XDG_CONFIG_HOME) is passed in.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lnk_common.policy import Policy
+from lnk_common.settings import SettingsError, settings_folder
+
+__all__ = ["SpecError", "load_spec", "parse_spec"]
+
+# A spec is a small hand-written file; anything larger is a mistake or an attack on the
+# parser, and refusing it costs no real user anything.
+MAX_SPEC_BYTES = 256 * 1024
+# Each path is one mount and one Landlock rule in every sandbox start: a few hundred is
+# far past any real policy and keeps start-up cost bounded.
+MAX_PATHS_PER_KEY = 256
+
+# Names become file names in Link's settings (wires, agents): letters, digits, . _ -,
+# never "." or "..", never a slash.
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")
+
+
+class SpecError(Exception):
+    """A spec that cannot run: `file: key: reason`."""
+
+    def __init__(self, file: str, key: str, reason: str) -> None:
+        self.file = file
+        self.key = key
+        self.reason = reason
+        super().__init__(f"{file}: {key}: {reason}" if key else f"{file}: {reason}")
+
+
+# The schema, default deny. Each section maps its keys to the kind of value they take;
+# a section or key here with a string value instead is recognised but not built yet,
+# and the string says where it will come from.
+_PATH_LIST = "path list"
+_STRING = "string"
+_PATH = "path"
+
+_NOT_BUILT = "not built yet in this version of lnk-sandbox"
+_SCHEMA: dict[str, dict[str, str] | str] = {
+    "files": {
+        "read": _PATH_LIST,
+        "write": _PATH_LIST,
+        "hide": _PATH_LIST,
+        "reopen": _PATH_LIST,
+        "write_dot_files": f"{_NOT_BUILT} (dot files of written folders)",
+        "read_home": "macOS only, and the macOS profile is not built yet",
+    },
+    "agent": {"name": _STRING, "home": _PATH, "files": _PATH},
+    "commands": f"{_NOT_BUILT} ([commands] and the exec watch)",
+    "network": f"{_NOT_BUILT} (the proxy); a sandbox has no network at all",
+    "tcp": f"{_NOT_BUILT} (TCP endpoints and DNS)",
+    "lan": f"{_NOT_BUILT} ([lan] through the proxy)",
+    "localhost": f"{_NOT_BUILT} (the loopback relay)",
+    "verbs": f"{_NOT_BUILT} (the proxy's verbs)",
+    "pause": f"{_NOT_BUILT} (pausing a wire)",
+}
+_TOP_LEVEL: dict[str, str] = {"name": _STRING}
+
+
+@dataclass(frozen=True, slots=True)
+class _Context:
+    file: str
+    folder: Path
+    env: Mapping[str, str]
+
+
+def load_spec(path: str | os.PathLike[str], env: Mapping[str, str]) -> Policy:
+    """Read the spec at `path` and resolve it, or raise SpecError."""
+    file = os.path.abspath(os.fspath(path))
+    try:
+        with open(file, "rb") as handle:
+            data = handle.read(MAX_SPEC_BYTES + 1)
+    except FileNotFoundError:
+        raise SpecError(file, "", "no such file") from None
+    except IsADirectoryError:
+        raise SpecError(file, "", "is a folder, not a spec file") from None
+    except PermissionError:
+        raise SpecError(file, "", "cannot be read (permission denied)") from None
+    except OSError as error:
+        raise SpecError(file, "", f"cannot be read ({error.strerror})") from None
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecError(file, "", f"larger than {MAX_SPEC_BYTES} bytes; a spec is a short file")
+    return parse_spec(data, file=file, env=env)
+
+
+def parse_spec(data: bytes, *, file: str, env: Mapping[str, str]) -> Policy:
+    """Resolve spec bytes read from `file` (used for messages and relative paths)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise SpecError(file, "", f"not UTF-8 (byte {error.start})") from None
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise SpecError(file, "", f"not valid TOML: {error}") from None
+    context = _Context(file=file, folder=Path(file).parent, env=env)
+    _check_schema(context, document)
+    return _resolve(context, document)
+
+
+def _check_schema(context: _Context, document: dict[str, Any]) -> None:
+    for key, value in document.items():
+        if key in _TOP_LEVEL:
+            _check_type(context, key, value, _TOP_LEVEL[key])
+            continue
+        section = _SCHEMA.get(key)
+        if section is None:
+            known = ", ".join([*_TOP_LEVEL, *(f"[{name}]" for name in _SCHEMA)])
+            raise SpecError(context.file, key, f"unknown key (known: {known})")
+        if isinstance(section, str):
+            raise SpecError(context.file, f"[{key}]", section)
+        if not isinstance(value, dict):
+            raise SpecError(context.file, key, f"must be a table ([{key}]), not {_kind(value)}")
+        for inner, inner_value in value.items():
+            dotted = f"{key}.{inner}"
+            kind = section.get(inner)
+            if kind is None:
+                raise SpecError(
+                    context.file, dotted, f"unknown key (known in [{key}]: {', '.join(section)})"
+                )
+            if kind not in (_PATH_LIST, _STRING, _PATH):
+                raise SpecError(context.file, dotted, kind)
+            _check_type(context, dotted, inner_value, kind)
+
+
+def _check_type(context: _Context, key: str, value: object, kind: str) -> None:
+    if kind in (_STRING, _PATH):
+        if not isinstance(value, str):
+            raise SpecError(context.file, key, f"must be a string, not {_kind(value)}")
+        return
+    if not isinstance(value, list):
+        raise SpecError(context.file, key, f"must be a list of paths, not {_kind(value)}")
+    if len(value) > MAX_PATHS_PER_KEY:
+        raise SpecError(context.file, key, f"more than {MAX_PATHS_PER_KEY} paths")
+    for index, item in enumerate(value):
+        if not isinstance(item, str):
+            raise SpecError(context.file, f"{key}[{index}]", f"must be a path string, not {_kind(item)}")
+
+
+def _kind(value: object) -> str:
+    return {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "a table",
+    }.get(type(value), type(value).__name__)
+
+
+def _expand(context: _Context, key: str, raw: str) -> str:
+    """`~`, `~user`, relative-to-the-spec's-folder; absolute and normalised, not yet resolved."""
+    if not raw:
+        raise SpecError(context.file, key, "empty path")
+    if "\0" in raw:
+        raise SpecError(context.file, key, "path contains a NUL byte")
+    if raw.startswith("~"):
+        user, _, rest = raw[1:].partition("/")
+        if user:
+            try:
+                base = pwd.getpwnam(user).pw_dir
+            except KeyError:
+                raise SpecError(context.file, key, f"{raw!r}: no user named {user!r}") from None
+        else:
+            base = context.env.get("HOME", "")
+            if not base or not os.path.isabs(base):
+                raise SpecError(context.file, key, f"{raw!r}: HOME is not set to an absolute path")
+        return os.path.normpath(os.path.join(base, rest))
+    if os.path.isabs(raw):
+        return os.path.normpath(raw)
+    joined = os.path.normpath(os.path.join(context.folder, raw))
+    if joined != str(context.folder) and not joined.startswith(f"{context.folder}/"):
+        raise SpecError(
+            context.file, key, f"{raw!r} leaves the spec's folder; write it as an absolute path"
+        )
+    return joined
+
+
+def _canonical(context: _Context, key: str, raw: str, *, must_exist: bool) -> str:
+    expanded = _expand(context, key, raw)
+    try:
+        resolved = os.path.realpath(expanded, strict=must_exist)
+    except FileNotFoundError:
+        raise SpecError(context.file, key, f"{raw!r} does not exist") from None
+    except NotADirectoryError:
+        raise SpecError(context.file, key, f"{raw!r}: a part of it is not a folder") from None
+    except PermissionError:
+        raise SpecError(context.file, key, f"{raw!r} cannot be reached (permission denied)") from None
+    except OSError as error:
+        raise SpecError(context.file, key, f"{raw!r}: {error.strerror}") from None
+    if resolved == "/":
+        raise SpecError(
+            context.file, key, "the whole file system cannot be granted; name the folders needed"
+        )
+    return resolved
+
+
+def _inside(path: str, folder: str) -> bool:
+    """True when `path` is `folder` or lies below it (both canonical)."""
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _paths(context: _Context, section: dict[str, Any], section_name: str, key: str, *,
+           must_exist: bool = True) -> list[str]:
+    raw_list = section.get(key, [])
+    found: list[str] = []
+    for index, raw in enumerate(raw_list):
+        path = _canonical(context, f"{section_name}.{key}[{index}]", raw, must_exist=must_exist)
+        if path not in found:
+            found.append(path)
+    return found
+
+
+def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
+    try:
+        settings = settings_folder(context.env)
+    except SettingsError as error:
+        raise SpecError(context.file, "", str(error)) from None
+    settings_root = os.path.realpath(settings.root)
+
+    name = document.get("name", "")
+    if name and not _NAME.fullmatch(name):
+        raise SpecError(context.file, "name", f"{name!r}: use letters, digits, '.', '_' and '-'")
+
+    files: dict[str, Any] = document.get("files", {})
+    read = _paths(context, files, "files", "read")
+    write = _paths(context, files, "files", "write")
+    hide = _paths(context, files, "files", "hide", must_exist=False)
+    reopen = _paths(context, files, "files", "reopen")
+
+    agent: dict[str, Any] = document.get("agent", {})
+    agent_home = ""
+    if agent:
+        agent_name = agent.get("name", "")
+        if not agent_name:
+            raise SpecError(context.file, "agent.name", "an [agent] needs a name")
+        if not _NAME.fullmatch(agent_name):
+            raise SpecError(
+                context.file, "agent.name", f"{agent_name!r}: use letters, digits, '.', '_' and '-'"
+            )
+        # Every agent's folder is hidden, so an agent made later is hidden too; the
+        # agent's own folder is reopened, writable (nothing of the person's runs there).
+        hide.append(os.path.join(settings_root, "agents"))
+        if "home" in agent:
+            agent_home = _canonical(context, "agent.home", agent["home"], must_exist=True)
+        else:
+            default_home = os.path.join(settings_root, "agents", agent_name)
+            if not os.path.isdir(default_home):
+                raise SpecError(
+                    context.file, "agent.name", f"the agent's folder {default_home} does not exist"
+                )
+            agent_home = default_home
+        write.append(agent_home)
+        if "files" in agent:
+            write.append(_canonical(context, "agent.files", agent["files"], must_exist=True))
+        if not name:
+            name = agent_name
+
+    for key, paths in (("files.read", read), ("files.write", write), ("files.reopen", reopen)):
+        for path in paths:
+            if path != agent_home and _inside(path, settings_root):
+                raise SpecError(
+                    context.file, key,
+                    f"{path} lies in Link's settings folder, which no sandbox reads or writes",
+                )
+
+    read = [path for path in read if path not in write]
+    grants = read + write
+    for path in reopen:
+        if not any(_inside(path, hidden) and path != hidden for hidden in hide):
+            raise SpecError(context.file, "files.reopen", f"{path} lies in no hidden folder")
+        if not any(_inside(path, granted) for granted in grants):
+            raise SpecError(
+                context.file, "files.reopen",
+                f"{path}: no read or write grant covers it, so reopening gives nothing back",
+            )
+
+    return Policy(
+        settings=settings_root,
+        name=name,
+        spec=context.file,
+        read=tuple(read),
+        write=tuple(dict.fromkeys(write)),
+        hide=tuple(dict.fromkeys(hide)),
+        reopen=tuple(reopen),
+    )

@@ -1,0 +1,299 @@
+"""The bubblewrap command line, built from typed options, and the mount plan behind it.
+
+`plan()` is pure: a Policy and the HostFacts gathered by the launcher go in, the bwrap
+options and the Landlock rules that mirror them come out. No file is looked at and no
+environment variable read here, so the whole argv is golden-tested (tests/test_bwrap.py).
+
+Order of mounts, and why:
+1. System folders read-only (the table in lnk_wrap.system), then /dev, /proc, and
+   private /tmp and /var/tmp. /proc/sys is bound read-only over /proc: run by root,
+   a sandbox without capabilities could otherwise still write the host's sysctls, since
+   the files are owned by the machine's root (seen here: hostname, vm.swappiness).
+2. Then every grant, hide and reopen, parents before children (sorted by depth): the
+   folders holding a hidden one are mounted before it is hidden, and what is reopened
+   inside it after. A hidden folder becomes an empty tmpfs of mode 0111 (listing it is
+   refused; what is reopened inside is reached through it), a hidden file /dev/null on a
+   nodev mount (opening it is refused); the tmpfs is made read-only only at the very end,
+   after what is reopened inside has its mount points.
+3. A hide that nothing made visible is skipped: there is nothing to close.
+
+Landlock (applied by the init) mirrors the grants: rights are a union along a path, so
+the mounts are what narrow (a read-only folder inside a written one, a hidden folder);
+Landlock closes what the mounts leave visible but the program was not given, such as
+the interpreter and package that the init itself runs from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+from lnk_common.policy import Policy
+
+__all__ = [
+    "Access",
+    "HostFacts",
+    "InitRule",
+    "Plan",
+    "plan",
+]
+
+
+class Access(Enum):
+    """What a mounted path gives the program; the init maps each name to Landlock
+    rights (lnk_common.landlock.ACCESS_RIGHTS)."""
+
+    READ = "read"
+    WRITE = "write"
+    DEVICES = "devices"
+    PROC = "proc"
+
+
+
+
+# -- typed bwrap options ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    """An option without a value (`--unshare-user`, `--die-with-parent`, …)."""
+
+    name: str
+
+    def to_args(self) -> list[str]:
+        return [f"--{self.name}"]
+
+
+@dataclass(frozen=True, slots=True)
+class Value:
+    """An option with one value (`--cap-drop ALL`, `--chdir DIR`, `--tmpfs DEST`, …)."""
+
+    name: str
+    value: str
+
+    def to_args(self) -> list[str]:
+        return [f"--{self.name}", self.value]
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    """An option with a source and a destination (`--ro-bind SRC DEST`, `--symlink T D`)."""
+
+    name: str
+    source: str
+    dest: str
+
+    def to_args(self) -> list[str]:
+        return [f"--{self.name}", self.source, self.dest]
+
+
+Option = Flag | Value | Pair
+
+
+def render(options: Iterable[Option]) -> list[str]:
+    argv: list[str] = []
+    for option in options:
+        argv += option.to_args()
+    return argv
+
+
+# -- inputs -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostFacts:
+    """What the launcher found on this machine at run time; every field explicit.
+
+    system_dirs: system folders that are real folders, bound read-only.
+    system_links: system folders that are links (merged /usr), made as links.
+    system_hidden: files that hold the machine's secrets (shadow, host keys), found
+        under the system folders, hidden whatever the spec says.
+    hide_kinds: for each of the policy's hides and the settings folder: "dir", "file"
+        or "missing".
+    runtime: folders the init needs to start (its interpreter and package), bound
+        read-only where not already visible; Landlock closes them to the program.
+    cwd: the working directory to keep.
+    info_fd: where bwrap reports the sandbox's pid (for passing signals on).
+    """
+
+    system_dirs: tuple[str, ...]
+    system_links: tuple[tuple[str, str], ...]
+    system_hidden: tuple[str, ...]
+    hide_kinds: dict[str, str] = field(default_factory=dict)
+    runtime: tuple[str, ...] = ()
+    cwd: str = "/"
+    info_fd: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InitRule:
+    """One Landlock rule, as the init takes it on its command line: `--rule ACCESS:PATH`."""
+
+    access: Access
+    path: str
+
+    def to_args(self) -> list[str]:
+        return ["--rule", f"{self.access.value}:{self.path}"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    options: tuple[Option, ...]
+    rules: tuple[InitRule, ...]
+
+    def bwrap_argv(self, bwrap: str) -> list[str]:
+        return [bwrap, *render(self.options)]
+
+    def init_args(self) -> list[str]:
+        argv: list[str] = []
+        for rule in self.rules:
+            argv += rule.to_args()
+        return argv
+
+
+# -- the plan -----------------------------------------------------------------------------
+
+_PRIVATE_TMP = ("/tmp", "/var/tmp")
+# A hidden folder is an empty tmpfs, read-only, that no one may list (an `ls` of it is
+# refused, not shown empty) but that may be passed through to what is reopened inside.
+HIDDEN_FOLDER_MODE = "0111"
+
+
+def inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _depth(path: str) -> int:
+    return 0 if path == "/" else path.count("/")
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """One path of the policy's tree: what the deepest entry over a path says wins."""
+
+    path: str
+    access: Access | None  # None: hidden
+
+
+def _entries(policy: Policy, facts: HostFacts) -> list[_Entry]:
+    # The private /tmp and /var/tmp are not here: they show nothing of the machine's.
+    entries = [_Entry(path, Access.READ) for path in facts.system_dirs]
+    entries += [_Entry(path, Access.READ) for path in policy.read]
+    entries += [_Entry(path, Access.WRITE) for path in policy.write]
+    entries += [_Entry(path, None) for path in (*policy.hide, policy.settings)]
+    entries += [_Entry(path, None) for path in facts.system_hidden]
+    return entries
+
+
+def access_at(policy: Policy, facts: HostFacts, path: str) -> Access | None:
+    """What the program gets at `path`: the deepest grant or hide over it decides, a
+    hide beating a grant of the same path; a reopen gives back what the grants give."""
+    best: _Entry | None = None
+    for entry in _entries(policy, facts):
+        if not inside(path, entry.path):
+            continue
+        if best is None or _depth(entry.path) > _depth(best.path) or (
+            entry.path == best.path and entry.access is None
+        ):
+            best = entry
+    if best is None:
+        return None
+    if best.access is None and any(inside(path, reopened) for reopened in policy.reopen):
+        return _granted(policy, facts, path)
+    return best.access
+
+
+def _granted(policy: Policy, facts: HostFacts, path: str) -> Access | None:
+    """What the grants alone give at `path`, hides ignored (what a reopen gives back)."""
+    best: _Entry | None = None
+    for entry in _entries(policy, facts):
+        if entry.access is not None and inside(path, entry.path) and (
+            best is None or _depth(entry.path) > _depth(best.path)
+        ):
+            best = entry
+    return best.access if best else None
+
+
+def _visible(policy: Policy, facts: HostFacts, path: str) -> bool:
+    return access_at(policy, facts, path) is not None
+
+
+def plan(policy: Policy, facts: HostFacts) -> Plan:
+    head: list[Option] = [
+        Flag("unshare-user"),
+        Flag("unshare-pid"),
+        Flag("unshare-net"),
+        Flag("unshare-uts"),
+        Flag("unshare-ipc"),
+        Flag("unshare-cgroup-try"),
+        Flag("die-with-parent"),
+        Value("cap-drop", "ALL"),
+    ]
+    if not policy.keep_session:
+        head.append(Flag("new-session"))
+    if facts.info_fd is not None:
+        head.append(Value("info-fd", str(facts.info_fd)))
+
+    system: list[Option] = [Pair("ro-bind", path, path) for path in facts.system_dirs]
+    system += [Pair("symlink", target, path) for path, target in facts.system_links]
+    system += [
+        Value("dev", "/dev"),
+        Value("proc", "/proc"),
+        Pair("ro-bind", "/proc/sys", "/proc/sys"),
+        Pair("ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger"),
+        *(Value("tmpfs", path) for path in _PRIVATE_TMP),
+    ]
+    rules = [InitRule(Access.READ, path) for path in facts.system_dirs]
+    rules += [
+        InitRule(Access.DEVICES, "/dev"),
+        InitRule(Access.WRITE, "/dev/shm"),
+        InitRule(Access.PROC, "/proc"),
+        *(InitRule(Access.WRITE, path) for path in _PRIVATE_TMP),
+    ]
+
+    # (depth, order within a depth, path, options): parents first; at one path a grant
+    # comes before the hide that closes it.
+    staged: list[tuple[int, int, str, list[Option]]] = []
+    read_only_at_end: list[str] = []
+    for path in policy.read:
+        staged.append((_depth(path), 0, path, [Pair("ro-bind", path, path)]))
+        rules.append(InitRule(Access.READ, path))
+    for path in policy.write:
+        staged.append((_depth(path), 0, path, [Pair("bind", path, path)]))
+        rules.append(InitRule(Access.WRITE, path))
+    hidden = [*policy.hide, policy.settings, *facts.system_hidden]
+    for path in dict.fromkeys(hidden):
+        kind = facts.hide_kinds.get(path, "file" if path in facts.system_hidden else "missing")
+        if kind == "missing" or _granted(policy, facts, path) is None:
+            continue
+        if kind == "dir":
+            staged.append((_depth(path), 1, path, [Value("perms", HIDDEN_FOLDER_MODE),
+                                                   Value("tmpfs", path)]))
+            read_only_at_end.append(path)
+        else:
+            staged.append((_depth(path), 1, path, [Pair("ro-bind", "/dev/null", path)]))
+    for path in policy.reopen:
+        access = _granted(policy, facts, path)
+        if access is None:
+            continue
+        bind = "bind" if access is Access.WRITE else "ro-bind"
+        staged.append((_depth(path), 2, path, [Pair(bind, path, path)]))
+        rules.append(InitRule(access, path))
+    for path in facts.runtime:
+        if not _visible(policy, facts, path):
+            staged.append((_depth(path), 3, path, [Pair("ro-bind", path, path)]))
+
+    mounts: list[Option] = []
+    for _, _, _, options in sorted(staged, key=lambda item: (item[0], item[1], item[2])):
+        mounts += options
+    tail: list[Option] = [Value("remount-ro", path) for path in read_only_at_end]
+    tail += [Value("remount-ro", "/"), Value("chdir", facts.cwd)]
+    return Plan(options=(*head, *system, *mounts, *tail), rules=tuple(rules))
+
+
+def shown(argv: Sequence[str]) -> str:
+    """An argv as one shell-quoted line, for people and for `wrap`."""
+    import shlex
+
+    return shlex.join(argv)

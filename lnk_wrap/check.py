@@ -1,0 +1,153 @@
+"""lnk-sandbox check: what this machine gives, what is therefore in force, what is open.
+
+Every fact is found by trying it (run bubblewrap with a user namespace, ask the kernel
+for its Landlock ABI, make a sealed memory file), not by reading version numbers, so
+the report says what a sandbox started now would get. The stated gaps are listed as
+open whatever the machine: they are limits of the design, not of this machine.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import subprocess
+from collections.abc import Mapping
+from typing import Any
+
+from lnk_common import landlock
+from lnk_wrap.launch import LaunchError, _diagnose_namespaces, find_bwrap
+
+__all__ = ["STATED_GAPS", "report", "show"]
+
+_MFD_CLOEXEC = 0x1
+_MFD_NOEXEC_SEAL = 0x8
+_SYS_MEMFD_CREATE = 319
+_PR_GET_SECCOMP = 21
+
+# Limits of the design, each from the seed, reported as open on every machine.
+STATED_GAPS = (
+    {"gap": "loader", "open": True,
+     "why": "the loader must stay runnable where programs are listed, so a program can "
+            "hand it any file it can read (ld.so ./x)"},
+    {"gap": "LD_PRELOAD", "open": True,
+     "why": "the loader's injection variables are cleared at start, but a program can set "
+            "LD_PRELOAD again for a child it runs"},
+    {"gap": "interpreters", "open": True,
+     "why": "[commands] limits which files start, not what an interpreter is told to do: "
+            "a listed interpreter runs any code"},
+)
+
+# Protections of later issues, said plainly until they exist.
+NOT_YET_BUILT = (
+    {"protection": "seccomp filter", "in_force": False,
+     "why": "not built yet: refused system calls are only what bubblewrap and the missing "
+            "capabilities refuse"},
+    {"protection": "[commands] and the exec watch", "in_force": False,
+     "why": "not built yet: any readable program may start"},
+    {"protection": "the proxy (network)", "in_force": False,
+     "why": "not built yet: a sandbox has no network at all (loopback only)"},
+)
+
+
+def _bubblewrap(env: Mapping[str, str]) -> dict[str, Any]:
+    try:
+        path = find_bwrap(env)
+    except LaunchError as error:
+        return {"found": False, "why": str(error)}
+    version = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
+    trial = subprocess.run(
+        [path, "--unshare-user", "--unshare-pid", "--unshare-net", "--cap-drop", "ALL",
+         "--die-with-parent", "--ro-bind", "/", "/", "--", "/bin/true"],
+        capture_output=True, text=True, check=False,
+    )
+    namespaces = trial.returncode == 0
+    found: dict[str, Any] = {
+        "found": True,
+        "path": path,
+        "version": version.stdout.strip().removeprefix("bubblewrap "),
+        "user_namespaces": namespaces,
+    }
+    if not namespaces:
+        found["why"] = _diagnose_namespaces() or trial.stderr.strip().splitlines()[-1:]
+    return found
+
+
+def _seccomp() -> dict[str, Any]:
+    libc = ctypes.CDLL(None, use_errno=True)
+    mode = libc.prctl(_PR_GET_SECCOMP, 0, 0, 0, 0)
+    try:
+        with open("/proc/sys/kernel/seccomp/actions_avail") as handle:
+            actions = handle.read().split()
+    except OSError:
+        actions = []
+    return {"available": mode >= 0, "user_notification": "user_notif" in actions,
+            "actions": actions}
+
+
+def _memfd_noexec() -> bool:
+    """Linux 6.3+: a memory file can be sealed non-executable (MFD_NOEXEC_SEAL)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    fd = libc.syscall(_SYS_MEMFD_CREATE, b"lnk-check", _MFD_CLOEXEC | _MFD_NOEXEC_SEAL)
+    if fd < 0:
+        return ctypes.get_errno() != errno.EINVAL and False
+    os.close(fd)
+    return True
+
+
+def report(env: Mapping[str, str]) -> dict[str, Any]:
+    bubblewrap = _bubblewrap(env)
+    abi = landlock.abi_version()
+    namespaces = bool(bubblewrap.get("user_namespaces"))
+    in_force = [
+        {"protection": "files: mounts (bubblewrap)", "in_force": namespaces},
+        {"protection": "files: Landlock", "in_force": abi >= 1, "abi": abi},
+        {"protection": "signals and abstract sockets scoped (Landlock ABI 6)",
+         "in_force": abi >= 6},
+        {"protection": "no capabilities, own user namespace, even for root",
+         "in_force": namespaces},
+        {"protection": "own pid, network, ipc and uts namespaces", "in_force": namespaces},
+        *NOT_YET_BUILT,
+    ]
+    return {
+        "ready": namespaces and abi >= 1,
+        "kernel": os.uname().release,
+        "bubblewrap": bubblewrap,
+        "landlock_abi": abi,
+        "seccomp": _seccomp(),
+        "memfd_noexec": _memfd_noexec(),
+        "protections": in_force,
+        "gaps": list(STATED_GAPS),
+    }
+
+
+def show(found: dict[str, Any]) -> str:
+    bubblewrap = found["bubblewrap"]
+    lines = [f"kernel {found['kernel']}"]
+    if bubblewrap["found"]:
+        lines.append(f"bubblewrap {bubblewrap['version']} at {bubblewrap['path']}; user namespaces: "
+                     f"{'yes' if bubblewrap['user_namespaces'] else 'REFUSED'}")
+        if not bubblewrap["user_namespaces"]:
+            lines.append(f"  fix: {bubblewrap['why']}")
+    else:
+        lines.append(f"bubblewrap: MISSING: {bubblewrap['why']}")
+    lines.append(f"Landlock ABI {found['landlock_abi']}"
+                 + ("" if found["landlock_abi"] else " (absent: sandboxes refuse to start)"))
+    seccomp = found["seccomp"]
+    lines.append(f"seccomp: {'yes' if seccomp['available'] else 'no'}; user notification: "
+                 f"{'yes' if seccomp['user_notification'] else 'no'}")
+    lines.append(f"memory files sealed non-executable (MFD_NOEXEC_SEAL): "
+                 f"{'yes' if found['memfd_noexec'] else 'no (Linux before 6.3)'}")
+    lines.append("")
+    lines.append("protections:")
+    for item in found["protections"]:
+        mark = "in force" if item["in_force"] else "NOT in force"
+        lines.append(f"  {mark:12} {item['protection']}" + (f": {item['why']}" if "why" in item else ""))
+    lines.append("")
+    lines.append("stated gaps (open by design):")
+    for gap in found["gaps"]:
+        lines.append(f"  open  {gap['gap']}: {gap['why']}")
+    lines.append("")
+    lines.append("ready: " + ("yes" if found["ready"] else "NO, sandboxes will refuse to start"))
+    return "\n".join(lines)

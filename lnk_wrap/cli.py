@@ -1,0 +1,130 @@
+"""lnk-sandbox: the verbs a person, a harness or a script uses.
+
+Usage:
+  lnk-sandbox wrap --spec=FILE [--wire=NAME] [--json] [--] COMMAND...
+  lnk-sandbox run --spec=FILE [--wire=NAME] [--] COMMAND...
+  lnk-sandbox check [--json]
+  lnk-sandbox (-h | --help)
+  lnk-sandbox --version
+
+Verbs:
+  wrap    Print the one command line that runs COMMAND sandboxed later, shell-quoted
+          (or a JSON array with --json). It needs no process of ours and no open file
+          to run: keep it and run it from anywhere.
+  run     Run COMMAND sandboxed now: the same line, run at once.
+  check   What this machine gives (bubblewrap, user namespaces, Landlock, seccomp) and
+          which protections are therefore in force; the stated gaps, as open.
+
+Options:
+  --spec=FILE   The spec (TOML) that says what the sandbox may touch.
+  --wire=NAME   Name the sandbox's wire (its log and pause); default: the spec's name.
+  --json        Machine-readable output.
+
+`lnk sandbox VERB …` is the same as `lnk-sandbox VERB …`.
+Exit status: COMMAND's own; 128+N if it died of signal N; 125 when the sandbox could
+not be made (a bad spec, no bubblewrap, no user namespaces); 126 when COMMAND cannot be
+run; 127 when it is not found.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lnk_common.policy import Policy
+
+__all__ = ["main"]
+
+EXIT_SANDBOX_FAILED = 125
+EXIT_USAGE = 2
+_WIRE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")
+
+
+class CliError(Exception):
+    """A verb cannot do what was asked; one line, exit 125."""
+
+
+def _policy(arguments: Mapping[str, object], env: Mapping[str, str]) -> Policy:
+    from lnk_common.spec import SpecError, load_spec
+
+    try:
+        policy = load_spec(str(arguments["--spec"]), env)
+    except SpecError as error:
+        raise CliError(f"{error}; nothing was run") from None
+    wire = arguments.get("--wire")
+    if isinstance(wire, str):
+        if not _WIRE_NAME.fullmatch(wire):
+            raise CliError(f"--wire {wire!r}: use letters, digits, '.', '_' and '-'")
+        policy = dataclasses.replace(policy, name=wire)
+    return policy
+
+
+def wrap_line(policy: Policy, command: list[str]) -> list[str]:
+    from lnk_wrap.helpers import helper_argv
+
+    return [*helper_argv("launch"), *policy.to_argv(), "--", *command]
+
+
+def main(argv: list[str] | None = None) -> None:
+    from docopt import DocoptExit, docopt
+
+    arguments_list = sys.argv[1:] if argv is None else list(argv)
+    if arguments_list[:1] == ["sandbox"]:
+        arguments_list = arguments_list[1:]
+    try:
+        arguments = docopt(__doc__, argv=arguments_list, version="lnk-sandbox 0.1.0")
+    except DocoptExit as error:
+        print(str(error), file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+    env = os.environ
+    try:
+        code = _dispatch(arguments, env)
+    except CliError as error:
+        print(f"lnk-sandbox: {error}", file=sys.stderr)
+        code = EXIT_SANDBOX_FAILED
+    sys.exit(code)
+
+
+def _dispatch(arguments: Mapping[str, object], env: Mapping[str, str]) -> int:
+    raw_command = arguments["COMMAND"]
+    command = [str(word) for word in raw_command] if isinstance(raw_command, list) else []
+    if arguments["wrap"]:
+        line = wrap_line(_policy(arguments, env), command)
+        if arguments["--json"]:
+            import orjson
+
+            sys.stdout.buffer.write(orjson.dumps(line) + b"\n")
+        else:
+            import shlex
+
+            print(shlex.join(line))
+        return 0
+    if arguments["run"]:
+        from lnk_wrap.launch import LaunchError, launch
+
+        policy = _policy(arguments, env)
+        try:
+            return launch(policy, command, env)
+        except (LaunchError, OSError) as error:
+            raise CliError(str(error)) from None
+    if arguments["check"]:
+        from lnk_wrap.check import report, show
+
+        found = report(env)
+        if arguments["--json"]:
+            import orjson
+
+            sys.stdout.buffer.write(orjson.dumps(found, option=orjson.OPT_INDENT_2) + b"\n")
+        else:
+            print(show(found))
+        return 0 if found["ready"] else EXIT_SANDBOX_FAILED
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,219 @@
+"""lnk-sandbox-launch: stands in front of bubblewrap, outside the sandbox.
+
+    lnk-sandbox-launch POLICY-OPTIONS -- COMMAND [ARG…]
+
+The one command line that `wrap` prints starts here, so everything this needs is in its
+options (lnk_common.policy): no file descriptor, no process of ours is assumed.
+
+Order of operations:
+1. Read the policy from argv (strict; an error is exit 125).
+2. Check it still holds on this machine: every granted path is still what it was when
+   the spec was read (no link swapped in since), Link's settings folder exists (made
+   0700 if not, so a sandbox cannot make it), no hidden path is missing where the
+   program could create it. A working directory the sandbox does not see is said in
+   one line and the program starts in / instead.
+3. Build bubblewrap's argv from typed options (lnk_wrap.bwrap.plan) and the init's.
+4. Start bubblewrap, learn the sandbox's pid from --info-fd, pass on the signals it is
+   sent (bubblewrap itself does not), and exit with the program's status.
+
+Exit status: the program's own; 128+N when it died of signal N (as a shell reports it);
+125 when the sandbox could not be made (this launcher, bubblewrap or the init failed),
+126 when the command cannot be run, 127 when it is not found (as env(1) does).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import sys
+from collections.abc import Mapping
+
+from lnk_common.policy import Policy, PolicyArgvError, split_argv
+from lnk_wrap import bwrap as bwrap_plan
+from lnk_wrap.system import gather, runtime_paths
+
+__all__ = ["EXIT_SANDBOX_FAILED", "LaunchError", "main"]
+
+EXIT_SANDBOX_FAILED = 125
+EXIT_CANNOT_RUN = 126
+EXIT_NOT_FOUND = 127
+
+# The signals a caller uses to talk to a program; each is passed on to it. SIGKILL and
+# SIGSTOP cannot be caught: a killed launcher takes the sandbox with it (--die-with-parent).
+FORWARDED_SIGNALS = (
+    signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
+    signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH, signal.SIGCONT,
+)
+
+BWRAP_SEARCH = ("/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap")
+
+
+class LaunchError(Exception):
+    """The sandbox cannot be made as the policy says; nothing runs."""
+
+
+def find_bwrap(env: Mapping[str, str]) -> str:
+    """bubblewrap from PATH, else its usual places; never a relative path."""
+    for folder in [*env.get("PATH", "").split(":"), *(os.path.dirname(p) for p in BWRAP_SEARCH)]:
+        candidate = os.path.join(folder, "bwrap")
+        if os.path.isabs(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    raise LaunchError(
+        "bubblewrap is not installed; install it (Debian/Ubuntu: apt-get install bubblewrap, "
+        "Fedora: dnf install bubblewrap)"
+    )
+
+
+def check_still_holds(policy: Policy) -> None:
+    """Refuse when the machine no longer matches what the spec resolved to."""
+    for path in (*policy.read, *policy.write, *policy.reopen):
+        if not os.path.lexists(path):
+            raise LaunchError(f"{path} is granted by {policy.spec or 'the policy'} but no longer exists")
+        real = os.path.realpath(path)
+        if real != path:
+            raise LaunchError(
+                f"{path} became a link to {real} since the spec was read; refusing "
+                "(read the spec again if this is meant)"
+            )
+    for path in policy.hide:
+        if os.path.islink(path) or (os.path.lexists(path) and os.path.realpath(path) != path):
+            raise LaunchError(f"hidden path {path} is now a link; refusing")
+        if not os.path.lexists(path):
+            for written in policy.write:
+                if bwrap_plan.inside(path, written):
+                    raise LaunchError(
+                        f"hidden path {path} does not exist and lies in written folder {written}: "
+                        "the program could make it; create it or remove the hide"
+                    )
+
+
+def ensure_settings_folder(path: str) -> None:
+    """Make Link's settings folder (0700) if missing: a sandbox that writes its parent
+    must never be the one to make it."""
+    if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
+        raise LaunchError(f"Link's settings folder {path} is not a folder")
+    os.makedirs(path, mode=0o700, exist_ok=True)
+
+
+def _program_pid(sandbox_pid: int) -> int | None:
+    """bubblewrap's pid 1 inside reaps; the program is its child."""
+    try:
+        with open(f"/proc/{sandbox_pid}/task/{sandbox_pid}/children", "rb") as handle:
+            children = handle.read().split()
+    except OSError:
+        return None
+    return int(children[0]) if children else None
+
+
+def _read_info(fd: int) -> int | None:
+    """bubblewrap writes `{"child-pid": N}` to --info-fd once the sandbox exists."""
+    import json
+
+    data = b""
+    while True:
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        data += chunk
+    os.close(fd)
+    if not data:
+        return None
+    try:
+        return int(json.loads(data)["child-pid"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def launch(policy: Policy, command: list[str], env: Mapping[str, str]) -> int:
+    bwrap = find_bwrap(env)
+    check_still_holds(policy)
+    ensure_settings_folder(policy.settings)
+    try:
+        cwd = os.getcwd()
+    except FileNotFoundError:
+        raise LaunchError("the working directory no longer exists") from None
+
+    from lnk_wrap.helpers import helper_argv
+
+    init = helper_argv("init")
+    info_read, info_write = os.pipe()
+    facts = gather(policy, cwd=cwd, info_fd=info_write, runtime=runtime_paths(init))
+    if bwrap_plan.access_at(policy, facts, cwd) is None:
+        # A harness or script often runs from a folder the sandbox is not given and names
+        # what it touches by absolute path: say so in one line and start in / rather than
+        # fail, so a relative path fails visibly instead of reaching the folder.
+        print(f"lnk-sandbox: the working directory {cwd} is not readable in this sandbox "
+              f"(not granted by {policy.spec or 'the policy'}); the program starts in /",
+              file=sys.stderr)
+        facts = dataclasses.replace(facts, cwd="/")
+    planned = bwrap_plan.plan(policy, facts)
+    argv = [*planned.bwrap_argv(bwrap), "--", *init, *planned.init_args(),
+            "--", *command]
+
+    os.set_inheritable(info_write, True)
+    sandbox: dict[str, int | None] = {"pid": None}
+
+    def forward(signum: int, _frame: object) -> None:
+        pid = sandbox["pid"]
+        target = _program_pid(pid) if pid else None
+        if target:
+            try:
+                os.kill(target, signum)
+            except ProcessLookupError:
+                pass
+
+    for signum in FORWARDED_SIGNALS:
+        signal.signal(signum, forward)
+    child = os.posix_spawn(argv[0], argv, dict(env))
+    os.close(info_write)
+    sandbox["pid"] = _read_info(info_read)
+    _, status = os.waitpid(child, 0)
+    if sandbox["pid"] is None:
+        diagnosis = _diagnose_namespaces()
+        print(f"lnk-sandbox: the sandbox could not be made{': ' + diagnosis if diagnosis else ''}",
+              file=sys.stderr)
+        return EXIT_SANDBOX_FAILED
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
+def _diagnose_namespaces() -> str:
+    """Why bubblewrap could not make a user namespace, with the fix, in one line."""
+    checks = (
+        ("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1",
+         "AppArmor refuses user namespaces to unconfined programs (Ubuntu 23.10+); allow bwrap "
+         "with an AppArmor profile, or: sysctl kernel.apparmor_restrict_unprivileged_userns=0"),
+        ("/proc/sys/kernel/unprivileged_userns_clone", "0",
+         "unprivileged user namespaces are off; sysctl kernel.unprivileged_userns_clone=1"),
+        ("/proc/sys/user/max_user_namespaces", "0",
+         "user namespaces are off; sysctl user.max_user_namespaces=15000"),
+    )
+    for path, bad, advice in checks:
+        try:
+            with open(path) as handle:
+                if handle.read().strip() == bad and not (bad == "1" and os.geteuid() == 0):
+                    return advice
+        except OSError:
+            continue
+    return ""
+
+
+def main(argv: list[str] | None = None) -> None:
+    arguments = sys.argv[1:] if argv is None else argv
+    try:
+        options, command = split_argv(arguments)
+        policy = Policy.from_argv(options)
+        code = launch(policy, command, os.environ)
+    except (PolicyArgvError, LaunchError) as error:
+        print(f"lnk-sandbox: {error}", file=sys.stderr)
+        code = EXIT_SANDBOX_FAILED
+    except OSError as error:
+        print(f"lnk-sandbox: cannot start the sandbox: {error}", file=sys.stderr)
+        code = EXIT_SANDBOX_FAILED
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""The system folders every sandbox reads, and the machine's secrets it never does.
+
+A program needs its loader, its libraries and /etc to start; these are read-only in
+every sandbox, whatever the spec says. Files that hold the machine's own secrets are
+hidden even so: run by root without capabilities, a program still reads a file owned
+by root (root is its owner), and /etc/shadow is one.
+
+`gather()` is the only function here that looks at the machine; it fills HostFacts for
+the pure plan in lnk_wrap.bwrap.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+from pathlib import Path
+
+from lnk_common.policy import Policy
+from lnk_wrap.bwrap import HostFacts
+
+__all__ = ["SYSTEM_FOLDERS", "SYSTEM_SECRETS", "gather", "runtime_paths"]
+
+# Read-only in every sandbox: the loader, libraries, programs and their settings.
+# On a merged-/usr system the top-level ones are links into /usr, made as links.
+SYSTEM_FOLDERS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+# Hidden in every sandbox (patterns under the system folders): password hashes, sudo's
+# rules, the SSH host keys, TLS private keys. Nothing a sandboxed program needs.
+SYSTEM_SECRETS = (
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/security/opasswd",
+    "/etc/ssh/ssh_host_*_key",
+    "/etc/ssl/private",
+)
+
+
+def _kind(path: str) -> str:
+    if os.path.islink(path):
+        return "link"
+    if os.path.isdir(path):
+        return "dir"
+    if os.path.exists(path):
+        return "file"
+    return "missing"
+
+
+def runtime_paths(init_argv: list[str]) -> tuple[str, ...]:
+    """The folders the init's interpreter, packages and launcher script live in."""
+    import lnk_common
+    import lnk_wrap
+
+    found = [
+        *(os.path.dirname(word) for word in init_argv[1:] if word.startswith("/")),
+        sys.prefix,
+        sys.base_prefix,
+        os.path.dirname(os.path.realpath(sys.executable)),
+        *(str(Path(module.__file__ or "").resolve().parent) for module in (lnk_common, lnk_wrap)),
+    ]
+    return tuple(dict.fromkeys(os.path.realpath(path) for path in found))
+
+
+def gather(policy: Policy, *, cwd: str, info_fd: int | None,
+           runtime: tuple[str, ...]) -> HostFacts:
+    system_dirs: list[str] = []
+    system_links: list[tuple[str, str]] = []
+    for path in SYSTEM_FOLDERS:
+        kind = _kind(path)
+        if kind == "dir":
+            system_dirs.append(path)
+        elif kind == "link":
+            system_links.append((path, os.readlink(path)))
+    hidden = sorted({match for pattern in SYSTEM_SECRETS for match in glob.glob(pattern)})
+    hide_kinds = {path: _kind(path) for path in (*policy.hide, policy.settings)}
+    hide_kinds.update({path: _kind(path) for path in hidden})
+    return HostFacts(
+        system_dirs=tuple(system_dirs),
+        system_links=tuple(system_links),
+        system_hidden=tuple(hidden),
+        hide_kinds=hide_kinds,
+        runtime=runtime,
+        cwd=cwd,
+        info_fd=info_fd,
+    )
