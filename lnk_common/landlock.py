@@ -17,7 +17,6 @@ import ctypes
 import errno
 import os
 import stat
-from dataclasses import dataclass
 
 __all__ = [
     "ACCESS_RIGHTS",
@@ -86,12 +85,9 @@ class LandlockError(Exception):
     """Landlock could not be applied as asked; the init refuses to run the program."""
 
 
-@dataclass(frozen=True, slots=True)
-class Rule:
-    """`access` beneath `path` (a folder's whole tree, or one file)."""
-
-    path: str
-    access: int
+# `access` beneath `path` (a folder's whole tree, or one file). A tuple, not a class:
+# the init imports this at every start.
+Rule = tuple[str, int]
 
 
 class _RulesetAttr(ctypes.Structure):
@@ -175,12 +171,13 @@ def restrict_self(rules: list[Rule], *, abi: int) -> None:
 
 
 def _add_path_rule(ruleset: int, rule: Rule, handled: int) -> None:
+    path, allowed = rule
     try:
-        fd = os.open(rule.path, os.O_PATH | os.O_CLOEXEC)
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
     except OSError as error:
-        raise LandlockError(f"cannot open {rule.path} for a rule: {error.strerror}") from None
+        raise LandlockError(f"cannot open {path} for a rule: {error.strerror}") from None
     try:
-        access = rule.access & handled
+        access = allowed & handled
         if not stat.S_ISDIR(os.fstat(fd).st_mode):
             access &= _FS_FILE_ONLY
         attr = _PathBeneathAttr(allowed_access=access, parent_fd=fd)
@@ -188,6 +185,6 @@ def _add_path_rule(ruleset: int, rule: Rule, handled: int) -> None:
             _syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH),
                      ctypes.byref(attr), ctypes.c_uint32(0))
         except OSError as error:
-            raise LandlockError(f"landlock_add_rule {rule.path}: {error.strerror}") from None
+            raise LandlockError(f"landlock_add_rule {path}: {error.strerror}") from None
     finally:
         os.close(fd)

@@ -12,35 +12,38 @@ wrap step and the tests can say exactly which settings folder a line will use.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
 
-__all__ = ["SettingsFolder", "settings_folder"]
+TYPE_CHECKING = False  # the typing module costs an import at every start
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = ["SettingsError", "SettingsFolder", "settings_folder"]
 
 
 class SettingsError(Exception):
     """The settings folder cannot be located (no LNK_HOME, no XDG_CONFIG_HOME, no HOME)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class SettingsFolder:
-    """Link's settings folder (`root`) and the paths the sandbox keeps in it."""
+    """Link's settings folder (`root`, absolute) and the paths the sandbox keeps in it."""
 
-    root: Path
+    __slots__ = ("root",)
+
+    def __init__(self, root: str) -> None:
+        self.root = root
 
     @property
-    def agents(self) -> Path:
+    def agents(self) -> str:
         """Each agent's own folder lives below this; hidden from every other sandbox."""
-        return self.root / "agents"
+        return os.path.join(self.root, "agents")
 
-    def agent_home(self, name: str) -> Path:
-        return self.agents / name
+    def agent_home(self, name: str) -> str:
+        return os.path.join(self.agents, name)
 
     @property
-    def sandbox(self) -> Path:
+    def sandbox(self) -> str:
         """The sandbox plugin's own files: wires, stop switch, placeholders, tools, keys."""
-        return self.root / "sandbox"
+        return os.path.join(self.root, "sandbox")
 
 
 def settings_folder(env: Mapping[str, str]) -> SettingsFolder:
@@ -52,11 +55,11 @@ def settings_folder(env: Mapping[str, str]) -> SettingsFolder:
     """
     explicit = env.get("LNK_HOME", "")
     if explicit:
-        return SettingsFolder(root=Path(os.path.abspath(explicit)))
+        return SettingsFolder(os.path.abspath(explicit))
     xdg = env.get("XDG_CONFIG_HOME", "")
     if xdg and os.path.isabs(xdg):
-        return SettingsFolder(root=Path(xdg) / "lnk")
+        return SettingsFolder(os.path.join(os.path.normpath(xdg), "lnk"))
     home = env.get("HOME", "")
     if not home:
         raise SettingsError("cannot locate Link's settings folder: set LNK_HOME or HOME")
-    return SettingsFolder(root=Path(os.path.abspath(home)) / ".config" / "lnk")
+    return SettingsFolder(os.path.join(os.path.abspath(home), ".config", "lnk"))

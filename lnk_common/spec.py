@@ -18,10 +18,11 @@ import os
 import pwd
 import re
 import tomllib
-from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False  # the typing module costs an import at every start
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
 
 from lnk_common.policy import Policy
 from lnk_common.settings import SettingsError, settings_folder
@@ -79,11 +80,16 @@ _SCHEMA: dict[str, dict[str, str] | str] = {
 _TOP_LEVEL: dict[str, str] = {"name": _STRING}
 
 
-@dataclass(frozen=True, slots=True)
 class _Context:
-    file: str
-    folder: Path
-    env: Mapping[str, str]
+    """Where a spec came from: its file (for messages), folder (for relative paths), and
+    the environment its `~` expands with."""
+
+    __slots__ = ("env", "file", "folder")
+
+    def __init__(self, *, file: str, folder: str, env: Mapping[str, str]) -> None:
+        self.file = file
+        self.folder = folder
+        self.env = env
 
 
 def load_spec(path: str | os.PathLike[str], env: Mapping[str, str]) -> Policy:
@@ -115,7 +121,7 @@ def parse_spec(data: bytes, *, file: str, env: Mapping[str, str]) -> Policy:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise SpecError(file, "", f"not valid TOML: {error}") from None
-    context = _Context(file=file, folder=Path(file).parent, env=env)
+    context = _Context(file=file, folder=os.path.dirname(file), env=env)
     _check_schema(context, document)
     return _resolve(context, document)
 
@@ -191,7 +197,7 @@ def _expand(context: _Context, key: str, raw: str) -> str:
     if os.path.isabs(raw):
         return os.path.normpath(raw)
     joined = os.path.normpath(os.path.join(context.folder, raw))
-    if joined != str(context.folder) and not joined.startswith(f"{context.folder}/"):
+    if joined != context.folder and not joined.startswith(f"{context.folder}/"):
         raise SpecError(
             context.file, key, f"{raw!r} leaves the spec's folder; write it as an absolute path"
         )

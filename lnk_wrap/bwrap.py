@@ -25,9 +25,9 @@ the interpreter and package that the init itself runs from.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from enum import Enum
+TYPE_CHECKING = False  # the typing module costs an import at every start
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
 
 from lnk_common.policy import Policy
 
@@ -40,9 +40,10 @@ __all__ = [
 ]
 
 
-class Access(Enum):
-    """What a mounted path gives the program; the init maps each name to Landlock
-    rights (lnk_common.landlock.ACCESS_RIGHTS)."""
+class Access:
+    """What a mounted path gives the program. The init maps each name to Landlock rights
+    (lnk_common.landlock.ACCESS_RIGHTS). Plain strings: an Enum costs an import at every
+    start."""
 
     READ = "read"
     WRITE = "write"
@@ -50,39 +51,43 @@ class Access(Enum):
     PROC = "proc"
 
 
-
-
 # -- typed bwrap options ------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
 class Flag:
     """An option without a value (`--unshare-user`, `--die-with-parent`, …)."""
 
-    name: str
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
 
     def to_args(self) -> list[str]:
         return [f"--{self.name}"]
 
 
-@dataclass(frozen=True, slots=True)
 class Value:
     """An option with one value (`--cap-drop ALL`, `--chdir DIR`, `--tmpfs DEST`, …)."""
 
-    name: str
-    value: str
+    __slots__ = ("name", "value")
+
+    def __init__(self, name: str, value: str) -> None:
+        self.name = name
+        self.value = value
 
     def to_args(self) -> list[str]:
         return [f"--{self.name}", self.value]
 
 
-@dataclass(frozen=True, slots=True)
 class Pair:
     """An option with a source and a destination (`--ro-bind SRC DEST`, `--symlink T D`)."""
 
-    name: str
-    source: str
-    dest: str
+    __slots__ = ("dest", "name", "source")
+
+    def __init__(self, name: str, source: str, dest: str) -> None:
+        self.name = name
+        self.source = source
+        self.dest = dest
 
     def to_args(self) -> list[str]:
         return [f"--{self.name}", self.source, self.dest]
@@ -101,7 +106,6 @@ def render(options: Iterable[Option]) -> list[str]:
 # -- inputs -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class HostFacts:
     """What the launcher found on this machine at run time; every field explicit.
 
@@ -109,38 +113,63 @@ class HostFacts:
     system_links: system folders that are links (merged /usr), made as links.
     system_hidden: files that hold the machine's secrets (shadow, host keys), found
         under the system folders, hidden whatever the spec says.
-    hide_kinds: for each of the policy's hides and the settings folder: "dir", "file"
-        or "missing".
+    hide_kinds: for each hide, the settings folder and each system secret: "dir",
+        "file", "link" or "missing".
     runtime: folders the init needs to start (its interpreter and package), bound
         read-only where not already visible; Landlock closes them to the program.
     cwd: the working directory to keep.
     info_fd: where bwrap reports the sandbox's pid (for passing signals on).
     """
 
-    system_dirs: tuple[str, ...]
-    system_links: tuple[tuple[str, str], ...]
-    system_hidden: tuple[str, ...]
-    hide_kinds: dict[str, str] = field(default_factory=dict)
-    runtime: tuple[str, ...] = ()
-    cwd: str = "/"
-    info_fd: int | None = None
+    __slots__ = ("cwd", "hide_kinds", "info_fd", "runtime", "system_dirs", "system_hidden",
+                 "system_links")
+
+    def __init__(
+        self,
+        *,
+        system_dirs: tuple[str, ...],
+        system_links: tuple[tuple[str, str], ...],
+        system_hidden: tuple[str, ...],
+        hide_kinds: dict[str, str] | None = None,
+        runtime: tuple[str, ...] = (),
+        cwd: str = "/",
+        info_fd: int | None = None,
+    ) -> None:
+        self.system_dirs = system_dirs
+        self.system_links = system_links
+        self.system_hidden = system_hidden
+        self.hide_kinds = dict(hide_kinds or {})
+        self.runtime = runtime
+        self.cwd = cwd
+        self.info_fd = info_fd
+
+    def with_cwd(self, cwd: str) -> HostFacts:
+        return HostFacts(system_dirs=self.system_dirs, system_links=self.system_links,
+                         system_hidden=self.system_hidden, hide_kinds=self.hide_kinds,
+                         runtime=self.runtime, cwd=cwd, info_fd=self.info_fd)
 
 
-@dataclass(frozen=True, slots=True)
 class InitRule:
     """One Landlock rule, as the init takes it on its command line: `--rule ACCESS:PATH`."""
 
-    access: Access
-    path: str
+    __slots__ = ("access", "path")
+
+    def __init__(self, access: str, path: str) -> None:
+        self.access = access
+        self.path = path
 
     def to_args(self) -> list[str]:
-        return ["--rule", f"{self.access.value}:{self.path}"]
+        return ["--rule", f"{self.access}:{self.path}"]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Plan:
-    options: tuple[Option, ...]
-    rules: tuple[InitRule, ...]
+    """The bwrap options and the init's Landlock rules of one sandbox."""
+
+    __slots__ = ("options", "rules")
+
+    def __init__(self, *, options: tuple[Option, ...], rules: tuple[InitRule, ...]) -> None:
+        self.options = options
+        self.rules = rules
 
     def bwrap_argv(self, bwrap: str) -> list[str]:
         return [bwrap, *render(self.options)]
@@ -168,51 +197,48 @@ def _depth(path: str) -> int:
     return 0 if path == "/" else path.count("/")
 
 
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    """One path of the policy's tree: what the deepest entry over a path says wins."""
-
-    path: str
-    access: Access | None  # None: hidden
+# One path of the policy's tree and what it gives (None: hidden); the deepest entry
+# over a path decides.
+_Entry = tuple[str, "str | None"]
 
 
 def _entries(policy: Policy, facts: HostFacts) -> list[_Entry]:
     # The private /tmp and /var/tmp are not here: they show nothing of the machine's.
-    entries = [_Entry(path, Access.READ) for path in facts.system_dirs]
-    entries += [_Entry(path, Access.READ) for path in policy.read]
-    entries += [_Entry(path, Access.WRITE) for path in policy.write]
-    entries += [_Entry(path, None) for path in (*policy.hide, policy.settings)]
-    entries += [_Entry(path, None) for path in facts.system_hidden]
+    entries: list[_Entry] = [(path, Access.READ) for path in facts.system_dirs]
+    entries += [(path, Access.READ) for path in policy.read]
+    entries += [(path, Access.WRITE) for path in policy.write]
+    entries += [(path, None) for path in (*policy.hide, policy.settings, *facts.system_hidden)]
     return entries
 
 
-def access_at(policy: Policy, facts: HostFacts, path: str) -> Access | None:
+def access_at(policy: Policy, facts: HostFacts, path: str) -> str | None:
     """What the program gets at `path`: the deepest grant or hide over it decides, a
     hide beating a grant of the same path; a reopen gives back what the grants give."""
     best: _Entry | None = None
     for entry in _entries(policy, facts):
-        if not inside(path, entry.path):
+        entry_path, access = entry
+        if not inside(path, entry_path):
             continue
-        if best is None or _depth(entry.path) > _depth(best.path) or (
-            entry.path == best.path and entry.access is None
+        if best is None or _depth(entry_path) > _depth(best[0]) or (
+            entry_path == best[0] and access is None
         ):
             best = entry
     if best is None:
         return None
-    if best.access is None and any(inside(path, reopened) for reopened in policy.reopen):
+    if best[1] is None and any(inside(path, reopened) for reopened in policy.reopen):
         return _granted(policy, facts, path)
-    return best.access
+    return best[1]
 
 
-def _granted(policy: Policy, facts: HostFacts, path: str) -> Access | None:
+def _granted(policy: Policy, facts: HostFacts, path: str) -> str | None:
     """What the grants alone give at `path`, hides ignored (what a reopen gives back)."""
     best: _Entry | None = None
     for entry in _entries(policy, facts):
-        if entry.access is not None and inside(path, entry.path) and (
-            best is None or _depth(entry.path) > _depth(best.path)
+        if entry[1] is not None and inside(path, entry[0]) and (
+            best is None or _depth(entry[0]) > _depth(best[0])
         ):
             best = entry
-    return best.access if best else None
+    return best[1] if best else None
 
 
 def _visible(policy: Policy, facts: HostFacts, path: str) -> bool:
@@ -265,7 +291,7 @@ def plan(policy: Policy, facts: HostFacts) -> Plan:
     hidden = [*policy.hide, policy.settings, *facts.system_hidden]
     for path in dict.fromkeys(hidden):
         kind = facts.hide_kinds.get(path, "file" if path in facts.system_hidden else "missing")
-        if kind == "missing" or _granted(policy, facts, path) is None:
+        if kind in ("missing", "link") or _granted(policy, facts, path) is None:
             continue
         if kind == "dir":
             staged.append((_depth(path), 1, path, [Value("perms", HIDDEN_FOLDER_MODE),
@@ -277,7 +303,7 @@ def plan(policy: Policy, facts: HostFacts) -> Plan:
         access = _granted(policy, facts, path)
         if access is None:
             continue
-        bind = "bind" if access is Access.WRITE else "ro-bind"
+        bind = "bind" if access == Access.WRITE else "ro-bind"
         staged.append((_depth(path), 2, path, [Pair(bind, path, path)]))
         rules.append(InitRule(access, path))
     for path in facts.runtime:

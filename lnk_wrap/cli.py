@@ -28,14 +28,14 @@ run; 127 when it is not found.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import sys
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False  # the typing module costs an import at every start
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from lnk_common.policy import Policy
 
 __all__ = ["main"]
@@ -60,7 +60,7 @@ def _policy(arguments: Mapping[str, object], env: Mapping[str, str]) -> Policy:
     if isinstance(wire, str):
         if not _WIRE_NAME.fullmatch(wire):
             raise CliError(f"--wire {wire!r}: use letters, digits, '.', '_' and '-'")
-        policy = dataclasses.replace(policy, name=wire)
+        policy = policy.with_name(wire)
     return policy
 
 

@@ -1,33 +1,27 @@
 """How one helper of the chain names another on a command line.
 
 A line that `wrap` prints is run later, by another process, maybe with another PATH, so
-every helper is named by absolute paths: this interpreter, run isolated (`-I`: no
-PYTHONPATH, no user site, no script folder on sys.path, so the caller's environment
-cannot swap our code), and the helper's module or, from a checkout, its bin/ launcher.
+every helper is named by absolute paths: this interpreter, isolated and without `site`
+(lnk_wrap/_start.py says why), and the one entry file that starts any helper.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 
-__all__ = ["HELPERS", "helper_argv"]
+__all__ = ["HELPERS", "helper_argv", "package_root"]
 
-# Console script name → module with a main().
-HELPERS = {
-    "launch": ("lnk-sandbox-launch", "lnk_wrap.launch"),
-    "init": ("lnk-sandbox-init", "lnk_wrap.init"),
-}
+HELPERS = ("launch", "init")
+_START = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_start.py")
 
-_CHECKOUT_BIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bin")
+
+def package_root() -> str:
+    """The folder that holds our packages: a checkout, or site-packages."""
+    return os.path.dirname(os.path.dirname(_START))
 
 
 def helper_argv(helper: str) -> list[str]:
-    script, module = HELPERS[helper]
-    launcher = os.path.join(_CHECKOUT_BIN, script)
-    if os.path.isfile(launcher):
-        return [sys.executable, "-I", launcher]
-    if importlib.util.find_spec(module) is None:
-        raise RuntimeError(f"{module} is not importable by {sys.executable}")
-    return [sys.executable, "-I", "-m", module]
+    if helper not in HELPERS:
+        raise ValueError(f"no helper named {helper!r}")
+    return [os.path.realpath(sys.executable), "-I", "-S", _START, helper]

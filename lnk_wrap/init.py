@@ -51,7 +51,7 @@ def parse(argv: list[str]) -> tuple[list[landlock.Rule], list[str]]:
         access, _, path = argv[index + 1].partition(":")
         if access not in _ACCESS or not path.startswith("/"):
             raise InitError(f"not a rule: {argv[index + 1]!r}")
-        rules.append(landlock.Rule(path=path, access=_ACCESS[access]))
+        rules.append((path, _ACCESS[access]))
         index += 2
     command = argv[index + 1 :]
     if index >= len(argv) or not command:
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"lnk-sandbox-init: {error}; the program was not run", file=sys.stderr)
         sys.exit(EXIT_SANDBOX_FAILED)
     try:
-        os.execvpe(command[0], command, env)
+        exec_search(command, env)
     except FileNotFoundError:
         print(f"lnk-sandbox: {command[0]}: not found in the sandbox", file=sys.stderr)
         sys.exit(EXIT_NOT_FOUND)
@@ -102,6 +102,25 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as error:
         print(f"lnk-sandbox: {command[0]}: cannot be run: {error.strerror}", file=sys.stderr)
         sys.exit(EXIT_CANNOT_RUN)
+
+
+def exec_search(command: list[str], env: dict[str, str]) -> None:
+    """execvpe as the shell does it: a name without a slash is looked for on PATH, a
+    folder that refuses (EACCES) is passed over but remembered. By hand, because
+    os.execvpe imports `warnings` on its first use, and after Landlock the standard
+    library is no longer readable."""
+    name = command[0]
+    if "/" in name:
+        os.execve(name, command, env)
+    denied: OSError | None = None
+    for folder in env.get("PATH", "/usr/local/bin:/usr/bin:/bin").split(":"):
+        try:
+            os.execve(os.path.join(folder or ".", name), command, env)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except PermissionError as error:
+            denied = denied or error
+    raise denied or FileNotFoundError(name)
 
 
 if __name__ == "__main__":

@@ -23,11 +23,13 @@ Exit status: the program's own; 128+N when it died of signal N (as a shell repor
 
 from __future__ import annotations
 
-import dataclasses
+import _signal as signal  # not `signal`: its enum wrappers cost 4 ms at every start
 import os
-import signal
 import sys
-from collections.abc import Mapping
+
+TYPE_CHECKING = False  # the typing module costs an import at every start
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 from lnk_common.policy import Policy, PolicyArgvError, split_argv
 from lnk_wrap import bwrap as bwrap_plan
@@ -107,9 +109,8 @@ def _program_pid(sandbox_pid: int) -> int | None:
 
 
 def _read_info(fd: int) -> int | None:
-    """bubblewrap writes `{"child-pid": N}` to --info-fd once the sandbox exists."""
-    import json
-
+    """bubblewrap writes `{"child-pid": N, …}` to --info-fd once the sandbox exists.
+    (Read by hand: the json module costs an import at every start.)"""
     data = b""
     while True:
         chunk = os.read(fd, 4096)
@@ -119,10 +120,9 @@ def _read_info(fd: int) -> int | None:
     os.close(fd)
     if not data:
         return None
-    try:
-        return int(json.loads(data)["child-pid"])
-    except (ValueError, KeyError, TypeError):
-        return None
+    _, found, rest = data.partition(b'"child-pid":')
+    digits = rest.lstrip(b" ").split(b",")[0].split(b"}")[0].strip()
+    return int(digits) if found and digits.isdigit() else None
 
 
 def launch(policy: Policy, command: list[str], env: Mapping[str, str]) -> int:
@@ -134,11 +134,12 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str]) -> int:
     except FileNotFoundError:
         raise LaunchError("the working directory no longer exists") from None
 
-    from lnk_wrap.helpers import helper_argv
+    from lnk_wrap.helpers import helper_argv, package_root
 
     init = helper_argv("init")
     info_read, info_write = os.pipe()
-    facts = gather(policy, cwd=cwd, info_fd=info_write, runtime=runtime_paths(init))
+    facts = gather(policy, cwd=cwd, info_fd=info_write,
+                   runtime=runtime_paths(init[0], package_root()))
     if bwrap_plan.access_at(policy, facts, cwd) is None:
         # A harness or script often runs from a folder the sandbox is not given and names
         # what it touches by absolute path: say so in one line and start in / rather than
@@ -146,7 +147,7 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str]) -> int:
         print(f"lnk-sandbox: the working directory {cwd} is not readable in this sandbox "
               f"(not granted by {policy.spec or 'the policy'}); the program starts in /",
               file=sys.stderr)
-        facts = dataclasses.replace(facts, cwd="/")
+        facts = facts.with_cwd("/")
     planned = bwrap_plan.plan(policy, facts)
     argv = [*planned.bwrap_argv(bwrap), "--", *init, *planned.init_args(),
             "--", *command]

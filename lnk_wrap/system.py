@@ -11,10 +11,8 @@ the pure plan in lnk_wrap.bwrap.
 
 from __future__ import annotations
 
-import glob
 import os
 import sys
-from pathlib import Path
 
 from lnk_common.policy import Policy
 from lnk_wrap.bwrap import HostFacts
@@ -50,19 +48,32 @@ def _kind(path: str) -> str:
     return "missing"
 
 
-def runtime_paths(init_argv: list[str]) -> tuple[str, ...]:
-    """The folders the init's interpreter, packages and launcher script live in."""
-    import lnk_common
-    import lnk_wrap
-
+def runtime_paths(interpreter: str, package_root: str) -> tuple[str, ...]:
+    """What the init needs to start: its interpreter's folder and standard library, and
+    our two packages (not the rest of a checkout or of site-packages)."""
     found = [
-        *(os.path.dirname(word) for word in init_argv[1:] if word.startswith("/")),
-        sys.prefix,
+        os.path.dirname(interpreter),
         sys.base_prefix,
-        os.path.dirname(os.path.realpath(sys.executable)),
-        *(str(Path(module.__file__ or "").resolve().parent) for module in (lnk_common, lnk_wrap)),
+        os.path.join(package_root, "lnk_common"),
+        os.path.join(package_root, "lnk_wrap"),
     ]
     return tuple(dict.fromkeys(os.path.realpath(path) for path in found))
+
+
+def _matches(pattern: str) -> list[str]:
+    """The existing paths a SYSTEM_SECRETS pattern names (one `*` in the last part at most;
+    by hand, since glob costs an import at every start)."""
+    folder, _, name = pattern.rpartition("/")
+    if "*" not in name:
+        return [pattern] if os.path.lexists(pattern) else []
+    prefix, _, suffix = name.partition("*")
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    return [f"{folder}/{entry}" for entry in names
+            if entry.startswith(prefix) and entry.endswith(suffix)
+            and len(entry) >= len(prefix) + len(suffix)]
 
 
 def gather(policy: Policy, *, cwd: str, info_fd: int | None,
@@ -75,7 +86,7 @@ def gather(policy: Policy, *, cwd: str, info_fd: int | None,
             system_dirs.append(path)
         elif kind == "link":
             system_links.append((path, os.readlink(path)))
-    hidden = sorted({match for pattern in SYSTEM_SECRETS for match in glob.glob(pattern)})
+    hidden = sorted({match for pattern in SYSTEM_SECRETS for match in _matches(pattern)})
     hide_kinds = {path: _kind(path) for path in (*policy.hide, policy.settings)}
     hide_kinds.update({path: _kind(path) for path in hidden})
     return HostFacts(

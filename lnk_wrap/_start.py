@@ -1,0 +1,22 @@
+"""The one entry point of every helper on a command line: `python -I -S _start.py HELPER …`.
+
+A sandbox start pays for every helper's interpreter start, and `site` is the biggest
+part of it here (an editable install's import hook alone took 17 ms), so helpers run
+without it (-S) and isolated (-I: no PYTHONPATH, no user site, so the caller's
+environment cannot swap our code). This file puts the folder that holds our packages
+(a checkout, or site-packages) first on sys.path and runs the helper.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_HELPER = sys.argv.pop(1) if len(sys.argv) > 1 else ""
+if _HELPER == "launch":
+    from lnk_wrap.launch import main
+elif _HELPER == "init":
+    from lnk_wrap.init import main
+else:
+    sys.stderr.write(f"lnk-sandbox: no helper named {_HELPER!r}\n")
+    sys.exit(125)
+main()

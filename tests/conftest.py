@@ -1,0 +1,80 @@
+"""Shared fixtures: a fresh Link settings folder, spec files, and the real sandbox.
+
+Every sandbox test runs the real thing: the installed `lnk-sandbox` beside this
+interpreter (or the checkout's bin/), real bubblewrap, the real kernel. Nothing here
+skips: a missing bubblewrap or Landlock fails the run (`test_machine.py` says which).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_BESIDE = Path(sys.executable).parent / "lnk-sandbox"
+LNK_SANDBOX = str(_BESIDE) if _BESIDE.exists() else str(ROOT / "bin" / "lnk-sandbox")
+
+# A sandboxed command in a test that takes longer than this is hung, not slow.
+SANDBOX_TIMEOUT_SECONDS = 30
+
+
+@pytest.fixture
+def lnk_home(tmp_path: Path) -> Path:
+    home = tmp_path / "lnk-settings"
+    home.mkdir()
+    return home
+
+
+@pytest.fixture
+def sandbox_env(lnk_home: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["LNK_HOME"] = str(lnk_home)
+    return env
+
+
+WriteSpec = Callable[[str], Path]
+
+
+@pytest.fixture
+def write_spec(tmp_path: Path) -> Iterator[WriteSpec]:
+    count = 0
+
+    def write(text: str) -> Path:
+        nonlocal count
+        count += 1
+        path = tmp_path / f"spec{count}.toml"
+        path.write_text(text)
+        return path
+
+    yield write
+
+
+RunSandbox = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+@pytest.fixture
+def run_sandbox(sandbox_env: dict[str, str], tmp_path: Path) -> RunSandbox:
+    """run_sandbox(spec, *command, cwd=None, env=None, verb="run") → CompletedProcess."""
+
+    def run(spec: Path, *command: str, cwd: Path | None = None,
+            env: dict[str, str] | None = None, verb: str = "run",
+            stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [LNK_SANDBOX, verb, "--spec", str(spec), "--", *command],
+            cwd=str(cwd or tmp_path), env=env or sandbox_env, capture_output=True, text=True,
+            timeout=SANDBOX_TIMEOUT_SECONDS, input=stdin, check=False,
+        )
+
+    return run
+
+
+def toml_list(*paths: Path | str) -> str:
+    """A TOML array of path strings (json's quoting is TOML's for these)."""
+    import json
+
+    return json.dumps([str(path) for path in paths])
