@@ -56,15 +56,20 @@ class LaunchError(Exception):
 
 
 def find_bwrap(env: Mapping[str, str]) -> str:
-    """bubblewrap from PATH, else its usual places; never a relative path."""
+    """$LNK_SANDBOX_BWRAP if set (exactly that, or an error), else bubblewrap from PATH,
+    else its usual places; never a relative path."""
+    fix = ("install it (Debian/Ubuntu: apt-get install bubblewrap, "
+           "Fedora: dnf install bubblewrap)")
+    chosen = env.get("LNK_SANDBOX_BWRAP", "")
+    if chosen:
+        if os.path.isabs(chosen) and os.access(chosen, os.X_OK):
+            return chosen
+        raise LaunchError(f"bubblewrap is not at LNK_SANDBOX_BWRAP={chosen}; {fix}")
     for folder in [*env.get("PATH", "").split(":"), *(os.path.dirname(p) for p in BWRAP_SEARCH)]:
         candidate = os.path.join(folder, "bwrap")
         if os.path.isabs(candidate) and os.access(candidate, os.X_OK):
             return candidate
-    raise LaunchError(
-        "bubblewrap is not installed; install it (Debian/Ubuntu: apt-get install bubblewrap, "
-        "Fedora: dnf install bubblewrap)"
-    )
+    raise LaunchError(f"bubblewrap is not installed; {fix}")
 
 
 def check_still_holds(policy: Policy) -> None:

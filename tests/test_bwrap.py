@@ -1,0 +1,93 @@
+"""The bubblewrap argv and the init's rules, golden-tested whole (argv in, argv out)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lnk_common.policy import Policy
+from lnk_wrap.bwrap import HostFacts, access_at, plan
+
+GOLDEN = Path(__file__).parent / "golden"
+
+AGENT_POLICY = Policy(
+    settings="/home/u/.config/lnk",
+    read=("/home/u/src",),
+    write=("/home/u/src/app", "/home/u/.config/lnk/agents/main"),
+    hide=("/home/u/src/app/secrets", "/home/u/.config/lnk/agents"),
+    reopen=("/home/u/src/app/secrets/public.pem",),
+    name="main",
+    spec="/home/u/spec.toml",
+)
+FACTS = HostFacts(
+    system_dirs=("/usr", "/etc"),
+    system_links=(("/bin", "usr/bin"), ("/lib", "usr/lib")),
+    system_hidden=("/etc/shadow", "/etc/ssl/private"),
+    hide_kinds={
+        "/home/u/src/app/secrets": "dir",
+        "/home/u/.config/lnk/agents": "dir",
+        "/home/u/.config/lnk": "dir",
+        "/etc/shadow": "file",
+        "/etc/ssl/private": "dir",
+    },
+    runtime=("/usr/lib/python3.11", "/opt/lnk/lnk_common", "/opt/lnk/lnk_wrap"),
+    cwd="/home/u/src/app",
+    info_fd=4,
+)
+
+
+def test_plan_golden_agent_policy() -> None:
+    planned = plan(AGENT_POLICY, FACTS)
+    golden = json.loads((GOLDEN / "plan_agent.json").read_text())
+    assert planned.bwrap_argv("/usr/bin/bwrap") == golden["bwrap"]
+    assert planned.init_args() == golden["init"]
+
+
+def test_plan_always_isolates_and_drops_every_capability() -> None:
+    argv = plan(Policy(settings="/s"), FACTS).bwrap_argv("bwrap")
+    for flag in ("--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc",
+                 "--unshare-uts", "--die-with-parent", "--new-session"):
+        assert flag in argv
+    assert argv[argv.index("--cap-drop") + 1] == "ALL"
+    # /proc/sys read-only after /proc: root without capabilities still owns the sysctls.
+    assert argv.index("--proc") < argv.index("/proc/sys")
+
+
+def test_plan_keep_session_only_for_a_guest_terminal() -> None:
+    policy = Policy(settings="/s", keep_session=True)
+    assert "--new-session" not in plan(policy, FACTS).bwrap_argv("bwrap")
+
+
+def test_plan_hide_goes_after_the_grant_that_holds_it_and_reopen_after_that() -> None:
+    argv = plan(AGENT_POLICY, FACTS).bwrap_argv("bwrap")
+    grant = argv.index("/home/u/src/app")
+    hidden = argv.index("/home/u/src/app/secrets")
+    reopened = argv.index("/home/u/src/app/secrets/public.pem")
+    read_only = len(argv) - 1 - argv[::-1].index("/home/u/src/app/secrets")
+    assert grant < hidden < reopened < read_only
+
+
+def test_plan_skips_a_hide_nothing_made_visible() -> None:
+    policy = Policy(settings="/s", hide=("/elsewhere/secret",))
+    facts = HostFacts(system_dirs=("/usr",), system_links=(), system_hidden=(),
+                      hide_kinds={"/elsewhere/secret": "dir", "/s": "dir"})
+    assert "/elsewhere/secret" not in plan(policy, facts).bwrap_argv("bwrap")
+
+
+def test_plan_does_not_mount_runtime_over_a_written_folder() -> None:
+    policy = Policy(settings="/s", write=("/work",))
+    facts = HostFacts(system_dirs=("/usr",), system_links=(), system_hidden=(),
+                      runtime=("/work/.venv",))
+    argv = plan(policy, facts).bwrap_argv("bwrap")
+    assert "/work/.venv" not in argv
+
+
+def test_access_at_deepest_entry_decides() -> None:
+    assert access_at(AGENT_POLICY, FACTS, "/home/u/src/x") == "read"
+    assert access_at(AGENT_POLICY, FACTS, "/home/u/src/app/x") == "write"
+    assert access_at(AGENT_POLICY, FACTS, "/home/u/src/app/secrets/key") is None
+    assert access_at(AGENT_POLICY, FACTS, "/home/u/src/app/secrets/public.pem") == "write"
+    assert access_at(AGENT_POLICY, FACTS, "/home/u/.config/lnk/agents/other") is None
+    assert access_at(AGENT_POLICY, FACTS, "/home/u/.config/lnk/agents/main/x") == "write"
+    assert access_at(AGENT_POLICY, FACTS, "/etc/shadow") is None
+    assert access_at(AGENT_POLICY, FACTS, "/home/u") is None
