@@ -19,10 +19,10 @@ import os
 import stat
 
 __all__ = [
-    "ACCESS_RIGHTS",
     "ACCESS_FS_READ",
     "ACCESS_FS_READ_EXECUTE",
     "ACCESS_FS_WRITE",
+    "ACCESS_RIGHTS",
     "LandlockError",
     "Rule",
     "abi_version",

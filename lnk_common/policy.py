@@ -38,7 +38,7 @@ class Policy:
     sandbox start, and `dataclasses` alone cost 11-21 ms to import here.
     """
 
-    __slots__ = ("keep_session", "name", "read", "reopen", "settings", "spec", "write", "hide")
+    __slots__ = ("hide", "keep_session", "name", "read", "reopen", "settings", "spec", "write")
 
     def __init__(
         self,
@@ -129,7 +129,9 @@ class Policy:
                 values[option] = value
             index += 2
         if "--settings" not in values:
-            raise PolicyArgvError("--settings is required: Link's settings folder is hidden in every sandbox")
+            raise PolicyArgvError(
+                "--settings is required: Link's settings folder is hidden in every sandbox"
+            )
         return cls(
             settings=values["--settings"],
             name=values.get("--name", ""),

@@ -19,13 +19,13 @@ import pwd
 import re
 import tomllib
 
+from lnk_common.policy import Policy
+from lnk_common.settings import SettingsError, settings_folder
+
 TYPE_CHECKING = False  # the typing module costs an import at every start
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
-
-from lnk_common.policy import Policy
-from lnk_common.settings import SettingsError, settings_folder
 
 __all__ = ["SpecError", "load_spec", "parse_spec"]
 
@@ -162,7 +162,9 @@ def _check_type(context: _Context, key: str, value: object, kind: str) -> None:
         raise SpecError(context.file, key, f"more than {MAX_PATHS_PER_KEY} paths")
     for index, item in enumerate(value):
         if not isinstance(item, str):
-            raise SpecError(context.file, f"{key}[{index}]", f"must be a path string, not {_kind(item)}")
+            raise SpecError(
+                context.file, f"{key}[{index}]", f"must be a path string, not {_kind(item)}"
+            )
 
 
 def _kind(value: object) -> str:
@@ -213,7 +215,9 @@ def _canonical(context: _Context, key: str, raw: str, *, must_exist: bool) -> st
     except NotADirectoryError:
         raise SpecError(context.file, key, f"{raw!r}: a part of it is not a folder") from None
     except PermissionError:
-        raise SpecError(context.file, key, f"{raw!r} cannot be reached (permission denied)") from None
+        raise SpecError(
+            context.file, key, f"{raw!r} cannot be reached (permission denied)"
+        ) from None
     except OSError as error:
         raise SpecError(context.file, key, f"{raw!r}: {error.strerror}") from None
     if resolved == "/":

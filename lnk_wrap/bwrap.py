@@ -25,11 +25,11 @@ the interpreter and package that the init itself runs from.
 
 from __future__ import annotations
 
+from lnk_common.policy import Policy
+
 TYPE_CHECKING = False  # the typing module costs an import at every start
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
-
-from lnk_common.policy import Policy
 
 __all__ = [
     "Access",

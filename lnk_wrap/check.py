@@ -126,7 +126,8 @@ def show(found: dict[str, Any]) -> str:
     bubblewrap = found["bubblewrap"]
     lines = [f"kernel {found['kernel']}"]
     if bubblewrap["found"]:
-        lines.append(f"bubblewrap {bubblewrap['version']} at {bubblewrap['path']}; user namespaces: "
+        lines.append(f"bubblewrap {bubblewrap['version']} at {bubblewrap['path']}; "
+                     "user namespaces: "
                      f"{'yes' if bubblewrap['user_namespaces'] else 'REFUSED'}")
         if not bubblewrap["user_namespaces"]:
             lines.append(f"  fix: {bubblewrap['why']}")
@@ -143,7 +144,8 @@ def show(found: dict[str, Any]) -> str:
     lines.append("protections:")
     for item in found["protections"]:
         mark = "in force" if item["in_force"] else "NOT in force"
-        lines.append(f"  {mark:12} {item['protection']}" + (f": {item['why']}" if "why" in item else ""))
+        why = f": {item['why']}" if "why" in item else ""
+        lines.append(f"  {mark:12} {item['protection']}{why}")
     lines.append("")
     lines.append("stated gaps (open by design):")
     for gap in found["gaps"]:

@@ -23,17 +23,19 @@ Exit status: the program's own; 128+N when it died of signal N (as a shell repor
 
 from __future__ import annotations
 
-import _signal as signal  # not `signal`: its enum wrappers cost 4 ms at every start
 import os
 import sys
-
-TYPE_CHECKING = False  # the typing module costs an import at every start
-if TYPE_CHECKING:
-    from collections.abc import Mapping
 
 from lnk_common.policy import Policy, PolicyArgvError, split_argv
 from lnk_wrap import bwrap as bwrap_plan
 from lnk_wrap.system import gather, runtime_paths
+
+TYPE_CHECKING = False  # the typing module costs an import at every start
+if TYPE_CHECKING:
+    import signal
+    from collections.abc import Mapping
+else:
+    import _signal as signal  # not `signal`: its enum wrappers cost 4 ms at every start
 
 __all__ = ["EXIT_SANDBOX_FAILED", "LaunchError", "main"]
 
@@ -76,7 +78,9 @@ def check_still_holds(policy: Policy) -> None:
     """Refuse when the machine no longer matches what the spec resolved to."""
     for path in (*policy.read, *policy.write, *policy.reopen):
         if not os.path.lexists(path):
-            raise LaunchError(f"{path} is granted by {policy.spec or 'the policy'} but no longer exists")
+            raise LaunchError(
+                f"{path} is granted by {policy.spec or 'the policy'} but no longer exists"
+            )
         real = os.path.realpath(path)
         if real != path:
             raise LaunchError(
@@ -164,7 +168,7 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str]) -> int:
         pid = sandbox["pid"]
         target = _program_pid(pid) if pid else None
         if target:
-            try:
+            try:  # noqa: SIM105 (contextlib is one more import at every start)
                 os.kill(target, signum)
             except ProcessLookupError:
                 pass

@@ -121,3 +121,25 @@ def test_missing_bubblewrap_is_one_line_with_the_fix(
     assert result.stderr.count("\n") == 1
     assert "bubblewrap" in result.stderr and "apt-get install bubblewrap" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_readme_demo_spec_writes_its_workspace_and_refuses_the_rest(
+    sandbox_env: dict[str, str]
+) -> None:
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    target = examples / "workspace" / "hello-from-test.txt"
+    target.unlink(missing_ok=True)
+    try:
+        result = subprocess.run(
+            [LNK_SANDBOX, "run", "--spec", "demo.toml", "--", "sh", "-c",
+             "echo written > workspace/hello-from-test.txt && cat workspace/hello-from-test.txt;"
+             " cat ../pyproject.toml; ls secret; cat secret/token"],
+            cwd=examples, env=sandbox_env, capture_output=True, text=True, check=False,
+        )
+        assert result.stdout == "written\n"
+        assert "../pyproject.toml: No such file or directory" in result.stderr
+        assert "cannot open directory 'secret': Permission denied" in result.stderr
+        assert "not for the sandbox" not in result.stdout
+        assert target.read_text() == "written\n"
+    finally:
+        target.unlink(missing_ok=True)
