@@ -57,6 +57,8 @@ class Policy:
                 raise PolicyArgvError(f"not an absolute path: {path!r}")
             if _normalised(path) != path:
                 raise PolicyArgvError(f"not a normalised path: {path!r}")
+        if name.startswith("-") or spec.startswith("-"):
+            raise PolicyArgvError(f"a name or spec may not start with '-': {name or spec!r}")
         self.settings = settings
         self.read = tuple(read)
         self.write = tuple(write)

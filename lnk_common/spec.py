@@ -121,6 +121,8 @@ def parse_spec(data: bytes, *, file: str, env: Mapping[str, str]) -> Policy:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise SpecError(file, "", f"not valid TOML: {error}") from None
+    except RecursionError:
+        raise SpecError(file, "", "not valid TOML: nested too deeply") from None
     context = _Context(file=file, folder=os.path.dirname(file), env=env)
     _check_schema(context, document)
     return _resolve(context, document)
@@ -199,7 +201,7 @@ def _expand(context: _Context, key: str, raw: str) -> str:
     if os.path.isabs(raw):
         return os.path.normpath(raw)
     joined = os.path.normpath(os.path.join(context.folder, raw))
-    if joined != context.folder and not joined.startswith(f"{context.folder}/"):
+    if not _inside(joined, context.folder):
         raise SpecError(
             context.file, key, f"{raw!r} leaves the spec's folder; write it as an absolute path"
         )
@@ -222,7 +224,7 @@ def _canonical(context: _Context, key: str, raw: str, *, must_exist: bool) -> st
         raise SpecError(context.file, key, f"{raw!r}: {error.strerror}") from None
     if resolved == "/":
         raise SpecError(
-            context.file, key, "the whole file system cannot be granted; name the folders needed"
+            context.file, key, "the whole file system cannot be named; name the folders needed"
         )
     return resolved
 
@@ -243,6 +245,14 @@ def _paths(context: _Context, section: dict[str, Any], section_name: str, key: s
     return found
 
 
+def _refuse_settings(context: _Context, key: str, path: str, settings_root: str) -> None:
+    if _inside(path, settings_root):
+        raise SpecError(
+            context.file, key,
+            f"{path} lies in Link's settings folder, which no sandbox reads or writes",
+        )
+
+
 def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
     try:
         settings = settings_folder(context.env)
@@ -260,9 +270,14 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
     hide = _paths(context, files, "files", "hide", must_exist=False)
     reopen = _paths(context, files, "files", "reopen")
 
-    agent: dict[str, Any] = document.get("agent", {})
-    agent_home = ""
-    if agent:
+    # Checked before the agent's own folder joins the grants: only that one folder,
+    # exactly agents/NAME, may lie in Link's settings.
+    for key, paths in (("files.read", read), ("files.write", write), ("files.reopen", reopen)):
+        for path in paths:
+            _refuse_settings(context, key, path, settings_root)
+
+    agent: dict[str, Any] | None = document.get("agent")
+    if agent is not None:
         agent_name = agent.get("name", "")
         if not agent_name:
             raise SpecError(context.file, "agent.name", "an [agent] needs a name")
@@ -272,29 +287,31 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
             )
         # Every agent's folder is hidden, so an agent made later is hidden too; the
         # agent's own folder is reopened, writable (nothing of the person's runs there).
-        hide.append(os.path.join(settings_root, "agents"))
+        agents = os.path.join(settings_root, "agents")
+        hide.append(agents)
         if "home" in agent:
             agent_home = _canonical(context, "agent.home", agent["home"], must_exist=True)
+            _refuse_settings(context, "agent.home", agent_home, settings_root)
         else:
-            default_home = os.path.join(settings_root, "agents", agent_name)
-            if not os.path.isdir(default_home):
+            default_home = os.path.join(agents, agent_name)
+            if not os.path.lexists(default_home):
                 raise SpecError(
                     context.file, "agent.name", f"the agent's folder {default_home} does not exist"
                 )
+            if os.path.islink(default_home) or os.path.realpath(default_home) != default_home:
+                raise SpecError(context.file, "agent.name",
+                                f"the agent's folder {default_home} is a link; refusing")
+            if not os.path.isdir(default_home):
+                raise SpecError(context.file, "agent.name",
+                                f"the agent's folder {default_home} is not a folder")
             agent_home = default_home
         write.append(agent_home)
         if "files" in agent:
-            write.append(_canonical(context, "agent.files", agent["files"], must_exist=True))
+            files_folder = _canonical(context, "agent.files", agent["files"], must_exist=True)
+            _refuse_settings(context, "agent.files", files_folder, settings_root)
+            write.append(files_folder)
         if not name:
             name = agent_name
-
-    for key, paths in (("files.read", read), ("files.write", write), ("files.reopen", reopen)):
-        for path in paths:
-            if path != agent_home and _inside(path, settings_root):
-                raise SpecError(
-                    context.file, key,
-                    f"{path} lies in Link's settings folder, which no sandbox reads or writes",
-                )
 
     read = [path for path in read if path not in write]
     grants = read + write

@@ -1,0 +1,268 @@
+"""The Policy's argv form: it round-trips exactly, and anything that is not a policy is
+one PolicyArgvError, never another exception and never a policy that opens more."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lnk_common.policy import Policy, PolicyArgvError, split_argv
+
+SAFE = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
+
+_segments = st.text(SAFE, min_size=1, max_size=12).filter(lambda s: s not in (".", ".."))
+paths = st.lists(_segments, max_size=5).map(lambda parts: "/" + "/".join(parts))
+path_tuples = st.lists(paths, max_size=6).map(tuple)
+any_names = st.text().filter(lambda s: not s.startswith("-"))
+safe_names = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}", fullmatch=True)
+
+
+@st.composite
+def policies(draw: st.DrawFn, names: st.SearchStrategy[str] = any_names) -> Policy:
+    return Policy(
+        settings=draw(paths),
+        read=draw(path_tuples),
+        write=draw(path_tuples),
+        hide=draw(path_tuples),
+        reopen=draw(path_tuples),
+        name=draw(st.one_of(st.just(""), names)),
+        spec=draw(st.one_of(st.just(""), paths)),
+        keep_session=draw(st.booleans()),
+    )
+
+
+@given(policies())
+def test_argv_round_trip_is_exact(policy: Policy) -> None:
+    argv = policy.to_argv()
+    assert all(isinstance(word, str) for word in argv)
+    back = Policy.from_argv(argv)
+    assert back == policy
+    assert hash(back) == hash(policy)
+    assert back.to_argv() == argv
+
+
+@given(policies(names=safe_names), st.lists(st.text(), min_size=1, max_size=4))
+def test_argv_with_command_splits_back_at_the_first_separator(
+    policy: Policy, command: list[str]
+) -> None:
+    """What wrap emits (OPTIONS -- COMMAND) splits back into the same options and command,
+    even when the command itself holds `--`."""
+    options = policy.to_argv()
+    assert split_argv([*options, "--", *command]) == (options, command)
+
+
+_words = st.one_of(
+    st.sampled_from([
+        "--settings", "--read", "--write", "--hide", "--reopen", "--name", "--spec",
+        "--keep-session", "--", "/", "/a", "/a/b", "//a", "/a/../b", "/a/./b", "/a/", "a",
+        "", "/a\0b", "--read=/a", "-r",
+    ]),
+    st.text(),
+)
+
+
+@given(st.lists(_words, max_size=12))
+def test_from_argv_on_any_words_is_a_policy_or_a_policy_argv_error(argv: list[str]) -> None:
+    try:
+        policy = Policy.from_argv(argv)
+    except PolicyArgvError as error:
+        assert str(error)
+        return
+    # Whatever it accepted is a policy whose every path is absolute and normalised, and
+    # which says the same thing when written out again.
+    for path in (policy.settings, *policy.read, *policy.write, *policy.hide, *policy.reopen):
+        assert path.startswith("/") and not path.startswith("//") and "\0" not in path
+        assert "/./" not in path + "/" and "/../" not in path + "/" and "//" not in path
+        assert path == "/" or not path.endswith("/")
+    assert Policy.from_argv(policy.to_argv()) == policy
+
+
+@given(st.lists(_words, max_size=12))
+def test_split_argv_on_any_words_splits_or_raises_policy_argv_error(argv: list[str]) -> None:
+    try:
+        options, command = split_argv(argv)
+    except PolicyArgvError:
+        assert "--" not in argv or argv.index("--") == len(argv) - 1
+        return
+    assert "--" not in options
+    assert command
+    assert [*options, "--", *command] == argv
+
+
+# --- exact errors ----------------------------------------------------------------------
+
+
+def _argv_error(argv: list[str]) -> str:
+    with pytest.raises(PolicyArgvError) as caught:
+        Policy.from_argv(argv)
+    return str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("word", "message"),
+    [
+        ("--bogus", "unknown option '--bogus'"),
+        ("--read=/a", "unknown option '--read=/a'"),
+        ("-r", "unknown option '-r'"),
+        ("/a", "unknown option '/a'"),
+        ("--", "unknown option '--'"),
+        ("", "unknown option ''"),
+    ],
+)
+def test_unknown_option(word: str, message: str) -> None:
+    assert _argv_error(["--settings", "/s", word, "/a"]) == message
+
+
+@pytest.mark.parametrize(
+    "option", ["--settings", "--read", "--write", "--hide", "--reopen", "--name", "--spec"]
+)
+def test_missing_value(option: str) -> None:
+    argv = ["--settings", "/s", option] if option != "--settings" else ["--settings"]
+    assert _argv_error(argv) == f"{option} needs a value"
+
+
+@pytest.mark.parametrize("option", ["--settings", "--name", "--spec"])
+def test_value_option_given_twice(option: str) -> None:
+    argv = ["--settings", "/s", option, "/v", option, "/v"]
+    if option == "--settings":
+        argv = ["--settings", "/s", "--settings", "/s"]
+    assert _argv_error(argv) == f"{option} given twice"
+
+
+def test_duplicated_settings_with_different_values() -> None:
+    """A second --settings could move the hidden settings folder: refused, not last-wins."""
+    assert _argv_error(["--settings", "/s", "--read", "/a", "--settings", "/t"]) == (
+        "--settings given twice"
+    )
+
+
+def test_keep_session_given_twice() -> None:
+    assert _argv_error(["--settings", "/s", "--keep-session", "--keep-session"]) == (
+        "--keep-session given twice"
+    )
+
+
+@pytest.mark.parametrize("argv", [[], ["--read", "/a"], ["--keep-session", "--name", "n"]])
+def test_missing_settings(argv: list[str]) -> None:
+    assert _argv_error(argv) == (
+        "--settings is required: Link's settings folder is hidden in every sandbox"
+    )
+
+
+@pytest.mark.parametrize("option", ["--settings", "--read", "--write", "--hide", "--reopen"])
+@pytest.mark.parametrize("path", ["a", "a/b", "./a", "../a", "", "~/a"])
+def test_relative_path(option: str, path: str) -> None:
+    argv = [option, path] if option == "--settings" else ["--settings", "/s", option, path]
+    assert _argv_error(argv) == f"not an absolute path: {path!r}"
+
+
+@pytest.mark.parametrize("option", ["--settings", "--read", "--write", "--hide", "--reopen"])
+@pytest.mark.parametrize(
+    "path", ["/a/../b", "/a/./b", "/a/", "/a//b", "/..", "/.", "/a/.", "/a/.."]
+)
+def test_non_normalised_path(option: str, path: str) -> None:
+    argv = [option, path] if option == "--settings" else ["--settings", "/s", option, path]
+    assert _argv_error(argv) == f"not a normalised path: {path!r}"
+
+
+@pytest.mark.parametrize("path", ["//a", "//", "///a"])
+def test_double_slash_root(path: str) -> None:
+    assert _argv_error(["--settings", "/s", "--read", path]) == f"not an absolute path: {path!r}"
+
+
+@pytest.mark.parametrize("path", ["/a\0b", "/\0", "/a/\0"])
+def test_nul_in_a_path(path: str) -> None:
+    assert _argv_error(["--settings", "/s", "--hide", path]) == (
+        f"not an absolute path: {path!r}"
+    )
+
+
+def test_constructor_checks_paths_like_from_argv() -> None:
+    with pytest.raises(PolicyArgvError, match=r"^not a normalised path: '/a/\.\./b'$"):
+        Policy(settings="/s", reopen=("/a/../b",))
+    with pytest.raises(PolicyArgvError, match=r"^not an absolute path: 'rel'$"):
+        Policy(settings="rel")
+
+
+# --- what from_argv accepts ------------------------------------------------------------
+
+
+def test_from_argv_reads_every_option() -> None:
+    policy = Policy.from_argv([
+        "--read", "/r1", "--keep-session", "--write", "/w", "--settings", "/s", "--read", "/r2",
+        "--hide", "/h", "--reopen", "/h/o", "--name", "wire", "--spec", "/specs/s.toml",
+    ])
+    assert policy == Policy(
+        settings="/s", read=("/r1", "/r2"), write=("/w",), hide=("/h",), reopen=("/h/o",),
+        name="wire", spec="/specs/s.toml", keep_session=True,
+    )
+
+
+def test_from_argv_keeps_repeated_paths_in_order() -> None:
+    policy = Policy.from_argv(["--settings", "/s", "--read", "/b", "--read", "/a",
+                               "--read", "/b"])
+    assert policy.read == ("/b", "/a", "/b")
+
+
+def test_a_name_that_looks_like_an_option_is_refused() -> None:
+    # It could not split back from the command after `--` on the launcher's line.
+    with pytest.raises(PolicyArgvError, match="may not start with '-'"):
+        Policy.from_argv(["--settings", "/s", "--name", "--read"])
+    with pytest.raises(PolicyArgvError, match="may not start with '-'"):
+        Policy.from_argv(["--settings", "/s", "--spec", "--"])
+
+
+def test_root_path_is_a_valid_path() -> None:
+    assert Policy.from_argv(["--settings", "/", "--hide", "/"]).hide == ("/",)
+
+
+def test_with_name_changes_only_the_name() -> None:
+    policy = Policy(settings="/s", read=("/r",), write=("/w",), hide=("/h",),
+                    reopen=("/h/o",), name="a", spec="/x.toml", keep_session=True)
+    renamed = policy.with_name("b")
+    assert renamed.name == "b"
+    assert renamed == Policy.from_argv(
+        [*policy.to_argv()[:2], "--name", "b", *policy.to_argv()[4:]]
+    )
+
+
+def test_policy_is_not_equal_to_other_things() -> None:
+    assert Policy(settings="/s") != ("/s", (), (), (), (), "", "", False)
+    assert Policy(settings="/s") != Policy(settings="/s", keep_session=True)
+
+
+# --- split_argv --------------------------------------------------------------------------
+
+
+def test_split_argv_without_separator() -> None:
+    with pytest.raises(PolicyArgvError) as caught:
+        split_argv(["--settings", "/s", "sh"])
+    assert str(caught.value) == "expected OPTIONS -- COMMAND [ARG…]"
+
+
+def test_split_argv_of_nothing() -> None:
+    with pytest.raises(PolicyArgvError) as caught:
+        split_argv([])
+    assert str(caught.value) == "expected OPTIONS -- COMMAND [ARG…]"
+
+
+@pytest.mark.parametrize("argv", [["--"], ["--settings", "/s", "--"]])
+def test_split_argv_with_nothing_after_separator(argv: list[str]) -> None:
+    with pytest.raises(PolicyArgvError) as caught:
+        split_argv(argv)
+    assert str(caught.value) == "no command after --"
+
+
+def test_split_argv_cuts_at_the_first_separator() -> None:
+    assert split_argv(["--settings", "/s", "--", "sh", "--", "-c"]) == (
+        ["--settings", "/s"], ["sh", "--", "-c"]
+    )
+
+
+def test_split_argv_with_no_options() -> None:
+    assert split_argv(["--", "true"]) == ([], ["true"])
+
+
+def test_split_argv_command_may_be_an_empty_word() -> None:
+    assert split_argv(["--", ""]) == ([], [""])

@@ -1,0 +1,859 @@
+"""The spec loader from the outside: every bad spec is one exact SpecError, every good one
+is exactly the Policy it says, and a bad spec given to the real CLI runs nothing."""
+
+from __future__ import annotations
+
+import os
+import pwd
+from pathlib import Path
+
+import pytest
+
+from lnk_common.policy import Policy
+from lnk_common.spec import MAX_PATHS_PER_KEY, MAX_SPEC_BYTES, SpecError, load_spec, parse_spec
+from tests.conftest import RunSandbox, WriteSpec, toml_list
+
+EXIT_SANDBOX_FAILED = 125
+NAME_REASON = "use letters, digits, '.', '_' and '-'"
+SETTINGS_REASON = "lies in Link's settings folder, which no sandbox reads or writes"
+WHOLE_FS_REASON = "the whole file system cannot be named; name the folders needed"
+
+
+@pytest.fixture
+def tmp(tmp_path: Path) -> Path:
+    """tmp_path as the loader will see it: canonical."""
+    return tmp_path.resolve()
+
+
+@pytest.fixture
+def env(tmp: Path, lnk_home: Path) -> dict[str, str]:
+    """An explicit environment: Link's settings in lnk_home, HOME a folder of the test's."""
+    home = tmp / "home"
+    home.mkdir()
+    return {"LNK_HOME": str(lnk_home), "HOME": str(home)}
+
+
+def _error(spec: Path, env: dict[str, str]) -> tuple[str, str, str]:
+    with pytest.raises(SpecError) as caught:
+        load_spec(spec, env)
+    error = caught.value
+    assert str(error) == (
+        f"{error.file}: {error.key}: {error.reason}" if error.key
+        else f"{error.file}: {error.reason}"
+    )
+    return error.file, error.key, error.reason
+
+
+def _folder(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+# --- the schema: unknown keys, wrong types, sections not built yet ----------------------
+
+
+def test_unknown_top_level_key(write_spec: WriteSpec, env: dict[str, str]) -> None:
+    spec = write_spec("bogus = 1\n")
+    assert _error(spec, env) == (
+        str(spec), "bogus",
+        "unknown key (known: name, [files], [agent], [commands], [network], [tcp], [lan], "
+        "[localhost], [verbs], [pause])",
+    )
+
+
+def test_unknown_top_level_table(write_spec: WriteSpec, env: dict[str, str]) -> None:
+    spec = write_spec("[file]\nread = []\n")
+    file, key, reason = _error(spec, env)
+    assert (file, key) == (str(spec), "file")
+    assert reason.startswith("unknown key (known: name, [files], ")
+
+
+def test_unknown_key_in_files_is_not_ignored(write_spec: WriteSpec, env: dict[str, str]) -> None:
+    spec = write_spec("[files]\nred = []\n")
+    assert _error(spec, env) == (
+        str(spec), "files.red",
+        "unknown key (known in [files]: read, write, hide, reopen, write_dot_files, read_home)",
+    )
+
+
+def test_unknown_key_in_agent_is_not_ignored(write_spec: WriteSpec, env: dict[str, str]) -> None:
+    spec = write_spec('[agent]\nnmae = "bob"\n')
+    assert _error(spec, env) == (
+        str(spec), "agent.nmae", "unknown key (known in [agent]: name, home, files)"
+    )
+
+
+def test_path_list_given_as_a_string(write_spec: WriteSpec, env: dict[str, str]) -> None:
+    spec = write_spec('[files]\nread = "/usr"\n')
+    assert _error(spec, env) == (
+        str(spec), "files.read", "must be a list of paths, not a string"
+    )
+
+
+def test_path_list_given_as_a_table(write_spec: WriteSpec, env: dict[str, str]) -> None:
+    spec = write_spec("[files.write]\nx = 1\n")
+    assert _error(spec, env) == (str(spec), "files.write", "must be a list of paths, not a table")
+
+
+@pytest.mark.parametrize(
+    ("item", "kind"),
+    [("7", "an integer"), ("true", "a boolean"), ("1.5", "a number"), ("[]", "a list"),
+     ("{}", "a table"), ("1979-05-27", "date")],
+)
+def test_non_string_in_path_list_names_its_index(
+    write_spec: WriteSpec, env: dict[str, str], item: str, kind: str
+) -> None:
+    spec = write_spec(f'[files]\nread = ["/usr", {item}]\n')
+    assert _error(spec, env) == (str(spec), "files.read[1]", f"must be a path string, not {kind}")
+
+
+def test_files_not_a_table(write_spec: WriteSpec, env: dict[str, str]) -> None:
+    spec = write_spec('files = "/usr"\n')
+    assert _error(spec, env) == (str(spec), "files", "must be a table ([files]), not a string")
+
+
+def test_files_as_an_array_of_tables(write_spec: WriteSpec, env: dict[str, str]) -> None:
+    spec = write_spec("[[files]]\nread = []\n")
+    assert _error(spec, env) == (str(spec), "files", "must be a table ([files]), not a list")
+
+
+def test_name_not_a_string(write_spec: WriteSpec, env: dict[str, str]) -> None:
+    spec = write_spec("name = 3\n")
+    assert _error(spec, env) == (str(spec), "name", "must be a string, not an integer")
+
+
+def test_agent_name_not_a_string(write_spec: WriteSpec, env: dict[str, str]) -> None:
+    spec = write_spec("[agent]\nname = [\"bob\"]\n")
+    assert _error(spec, env) == (str(spec), "agent.name", "must be a string, not a list")
+
+
+@pytest.mark.parametrize(
+    ("section", "reason"),
+    [
+        ("commands", "not built yet in this version of lnk-sandbox ([commands] and the exec "
+                     "watch)"),
+        ("network", "not built yet in this version of lnk-sandbox (the proxy); a sandbox has "
+                    "no network at all"),
+        ("tcp", "not built yet in this version of lnk-sandbox (TCP endpoints and DNS)"),
+        ("lan", "not built yet in this version of lnk-sandbox ([lan] through the proxy)"),
+        ("localhost", "not built yet in this version of lnk-sandbox (the loopback relay)"),
+        ("verbs", "not built yet in this version of lnk-sandbox (the proxy's verbs)"),
+        ("pause", "not built yet in this version of lnk-sandbox (pausing a wire)"),
+    ],
+)
+def test_section_not_built_yet_is_refused_not_ignored(
+    write_spec: WriteSpec, env: dict[str, str], section: str, reason: str
+) -> None:
+    spec = write_spec(f"[{section}]\n")
+    assert _error(spec, env) == (str(spec), f"[{section}]", reason)
+
+
+def test_section_not_built_yet_refused_even_when_not_a_table(
+    write_spec: WriteSpec, env: dict[str, str]
+) -> None:
+    spec = write_spec("network = false\n")
+    file, key, reason = _error(spec, env)
+    assert (file, key) == (str(spec), "[network]")
+    assert reason.startswith("not built yet in this version of lnk-sandbox")
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "reason"),
+    [
+        ("write_dot_files", "true",
+         "not built yet in this version of lnk-sandbox (dot files of written folders)"),
+        ("read_home", "true", "macOS only, and the macOS profile is not built yet"),
+        ("read_home", "false", "macOS only, and the macOS profile is not built yet"),
+    ],
+)
+def test_files_key_not_built_yet_is_refused_not_ignored(
+    write_spec: WriteSpec, env: dict[str, str], key: str, value: str, reason: str
+) -> None:
+    spec = write_spec(f"[files]\n{key} = {value}\n")
+    assert _error(spec, env) == (str(spec), f"files.{key}", reason)
+
+
+# --- names ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name", ["..", ".", ".hidden", "a/b", "../../etc", "a b", "wire\n", "é", "-x", "x" * 65]
+)
+def test_bad_name(write_spec: WriteSpec, env: dict[str, str], name: str) -> None:
+    spec = write_spec(f"name = {_toml_string(name)}\n")
+    assert _error(spec, env) == (str(spec), "name", f"{name!r}: {NAME_REASON}")
+
+
+@pytest.mark.parametrize("name", ["..", "a/b", "x" * 65, "agents/../../x"])
+def test_bad_agent_name(write_spec: WriteSpec, env: dict[str, str], name: str) -> None:
+    spec = write_spec(f"[agent]\nname = {_toml_string(name)}\n")
+    assert _error(spec, env) == (str(spec), "agent.name", f"{name!r}: {NAME_REASON}")
+
+
+def test_agent_without_name(write_spec: WriteSpec, env: dict[str, str], tmp: Path) -> None:
+    home = _folder(tmp / "agent-home")
+    spec = write_spec(f"[agent]\nhome = {toml_list(home)[1:-1]}\n")
+    assert _error(spec, env) == (str(spec), "agent.name", "an [agent] needs a name")
+
+
+def test_agent_with_empty_name(write_spec: WriteSpec, env: dict[str, str]) -> None:
+    spec = write_spec('[agent]\nname = ""\n')
+    assert _error(spec, env) == (str(spec), "agent.name", "an [agent] needs a name")
+
+
+def test_agent_whose_folder_does_not_exist(
+    write_spec: WriteSpec, env: dict[str, str], lnk_home: Path
+) -> None:
+    spec = write_spec('[agent]\nname = "bob"\n')
+    folder = lnk_home.resolve() / "agents" / "bob"
+    assert _error(spec, env) == (
+        str(spec), "agent.name", f"the agent's folder {folder} does not exist"
+    )
+
+
+def test_agent_home_that_does_not_exist(
+    write_spec: WriteSpec, env: dict[str, str], tmp: Path
+) -> None:
+    missing = tmp / "no-agent-here"
+    spec = write_spec(f'[agent]\nname = "bob"\nhome = "{missing}"\n')
+    assert _error(spec, env) == (str(spec), "agent.home", f"'{missing}' does not exist")
+
+
+# --- paths: expansion ----------------------------------------------------------------
+
+
+def test_tilde_of_a_user_that_does_not_exist(write_spec: WriteSpec, env: dict[str, str]) -> None:
+    spec = write_spec('[files]\nread = ["~nobody_such_user/x"]\n')
+    assert _error(spec, env) == (
+        str(spec), "files.read[0]", "'~nobody_such_user/x': no user named 'nobody_such_user'"
+    )
+
+
+@pytest.mark.parametrize("home", [None, "", "relative/home"], ids=["unset", "empty", "relative"])
+def test_tilde_without_an_absolute_home(
+    write_spec: WriteSpec, lnk_home: Path, home: str | None
+) -> None:
+    env = {"LNK_HOME": str(lnk_home)}
+    if home is not None:
+        env["HOME"] = home
+    spec = write_spec('[files]\nread = ["/usr", "~/x"]\n')
+    assert _error(spec, env) == (
+        str(spec), "files.read[1]", "'~/x': HOME is not set to an absolute path"
+    )
+
+
+@pytest.mark.parametrize("raw", ["../x", "..", "sub/../../x", "./../x"])
+def test_relative_path_leaving_the_specs_folder(
+    write_spec: WriteSpec, env: dict[str, str], raw: str
+) -> None:
+    spec = write_spec(f'[files]\nwrite = ["{raw}"]\n')
+    assert _error(spec, env) == (
+        str(spec), "files.write[0]",
+        f"{raw!r} leaves the spec's folder; write it as an absolute path",
+    )
+
+
+def test_relative_path_leaving_by_a_sibling_with_the_same_prefix(
+    tmp: Path, env: dict[str, str]
+) -> None:
+    """`../specs-evil` from `specs/` starts with the folder's name but is outside it."""
+    folder = _folder(tmp / "specs")
+    _folder(tmp / "specs-evil")
+    spec = folder / "s.toml"
+    spec.write_text('[files]\nread = ["../specs-evil"]\n')
+    assert _error(spec, env) == (
+        str(spec), "files.read[0]",
+        "'../specs-evil' leaves the spec's folder; write it as an absolute path",
+    )
+
+
+@pytest.mark.parametrize("key", ["read", "write", "reopen"])
+def test_missing_path_in_a_grant(
+    write_spec: WriteSpec, env: dict[str, str], tmp: Path, key: str
+) -> None:
+    missing = tmp / "not-here" / "x"
+    spec = write_spec(f"[files]\n{key} = {toml_list(missing)}\n")
+    assert _error(spec, env) == (str(spec), f"files.{key}[0]", f"'{missing}' does not exist")
+
+
+def test_missing_relative_path_is_named_as_written(
+    write_spec: WriteSpec, env: dict[str, str]
+) -> None:
+    spec = write_spec('[files]\nread = ["not-here"]\n')
+    assert _error(spec, env) == (str(spec), "files.read[0]", "'not-here' does not exist")
+
+
+def test_path_through_a_file(write_spec: WriteSpec, env: dict[str, str], tmp: Path) -> None:
+    plain = tmp / "plain"
+    plain.write_text("x")
+    spec = write_spec(f'[files]\nread = ["{plain}/x"]\n')
+    assert _error(spec, env) == (
+        str(spec), "files.read[0]", f"'{plain}/x': a part of it is not a folder"
+    )
+
+
+def test_symlink_loop(write_spec: WriteSpec, env: dict[str, str], tmp: Path) -> None:
+    loop = tmp / "loop"
+    loop.symlink_to(loop)
+    spec = write_spec(f"[files]\nread = {toml_list(loop)}\n")
+    assert _error(spec, env) == (
+        str(spec), "files.read[0]", f"'{loop}': Too many levels of symbolic links"
+    )
+
+
+def test_empty_path_string(write_spec: WriteSpec, env: dict[str, str]) -> None:
+    spec = write_spec('[files]\nhide = [""]\n')
+    assert _error(spec, env) == (str(spec), "files.hide[0]", "empty path")
+
+
+def test_nul_byte_in_a_path(write_spec: WriteSpec, env: dict[str, str]) -> None:
+    spec = write_spec('[files]\nread = ["/usr", "/tmp\\u0000/etc"]\n')
+    assert _error(spec, env) == (str(spec), "files.read[1]", "path contains a NUL byte")
+
+
+# --- paths: what may not be granted --------------------------------------------------
+
+
+@pytest.mark.parametrize("raw", ["/", "//", "/usr/..", "/./"])
+def test_granting_the_whole_file_system(
+    write_spec: WriteSpec, env: dict[str, str], raw: str
+) -> None:
+    spec = write_spec(f'[files]\nread = ["{raw}"]\n')
+    assert _error(spec, env) == (str(spec), "files.read[0]", WHOLE_FS_REASON)
+
+
+def test_granting_the_whole_file_system_through_a_symlink(
+    write_spec: WriteSpec, env: dict[str, str], tmp: Path
+) -> None:
+    link = tmp / "root-link"
+    link.symlink_to("/")
+    spec = write_spec(f"[files]\nwrite = {toml_list(link)}\n")
+    assert _error(spec, env) == (str(spec), "files.write[0]", WHOLE_FS_REASON)
+
+
+def test_granting_the_whole_file_system_through_tilde(
+    write_spec: WriteSpec, lnk_home: Path
+) -> None:
+    spec = write_spec('[files]\nread = ["~"]\n')
+    assert _error(spec, {"LNK_HOME": str(lnk_home), "HOME": "/"}) == (
+        str(spec), "files.read[0]", WHOLE_FS_REASON
+    )
+
+
+@pytest.mark.parametrize("key", ["read", "write", "reopen"])
+def test_granting_inside_the_settings_folder(
+    write_spec: WriteSpec, env: dict[str, str], lnk_home: Path, key: str
+) -> None:
+    inside = _folder(lnk_home / "sandbox")
+    spec = write_spec(f"[files]\n{key} = {toml_list(inside)}\n")
+    assert _error(spec, env) == (
+        str(spec), f"files.{key}", f"{inside.resolve()} {SETTINGS_REASON}"
+    )
+
+
+def test_granting_the_settings_folder_itself(
+    write_spec: WriteSpec, env: dict[str, str], lnk_home: Path
+) -> None:
+    spec = write_spec(f'[files]\nread = ["/usr", "{lnk_home}/"]\n')
+    assert _error(spec, env) == (
+        str(spec), "files.read", f"{lnk_home.resolve()} {SETTINGS_REASON}"
+    )
+
+
+def test_granting_the_settings_folder_through_a_symlink(
+    write_spec: WriteSpec, env: dict[str, str], lnk_home: Path, tmp: Path
+) -> None:
+    link = tmp / "innocent"
+    link.symlink_to(lnk_home)
+    spec = write_spec(f"[files]\nwrite = {toml_list(link)}\n")
+    assert _error(spec, env) == (
+        str(spec), "files.write", f"{lnk_home.resolve()} {SETTINGS_REASON}"
+    )
+
+
+def test_granting_the_settings_folder_reached_through_a_symlinked_lnk_home(
+    write_spec: WriteSpec, lnk_home: Path, tmp: Path
+) -> None:
+    """LNK_HOME names a link: the real folder is what is protected."""
+    link = tmp / "lnk-link"
+    link.symlink_to(lnk_home)
+    spec = write_spec(f"[files]\nread = {toml_list(lnk_home)}\n")
+    assert _error(spec, {"LNK_HOME": str(link), "HOME": str(tmp)}) == (
+        str(spec), "files.read", f"{lnk_home.resolve()} {SETTINGS_REASON}"
+    )
+
+
+def test_agent_files_inside_the_settings_folder(
+    write_spec: WriteSpec, env: dict[str, str], lnk_home: Path
+) -> None:
+    _folder(lnk_home / "agents" / "bob")
+    other = _folder(lnk_home / "sandbox")
+    spec = write_spec(f'[agent]\nname = "bob"\nfiles = "{other}"\n')
+    file, key, reason = _error(spec, env)
+    assert file == str(spec)
+    assert reason == f"{other.resolve()} {SETTINGS_REASON}"
+    assert key == "agent.files"
+
+
+def test_reopen_outside_any_hide(write_spec: WriteSpec, env: dict[str, str], tmp: Path) -> None:
+    tree = _folder(tmp / "tree")
+    inner = _folder(tree / "inner")
+    spec = write_spec(f"[files]\nread = {toml_list(tree)}\nreopen = {toml_list(inner)}\n")
+    assert _error(spec, env) == (str(spec), "files.reopen", f"{inner} lies in no hidden folder")
+
+
+def test_reopen_of_the_hidden_folder_itself(
+    write_spec: WriteSpec, env: dict[str, str], tmp: Path
+) -> None:
+    tree = _folder(tmp / "tree")
+    secret = _folder(tree / "secret")
+    spec = write_spec(
+        f"[files]\nread = {toml_list(tree)}\nhide = {toml_list(secret)}\n"
+        f"reopen = {toml_list(secret)}\n"
+    )
+    assert _error(spec, env) == (str(spec), "files.reopen", f"{secret} lies in no hidden folder")
+
+
+def test_reopen_with_no_grant_covering_it(
+    write_spec: WriteSpec, env: dict[str, str], tmp: Path
+) -> None:
+    secret = _folder(tmp / "tree" / "secret")
+    inner = _folder(secret / "inner")
+    spec = write_spec(f"[files]\nhide = {toml_list(secret)}\nreopen = {toml_list(inner)}\n")
+    assert _error(spec, env) == (
+        str(spec), "files.reopen",
+        f"{inner}: no read or write grant covers it, so reopening gives nothing back",
+    )
+
+
+def test_reopen_covered_only_by_a_grant_of_a_sibling(
+    write_spec: WriteSpec, env: dict[str, str], tmp: Path
+) -> None:
+    tree = _folder(tmp / "tree")
+    sibling = _folder(tmp / "tree-2")
+    inner = _folder(tree / "secret" / "inner")
+    spec = write_spec(
+        f"[files]\nread = {toml_list(sibling)}\nhide = {toml_list(tree / 'secret')}\n"
+        f"reopen = {toml_list(inner)}\n"
+    )
+    assert _error(spec, env) == (
+        str(spec), "files.reopen",
+        f"{inner}: no read or write grant covers it, so reopening gives nothing back",
+    )
+
+
+def test_hiding_the_whole_file_system(write_spec: WriteSpec, env: dict[str, str]) -> None:
+    spec = write_spec('[files]\nhide = ["/"]\n')
+    assert _error(spec, env) == (str(spec), "files.hide[0]", WHOLE_FS_REASON)
+
+
+def test_no_settings_folder_can_be_located(write_spec: WriteSpec) -> None:
+    spec = write_spec("")
+    assert _error(spec, {}) == (
+        str(spec), "", "cannot locate Link's settings folder: set LNK_HOME or HOME"
+    )
+
+
+# --- the file itself -----------------------------------------------------------------
+
+
+def test_missing_spec_file(tmp: Path, env: dict[str, str]) -> None:
+    spec = tmp / "absent.toml"
+    assert _error(spec, env) == (str(spec), "", "no such file")
+    with pytest.raises(SpecError, match=r"^/.*/absent\.toml: no such file$"):
+        load_spec(spec, env)
+
+
+def test_missing_spec_file_named_relatively_is_reported_absolute(
+    tmp: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp)
+    assert _error(Path("absent.toml"), env) == (str(tmp / "absent.toml"), "", "no such file")
+
+
+def test_spec_path_through_a_file(tmp: Path, env: dict[str, str]) -> None:
+    plain = tmp / "plain"
+    plain.write_text("")
+    spec = plain / "spec.toml"
+    assert _error(spec, env) == (str(spec), "", "cannot be read (Not a directory)")
+
+
+def test_spec_that_is_a_folder(tmp: Path, env: dict[str, str]) -> None:
+    folder = _folder(tmp / "spec.toml")
+    assert _error(folder, env) == (str(folder), "", "is a folder, not a spec file")
+
+
+def test_unreadable_spec(write_spec: WriteSpec, env: dict[str, str]) -> None:
+    spec = write_spec('name = "unreadable"\n')
+    spec.chmod(0)
+    try:
+        if os.geteuid() == 0:
+            # root reads past the mode bits: the spec is loaded, not refused.
+            assert load_spec(spec, env).name == "unreadable"
+        else:
+            assert _error(spec, env) == (str(spec), "", "cannot be read (permission denied)")
+    finally:
+        spec.chmod(0o644)
+
+
+def test_spec_not_utf8(write_spec: WriteSpec, env: dict[str, str]) -> None:
+    spec = write_spec("")
+    spec.write_bytes(b'name = "caf\xe9"\n')
+    assert _error(spec, env) == (str(spec), "", "not UTF-8 (byte 11)")
+
+
+def test_spec_not_utf8_in_a_comment(write_spec: WriteSpec, env: dict[str, str]) -> None:
+    spec = write_spec("")
+    spec.write_bytes(b"# \xff\xfe\n")
+    assert _error(spec, env) == (str(spec), "", "not UTF-8 (byte 2)")
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("[files\nread = []\n",
+         "Expected ']' at the end of a table declaration (at line 1, column 7)"),
+        ('name = "x', "Unterminated string (at end of document)"),
+        ("name = ", "Invalid value (at end of document)"),
+        ('name = "a"\nname = "b"\n', "Cannot overwrite a value (at line 2, column 11)"),
+    ],
+    ids=["unclosed-table", "unterminated-string", "no-value", "duplicate-key"],
+)
+def test_broken_toml(write_spec: WriteSpec, env: dict[str, str], text: str, reason: str) -> None:
+    spec = write_spec(text)
+    assert _error(spec, env) == (str(spec), "", f"not valid TOML: {reason}")
+
+
+def test_spec_larger_than_the_limit(write_spec: WriteSpec, env: dict[str, str]) -> None:
+    spec = write_spec("#" * MAX_SPEC_BYTES + "\n")
+    assert _error(spec, env) == (
+        str(spec), "", "larger than 262144 bytes; a spec is a short file"
+    )
+
+
+def test_spec_exactly_at_the_size_limit_loads(
+    write_spec: WriteSpec, env: dict[str, str]
+) -> None:
+    spec = write_spec("#" * (MAX_SPEC_BYTES - 1) + "\n")
+    assert spec.stat().st_size == MAX_SPEC_BYTES
+    assert load_spec(spec, env).read == ()
+
+
+def test_more_paths_than_the_limit(write_spec: WriteSpec, env: dict[str, str]) -> None:
+    spec = write_spec(f"[files]\nhide = {toml_list(*['/nowhere'] * (MAX_PATHS_PER_KEY + 1))}\n")
+    assert _error(spec, env) == (str(spec), "files.hide", "more than 256 paths")
+
+
+def test_exactly_the_limit_of_paths_loads(
+    write_spec: WriteSpec, env: dict[str, str], tmp: Path
+) -> None:
+    spec = write_spec(f"[files]\nread = {toml_list(*[tmp] * MAX_PATHS_PER_KEY)}\n")
+    assert load_spec(spec, env).read == (str(tmp),)
+
+
+def test_first_error_is_reported_schema_before_paths(
+    write_spec: WriteSpec, env: dict[str, str]
+) -> None:
+    """A spec wrong twice names the schema error: nothing about it was resolved first."""
+    spec = write_spec('[files]\nread = ["/no/such/path"]\n[network]\n')
+    file, key, _ = _error(spec, env)
+    assert (file, key) == (str(spec), "[network]")
+
+
+def test_parse_spec_refuses_like_load_spec(env: dict[str, str]) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_spec(b"[files]\nred = []\n", file="/specs/s.toml", env=env)
+    assert caught.value.file == "/specs/s.toml"
+    assert caught.value.key == "files.red"
+    assert str(caught.value).startswith("/specs/s.toml: files.red: unknown key")
+
+
+# --- good specs ----------------------------------------------------------------------
+
+
+def test_empty_spec_grants_nothing(write_spec: WriteSpec, env: dict[str, str],
+                                   lnk_home: Path) -> None:
+    spec = write_spec("")
+    assert load_spec(spec, env) == Policy(settings=str(lnk_home.resolve()), spec=str(spec))
+
+
+def test_tilde_expands_with_the_given_home_not_the_process_home(
+    write_spec: WriteSpec, env: dict[str, str], tmp: Path
+) -> None:
+    project = _folder(tmp / "home" / "project")
+    spec = write_spec('[files]\nwrite = ["~/project"]\nhide = ["~/.ssh", "~"]\n')
+    policy = load_spec(spec, env)
+    assert policy.write == (str(project),)
+    assert policy.hide == (str(tmp / "home" / ".ssh"), str(tmp / "home"))
+
+
+def test_tilde_of_a_named_user_uses_their_home(
+    write_spec: WriteSpec, env: dict[str, str]
+) -> None:
+    user = pwd.getpwuid(os.geteuid())
+    spec = write_spec(f'[files]\nhide = ["~{user.pw_name}/lnk-spec-test-nothing-here"]\n')
+    expected = os.path.realpath(os.path.join(user.pw_dir, "lnk-spec-test-nothing-here"))
+    assert load_spec(spec, env).hide == (expected,)
+
+
+def test_relative_paths_resolve_against_the_specs_folder_not_the_cwd(
+    tmp: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = _folder(tmp / "project")
+    data = _folder(folder / "data")
+    _folder(folder / "sub")
+    elsewhere = _folder(tmp / "elsewhere")
+    _folder(elsewhere / "data")
+    monkeypatch.chdir(elsewhere)
+    spec = folder / "spec.toml"
+    spec.write_text('[files]\nread = ["data", "sub/../data/.", "."]\nhide = ["secret"]\n')
+    policy = load_spec(Path("../project/spec.toml"), env)
+    assert policy.read == (str(data), str(folder))
+    assert policy.hide == (str(folder / "secret"),)
+    assert policy.spec == str(spec)
+
+
+def test_symlinked_grant_resolves_to_its_target(
+    write_spec: WriteSpec, env: dict[str, str], tmp: Path
+) -> None:
+    target = _folder(tmp / "target")
+    link = tmp / "link"
+    link.symlink_to(target)
+    chain = tmp / "chain"
+    chain.symlink_to(link)
+    spec = write_spec(
+        f"[files]\nread = {toml_list(link)}\nwrite = {toml_list(chain / 'x' / '..')}\n"
+        f"hide = {toml_list(link / 'gone')}\n"
+    )
+    _folder(target / "x")
+    policy = load_spec(spec, env)
+    assert policy.write == (str(target),)
+    assert policy.read == ()
+    assert policy.hide == (str(target / "gone"),)
+
+
+def test_write_wins_over_read_for_the_same_path(
+    write_spec: WriteSpec, env: dict[str, str], tmp: Path
+) -> None:
+    a = _folder(tmp / "a")
+    b = _folder(tmp / "b")
+    spec = write_spec(f"[files]\nread = {toml_list(a, b)}\nwrite = {toml_list(a)}\n")
+    policy = load_spec(spec, env)
+    assert policy.read == (str(b),)
+    assert policy.write == (str(a),)
+
+
+def test_duplicates_removed_keeping_first_order(
+    write_spec: WriteSpec, env: dict[str, str], tmp: Path
+) -> None:
+    a = _folder(tmp / "a")
+    b = _folder(tmp / "b")
+    link = tmp / "to-a"
+    link.symlink_to(a)
+    spec = write_spec(
+        f'[files]\nread = ["{b}", "{a}", "{a}/", "{a}/.", "{link}", "{b}//"]\n'
+        f'hide = ["{a}/h", "{a}/h/", "{link}/h"]\n'
+    )
+    policy = load_spec(spec, env)
+    assert policy.read == (str(b), str(a))
+    assert policy.hide == (str(a / "h"),)
+
+
+def test_hide_of_a_missing_path_is_allowed(
+    write_spec: WriteSpec, env: dict[str, str], tmp: Path
+) -> None:
+    missing = tmp / "not" / "made" / "yet"
+    spec = write_spec(f"[files]\nhide = {toml_list(missing)}\n")
+    assert load_spec(spec, env).hide == (str(missing),)
+
+
+def test_reopen_inside_a_hide_under_a_grant(
+    write_spec: WriteSpec, env: dict[str, str], tmp: Path
+) -> None:
+    tree = _folder(tmp / "tree")
+    secret = _folder(tree / "secret")
+    allowed = _folder(secret / "allowed")
+    spec = write_spec(
+        f"[files]\nwrite = {toml_list(tree)}\nhide = {toml_list(secret)}\n"
+        f"reopen = {toml_list(allowed, allowed)}\n"
+    )
+    policy = load_spec(spec, env)
+    assert (policy.write, policy.hide, policy.reopen) == (
+        (str(tree),), (str(secret),), (str(allowed),)
+    )
+
+
+def test_agent_hides_all_agents_and_writes_its_own_folder(
+    write_spec: WriteSpec, env: dict[str, str], lnk_home: Path, tmp: Path
+) -> None:
+    settings = lnk_home.resolve()
+    own = _folder(settings / "agents" / "bob")
+    work = _folder(tmp / "work")
+    spec = write_spec(f'[agent]\nname = "bob"\n[files]\nread = {toml_list(work)}\n')
+    assert load_spec(spec, env) == Policy(
+        settings=str(settings), name="bob", spec=str(spec), read=(str(work),),
+        write=(str(own),), hide=(str(settings / "agents"),),
+    )
+
+
+def test_agent_with_its_own_home_and_files(
+    write_spec: WriteSpec, env: dict[str, str], lnk_home: Path, tmp: Path
+) -> None:
+    home = _folder(tmp / "agent-home")
+    files = _folder(tmp / "agent-files")
+    spec = write_spec(
+        f'name = "wire-1"\n[agent]\nname = "bob"\nhome = "{home}"\nfiles = "{files}"\n'
+    )
+    policy = load_spec(spec, env)
+    assert policy.name == "wire-1"
+    assert policy.write == (str(home), str(files))
+    assert policy.hide == (str(lnk_home.resolve() / "agents"),)
+
+
+def test_settings_folder_is_the_canonical_lnk_home(
+    write_spec: WriteSpec, lnk_home: Path, tmp: Path
+) -> None:
+    link = tmp / "lnk-link"
+    link.symlink_to(lnk_home)
+    spec = write_spec("")
+    for given in (str(link), f"{link}/", f"{lnk_home}/./", f"{tmp}/x/../lnk-settings"):
+        policy = load_spec(spec, {"LNK_HOME": given, "HOME": str(tmp)})
+        assert policy.settings == str(lnk_home.resolve()), given
+
+
+def test_settings_folder_falls_back_to_xdg_config_home(
+    write_spec: WriteSpec, tmp: Path
+) -> None:
+    xdg = _folder(tmp / "xdg")
+    spec = write_spec("")
+    policy = load_spec(spec, {"XDG_CONFIG_HOME": f"{xdg}/", "HOME": str(tmp / "home")})
+    assert policy.settings == str(xdg / "lnk")
+
+
+def test_settings_folder_falls_back_to_home_when_xdg_is_relative(
+    write_spec: WriteSpec, tmp: Path
+) -> None:
+    spec = write_spec("")
+    policy = load_spec(spec, {"XDG_CONFIG_HOME": "rel/xdg", "HOME": str(tmp / "home")})
+    assert policy.settings == str(tmp / "home" / ".config" / "lnk")
+
+
+def test_xdg_settings_folder_is_protected_like_lnk_home(
+    write_spec: WriteSpec, tmp: Path
+) -> None:
+    inside = _folder(tmp / "xdg" / "lnk" / "sandbox")
+    spec = write_spec(f"[files]\nread = {toml_list(inside)}\n")
+    assert _error(spec, {"XDG_CONFIG_HOME": str(tmp / "xdg")}) == (
+        str(spec), "files.read", f"{inside} {SETTINGS_REASON}"
+    )
+
+
+def test_granting_a_parent_of_the_settings_folder_is_allowed(
+    write_spec: WriteSpec, env: dict[str, str], tmp: Path
+) -> None:
+    """The settings folder is hidden in every sandbox, so a tree around it may be granted."""
+    spec = write_spec(f"[files]\nread = {toml_list(tmp)}\n")
+    assert load_spec(spec, env).read == (str(tmp),)
+
+
+def test_loaded_policy_survives_the_argv_round_trip(
+    write_spec: WriteSpec, env: dict[str, str], tmp: Path
+) -> None:
+    tree = _folder(tmp / "tree")
+    allowed = _folder(tree / "secret" / "allowed")
+    spec = write_spec(
+        f'name = "w"\n[files]\nread = {toml_list(tree)}\nhide = {toml_list(tree / "secret")}\n'
+        f"reopen = {toml_list(allowed)}\n"
+    )
+    policy = load_spec(spec, env)
+    assert Policy.from_argv(policy.to_argv()) == policy
+
+
+# --- a bad spec runs nothing -------------------------------------------------------------
+
+
+def _assert_nothing_ran(run_sandbox: RunSandbox, spec: Path, tmp_path: Path, key: str) -> None:
+    marker = tmp_path / "MARKER"
+    result = run_sandbox(spec, "sh", "-c", f"touch '{marker}'")
+    assert result.returncode == EXIT_SANDBOX_FAILED, result.stderr
+    assert not marker.exists()
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"lnk-sandbox: {spec}: {key}: ")
+    assert lines[0].endswith("; nothing was run")
+
+
+def test_cli_unknown_key_runs_nothing(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, tmp_path: Path
+) -> None:
+    spec = write_spec(f"[files]\nwrite = {toml_list(tmp_path)}\nred = []\n")
+    _assert_nothing_ran(run_sandbox, spec, tmp_path, "files.red")
+
+
+def test_cli_section_not_built_yet_runs_nothing(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, tmp_path: Path
+) -> None:
+    spec = write_spec(f'[files]\nwrite = {toml_list(tmp_path)}\n[network]\nallow = ["*"]\n')
+    _assert_nothing_ran(run_sandbox, spec, tmp_path, "[network]")
+
+
+def test_cli_missing_grant_runs_nothing(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, tmp_path: Path
+) -> None:
+    spec = write_spec(f"[files]\nwrite = {toml_list(tmp_path, tmp_path / 'nope')}\n")
+    _assert_nothing_ran(run_sandbox, spec, tmp_path, "files.write[1]")
+
+
+def test_cli_grant_inside_settings_runs_nothing(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, tmp_path: Path, lnk_home: Path
+) -> None:
+    spec = write_spec(f"[files]\nwrite = {toml_list(tmp_path, lnk_home)}\n")
+    _assert_nothing_ran(run_sandbox, spec, tmp_path, "files.write")
+
+
+def _toml_string(text: str) -> str:
+    """A TOML basic string (escapes the few characters the names above use)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+# Holes found by review, each closed and kept closed.
+
+
+def test_explicit_agent_home_in_link_settings_is_refused(
+    write_spec: WriteSpec, env: dict[str, str], lnk_home: Path
+) -> None:
+    sandbox_files = _folder(lnk_home / "sandbox")
+    spec = write_spec(f'[agent]\nname = "evil"\nhome = "{sandbox_files}"\n')
+    _, key, reason = _error(spec, env)
+    assert (key, reason) == ("agent.home", f"{sandbox_files.resolve()} {SETTINGS_REASON}")
+
+
+def test_explicit_agent_home_of_another_agent_is_refused(
+    write_spec: WriteSpec, env: dict[str, str], lnk_home: Path
+) -> None:
+    other = _folder(lnk_home / "agents" / "other")
+    spec = write_spec(f'[agent]\nname = "evil"\nhome = "{other}"\n')
+    assert _error(spec, env)[1] == "agent.home"
+
+
+def test_default_agent_home_that_is_a_link_is_refused(
+    write_spec: WriteSpec, env: dict[str, str], lnk_home: Path, tmp: Path
+) -> None:
+    _folder(lnk_home / "agents")
+    (lnk_home / "agents" / "main").symlink_to(_folder(tmp / "elsewhere"))
+    spec = write_spec('[agent]\nname = "main"\n')
+    _, key, reason = _error(spec, env)
+    assert key == "agent.name" and reason.endswith("is a link; refusing")
+
+
+def test_empty_agent_table_needs_a_name(write_spec: WriteSpec, env: dict[str, str]) -> None:
+    spec = write_spec("[agent]\n")
+    assert _error(spec, env)[1:] == ("agent.name", "an [agent] needs a name")
+
+
+def test_deeply_nested_toml_is_a_spec_error_not_a_crash(
+    write_spec: WriteSpec, env: dict[str, str]
+) -> None:
+    spec = write_spec("a = " + "[" * 100_000)
+    assert _error(spec, env)[2] == "not valid TOML: nested too deeply"
