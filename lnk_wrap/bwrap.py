@@ -9,7 +9,9 @@ Order of mounts, and why:
    private /tmp and /var/tmp. /proc/sys is bound read-only over /proc: run by root,
    a sandbox without capabilities could otherwise still write the host's sysctls, since
    the files are owned by the machine's root (seen here: hostname, vm.swappiness).
-2. Then every grant, hide and reopen, parents before children (sorted by depth): the
+2. Then every grant, hide and reopen, parents before children (sorted by depth), and
+   every folder between a written folder and something narrowed inside it bound onto
+   itself, so that it cannot be renamed and made again (_folders_to_pin says why): the
    folders holding a hidden one are mounted before it is hidden, and what is reopened
    inside it after. A hidden folder becomes an empty tmpfs of mode 0111 (listing it is
    refused; what is reopened inside is reached through it), a hidden file /dev/null on a
@@ -241,6 +243,29 @@ def _granted(policy: Policy, facts: HostFacts, path: str) -> str | None:
     return best[1] if best else None
 
 
+def _written_above(policy: Policy, path: str) -> bool:
+    return any(inside(path, written) and path != written for written in policy.write)
+
+
+def _folders_to_pin(policy: Policy, narrowed: list[str]) -> list[str]:
+    """The folders between a written folder and a path narrowed inside it (hidden,
+    reopened, or read-only), each bound onto itself. A mount point cannot be renamed
+    (EBUSY); without this, a program could rename a parent of the narrowed path, make
+    a decoy in its place, and the next sandbox of the same spec would narrow the decoy
+    and give the real one the written folder's access. They keep their access."""
+    pinned: list[str] = []
+    for path in narrowed:
+        above = [written for written in policy.write if inside(path, written) and path != written]
+        if not above:
+            continue
+        top = max(above, key=_depth)
+        folder = path.rsplit("/", 1)[0]
+        while folder != top and inside(folder, top):
+            pinned.append(folder)
+            folder = folder.rsplit("/", 1)[0]
+    return sorted(set(pinned), key=lambda folder: (_depth(folder), folder))
+
+
 def _visible(policy: Policy, facts: HostFacts, path: str) -> bool:
     return access_at(policy, facts, path) is not None
 
@@ -309,6 +334,18 @@ def plan(policy: Policy, facts: HostFacts) -> Plan:
     for path in facts.runtime:
         if not _visible(policy, facts, path):
             staged.append((_depth(path), 3, path, [Pair("ro-bind", path, path)]))
+    narrowed = [path for _, order, path, _ in staged if order in (1, 2)]
+    narrowed += [path for path in policy.read if _written_above(policy, path)]
+    mounted = {path for _, _, path, _ in staged}
+    for folder in _folders_to_pin(policy, narrowed):
+        if folder in mounted:
+            continue
+        access = access_at(policy, facts, folder)
+        if access is None:
+            continue
+        mounted.add(folder)
+        bind = "bind" if access == Access.WRITE else "ro-bind"
+        staged.append((_depth(folder), 0, folder, [Pair(bind, folder, folder)]))
 
     mounts: list[Option] = []
     for _, _, _, options in sorted(staged, key=lambda item: (item[0], item[1], item[2])):

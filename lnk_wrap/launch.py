@@ -91,11 +91,15 @@ def check_still_holds(policy: Policy) -> None:
         if os.path.islink(path) or (os.path.lexists(path) and os.path.realpath(path) != path):
             raise LaunchError(f"hidden path {path} is now a link; refusing")
         if not os.path.lexists(path):
-            for written in policy.write:
-                if bwrap_plan.inside(path, written):
+            for granted in (*policy.write, *policy.read):
+                if bwrap_plan.inside(path, granted) and not any(
+                    bwrap_plan.inside(path, other) and other != path
+                    for other in (*policy.hide, policy.settings)
+                ):
                     raise LaunchError(
-                        f"hidden path {path} does not exist and lies in written folder {written}: "
-                        "the program could make it; create it or remove the hide"
+                        f"hidden path {path} does not exist and lies in granted folder "
+                        f"{granted}: it could be made while the program runs, and would "
+                        "not be hidden; create it (mkdir) or remove the hide"
                     )
 
 
