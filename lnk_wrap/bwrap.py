@@ -117,14 +117,15 @@ class HostFacts:
         under the system folders, hidden whatever the spec says.
     hide_kinds: for each hide, the settings folder and each system secret: "dir",
         "file", "link" or "missing".
-    runtime: folders the init needs to start (its interpreter and package), bound
-        read-only where not already visible; Landlock closes them to the program.
+    runtime: folders the init's interpreter needs, bound read-only where not already
+        visible; Landlock closes them to the program.
+    packages: the folder holding lnk_common and lnk_wrap, bound at PACKAGES_INSIDE.
     cwd: the working directory to keep.
     info_fd: where bwrap reports the sandbox's pid (for passing signals on).
     """
 
-    __slots__ = ("cwd", "hide_kinds", "info_fd", "runtime", "system_dirs", "system_hidden",
-                 "system_links")
+    __slots__ = ("cwd", "hide_kinds", "info_fd", "packages", "runtime", "system_dirs",
+                 "system_hidden", "system_links")
 
     def __init__(
         self,
@@ -134,6 +135,7 @@ class HostFacts:
         system_hidden: tuple[str, ...],
         hide_kinds: dict[str, str] | None = None,
         runtime: tuple[str, ...] = (),
+        packages: str = "",
         cwd: str = "/",
         info_fd: int | None = None,
     ) -> None:
@@ -142,13 +144,15 @@ class HostFacts:
         self.system_hidden = system_hidden
         self.hide_kinds = dict(hide_kinds or {})
         self.runtime = runtime
+        self.packages = packages
         self.cwd = cwd
         self.info_fd = info_fd
 
     def with_cwd(self, cwd: str) -> HostFacts:
         return HostFacts(system_dirs=self.system_dirs, system_links=self.system_links,
                          system_hidden=self.system_hidden, hide_kinds=self.hide_kinds,
-                         runtime=self.runtime, cwd=cwd, info_fd=self.info_fd)
+                         runtime=self.runtime, packages=self.packages, cwd=cwd,
+                         info_fd=self.info_fd)
 
 
 class InitRule:
@@ -189,6 +193,8 @@ _PRIVATE_TMP = ("/tmp", "/var/tmp")
 # A hidden folder is an empty tmpfs, read-only, that no one may list (an `ls` of it is
 # refused, not shown empty) but that may be passed through to what is reopened inside.
 HIDDEN_FOLDER_MODE = "0111"
+# Where the init's own packages are bound inside (see plan()).
+PACKAGES_INSIDE = "/.lnk-sandbox"
 
 
 def inside(path: str, folder: str) -> bool:
@@ -334,6 +340,14 @@ def plan(policy: Policy, facts: HostFacts) -> Plan:
     for path in facts.runtime:
         if not _visible(policy, facts, path):
             staged.append((_depth(path), 3, path, [Pair("ro-bind", path, path)]))
+    if facts.packages:
+        # Our packages at a fixed place on the sandbox's root, which no rule grants: were
+        # they bound where they live, a checkout under /tmp would sit beneath the private
+        # /tmp's Landlock rule and be readable by the program.
+        for package in ("lnk_common", "lnk_wrap"):
+            dest = f"{PACKAGES_INSIDE}/{package}"
+            staged.append((_depth(dest), 3, dest,
+                           [Pair("ro-bind", f"{facts.packages}/{package}", dest)]))
     narrowed = [path for _, order, path, _ in staged if order in (1, 2)]
     narrowed += [path for path in policy.read if _written_above(policy, path)]
     mounted = {path for _, _, path, _ in staged}

@@ -21,7 +21,10 @@ def package_root() -> str:
     return os.path.dirname(os.path.dirname(_START))
 
 
-def helper_argv(helper: str) -> list[str]:
+def helper_argv(helper: str, *, inside: str = "") -> list[str]:
+    """The argv that starts `helper`; `inside`: where our packages are bound in a
+    sandbox, for a helper that runs there (the init)."""
     if helper not in HELPERS:
         raise ValueError(f"no helper named {helper!r}")
-    return [os.path.realpath(sys.executable), "-I", "-S", _START, helper]
+    start = f"{inside}/lnk_wrap/_start.py" if inside else _START
+    return [os.path.realpath(sys.executable), "-I", "-S", start, helper]

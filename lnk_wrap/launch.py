@@ -149,10 +149,10 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str]) -> int:
 
     from lnk_wrap.helpers import helper_argv, package_root
 
-    init = helper_argv("init")
+    init = helper_argv("init", inside=bwrap_plan.PACKAGES_INSIDE)
     info_read, info_write = os.pipe()
-    facts = gather(policy, cwd=cwd, info_fd=info_write,
-                   runtime=runtime_paths(init[0], package_root()))
+    facts = gather(policy, cwd=cwd, info_fd=info_write, runtime=runtime_paths(init[0]),
+                   packages=package_root())
     if bwrap_plan.access_at(policy, facts, cwd) is None:
         # A harness or script often runs from a folder the sandbox is not given and names
         # what it touches by absolute path: say so in one line and start in / rather than

@@ -48,15 +48,9 @@ def _kind(path: str) -> str:
     return "missing"
 
 
-def runtime_paths(interpreter: str, package_root: str) -> tuple[str, ...]:
-    """What the init needs to start: its interpreter's folder and standard library, and
-    our two packages (not the rest of a checkout or of site-packages)."""
-    found = [
-        os.path.dirname(interpreter),
-        sys.base_prefix,
-        os.path.join(package_root, "lnk_common"),
-        os.path.join(package_root, "lnk_wrap"),
-    ]
+def runtime_paths(interpreter: str) -> tuple[str, ...]:
+    """What the init's interpreter needs: its folder and standard library."""
+    found = [os.path.dirname(interpreter), sys.base_prefix]
     return tuple(dict.fromkeys(os.path.realpath(path) for path in found))
 
 
@@ -77,7 +71,7 @@ def _matches(pattern: str) -> list[str]:
 
 
 def gather(policy: Policy, *, cwd: str, info_fd: int | None,
-           runtime: tuple[str, ...]) -> HostFacts:
+           runtime: tuple[str, ...], packages: str) -> HostFacts:
     system_dirs: list[str] = []
     system_links: list[tuple[str, str]] = []
     for path in SYSTEM_FOLDERS:
@@ -95,6 +89,7 @@ def gather(policy: Policy, *, cwd: str, info_fd: int | None,
         system_hidden=tuple(hidden),
         hide_kinds=hide_kinds,
         runtime=runtime,
+        packages=packages,
         cwd=cwd,
         info_fd=info_fd,
     )

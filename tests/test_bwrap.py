@@ -30,7 +30,8 @@ FACTS = HostFacts(
         "/etc/shadow": "file",
         "/etc/ssl/private": "dir",
     },
-    runtime=("/usr/lib/python3.11", "/opt/lnk/lnk_common", "/opt/lnk/lnk_wrap"),
+    runtime=("/usr/lib/python3.11", "/opt/py/bin"),
+    packages="/opt/lnk",
     cwd="/home/u/src/app",
     info_fd=4,
 )
