@@ -32,19 +32,6 @@ class SettingsFolder:
     def __init__(self, root: str) -> None:
         self.root = root
 
-    @property
-    def agents(self) -> str:
-        """Each agent's own folder lives below this; hidden from every other sandbox."""
-        return os.path.join(self.root, "agents")
-
-    def agent_home(self, name: str) -> str:
-        return os.path.join(self.agents, name)
-
-    @property
-    def sandbox(self) -> str:
-        """The sandbox plugin's own files: wires, stop switch, placeholders, tools, keys."""
-        return os.path.join(self.root, "sandbox")
-
 
 def settings_folder(env: Mapping[str, str]) -> SettingsFolder:
     """`$LNK_HOME`, else `${XDG_CONFIG_HOME:-~/.config}/lnk`, made absolute.

@@ -31,7 +31,7 @@ from lnk_common.policy import Policy
 
 TYPE_CHECKING = False  # the typing module costs an import at every start
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable
 
 __all__ = [
     "Access",
@@ -367,10 +367,3 @@ def plan(policy: Policy, facts: HostFacts) -> Plan:
     tail: list[Option] = [Value("remount-ro", path) for path in read_only_at_end]
     tail += [Value("remount-ro", "/"), Value("chdir", facts.cwd)]
     return Plan(options=(*head, *system, *mounts, *tail), rules=tuple(rules))
-
-
-def shown(argv: Sequence[str]) -> str:
-    """An argv as one shell-quoted line, for people and for `wrap`."""
-    import shlex
-
-    return shlex.join(argv)

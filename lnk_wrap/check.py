@@ -9,7 +9,6 @@ open whatever the machine: they are limits of the design, not of this machine.
 from __future__ import annotations
 
 import ctypes
-import errno
 import os
 import subprocess
 from collections.abc import Mapping
@@ -91,7 +90,7 @@ def _memfd_noexec() -> bool:
     libc.syscall.restype = ctypes.c_long
     fd = libc.syscall(_SYS_MEMFD_CREATE, b"lnk-check", _MFD_CLOEXEC | _MFD_NOEXEC_SEAL)
     if fd < 0:
-        return ctypes.get_errno() != errno.EINVAL and False
+        return False
     os.close(fd)
     return True
 

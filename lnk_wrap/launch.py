@@ -40,8 +40,6 @@ else:
 __all__ = ["EXIT_SANDBOX_FAILED", "LaunchError", "main"]
 
 EXIT_SANDBOX_FAILED = 125
-EXIT_CANNOT_RUN = 126
-EXIT_NOT_FOUND = 127
 
 # The signals a caller uses to talk to a program; each is passed on to it. SIGKILL and
 # SIGSTOP cannot be caught: a killed launcher takes the sandbox with it (--die-with-parent).
