@@ -21,7 +21,7 @@ class PolicyArgvError(Exception):
     """The launcher's options do not describe a policy."""
 
 
-_PATH_OPTIONS = ("--read", "--write", "--hide", "--reopen")
+_PATH_OPTIONS = ("--read", "--write", "--hide", "--reopen", "--write-dot-files")
 _VALUE_OPTIONS = ("--settings", "--name", "--spec")
 _FLAG_OPTIONS = ("--keep-session",)
 
@@ -31,6 +31,8 @@ class Policy:
 
     read/write: trees granted (write implies read). hide: closed whatever else is open.
     reopen: paths inside a hidden folder given back the access their grant gives.
+    write_dot_files: folders of `write` whose top-level dot files (.git, .envrc, hooks …)
+    stay writable; every other written folder has them held read only (lnk_wrap.dotfiles).
     settings: Link's settings folder, hidden in every sandbox. spec: the file it came
     from, for messages only. keep_session: a guest's terminal (no --new-session).
 
@@ -38,7 +40,8 @@ class Policy:
     sandbox start, and `dataclasses` alone cost 11-21 ms to import here.
     """
 
-    __slots__ = ("hide", "keep_session", "name", "read", "reopen", "settings", "spec", "write")
+    __slots__ = ("hide", "keep_session", "name", "read", "reopen", "settings", "spec", "write",
+                 "write_dot_files")
 
     def __init__(
         self,
@@ -48,15 +51,21 @@ class Policy:
         write: tuple[str, ...] = (),
         hide: tuple[str, ...] = (),
         reopen: tuple[str, ...] = (),
+        write_dot_files: tuple[str, ...] = (),
         name: str = "",
         spec: str = "",
         keep_session: bool = False,
     ) -> None:
-        for path in (settings, *read, *write, *hide, *reopen):
+        for path in (settings, *read, *write, *hide, *reopen, *write_dot_files):
             if not path.startswith("/") or path.startswith("//") or "\0" in path:
                 raise PolicyArgvError(f"not an absolute path: {path!r}")
             if _normalised(path) != path:
                 raise PolicyArgvError(f"not a normalised path: {path!r}")
+        for path in write_dot_files:
+            if path not in write:
+                raise PolicyArgvError(
+                    f"--write-dot-files {path} is not a written folder (--write)"
+                )
         if name.startswith("-") or spec.startswith("-"):
             raise PolicyArgvError(f"a name or spec may not start with '-': {name or spec!r}")
         self.settings = settings
@@ -64,13 +73,14 @@ class Policy:
         self.write = tuple(write)
         self.hide = tuple(hide)
         self.reopen = tuple(reopen)
+        self.write_dot_files = tuple(write_dot_files)
         self.name = name
         self.spec = spec
         self.keep_session = keep_session
 
     def _fields(self) -> tuple[object, ...]:
-        return (self.settings, self.read, self.write, self.hide, self.reopen, self.name,
-                self.spec, self.keep_session)
+        return (self.settings, self.read, self.write, self.hide, self.reopen,
+                self.write_dot_files, self.name, self.spec, self.keep_session)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Policy) and self._fields() == other._fields()
@@ -83,7 +93,8 @@ class Policy:
 
     def with_name(self, name: str) -> Policy:
         return Policy(settings=self.settings, read=self.read, write=self.write, hide=self.hide,
-                      reopen=self.reopen, name=name, spec=self.spec,
+                      reopen=self.reopen, write_dot_files=self.write_dot_files,
+                      name=name, spec=self.spec,
                       keep_session=self.keep_session)
 
     def to_argv(self) -> list[str]:
@@ -99,6 +110,7 @@ class Policy:
             ("--write", self.write),
             ("--hide", self.hide),
             ("--reopen", self.reopen),
+            ("--write-dot-files", self.write_dot_files),
         ):
             for path in paths:
                 argv += [option, path]
@@ -143,6 +155,7 @@ class Policy:
             write=tuple(lists["--write"]),
             hide=tuple(lists["--hide"]),
             reopen=tuple(lists["--reopen"]),
+            write_dot_files=tuple(lists["--write-dot-files"]),
         )
 
 

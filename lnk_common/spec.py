@@ -65,7 +65,7 @@ _SCHEMA: dict[str, dict[str, str] | str] = {
         "write": _PATH_LIST,
         "hide": _PATH_LIST,
         "reopen": _PATH_LIST,
-        "write_dot_files": f"{_NOT_BUILT} (dot files of written folders)",
+        "write_dot_files": _PATH_LIST,
         "read_home": "macOS only, and the macOS profile is not built yet",
     },
     "agent": {"name": _STRING, "home": _PATH, "files": _PATH},
@@ -269,6 +269,7 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
     write = _paths(context, files, "files", "write")
     hide = _paths(context, files, "files", "hide", must_exist=False)
     reopen = _paths(context, files, "files", "reopen")
+    write_dot_files = _paths(context, files, "files", "write_dot_files")
 
     # Checked before the agent's own folder joins the grants: only that one folder,
     # exactly agents/NAME, may lie in Link's settings.
@@ -306,14 +307,34 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
                                 f"the agent's folder {default_home} is not a folder")
             agent_home = default_home
         write.append(agent_home)
+        # Its own folder holds only what its harness keeps, and a harness may commit a
+        # workspace there: nothing of the person's runs from it, so its dot files are open.
+        if agent_home not in write_dot_files:
+            write_dot_files.append(agent_home)
         if "files" in agent:
             files_folder = _canonical(context, "agent.files", agent["files"], must_exist=True)
             _refuse_settings(context, "agent.files", files_folder, settings_root)
+            # The files folder is the person's: they open it and may run git in it, so an
+            # agent commits in a repository it makes inside, never at its top.
+            if files_folder in write_dot_files:
+                raise SpecError(
+                    context.file, "files.write_dot_files",
+                    f"{files_folder} is the agent's files folder, which is yours: its dot "
+                    "files stay read only (an agent commits in a repository it makes in a "
+                    "folder inside it)",
+                )
             write.append(files_folder)
         if not name:
             name = agent_name
 
     read = [path for path in read if path not in write]
+    for path in write_dot_files:
+        if path not in write:
+            raise SpecError(
+                context.file, "files.write_dot_files",
+                f"{path} is not a folder of files.write; name the written folder whose dot "
+                "files the sandbox may write",
+            )
     grants = read + write
     for path in reopen:
         if not any(_inside(path, hidden) and path != hidden for hidden in hide):
@@ -332,4 +353,5 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
         write=tuple(dict.fromkeys(write)),
         hide=tuple(dict.fromkeys(hide)),
         reopen=tuple(reopen),
+        write_dot_files=tuple(write_dot_files),
     )

@@ -9,7 +9,8 @@ Order of mounts, and why:
    private /tmp and /var/tmp. /proc/sys is bound read-only over /proc: run by root,
    a sandbox without capabilities could otherwise still write the host's sysctls, since
    the files are owned by the machine's root (seen here: hostname, vm.swappiness).
-2. Then every grant, hide and reopen, parents before children (sorted by depth), and
+2. Then every grant, hide, reopen and held dot file (lnk_wrap.dotfiles), parents
+   before children (sorted by depth), and
    every folder between a written folder and something narrowed inside it bound onto
    itself, so that it cannot be renamed and made again (_folders_to_pin says why): the
    folders holding a hidden one are mounted before it is hidden, and what is reopened
@@ -120,11 +121,13 @@ class HostFacts:
     runtime: folders the init's interpreter needs, bound read-only where not already
         visible; Landlock closes them to the program.
     packages: the folder holding lnk_common and lnk_wrap, bound at PACKAGES_INSIDE.
+    held: dot files of written folders, and placeholders made for missing ones, each
+        bound read only where the program could otherwise write it (lnk_wrap.dotfiles).
     cwd: the working directory to keep.
     info_fd: where bwrap reports the sandbox's pid (for passing signals on).
     """
 
-    __slots__ = ("cwd", "hide_kinds", "info_fd", "packages", "runtime", "system_dirs",
+    __slots__ = ("cwd", "held", "hide_kinds", "info_fd", "packages", "runtime", "system_dirs",
                  "system_hidden", "system_links")
 
     def __init__(
@@ -136,6 +139,7 @@ class HostFacts:
         hide_kinds: dict[str, str] | None = None,
         runtime: tuple[str, ...] = (),
         packages: str = "",
+        held: tuple[str, ...] = (),
         cwd: str = "/",
         info_fd: int | None = None,
     ) -> None:
@@ -145,14 +149,21 @@ class HostFacts:
         self.hide_kinds = dict(hide_kinds or {})
         self.runtime = runtime
         self.packages = packages
+        self.held = held
         self.cwd = cwd
         self.info_fd = info_fd
 
     def with_cwd(self, cwd: str) -> HostFacts:
         return HostFacts(system_dirs=self.system_dirs, system_links=self.system_links,
                          system_hidden=self.system_hidden, hide_kinds=self.hide_kinds,
-                         runtime=self.runtime, packages=self.packages, cwd=cwd,
-                         info_fd=self.info_fd)
+                         runtime=self.runtime, packages=self.packages, held=self.held,
+                         cwd=cwd, info_fd=self.info_fd)
+
+    def with_held(self, held: tuple[str, ...]) -> HostFacts:
+        return HostFacts(system_dirs=self.system_dirs, system_links=self.system_links,
+                         system_hidden=self.system_hidden, hide_kinds=self.hide_kinds,
+                         runtime=self.runtime, packages=self.packages, held=held,
+                         cwd=self.cwd, info_fd=self.info_fd)
 
 
 class InitRule:
@@ -337,18 +348,23 @@ def plan(policy: Policy, facts: HostFacts) -> Plan:
         bind = "bind" if access == Access.WRITE else "ro-bind"
         staged.append((_depth(path), 2, path, [Pair(bind, path, path)]))
         rules.append(InitRule(access, path))
+    for path in facts.held:
+        # Read only over what the program could write; a dot file it cannot write (read
+        # only, or hidden) needs no mount. After the reopen of the same path, if any.
+        if access_at(policy, facts, path) == Access.WRITE:
+            staged.append((_depth(path), 3, path, [Pair("ro-bind", path, path)]))
     for path in facts.runtime:
         if not _visible(policy, facts, path):
-            staged.append((_depth(path), 3, path, [Pair("ro-bind", path, path)]))
+            staged.append((_depth(path), 4, path, [Pair("ro-bind", path, path)]))
     if facts.packages:
         # Our packages at a fixed place on the sandbox's root, which no rule grants: were
         # they bound where they live, a checkout under /tmp would sit beneath the private
         # /tmp's Landlock rule and be readable by the program.
         for package in ("lnk_common", "lnk_wrap"):
             dest = f"{PACKAGES_INSIDE}/{package}"
-            staged.append((_depth(dest), 3, dest,
+            staged.append((_depth(dest), 4, dest,
                            [Pair("ro-bind", f"{facts.packages}/{package}", dest)]))
-    narrowed = [path for _, order, path, _ in staged if order in (1, 2)]
+    narrowed = [path for _, order, path, _ in staged if order in (1, 2, 3)]
     narrowed += [path for path in policy.read if _written_above(policy, path)]
     mounted = {path for _, _, path, _ in staged}
     for folder in _folders_to_pin(policy, narrowed):

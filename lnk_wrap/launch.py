@@ -12,9 +12,14 @@ Order of operations:
    0700 if not, so a sandbox cannot make it), no hidden path is missing where the
    program could create it. A working directory the sandbox does not see is said in
    one line and the program starts in / instead.
-3. Build bubblewrap's argv from typed options (lnk_wrap.bwrap.plan) and the init's.
-4. Start bubblewrap, learn the sandbox's pid from --info-fd, pass on the signals it is
+3. Find the dot files of written folders to hold read only (lnk_wrap.dotfiles), and put
+   placeholders where missing ones go, listed with this run (lnk_common.placeholders).
+   A spec whose write_dot_files opens folders says so on its first run.
+4. Build bubblewrap's argv from typed options (lnk_wrap.bwrap.plan) and the init's.
+5. Start bubblewrap, learn the sandbox's pid from --info-fd, pass on the signals it is
    sent (bubblewrap itself does not), and exit with the program's status.
+6. Let go of the placeholders: each is removed once no live run holds it, if it is
+   still the empty one made. A launcher killed outright leaves that to the next run.
 
 Exit status: the program's own; 128+N when it died of signal N (as a shell reports it);
 125 when the sandbox could not be made (this launcher, bubblewrap or the init failed),
@@ -26,8 +31,10 @@ from __future__ import annotations
 import os
 import sys
 
+from lnk_common import placeholders
 from lnk_common.policy import Policy, PolicyArgvError, split_argv
 from lnk_wrap import bwrap as bwrap_plan
+from lnk_wrap import dotfiles
 from lnk_wrap.system import gather, runtime_paths
 
 TYPE_CHECKING = False  # the typing module costs an import at every start
@@ -109,6 +116,38 @@ def ensure_settings_folder(path: str) -> None:
     os.makedirs(path, mode=0o700, exist_ok=True)
 
 
+def _say(message: str) -> None:
+    print(f"lnk-sandbox: {message}", file=sys.stderr)
+
+
+def notice_first_run(policy: Policy) -> None:
+    """A spec that opens dot files says which, on stderr, the first time it runs here.
+    Specs are remembered by what they resolve to, not by file name: a renamed copy is
+    the same spec, and an edited one is a new one."""
+    if not policy.write_dot_files:
+        return
+    try:  # hashlib's import costs 3 ms at every start; its C module alone does not
+        from _sha256 import sha256  # type: ignore[import-not-found]
+    except ImportError:  # Python 3.12+ renamed it
+        from hashlib import sha256
+
+    content = Policy(settings=policy.settings, read=policy.read, write=policy.write,
+                     hide=policy.hide, reopen=policy.reopen,
+                     write_dot_files=policy.write_dot_files).to_argv()
+    digest = sha256("\0".join(content).encode("utf-8", "surrogateescape")).hexdigest()
+    folder = os.path.join(policy.settings, "sandbox", "specs-seen")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    try:
+        fd = os.open(os.path.join(folder, digest),
+                     os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return
+    os.write(fd, f"{policy.spec}\n".encode("utf-8", "surrogateescape"))
+    os.close(fd)
+    _say(f"first run of {policy.spec or 'this policy'}: it lets the sandbox write the dot "
+         f"files (.git, hooks, .envrc, editor settings) of {', '.join(policy.write_dot_files)}")
+
+
 def _program_pid(sandbox_pid: int) -> int | None:
     """bubblewrap's pid 1 inside reaps; the program is its child."""
     try:
@@ -144,13 +183,40 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str]) -> int:
         cwd = os.getcwd()
     except FileNotFoundError:
         raise LaunchError("the working directory no longer exists") from None
+    try:
+        found = dotfiles.find(policy, env)
+    except dotfiles.DotFileError as error:
+        raise LaunchError(str(error)) from None
+    notice_first_run(policy)
+    # A run file only when this run holds placeholders; every run with written folders
+    # sweeps what killed runs left (hold with nothing wanted does only that).
+    run = placeholders.Run(policy.settings) if found.placeholders else None
+    try:
+        held = dict(found.held)
+        if policy.write:
+            try:
+                in_place, notes = placeholders.hold(policy.settings, run, found.placeholders)
+            except placeholders.PlaceholderError as error:
+                raise LaunchError(str(error)) from None
+            for note in notes:
+                _say(note)
+            held.update(in_place)
+        return _run_sandbox(bwrap, policy, command, env, cwd, tuple(held))
+    finally:
+        if run is not None:
+            for note in placeholders.release(policy.settings, run):
+                _say(note)
+            run.end()
 
+
+def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[str, str],
+                 cwd: str, held: tuple[str, ...]) -> int:
     from lnk_wrap.helpers import helper_argv, package_root
 
     init = helper_argv("init", inside=bwrap_plan.PACKAGES_INSIDE)
     info_read, info_write = os.pipe()
     facts = gather(policy, cwd=cwd, info_fd=info_write, runtime=runtime_paths(init[0]),
-                   packages=package_root())
+                   packages=package_root()).with_held(held)
     if bwrap_plan.access_at(policy, facts, cwd) is None:
         # A harness or script often runs from a folder the sandbox is not given and names
         # what it touches by absolute path: say so in one line and start in / rather than

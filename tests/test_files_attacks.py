@@ -131,6 +131,17 @@ def tree(folder: Path) -> dict[str, str]:
     return found
 
 
+# What the launcher itself keeps in Link's settings (runs, placeholders, specs seen).
+_BOOKKEEPING = ("sandbox/runs", "sandbox/placeholders", "sandbox/specs-seen")
+
+
+def settings_tree(folder: Path) -> dict[str, str]:
+    """tree() of Link's settings folder without the launcher's own bookkeeping."""
+    return {key: value for key, value in tree(folder).items()
+            if key != "sandbox" or (folder / "sandbox").is_symlink()
+            if not any(key == own or key.startswith(own + "/") for own in _BOOKKEEPING)}
+
+
 def secret_text(label: str) -> str:
     return f"lnk-secret-{label}-{uuid.uuid4().hex}"
 
@@ -868,7 +879,7 @@ def _plant_settings(settings: Path) -> tuple[str, dict[str, str]]:
     text = secret_text("settings")
     make_file(settings / "token.txt", text)
     make_file(settings / "sandbox" / "wire.toml", secret_text("wire"))
-    return text, tree(settings)
+    return text, settings_tree(settings)
 
 
 @pytest.mark.parametrize("access", ["write", "read"])
@@ -886,7 +897,7 @@ def test_F6_settings_folder_closed_when_parent_granted(
     found = attack(run_sandbox, spec, _settings_attempts(settings, around), env=env)
     # ln -s of a link in a written folder works; following it must not.
     assert opened(found) == []
-    assert tree(settings) == before
+    assert settings_tree(settings) == before
     assert not (around / "moved").exists()
     result = run_sandbox(spec, "/bin/sh", "-c", f"cat {Q(str(settings))}/token.txt", env=env)
     assert text not in result.stdout + result.stderr
@@ -910,7 +921,7 @@ def test_F6_settings_folder_parent_rename_neither_swaps_nor_exposes_it(
     second = run_sandbox(spec, "/bin/sh", "-c", f"cat {Q(str(moved / 'lnk' / 'token.txt'))}",
                          env=env)
     assert text not in second.stdout + second.stderr
-    assert tree(settings) == before  # LNK_HOME still holds Link's own, not the program's
+    assert settings_tree(settings) == before  # LNK_HOME still holds Link's own, not the program's
 
 
 def test_F6_missing_settings_folder_made_0700_before_start(
@@ -935,7 +946,7 @@ def test_F6_missing_settings_folder_made_0700_before_start(
     assert stat.S_ISDIR(info.st_mode)
     assert stat.S_IMODE(info.st_mode) == 0o700
     assert info.st_uid == os.getuid()
-    assert os.listdir(settings) == []
+    assert settings_tree(settings) == {}  # nothing but the launcher's own bookkeeping
 
 
 # -- P4: no capability survives; a user namespace always -----------------------------------

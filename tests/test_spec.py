@@ -160,8 +160,6 @@ def test_section_not_built_yet_refused_even_when_not_a_table(
 @pytest.mark.parametrize(
     ("key", "value", "reason"),
     [
-        ("write_dot_files", "true",
-         "not built yet in this version of lnk-sandbox (dot files of written folders)"),
         ("read_home", "true", "macOS only, and the macOS profile is not built yet"),
         ("read_home", "false", "macOS only, and the macOS profile is not built yet"),
     ],
@@ -692,7 +690,7 @@ def test_agent_hides_all_agents_and_writes_its_own_folder(
     spec = write_spec(f'[agent]\nname = "bob"\n[files]\nread = {toml_list(work)}\n')
     assert load_spec(spec, env) == Policy(
         settings=str(settings), name="bob", spec=str(spec), read=(str(work),),
-        write=(str(own),), hide=(str(settings / "agents"),),
+        write=(str(own),), hide=(str(settings / "agents"),), write_dot_files=(str(own),),
     )
 
 
@@ -708,6 +706,55 @@ def test_agent_with_its_own_home_and_files(
     assert policy.name == "wire-1"
     assert policy.write == (str(home), str(files))
     assert policy.hide == (str(lnk_home.resolve() / "agents"),)
+    # Its own folder's dot files are open; its files folder is the person's.
+    assert policy.write_dot_files == (str(home),)
+
+
+def test_write_dot_files_names_folders_of_write(
+    write_spec: WriteSpec, env: dict[str, str], tmp: Path
+) -> None:
+    app = _folder(tmp / "app")
+    other = _folder(tmp / "other")
+    spec = write_spec(f"[files]\nwrite = {toml_list(app, other)}\n"
+                      f"write_dot_files = {toml_list(app, app)}\n")
+    assert load_spec(spec, env).write_dot_files == (str(app),)
+
+
+@pytest.mark.parametrize("where", ["read", "nested", "missing"])
+def test_write_dot_files_outside_write_is_refused(
+    write_spec: WriteSpec, env: dict[str, str], tmp: Path, where: str
+) -> None:
+    app = _folder(tmp / "app")
+    nested = _folder(app / "sub")
+    named = {"read": app, "nested": nested, "missing": tmp / "gone"}[where]
+    grants = f"read = {toml_list(app)}" if where == "read" else f"write = {toml_list(app)}"
+    spec = write_spec(f"[files]\n{grants}\nwrite_dot_files = {toml_list(named)}\n")
+    file, key, reason = _error(spec, env)
+    assert key.startswith("files.write_dot_files")
+    assert ("not a folder of files.write" in reason) if where != "missing" else (
+        "does not exist" in reason)
+
+
+def test_write_dot_files_of_the_agents_files_folder_is_refused(
+    write_spec: WriteSpec, env: dict[str, str], tmp: Path
+) -> None:
+    home = _folder(tmp / "agent-home")
+    files = _folder(tmp / "agent-files")
+    spec = write_spec(f'[files]\nwrite_dot_files = {toml_list(files)}\n'
+                      f'[agent]\nname = "bob"\nhome = "{home}"\nfiles = "{files}"\n')
+    file, key, reason = _error(spec, env)
+    assert key == "files.write_dot_files"
+    assert "agent's files folder, which is yours" in reason
+
+
+@pytest.mark.parametrize("value", ["true", '"/tmp"', "[1]"])
+def test_write_dot_files_wrong_type(
+    write_spec: WriteSpec, env: dict[str, str], value: str
+) -> None:
+    spec = write_spec(f"[files]\nwrite_dot_files = {value}\n")
+    file, key, reason = _error(spec, env)
+    assert key.startswith("files.write_dot_files")
+    assert "must be" in reason
 
 
 def test_settings_folder_is_the_canonical_lnk_home(

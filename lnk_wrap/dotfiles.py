@@ -1,0 +1,422 @@
+"""Dot files of written folders: what is held read only, and where a placeholder goes.
+
+A folder a sandbox writes is one the person works in afterwards, outside it, and some
+files there run as the person without the person running the project: git's settings
+and hooks on any git command, .envrc when direnv sees them cd in, an editor's tasks and
+settings when it opens the folder. At the top of every written folder these are held
+read only (a read-only bind in the mount plan) unless the spec's `write_dot_files` names
+the folder; a missing one gets an empty placeholder for the run, so it cannot be made
+(lnk_common.placeholders keeps the list of them).
+
+Runs in the launcher, outside, at every start: what the folders hold now decides, not
+what they held when the spec was read. Trust: the folders are written by the sandboxes
+this protects against, so every link on the way to something held is either one the
+program cannot replace (it is followed, as git would) or the run is refused; and every
+settings file is read as git reads it (lnk_wrap.gitconfig), or the run is refused.
+
+Order of operations, for each written folder whose dot files are not opened:
+1. The fixed names at its top (TOP_NAMES): held when there, a placeholder when missing
+   (not for .envrc: a new one runs nothing until the person allows it with direnv).
+2. The repository git finds there: the folder's own (.git, a `gitdir:` file, its
+   `commondir`) and, when the folder lies inside another repository, that one too.
+   Every folder git reads settings or hooks from is held whole where a sandbox could
+   write it.
+3. The settings files git reads for it (the repository's, `config.worktree`, the
+   person's own and the system's), and every hooks folder and included file they name,
+   resolved as git does (relative includes from the including file's folder, relative
+   hooks folders from the top of the work tree, `~` from HOME); includes followed.
+4. The hooks in those hooks folders: a hook that is a link has its target held; a hook
+   that runs a hook manager (pre-commit, lefthook) has that manager's settings held at
+   the top of the folder, with placeholders where they are missing.
+Nested paths (a hooks folder in scripts/hooks) are held the same way; the bwrap plan
+pins the folders above them so they cannot be renamed and made again.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from lnk_common.placeholders import FILE, FOLDER
+from lnk_common.policy import Policy
+from lnk_wrap.gitconfig import MAX_CONFIG_BYTES, GitConfigError, named_paths, parse
+
+TYPE_CHECKING = False  # the typing module costs an import at every start
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = ["FILE", "FOLDER", "HOOK_MANAGERS", "TOP_NAMES", "DotFileError", "Found", "find"]
+
+# (name, kind, gets a placeholder when missing, why it is held). The seed's list: what
+# runs on what the person does anyway, not on running the project.
+TOP_NAMES: tuple[tuple[str, str, bool, str], ...] = (
+    (".git", FOLDER, True,
+     "git's settings and hooks run on any git command; all of it, since its commondir "
+     "file can point git at settings anywhere"),
+    (".envrc", FILE, False,
+     "direnv runs it when you cd in; a missing one is left alone, since direnv runs a new "
+     "one only after `direnv allow`, and a folder there would be a folder where you and "
+     "direnv expect a file"),
+    (".vscode", FOLDER, True, "VS Code runs its tasks and settings when it opens the folder"),
+    (".idea", FOLDER, True, "JetBrains IDEs run its settings and run configurations"),
+    (".husky", FOLDER, True, "husky's stubs in .husky/_ run its scripts in .husky"),
+)
+
+
+def _lefthook_names() -> tuple[tuple[str, str], ...]:
+    names: list[tuple[str, str]] = []
+    for stem in ("lefthook", "lefthook-local"):
+        for extension in ("yml", "yaml", "toml", "json", "jsonc"):
+            names += [(f"{stem}.{extension}", FILE), (f".{stem}.{extension}", FILE),
+                      (f".config/{stem}.{extension}", FILE)]
+    return (*names, (".lefthook", FOLDER), (".lefthook-local", FOLDER))
+
+
+# A hook manager's settings, at the top of the work tree: what it reads when a git hook
+# runs it (pre-commit: its config; lefthook: every name it looks up, its `-local`
+# twins, and the script folders .lefthook/ and .lefthook-local/). Held when there;
+# placeholders where missing once a hook git runs names the manager.
+HOOK_MANAGERS: dict[str, tuple[tuple[str, str], ...]] = {
+    "pre-commit": ((".pre-commit-config.yaml", FILE), (".pre-commit-config.yml", FILE)),
+    "lefthook": _lefthook_names(),
+}
+# How a hook names its manager (the scripts each installs contain these words).
+_MANAGER_MARKS: dict[str, tuple[bytes, ...]] = {
+    "pre-commit": (b"pre-commit", b"pre_commit"),
+    "lefthook": (b"lefthook",),
+}
+
+# git's own limit on nested includes (config.c MAX_INCLUDE_DEPTH); deeper, git refuses.
+MAX_INCLUDE_DEPTH = 10
+# The kernel's limit on links followed in one path (ELOOP).
+MAX_LINKS = 40
+# A hooks folder holds a few dozen hooks at most; more is not one a person made, and
+# each is read at every start.
+MAX_HOOKS = 256
+# Enough of a hook to find which manager it runs; installed stubs are a few KiB.
+MAX_HOOK_BYTES = 64 * 1024
+# A `.git` file holds one `gitdir:` line; git itself refuses large ones.
+MAX_GITFILE_BYTES = 4096
+
+
+class DotFileError(Exception):
+    """The dot files of a written folder cannot be held; nothing runs."""
+
+
+class Found:
+    """What to hold read only (existing paths) and where to put placeholders (missing
+    paths, each the topmost missing folder on the way to what is held, or the file
+    itself), each with its kind (FOLDER or FILE)."""
+
+    __slots__ = ("held", "placeholders")
+
+    def __init__(self) -> None:
+        self.held: dict[str, str] = {}
+        self.placeholders: dict[str, str] = {}
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+class _Finder:
+    __slots__ = ("env", "found", "managers", "policy", "seen_files")
+
+    def __init__(self, policy: Policy, env: Mapping[str, str]) -> None:
+        self.policy = policy
+        self.env = env
+        self.found = Found()
+        self.seen_files: set[str] = set()
+        self.managers: set[tuple[str, str]] = set()
+
+    # -- where the program can write ------------------------------------------------
+
+    def writable(self, path: str) -> bool:
+        """Whether a sandbox of this policy could change `path` (make, remove, replace
+        it), once what is found so far is held."""
+        policy = self.policy
+        if not any(_inside(path, written) for written in policy.write):
+            return False
+        if _inside(path, policy.settings) or any(
+            _inside(path, held) for held in (*self.found.held, *self.found.placeholders)
+        ):
+            return False
+        if any(_inside(path, hidden) for hidden in policy.hide):
+            return any(_inside(path, reopened) for reopened in policy.reopen)
+        return True
+
+    def opened(self, path: str) -> bool:
+        return any(_inside(path, folder) for folder in self.policy.write_dot_files)
+
+    # -- following paths as the kernel does -------------------------------------------
+
+    def resolve(self, path: str) -> tuple[str, str | None]:
+        """(the real path, the topmost missing part of it or None). A link the program
+        could replace is refused: what it points at could change during the run."""
+        pending = [part for part in reversed(path.split("/")) if part]
+        current = "/"
+        hops = 0
+        while pending:
+            part = pending.pop()
+            if part in (".", ""):
+                continue
+            if part == "..":
+                current = os.path.dirname(current)
+                continue
+            candidate = os.path.join(current, part)
+            try:
+                info = os.lstat(candidate)
+            except (FileNotFoundError, NotADirectoryError):
+                rest = [candidate, *reversed(pending)]
+                return os.path.normpath(os.path.join(*rest)), candidate
+            except OSError:
+                # Not reachable by this user, so not by the sandbox either.
+                return os.path.normpath(os.path.join(candidate, *reversed(pending))), None
+            if stat.S_ISLNK(info.st_mode):
+                if self.writable(os.path.dirname(candidate)) and not self.opened(candidate):
+                    raise DotFileError(
+                        f"{candidate} is a link in a folder the sandbox writes, and git "
+                        "follows it to settings or hooks; the program could point it "
+                        "elsewhere. Replace the link by what it points at, or open the "
+                        "folder's dot files with [files] write_dot_files"
+                    )
+                hops += 1
+                if hops > MAX_LINKS:
+                    raise DotFileError(f"{path}: too many links (a loop)")
+                target = os.readlink(candidate)
+                if target.startswith("/"):
+                    current = "/"
+                pending += [part for part in reversed(target.split("/")) if part]
+                continue
+            current = candidate
+        return current, None
+
+    # -- holding -----------------------------------------------------------------------
+
+    def hold(self, path: str, kind: str) -> str | None:
+        """Hold what git (or an editor, or direnv) reads at `path`; returns the real
+        path when it exists, else None (and a placeholder is put where it could be made)."""
+        real, missing = self.resolve(path)
+        if missing is None:
+            if os.path.lexists(real) and self.writable(real) and not self.opened(real):
+                self.found.held[real] = kind
+            return real if os.path.lexists(real) else None
+        parent = os.path.dirname(missing)
+        if os.path.isdir(parent) and self.writable(missing) and not self.opened(missing):
+            self.found.placeholders[missing] = kind if missing == real else FOLDER
+        return None
+
+    # -- the steps -----------------------------------------------------------------------
+
+    def top_names(self, top: str) -> None:
+        for name, kind, placeholder, _ in TOP_NAMES:
+            path = f"{top}/{name}"
+            if os.path.islink(path):
+                raise DotFileError(
+                    f"{path} is a link in a folder the sandbox writes; the program could "
+                    "point it elsewhere (replace it by what it points at, or open the "
+                    "folder's dot files with [files] write_dot_files)"
+                )
+            if os.path.lexists(path):
+                self.found.held[path] = kind
+            elif placeholder:
+                self.hold(path, kind)
+        for names in HOOK_MANAGERS.values():
+            for name, kind in names:
+                path = f"{top}/{name}"
+                if os.path.lexists(path):
+                    self.hold(path, kind)
+
+    def git_dir(self, top: str) -> tuple[str, str] | None:
+        """(gitdir, commondir) of the repository at `top`, held where writable."""
+        dot_git = f"{top}/.git"
+        try:
+            info = os.lstat(dot_git)
+        except OSError:
+            return None
+        if stat.S_ISDIR(info.st_mode):
+            git_dir: str | None = dot_git
+        elif stat.S_ISREG(info.st_mode):
+            with open(dot_git, "rb") as handle:
+                data = handle.read(MAX_GITFILE_BYTES + 1)
+            if len(data) > MAX_GITFILE_BYTES or not data.startswith(b"gitdir: "):
+                return None  # git refuses such a file: not a repository
+            pointer = os.fsdecode(data[len(b"gitdir: "):].rstrip())
+            git_dir = self.hold(os.path.join(top, pointer), FOLDER)
+        else:
+            return None
+        if git_dir is None:
+            return None
+        common = git_dir
+        try:
+            with open(f"{git_dir}/commondir", "rb") as handle:
+                named = os.fsdecode(handle.read(MAX_GITFILE_BYTES).rstrip(b"\n"))
+        except OSError:
+            named = ""
+        if named:
+            common = self.hold(os.path.join(git_dir, named), FOLDER) or ""
+        return git_dir, common
+
+    def settings_file(self, path: str, depth: int = 0) -> list[str]:
+        """Hold a settings file git reads and what it names; returns its hooks folders
+        as written (relative ones are taken from each work tree's top)."""
+        real = self.hold(path, FILE)
+        if real is None or not os.path.isfile(real) or real in self.seen_files:
+            return []
+        self.seen_files.add(real)
+        try:
+            with open(real, "rb") as handle:
+                data = handle.read(MAX_CONFIG_BYTES + 1)
+        except OSError:
+            return []
+        try:
+            hooks, includes = named_paths(parse(data))
+        except GitConfigError as error:
+            raise DotFileError(
+                f"git's settings {real} cannot be read as git reads them ({error}); "
+                "refusing, since a hooks folder it names could not be held"
+            ) from None
+        for include in includes:
+            expanded = self.expand(include)
+            if expanded is None:
+                continue
+            if depth >= MAX_INCLUDE_DEPTH:
+                raise DotFileError(f"{real}: includes nested deeper than git allows")
+            included = os.path.join(os.path.dirname(path), expanded)
+            hooks += self.settings_file(included, depth + 1)
+        return [expanded for value in hooks if (expanded := self.expand(value)) is not None]
+
+    def expand(self, value: str) -> str | None:
+        """git's interpolate_path: `~/` is HOME, `~user/` that user's home; `%(prefix)/`
+        is git's own install folder, which no sandbox writes (None: nothing to hold)."""
+        if value.startswith("%(prefix)/"):
+            return None
+        if not value.startswith("~"):
+            return value
+        user, _, rest = value[1:].partition("/")
+        if user:
+            import pwd
+
+            try:
+                home = pwd.getpwnam(user).pw_dir
+            except KeyError:
+                return None
+        else:
+            home = self.env.get("HOME", "")
+            if not home:
+                return None
+        return os.path.join(home, rest)
+
+    def repository(self, top: str, personal_hooks: list[str], *, at_top: bool) -> None:
+        found = self.git_dir(top)
+        if found is None:
+            return
+        git_dir, common = found
+        settings = [f"{common}/config"] if common else []
+        if common != git_dir:
+            settings.append(f"{git_dir}/config.worktree")
+        hooks = list(personal_hooks)
+        for path in settings:
+            hooks += self.settings_file(path)
+        folders = [os.path.join(top, hook) for hook in hooks]
+        if common:
+            folders.append(f"{common}/hooks")
+        for folder in folders:
+            real = self.hold(folder, FOLDER)
+            if real is not None and os.path.isdir(real):
+                self.hooks(real, top if at_top else None)
+
+    def hooks(self, folder: str, top: str | None) -> None:
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            return
+        if len(names) > MAX_HOOKS:
+            raise DotFileError(f"hooks folder {folder} holds more than {MAX_HOOKS} files")
+        for name in names:
+            if name.endswith(".sample"):
+                continue
+            path = f"{folder}/{name}"
+            real = self.hold(path, FILE) if os.path.islink(path) else path
+            if real is None or top is None:
+                continue
+            try:
+                with open(real, "rb") as handle:
+                    text = handle.read(MAX_HOOK_BYTES)
+            except OSError:
+                continue
+            for manager, marks in _MANAGER_MARKS.items():
+                if any(mark in text for mark in marks):
+                    self.manager_settings(top, manager, text)
+
+    def manager_settings(self, top: str, manager: str, hook: bytes) -> None:
+        if (top, manager) not in self.managers:
+            self.managers.add((top, manager))
+            for name, kind in HOOK_MANAGERS[manager]:
+                self.hold(f"{top}/{name}", kind)
+        if manager == "pre-commit":
+            # pre-commit bakes the settings file it was installed with into the hook.
+            for word in hook.split():
+                if word.startswith(b"--config="):
+                    named = os.fsdecode(word[len(b"--config="):].strip(b"'\""))
+                    if named:
+                        self.hold(os.path.join(top, named), FILE)
+
+
+def _personal_settings(env: Mapping[str, str]) -> list[str]:
+    """The settings files git reads for every repository of the person (git-config(1))."""
+    home = env.get("HOME", "")
+    files: list[str] = []
+    if not env.get("GIT_CONFIG_NOSYSTEM"):
+        files.append(env.get("GIT_CONFIG_SYSTEM") or "/etc/gitconfig")
+    if env.get("GIT_CONFIG_GLOBAL"):
+        files.append(env["GIT_CONFIG_GLOBAL"])
+    else:
+        xdg = env.get("XDG_CONFIG_HOME") or (f"{home}/.config" if home else "")
+        if xdg:
+            files.append(f"{xdg}/git/config")
+        if home:
+            files.append(f"{home}/.gitconfig")
+    return [path for path in files if os.path.isabs(path)]
+
+
+def _enclosing_repository(folder: str) -> str | None:
+    """The work tree git finds above `folder` when it has no .git of its own."""
+    current = os.path.dirname(folder)
+    while True:
+        if os.path.lexists(f"{current}/.git"):
+            return current
+        if current == "/":
+            return None
+        current = os.path.dirname(current)
+
+
+def find(policy: Policy, env: Mapping[str, str]) -> Found:
+    """What the launcher holds read only and where it puts placeholders for `policy`."""
+    finder = _Finder(policy, env)
+    tops = [folder for folder in policy.write
+            if folder not in policy.write_dot_files and os.path.isdir(folder)
+            and not os.path.islink(folder)]
+    if not tops:
+        return finder.found
+    for top in tops:
+        finder.top_names(top)
+    # The person's own settings apply to every repository: a relative hooks folder they
+    # name is taken from each work tree's top, and every hook git would run there is
+    # looked at for the manager it runs.
+    personal_hooks: list[str] = []
+    for path in _personal_settings(env):
+        personal_hooks += finder.settings_file(path)
+    for hook in personal_hooks:
+        if os.path.isabs(hook):
+            real = finder.hold(hook, FOLDER)
+            if real is not None and os.path.isdir(real):
+                finder.hooks(real, None)
+    for top in tops:
+        if os.path.lexists(f"{top}/.git"):
+            finder.repository(top, personal_hooks, at_top=True)
+        else:
+            enclosing = _enclosing_repository(top)
+            if enclosing is not None:
+                finder.repository(enclosing, personal_hooks, at_top=False)
+    return finder.found
