@@ -38,7 +38,8 @@ TYPE_CHECKING = False  # the typing module costs an import at every start
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-__all__ = ["FILE", "FOLDER", "PlaceholderError", "Run", "hold", "index_entries", "release"]
+__all__ = ["FILE", "FOLDER", "PlaceholderError", "Run", "hold", "index_entries", "index_exists",
+           "release"]
 
 FOLDER = "folder"
 FILE = "file"
@@ -285,27 +286,39 @@ def _make(path: str, kind: str) -> os.stat_result | None:
         os.close(parent_fd)
 
 
-def hold(settings: str, run: Run | None,
-         wanted: dict[str, str]) -> tuple[dict[str, str], list[str]]:
-    """Put each wanted placeholder in place (or join the live runs already holding it);
-    with nothing wanted (and no run), only sweep what killed runs left.
+def index_exists(settings: str) -> bool:
+    return os.path.exists(_sandbox_folder(settings, "placeholders", "index"))
 
-    Returns (path → kind of everything now in place, to bind read only; notes to say).
-    Something found where a placeholder goes (made meanwhile) is returned too and bound
-    read only as found, but is not ours; a link there is refused.
+
+def hold(settings: str, run: Run | None, wanted: dict[str, str],
+         present: dict[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
+    """Put each wanted placeholder in place (or join the live runs already holding it),
+    and join every placeholder another run made that is among the `present` paths (held
+    as found): removing it at that run's end would undo this run's mount. With nothing
+    wanted and no run, only sweep what killed runs left.
+
+    Returns (path → kind of every wanted path now in place, to bind read only; notes to
+    say). Something found where a placeholder goes (made meanwhile) is returned too and
+    bound read only as found, but is not ours; a link there is refused.
     """
     in_place: dict[str, str] = {}
-    if not wanted and not os.path.exists(_sandbox_folder(settings, "placeholders", "index")):
+    if not wanted and not index_exists(settings):
         return in_place, []
     with _Index(settings) as index:
         before = len(index.entries)
         notes = index.notes + index.sweep()
-        if not wanted:
+        if run is None:
+            if wanted:
+                raise PlaceholderError("placeholders are wanted but the run has no identity")
             if len(index.entries) != before:
                 index.save()
             return in_place, notes
-        if run is None:
-            raise PlaceholderError("placeholders are wanted but the run has no identity")
+        joined = False
+        for path in present or {}:
+            entry = index.entries.get(path)
+            if entry is not None and entry.dev is not None and _same(path, entry):
+                entry.runs.append(run.id)
+                joined = True
         making: list[str] = []
         for path, kind in wanted.items():
             entry = index.entries.get(path)
@@ -322,6 +335,7 @@ def hold(settings: str, run: Run | None,
                 (info.st_dev, info.st_ino) == (entry.dev, entry.ino)
             ):
                 entry.runs.append(run.id)
+                joined = True
                 in_place[path] = kind
             elif info is not None:
                 index.entries.pop(path, None)  # not ours (any more): bound as it is
@@ -349,8 +363,17 @@ def hold(settings: str, run: Run | None,
                 continue
             entry.dev, entry.ino = made.st_dev, made.st_ino
             in_place[path] = entry.kind
-        index.save()
+        if making or joined or len(index.entries) != before:
+            index.save()
     return in_place, notes
+
+
+def _same(path: str, entry: _Entry) -> bool:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return (info.st_dev, info.st_ino) == (entry.dev, entry.ino)
 
 
 def release(settings: str, run: Run) -> list[str]:

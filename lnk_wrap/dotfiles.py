@@ -120,11 +120,13 @@ def _inside(path: str, folder: str) -> bool:
 
 
 class _Finder:
-    __slots__ = ("env", "found", "managers", "policy", "seen_files")
+    __slots__ = ("env", "found", "known", "managers", "policy", "seen_files")
 
-    def __init__(self, policy: Policy, env: Mapping[str, str]) -> None:
+    def __init__(self, policy: Policy, env: Mapping[str, str],
+                 known: Mapping[str, str]) -> None:
         self.policy = policy
         self.env = env
+        self.known = known
         self.found = Found()
         self.seen_files: set[str] = set()
         self.managers: set[tuple[str, str]] = set()
@@ -197,6 +199,12 @@ class _Finder:
         """Hold what git (or an editor, or direnv) reads at `path`; returns the real
         path when it exists, else None (and a placeholder is put where it could be made)."""
         real, missing = self.resolve(path)
+        for placeholder, placeholder_kind in self.known.items():
+            # Another run's placeholder on the way: this run holds it too (the index
+            # decides at hold time whether it is still one), never makes a path in it.
+            if _inside(missing or real, placeholder) and self.writable(placeholder):
+                self.found.placeholders[placeholder] = placeholder_kind
+                return None
         if missing is None:
             if os.path.lexists(real) and self.writable(real) and not self.opened(real):
                 self.found.held[real] = kind
@@ -217,7 +225,9 @@ class _Finder:
                     "point it elsewhere (replace it by what it points at, or open the "
                     "folder's dot files with [files] write_dot_files)"
                 )
-            if os.path.lexists(path):
+            if path in self.known:
+                self.hold(path, kind)
+            elif os.path.lexists(path):
                 self.found.held[path] = kind
             elif placeholder:
                 self.hold(path, kind)
@@ -391,9 +401,12 @@ def _enclosing_repository(folder: str) -> str | None:
         current = os.path.dirname(current)
 
 
-def find(policy: Policy, env: Mapping[str, str]) -> Found:
-    """What the launcher holds read only and where it puts placeholders for `policy`."""
-    finder = _Finder(policy, env)
+def find(policy: Policy, env: Mapping[str, str],
+         known_placeholders: Mapping[str, str] | None = None) -> Found:
+    """What the launcher holds read only and where it puts placeholders for `policy`;
+    `known_placeholders` (path → kind) are those the index lists now, held as
+    placeholders (joined), not as found."""
+    finder = _Finder(policy, env, known_placeholders or {})
     tops = [folder for folder in policy.write
             if folder not in policy.write_dot_files and os.path.isdir(folder)
             and not os.path.islink(folder)]

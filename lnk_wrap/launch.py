@@ -183,19 +183,25 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str]) -> int:
         cwd = os.getcwd()
     except FileNotFoundError:
         raise LaunchError("the working directory no longer exists") from None
+    known = {path: kind for path, kind, _ in placeholders.index_entries(policy.settings)}
     try:
-        found = dotfiles.find(policy, env)
+        found = dotfiles.find(policy, env, known)
     except dotfiles.DotFileError as error:
         raise LaunchError(str(error)) from None
     notice_first_run(policy)
-    # A run file only when this run holds placeholders; every run with written folders
-    # sweeps what killed runs left (hold with nothing wanted does only that).
-    run = placeholders.Run(policy.settings) if found.placeholders else None
+    # A run file only when this run may hold placeholders: ones it makes, or ones another
+    # run made that it finds in place (it must hold them too, or that run's end would
+    # remove them from under its mounts). Every run with written folders sweeps what
+    # killed runs left.
+    run = None
+    if found.placeholders or (found.held and placeholders.index_exists(policy.settings)):
+        run = placeholders.Run(policy.settings)
     try:
         held = dict(found.held)
         if policy.write:
             try:
-                in_place, notes = placeholders.hold(policy.settings, run, found.placeholders)
+                in_place, notes = placeholders.hold(policy.settings, run, found.placeholders,
+                                                    found.held)
             except placeholders.PlaceholderError as error:
                 raise LaunchError(str(error)) from None
             for note in notes:

@@ -729,7 +729,7 @@ def test_write_dot_files_outside_write_is_refused(
     named = {"read": app, "nested": nested, "missing": tmp / "gone"}[where]
     grants = f"read = {toml_list(app)}" if where == "read" else f"write = {toml_list(app)}"
     spec = write_spec(f"[files]\n{grants}\nwrite_dot_files = {toml_list(named)}\n")
-    file, key, reason = _error(spec, env)
+    _file, key, reason = _error(spec, env)
     assert key.startswith("files.write_dot_files")
     assert ("not a folder of files.write" in reason) if where != "missing" else (
         "does not exist" in reason)
@@ -742,7 +742,7 @@ def test_write_dot_files_of_the_agents_files_folder_is_refused(
     files = _folder(tmp / "agent-files")
     spec = write_spec(f'[files]\nwrite_dot_files = {toml_list(files)}\n'
                       f'[agent]\nname = "bob"\nhome = "{home}"\nfiles = "{files}"\n')
-    file, key, reason = _error(spec, env)
+    _file, key, reason = _error(spec, env)
     assert key == "files.write_dot_files"
     assert "agent's files folder, which is yours" in reason
 
@@ -752,7 +752,7 @@ def test_write_dot_files_wrong_type(
     write_spec: WriteSpec, env: dict[str, str], value: str
 ) -> None:
     spec = write_spec(f"[files]\nwrite_dot_files = {value}\n")
-    file, key, reason = _error(spec, env)
+    _file, key, reason = _error(spec, env)
     assert key.startswith("files.write_dot_files")
     assert "must be" in reason
 
