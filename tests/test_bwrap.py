@@ -92,3 +92,24 @@ def test_access_at_deepest_entry_decides() -> None:
     assert access_at(AGENT_POLICY, FACTS, "/home/u/.config/lnk/agents/main/x") == "write"
     assert access_at(AGENT_POLICY, FACTS, "/etc/shadow") is None
     assert access_at(AGENT_POLICY, FACTS, "/home/u") is None
+
+
+def test_plan_holds_dot_files_read_only_and_pins_the_folders_above_nested_ones() -> None:
+    policy = Policy(settings="/s", read=("/r",), write=("/w",), hide=("/w/secret",))
+    facts = HostFacts(
+        system_dirs=("/usr",), system_links=(), system_hidden=(),
+        hide_kinds={"/w/secret": "dir", "/s": "dir"},
+        held=("/w/.git", "/w/.envrc", "/w/scripts/hooks", "/r/hooks", "/w/secret/.git"),
+    )
+    argv = plan(policy, facts).bwrap_argv("bwrap")
+    mounts = [argv[i:i + 3] for i, word in enumerate(argv) if word in ("--bind", "--ro-bind")]
+    assert mounts[-4:] == [
+        ["--bind", "/w/scripts", "/w/scripts"],    # pinned: cannot be renamed, still writable
+        ["--ro-bind", "/w/.envrc", "/w/.envrc"],
+        ["--ro-bind", "/w/.git", "/w/.git"],
+        ["--ro-bind", "/w/scripts/hooks", "/w/scripts/hooks"],
+    ]
+    # Where the program cannot write anyway (read only, hidden), nothing is mounted.
+    assert "/r/hooks" not in argv and "/w/secret/.git" not in argv
+    # The grant comes first: a held dot file is narrowed inside it.
+    assert argv.index("/w") < argv.index("/w/.git")

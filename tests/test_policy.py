@@ -20,12 +20,15 @@ safe_names = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}", fullmatch=True)
 
 @st.composite
 def policies(draw: st.DrawFn, names: st.SearchStrategy[str] = any_names) -> Policy:
+    write = draw(path_tuples)
     return Policy(
         settings=draw(paths),
         read=draw(path_tuples),
-        write=draw(path_tuples),
+        write=write,
         hide=draw(path_tuples),
         reopen=draw(path_tuples),
+        write_dot_files=tuple(draw(st.lists(st.sampled_from(write), max_size=3)))
+        if write else (),
         name=draw(st.one_of(st.just(""), names)),
         spec=draw(st.one_of(st.just(""), paths)),
         keep_session=draw(st.booleans()),
@@ -266,3 +269,11 @@ def test_split_argv_with_no_options() -> None:
 
 def test_split_argv_command_may_be_an_empty_word() -> None:
     assert split_argv(["--", ""]) == ([], [""])
+
+
+def test_write_dot_files_must_name_a_written_folder() -> None:
+    with pytest.raises(PolicyArgvError) as caught:
+        Policy.from_argv(["--settings", "/s", "--write", "/a", "--write-dot-files", "/b"])
+    assert str(caught.value) == "--write-dot-files /b is not a written folder (--write)"
+    policy = Policy.from_argv(["--settings", "/s", "--write", "/a", "--write-dot-files", "/a"])
+    assert policy.write_dot_files == ("/a",)
