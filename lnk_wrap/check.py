@@ -14,7 +14,8 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any
 
-from lnk_common import landlock
+from lnk_common import landlock, placeholders
+from lnk_common.settings import SettingsError, settings_folder
 from lnk_wrap.launch import LaunchError, _diagnose_namespaces, find_bwrap
 
 __all__ = ["STATED_GAPS", "report", "show"]
@@ -35,6 +36,15 @@ STATED_GAPS = (
     {"gap": "interpreters", "open": True,
      "why": "[commands] limits which files start, not what an interpreter is told to do: "
             "a listed interpreter runs any code"},
+    {"gap": "project files a hook runs", "open": True,
+     "why": "dot files are held, but a hook or hook manager that runs the project's own "
+            "files (a script, package.json's scripts) runs what the sandbox may write, as "
+            "building the project would"},
+    {"gap": "dot files below the top", "open": True,
+     "why": "only the top of a written folder is held: a repository the sandbox clones or "
+            "makes inside is its work, and running git there runs its settings"},
+    {"gap": "a new .envrc", "open": True,
+     "why": "a missing .envrc can be made on Linux; direnv runs it only after you allow it"},
 )
 
 # Protections of later issues, said plainly until they exist.
@@ -107,8 +117,15 @@ def report(env: Mapping[str, str]) -> dict[str, Any]:
         {"protection": "no capabilities, own user namespace, even for root",
          "in_force": namespaces},
         {"protection": "own pid, network, ipc and uts namespaces", "in_force": namespaces},
+        {"protection": "dot files of written folders read only, missing ones held by "
+                       "placeholders (but for write_dot_files)", "in_force": namespaces},
         *NOT_YET_BUILT,
     ]
+    try:
+        listed = [{"path": path, "kind": kind, "runs": runs} for path, kind, runs
+                  in placeholders.index_entries(settings_folder(env).root)]
+    except (SettingsError, OSError):
+        listed = []
     return {
         "ready": namespaces and abi >= 1,
         "kernel": os.uname().release,
@@ -118,6 +135,7 @@ def report(env: Mapping[str, str]) -> dict[str, Any]:
         "memfd_noexec": _memfd_noexec(),
         "protections": in_force,
         "gaps": list(STATED_GAPS),
+        "placeholders": listed,
     }
 
 
@@ -149,6 +167,12 @@ def show(found: dict[str, Any]) -> str:
     lines.append("stated gaps (open by design):")
     for gap in found["gaps"]:
         lines.append(f"  open  {gap['gap']}: {gap['why']}")
+    if found["placeholders"]:
+        lines.append("")
+        lines.append("placeholders now in place (removed when the last run holding them "
+                     "ends, or by the next run if that one was killed):")
+        for item in found["placeholders"]:
+            lines.append(f"  {item['kind']:6} {item['path']} (runs: {len(item['runs'])})")
     lines.append("")
     lines.append("ready: " + ("yes" if found["ready"] else "NO, sandboxes will refuse to start"))
     return "\n".join(lines)
