@@ -59,6 +59,11 @@ def listing(folder: Path) -> dict[str, str]:
     return found
 
 
+def assert_no_placeholder_left(folder: Path, *names: str) -> None:
+    for name in names or (".git", ".vscode", ".idea", ".husky"):
+        assert not (folder / name).exists(), f"left behind: {name}"
+
+
 def index_of(sandbox_env: dict[str, str]) -> list[tuple[str, str, list[str]]]:
     return list(placeholders.index_entries(sandbox_env["LNK_HOME"]))
 
@@ -138,6 +143,7 @@ def test_F4_ordinary_files_and_build_files_stay_writable(
         "other dot files": f"echo x > {p}/.editorconfig && mkdir {p}/.cache",
     })
     assert opened(found) == sorted(found)
+    assert_no_placeholder_left(project, ".vscode", ".idea", ".husky")
 
 
 @pytest.mark.parametrize("name", [".git", ".vscode", ".idea", ".husky"])
@@ -175,6 +181,7 @@ def test_F4_a_missing_envrc_is_left_alone_on_linux(
     again = run_sandbox(spec, "/bin/sh", "-c", f"echo evil >> {Q(str(folder))}/.envrc")
     assert again.returncode != 0
     assert (folder / ".envrc").read_text() == "export A=1\n"
+    assert sorted(os.listdir(folder)) == [".envrc"]
 
 
 def test_F4_only_the_top_is_held(
@@ -189,6 +196,7 @@ def test_F4_only_the_top_is_held(
         "nested vscode": f"mkdir {n}/.vscode",
     })
     assert opened(found) == sorted(found)
+    assert_no_placeholder_left(project, ".vscode", ".idea", ".husky")
 
 
 # -- what git's settings name ---------------------------------------------------------------
@@ -306,6 +314,7 @@ def test_F4_without_a_hook_manager_its_missing_settings_are_not_placeheld(
     })
     # No hook git runs names lefthook, and .git is held: nothing can run it from here.
     assert opened(found) == ["make lefthook.yml"]
+    assert_no_placeholder_left(project, ".vscode", ".idea", ".husky")
 
 
 def test_F4_worktree_gitdir_and_commondir_are_followed(
@@ -449,6 +458,7 @@ def test_F4_an_agents_own_folder_has_its_dot_files_open_its_files_folder_does_no
         "make .vscode in its files folder": f"mkdir {Q(str(files))}/.vscode",
     })
     assert opened(found) == ["commit in its own folder"]
+    assert_no_placeholder_left(files, ".vscode", ".idea", ".husky")
 
 
 # -- F5: placeholders and the runs holding them ----------------------------------------------
