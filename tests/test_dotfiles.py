@@ -475,6 +475,12 @@ def _gated_spec(write_spec: WriteSpec, folder: Path, gates: Path) -> Path:
     return write_spec(files_spec(write=(folder,), read=(gates,)))
 
 
+def _held_open(spec: Path, env: dict[str, str], gate: Path) -> subprocess.Popen[str]:
+    """A run that stays until the test makes `gate` (in a folder the spec reads)."""
+    return _start(spec, env, "/bin/sh", "-c",
+                  f"while [ ! -e {Q(str(gate))} ]; do sleep 0.02; done")
+
+
 def _wait_for(condition: object, what: str) -> None:
     deadline = time.monotonic() + SANDBOX_TIMEOUT_SECONDS
     while not condition():  # type: ignore[operator]
@@ -492,11 +498,11 @@ def test_F5_two_runs_on_one_folder_ending_in_either_order(
     before = listing(folder)
     spec = _gated_spec(write_spec, folder, tmp_path / "gates")
     gate_one, gate_two = tmp_path / "gates" / "one", tmp_path / "gates" / "two"
-    wait = "while [ ! -e {0} ]; do sleep 0.02; done"
-    run_one = _start(spec, sandbox_env, "/bin/sh", "-c", wait.format(Q(str(gate_one))))
+    run_one = _held_open(spec, sandbox_env, gate_one)
     _wait_for(lambda: (folder / ".vscode").is_dir(), "the first run's placeholders")
     run_two = _start(spec, sandbox_env, "/bin/sh", "-c",
-                     wait.format(Q(str(gate_two))) + f"; mkdir {Q(str(folder))}/.vscode/x")
+                     f"while [ ! -e {Q(str(gate_two))} ]; do sleep 0.02; done; "
+                     f"mkdir {Q(str(folder))}/.vscode/x")
     _wait_for(lambda: any(len(runs) == 2 for _, _, runs in index_of(sandbox_env)),
               "the second run to join")
     (gate_one if first_to_end == "long" else gate_two).touch()
@@ -518,10 +524,8 @@ def test_F5_a_placeholder_made_non_empty_outside_is_left_as_it_is(
 ) -> None:
     folder = tmp_path / "plain"
     folder.mkdir()
-    spec = _gated_spec(write_spec, folder, tmp_path / "gates")
     gate = tmp_path / "gates" / "open"
-    run = _start(spec, sandbox_env, "/bin/sh", "-c",
-                 f"while [ ! -e {Q(str(gate))} ]; do sleep 0.02; done")
+    run = _held_open(_gated_spec(write_spec, folder, gate.parent), sandbox_env, gate)
     _wait_for(lambda: (folder / ".idea").is_dir(), "the placeholders")
     (folder / ".idea" / "workspace.xml").write_text("the person's\n")  # outside the sandbox
     gate.touch()
@@ -538,10 +542,8 @@ def test_F5_a_placeholder_replaced_outside_is_not_removed(
 ) -> None:
     folder = tmp_path / "plain"
     folder.mkdir()
-    spec = _gated_spec(write_spec, folder, tmp_path / "gates")
     gate = tmp_path / "gates" / "open"
-    run = _start(spec, sandbox_env, "/bin/sh", "-c",
-                 f"while [ ! -e {Q(str(gate))} ]; do sleep 0.02; done")
+    run = _held_open(_gated_spec(write_spec, folder, gate.parent), sandbox_env, gate)
     _wait_for(lambda: (folder / ".husky").is_dir(), "the placeholders")
     os.rename(folder / ".husky", tmp_path / "moved")
     (folder / ".husky").mkdir()  # an empty folder, but not the one made
@@ -604,10 +606,9 @@ def test_F5_a_second_run_joins_a_nested_placeholder_instead_of_making_inside_it(
     before = listing(project)
     spec = _gated_spec(write_spec, project, tmp_path / "gates")
     gate_one, gate_two = tmp_path / "gates" / "one", tmp_path / "gates" / "two"
-    wait = "while [ ! -e {0} ]; do sleep 0.02; done"
-    run_one = _start(spec, sandbox_env, "/bin/sh", "-c", wait.format(Q(str(gate_one))))
+    run_one = _held_open(spec, sandbox_env, gate_one)
     _wait_for(lambda: (project / "tools").is_dir(), "the first run's placeholder")
-    run_two = _start(spec, sandbox_env, "/bin/sh", "-c", wait.format(Q(str(gate_two))))
+    run_two = _held_open(spec, sandbox_env, gate_two)
     _wait_for(lambda: any(len(runs) == 2 for _, _, runs in index_of(sandbox_env)),
               "the second run to join")
     assert os.listdir(project / "tools") == []  # joined, not made inside
