@@ -18,6 +18,8 @@ import errno
 import os
 import stat
 
+from lnk_common.syscalls import prctl, syscall
+
 __all__ = [
     "ACCESS_FS_READ",
     "ACCESS_FS_READ_EXECUTE",
@@ -78,6 +80,12 @@ ACCESS_RIGHTS = {
     # their ioctls (a terminal needs TCGETS); no making of files, no execution.
     "devices": READ_FILE | WRITE_FILE | READ_DIR | IOCTL_DEV,
     "proc": ACCESS_FS_READ,
+    # Where [commands] lists programs, the grants lose the right to run what they hold,
+    # and each listed file or folder (and the loader) gets it back: Landlock checks the
+    # execute right on the file exec is given and on a script's or program's interpreter.
+    "read-no-exec": ACCESS_FS_READ,
+    "write-no-exec": ACCESS_FS_WRITE & ~EXECUTE,
+    "run": ACCESS_FS_READ_EXECUTE,
 }
 
 
@@ -103,31 +111,12 @@ class _PathBeneathAttr(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
-
-
-def _syscall(number: int, *args: object) -> int:
-    ctypes.set_errno(0)
-    result = int(_libc.syscall(number, *args))
-    if result < 0:
-        code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code))
-    return result
-
-
-def _prctl(option: int, value: int) -> None:
-    ctypes.set_errno(0)
-    if _libc.prctl(option, ctypes.c_ulong(value), ctypes.c_ulong(0), ctypes.c_ulong(0),
-                   ctypes.c_ulong(0)) != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code))
 
 
 def abi_version() -> int:
     """The kernel's Landlock ABI, or 0 when Landlock is absent or disabled at boot."""
     try:
-        return _syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0),
+        return syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0),
                         ctypes.c_uint32(_CREATE_RULESET_VERSION))
     except OSError as error:
         if error.errno in (errno.ENOSYS, errno.EOPNOTSUPP):
@@ -151,7 +140,7 @@ def restrict_self(rules: list[Rule], *, abi: int) -> None:
                         scoped=(SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL) if abi >= 6 else 0)
     size = 24 if abi >= 6 else 16 if abi >= 4 else 8
     try:
-        ruleset = _syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size),
+        ruleset = syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size),
                            ctypes.c_uint32(0))
     except OSError as error:
         raise LandlockError(f"landlock_create_ruleset: {error.strerror}") from None
@@ -159,11 +148,11 @@ def restrict_self(rules: list[Rule], *, abi: int) -> None:
         for rule in rules:
             _add_path_rule(ruleset, rule, handled)
         try:
-            _prctl(_PR_SET_NO_NEW_PRIVS, 1)
+            prctl(_PR_SET_NO_NEW_PRIVS, 1)
         except OSError as error:
             raise LandlockError(f"prctl(PR_SET_NO_NEW_PRIVS): {error.strerror}") from None
         try:
-            _syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
+            syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
         except OSError as error:
             raise LandlockError(f"landlock_restrict_self: {error.strerror}") from None
     finally:
@@ -182,7 +171,7 @@ def _add_path_rule(ruleset: int, rule: Rule, handled: int) -> None:
             access &= _FS_FILE_ONLY
         attr = _PathBeneathAttr(allowed_access=access, parent_fd=fd)
         try:
-            _syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH),
+            syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH),
                      ctypes.byref(attr), ctypes.c_uint32(0))
         except OSError as error:
             raise LandlockError(f"landlock_add_rule {path}: {error.strerror}") from None

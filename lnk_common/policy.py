@@ -21,8 +21,8 @@ class PolicyArgvError(Exception):
     """The launcher's options do not describe a policy."""
 
 
-_PATH_OPTIONS = ("--read", "--write", "--hide", "--reopen", "--write-dot-files")
-_VALUE_OPTIONS = ("--settings", "--name", "--spec")
+_PATH_OPTIONS = ("--read", "--write", "--hide", "--reopen", "--write-dot-files", "--run")
+_VALUE_OPTIONS = ("--settings", "--name", "--spec", "--learn")
 _FLAG_OPTIONS = ("--keep-session",)
 
 
@@ -33,6 +33,11 @@ class Policy:
     reopen: paths inside a hidden folder given back the access their grant gives.
     write_dot_files: folders of `write` whose top-level dot files (.git, .envrc, hooks …)
     stay writable; every other written folder has them held read only (lnk_wrap.dotfiles).
+    commands: the files and folders of [commands] run; when any, only those (and the
+    loader) may start, and the exec watch names what is refused. Empty: any readable
+    program may start.
+    learn: `lnk-sandbox learn` only: where the exec watch records every program run
+    (a file in Link's settings), with every program open.
     settings: Link's settings folder, hidden in every sandbox. spec: the file it came
     from, for messages only. keep_session: a guest's terminal (no --new-session).
 
@@ -40,8 +45,8 @@ class Policy:
     sandbox start, and `dataclasses` alone cost 11-21 ms to import here.
     """
 
-    __slots__ = ("hide", "keep_session", "name", "read", "reopen", "settings", "spec", "write",
-                 "write_dot_files")
+    __slots__ = ("commands", "hide", "keep_session", "learn", "name", "read", "reopen",
+                 "settings", "spec", "write", "write_dot_files")
 
     def __init__(
         self,
@@ -52,11 +57,14 @@ class Policy:
         hide: tuple[str, ...] = (),
         reopen: tuple[str, ...] = (),
         write_dot_files: tuple[str, ...] = (),
+        commands: tuple[str, ...] = (),
+        learn: str = "",
         name: str = "",
         spec: str = "",
         keep_session: bool = False,
     ) -> None:
-        for path in (settings, *read, *write, *hide, *reopen, *write_dot_files):
+        for path in (settings, *read, *write, *hide, *reopen, *write_dot_files, *commands,
+                     *((learn,) if learn else ())):
             if not path.startswith("/") or path.startswith("//") or "\0" in path:
                 raise PolicyArgvError(f"not an absolute path: {path!r}")
             if _normalised(path) != path:
@@ -74,13 +82,16 @@ class Policy:
         self.hide = tuple(hide)
         self.reopen = tuple(reopen)
         self.write_dot_files = tuple(write_dot_files)
+        self.commands = tuple(commands)
+        self.learn = learn
         self.name = name
         self.spec = spec
         self.keep_session = keep_session
 
     def _fields(self) -> tuple[object, ...]:
         return (self.settings, self.read, self.write, self.hide, self.reopen,
-                self.write_dot_files, self.name, self.spec, self.keep_session)
+                self.write_dot_files, self.commands, self.learn, self.name, self.spec,
+                self.keep_session)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Policy) and self._fields() == other._fields()
@@ -94,7 +105,7 @@ class Policy:
     def with_name(self, name: str) -> Policy:
         return Policy(settings=self.settings, read=self.read, write=self.write, hide=self.hide,
                       reopen=self.reopen, write_dot_files=self.write_dot_files,
-                      name=name, spec=self.spec,
+                      commands=self.commands, learn=self.learn, name=name, spec=self.spec,
                       keep_session=self.keep_session)
 
     def to_argv(self) -> list[str]:
@@ -103,6 +114,8 @@ class Policy:
             argv += ["--name", self.name]
         if self.spec:
             argv += ["--spec", self.spec]
+        if self.learn:
+            argv += ["--learn", self.learn]
         if self.keep_session:
             argv.append("--keep-session")
         for option, paths in (
@@ -111,6 +124,7 @@ class Policy:
             ("--hide", self.hide),
             ("--reopen", self.reopen),
             ("--write-dot-files", self.write_dot_files),
+            ("--run", self.commands),
         ):
             for path in paths:
                 argv += [option, path]
@@ -156,6 +170,8 @@ class Policy:
             hide=tuple(lists["--hide"]),
             reopen=tuple(lists["--reopen"]),
             write_dot_files=tuple(lists["--write-dot-files"]),
+            commands=tuple(lists["--run"]),
+            learn=values.get("--learn", ""),
         )
 
 

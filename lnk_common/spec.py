@@ -69,7 +69,7 @@ _SCHEMA: dict[str, dict[str, str] | str] = {
         "read_home": "macOS only, and the macOS profile is not built yet",
     },
     "agent": {"name": _STRING, "home": _PATH, "files": _PATH},
-    "commands": f"{_NOT_BUILT} ([commands] and the exec watch)",
+    "commands": {"run": _PATH_LIST},
     "network": f"{_NOT_BUILT} (the proxy); a sandbox has no network at all",
     "tcp": f"{_NOT_BUILT} (TCP endpoints and DNS)",
     "lan": f"{_NOT_BUILT} ([lan] through the proxy)",
@@ -345,6 +345,27 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
                 f"{path}: no read or write grant covers it, so reopening gives nothing back",
             )
 
+    commands_section: dict[str, Any] | None = document.get("commands")
+    commands: list[str] = []
+    if commands_section is not None:
+        if "run" not in commands_section or not commands_section["run"]:
+            raise SpecError(
+                context.file, "commands.run",
+                "an empty list lets nothing start, not even the command; name the programs "
+                "(files or folders), or drop [commands] to let any readable program start",
+            )
+        commands = _paths(context, commands_section, "commands", "run")
+        for path in commands:
+            _refuse_settings(context, "commands.run", path, settings_root)
+            holder = next((folder for folder in write if _inside(path, folder)), None)
+            if holder is not None:
+                raise SpecError(
+                    context.file, "commands.run",
+                    f"{path} lies in {holder}, which the sandbox writes: it could replace "
+                    "the program, so listing it would let anything run; list a copy "
+                    "outside the written folders",
+                )
+
     return Policy(
         settings=settings_root,
         name=name,
@@ -354,4 +375,5 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
         hide=tuple(dict.fromkeys(hide)),
         reopen=tuple(reopen),
         write_dot_files=tuple(write_dot_files),
+        commands=tuple(commands),
     )

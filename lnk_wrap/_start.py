@@ -16,6 +16,8 @@ if _HELPER == "launch":
     from lnk_wrap.launch import main
 elif _HELPER == "init":
     from lnk_wrap.init import main
+elif _HELPER == "exec-watch":
+    from lnk_execwatch.main import main
 else:
     sys.stderr.write(f"lnk-sandbox: no helper named {_HELPER!r}\n")
     sys.exit(125)

@@ -52,6 +52,10 @@ class Access:
     WRITE = "write"
     DEVICES = "devices"
     PROC = "proc"
+    # With [commands]: grants without the right to run, and what may run.
+    READ_NO_EXEC = "read-no-exec"
+    WRITE_NO_EXEC = "write-no-exec"
+    RUN = "run"
 
 
 # -- typed bwrap options ------------------------------------------------------------------
@@ -123,12 +127,16 @@ class HostFacts:
     packages: the folder holding lnk_common and lnk_wrap, bound at PACKAGES_INSIDE.
     held: dot files of written folders, and placeholders made for missing ones, each
         bound read only where the program could otherwise write it (lnk_wrap.dotfiles).
+    loaders: the machine's program loaders (ld-linux…), runnable where [commands] lists
+        programs: every dynamically linked program needs its loader run for it.
+    watch_fd: the init's end of the socket to the exec watch (the "watched" filter), or
+        None (the "plain" filter, no watch).
     cwd: the working directory to keep.
     info_fd: where bwrap reports the sandbox's pid (for passing signals on).
     """
 
-    __slots__ = ("cwd", "held", "hide_kinds", "info_fd", "packages", "runtime", "system_dirs",
-                 "system_hidden", "system_links")
+    __slots__ = ("cwd", "held", "hide_kinds", "info_fd", "loaders", "packages", "runtime",
+                 "system_dirs", "system_hidden", "system_links", "watch_fd")
 
     def __init__(
         self,
@@ -140,8 +148,10 @@ class HostFacts:
         runtime: tuple[str, ...] = (),
         packages: str = "",
         held: tuple[str, ...] = (),
+        loaders: tuple[str, ...] = (),
         cwd: str = "/",
         info_fd: int | None = None,
+        watch_fd: int | None = None,
     ) -> None:
         self.system_dirs = system_dirs
         self.system_links = system_links
@@ -150,20 +160,24 @@ class HostFacts:
         self.runtime = runtime
         self.packages = packages
         self.held = held
+        self.loaders = loaders
         self.cwd = cwd
         self.info_fd = info_fd
+        self.watch_fd = watch_fd
+
+    def _replace(self, **changes: object) -> HostFacts:
+        fields = {name: getattr(self, name) for name in self.__slots__}
+        fields.update(changes)
+        return HostFacts(**fields)
 
     def with_cwd(self, cwd: str) -> HostFacts:
-        return HostFacts(system_dirs=self.system_dirs, system_links=self.system_links,
-                         system_hidden=self.system_hidden, hide_kinds=self.hide_kinds,
-                         runtime=self.runtime, packages=self.packages, held=self.held,
-                         cwd=cwd, info_fd=self.info_fd)
+        return self._replace(cwd=cwd)
 
     def with_held(self, held: tuple[str, ...]) -> HostFacts:
-        return HostFacts(system_dirs=self.system_dirs, system_links=self.system_links,
-                         system_hidden=self.system_hidden, hide_kinds=self.hide_kinds,
-                         runtime=self.runtime, packages=self.packages, held=held,
-                         cwd=self.cwd, info_fd=self.info_fd)
+        return self._replace(held=held)
+
+    def with_watch(self, watch_fd: int | None) -> HostFacts:
+        return self._replace(watch_fd=watch_fd)
 
 
 class InitRule:
@@ -182,17 +196,19 @@ class InitRule:
 class Plan:
     """The bwrap options and the init's Landlock rules of one sandbox."""
 
-    __slots__ = ("options", "rules")
+    __slots__ = ("filter_args", "options", "rules")
 
-    def __init__(self, *, options: tuple[Option, ...], rules: tuple[InitRule, ...]) -> None:
+    def __init__(self, *, options: tuple[Option, ...], rules: tuple[InitRule, ...],
+                 filter_args: tuple[str, ...] = ()) -> None:
         self.options = options
         self.rules = rules
+        self.filter_args = filter_args
 
     def bwrap_argv(self, bwrap: str) -> list[str]:
         return [bwrap, *render(self.options)]
 
     def init_args(self) -> list[str]:
-        argv: list[str] = []
+        argv = list(self.filter_args)
         for rule in self.rules:
             argv += rule.to_args()
         return argv
@@ -382,4 +398,17 @@ def plan(policy: Policy, facts: HostFacts) -> Plan:
         mounts += options
     tail: list[Option] = [Value("remount-ro", path) for path in read_only_at_end]
     tail += [Value("remount-ro", "/"), Value("chdir", facts.cwd)]
-    return Plan(options=(*head, *system, *mounts, *tail), rules=tuple(rules))
+    if policy.commands:
+        rules = [_without_execute(rule) for rule in rules]
+        rules += [InitRule(Access.RUN, path) for path in (*policy.commands, *facts.loaders)]
+    filter_args: tuple[str, ...] = ("--filter", "plain")
+    if facts.watch_fd is not None:
+        filter_args = ("--filter", "watched", "--watch-fd", str(facts.watch_fd))
+    return Plan(options=(*head, *system, *mounts, *tail), rules=tuple(rules),
+                filter_args=filter_args)
+
+
+def _without_execute(rule: InitRule) -> InitRule:
+    """Where [commands] lists programs, no grant runs what it holds."""
+    access = {Access.READ: Access.READ_NO_EXEC, Access.WRITE: Access.WRITE_NO_EXEC}
+    return InitRule(access.get(rule.access, rule.access), rule.path)

@@ -3,6 +3,7 @@
 Usage:
   lnk-sandbox wrap --spec=FILE [--wire=NAME] [--json] [--] COMMAND...
   lnk-sandbox run --spec=FILE [--wire=NAME] [--] COMMAND...
+  lnk-sandbox learn --spec=FILE [--] COMMAND...
   lnk-sandbox check [--json]
   lnk-sandbox (-h | --help)
   lnk-sandbox --version
@@ -12,6 +13,10 @@ Verbs:
           (or a JSON array with --json). It needs no process of ours and no open file
           to run: keep it and run it from anywhere.
   run     Run COMMAND sandboxed now: the same line, run at once.
+  learn   Run COMMAND once under the spec's other grants with every program open, and
+          print the [commands] list that lets it run: what the spec lists, and what
+          ran besides (never a program in a folder the sandbox writes or a temp
+          folder; interpreters marked). Writes nothing.
   check   What this machine gives (bubblewrap, user namespaces, Landlock, seccomp) and
           which protections are therefore in force; the stated gaps, as open.
 
@@ -112,6 +117,24 @@ def _dispatch(arguments: Mapping[str, object], env: Mapping[str, str]) -> int:
             return launch(policy, command, env)
         except (LaunchError, OSError) as error:
             raise CliError(str(error)) from None
+    if arguments["learn"]:
+        from lnk_wrap.launch import LaunchError
+        from lnk_wrap.learn import format_commands, learn
+
+        policy = _policy(arguments, env)
+        try:
+            status, offered, refused = learn(policy, command, env)
+        except (LaunchError, OSError) as error:
+            raise CliError(str(error)) from None
+        print(f"# lnk-sandbox learn: the programs the command ran under {policy.spec} "
+              "(nothing was written)")
+        print(format_commands(policy.commands, offered))
+        for path, why in refused:
+            print(f"lnk-sandbox: not offered: {path}: {why}", file=sys.stderr)
+        if status != 0:
+            print(f"lnk-sandbox: the command exited with status {status}; a run that stops "
+                  "early may not have started every program it needs", file=sys.stderr)
+        return status
     if arguments["check"]:
         from lnk_wrap.check import report, show
 

@@ -1,12 +1,16 @@
 """lnk-sandbox-init: the first program inside the sandbox, and the last of ours.
 
-    lnk-sandbox-init --rule ACCESS:PATH … -- COMMAND [ARG…]
+    lnk-sandbox-init --filter plain|watched [--watch-fd N] --rule ACCESS:PATH …
+                     -- COMMAND [ARG…]
 
 Order of operations, each checked, any failure refusing to run the program (exit 125):
-1. Read the rules (ACCESS is read, write, devices or proc: lnk_wrap.bwrap.Access).
-2. Clear the loader's injection variables (LD_PRELOAD, LD_AUDIT, … : the list below).
-3. Close every inherited file descriptor but 0, 1 and 2.
-4. (The seccomp filter goes here, installed as the first thing inside: a later issue.)
+1. Read the options (ACCESS is one of lnk_wrap.bwrap.Access).
+2. Install the seccomp filter (lnk_wrap.seccomp_filter says what it refuses), the
+   first thing inside, and check it took effect. The "watched" one comes with a
+   listener: send it to the exec watch over the inherited socket N, wait for the
+   watch's one-byte acknowledgement (so nothing runs unwatched), close both.
+3. Clear the loader's injection variables (LD_PRELOAD, LD_AUDIT, … : the list below).
+4. Close every inherited file descriptor but 0, 1 and 2.
 5. Apply Landlock: single-threaded, after bubblewrap's mounts, right before exec; then
    verify it took effect by opening the sandbox's root folder, which no rule grants.
 6. exec the command. This process is replaced: nothing of ours stays inside.
@@ -19,7 +23,7 @@ from __future__ import annotations
 import os
 import sys
 
-from lnk_common import landlock
+from lnk_common import landlock, seccomp
 
 __all__ = ["LOADER_VARIABLES", "main"]
 
@@ -42,21 +46,73 @@ class InitError(Exception):
     """The sandbox cannot be finished as asked; the program is not run."""
 
 
-def parse(argv: list[str]) -> tuple[list[landlock.Rule], list[str]]:
-    rules: list[landlock.Rule] = []
+_FILTERS = ("plain", "watched")
+_FILTER_FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "filters")
+_ARCH = "x86_64"
+
+
+class Options:
+    __slots__ = ("command", "filter", "rules", "watch_fd")
+
+    def __init__(self) -> None:
+        self.rules: list[landlock.Rule] = []
+        self.filter = ""
+        self.watch_fd = -1
+        self.command: list[str] = []
+
+
+def parse(argv: list[str]) -> Options:
+    options = Options()
     index = 0
     while index < len(argv) and argv[index] != "--":
-        if argv[index] != "--rule" or index + 1 >= len(argv):
-            raise InitError(f"unknown option {argv[index]!r} (expected --rule ACCESS:PATH)")
-        access, _, path = argv[index + 1].partition(":")
-        if access not in _ACCESS or not path.startswith("/"):
-            raise InitError(f"not a rule: {argv[index + 1]!r}")
-        rules.append((path, _ACCESS[access]))
+        option = argv[index]
+        if index + 1 >= len(argv):
+            raise InitError(f"{option} needs a value")
+        value = argv[index + 1]
+        if option == "--rule":
+            access, _, path = value.partition(":")
+            if access not in _ACCESS or not path.startswith("/"):
+                raise InitError(f"not a rule: {value!r}")
+            options.rules.append((path, _ACCESS[access]))
+        elif option == "--filter" and value in _FILTERS and not options.filter:
+            options.filter = value
+        elif option == "--watch-fd" and value.isdigit() and options.watch_fd < 0:
+            options.watch_fd = int(value)
+        else:
+            raise InitError(f"unknown option {option!r} (expected --filter, --watch-fd, "
+                            "--rule ACCESS:PATH)")
         index += 2
-    command = argv[index + 1 :]
-    if index >= len(argv) or not command:
-        raise InitError("expected --rule … -- COMMAND [ARG…]")
-    return rules, command
+    options.command = argv[index + 1 :]
+    if index >= len(argv) or not options.command:
+        raise InitError("expected OPTIONS -- COMMAND [ARG…]")
+    if not options.filter:
+        raise InitError("--filter is required: no sandbox runs without its seccomp filter")
+    if (options.filter == "watched") != (options.watch_fd >= 0):
+        raise InitError("the watched filter needs --watch-fd, and only it")
+    return options
+
+
+def install_filter(options: Options) -> None:
+    """The seccomp filter, first; with a listener, handed to the exec watch."""
+    try:
+        with open(os.path.join(_FILTER_FOLDER, f"{_ARCH}-{options.filter}.bpf"), "rb") as handle:
+            program = handle.read(seccomp.MAX_INSTRUCTIONS * 8 + 1)
+        listener = seccomp.install(program, listener=options.filter == "watched")
+    except seccomp.SeccompError as error:
+        raise InitError(str(error)) from None
+    if listener is None:
+        return
+    import _socket
+
+    channel = _socket.socket(fileno=options.watch_fd)
+    try:
+        channel.sendmsg([b"L"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
+                                  listener.to_bytes(4, sys.byteorder))])
+        os.close(listener)
+        if channel.recv(1) != b"+":
+            raise InitError("the exec watch is not there to take the filter's listener")
+    finally:
+        channel.close()
 
 
 def clean_environment(env: dict[str, str]) -> dict[str, str]:
@@ -83,10 +139,12 @@ def apply_landlock(rules: list[landlock.Rule]) -> None:
 def main(argv: list[str] | None = None) -> None:
     arguments = sys.argv[1:] if argv is None else argv
     try:
-        rules, command = parse(arguments)
+        options = parse(arguments)
+        install_filter(options)
+        command = options.command
         env = clean_environment(dict(os.environ))
         os.closerange(3, 1 << 20)
-        apply_landlock(rules)
+        apply_landlock(options.rules)
     except (InitError, OSError) as error:
         print(f"lnk-sandbox-init: {error}; the program was not run", file=sys.stderr)
         sys.exit(EXIT_SANDBOX_FAILED)

@@ -231,11 +231,23 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
               f"(not granted by {policy.spec or 'the policy'}); the program starts in /",
               file=sys.stderr)
         facts = facts.with_cwd("/")
+    for path in (*policy.commands, *facts.loaders):
+        if bwrap_plan.access_at(policy, facts, path) is None:
+            raise LaunchError(
+                f"{path} is in [commands] of {policy.spec or 'the policy'} but the sandbox "
+                "cannot see it; grant a folder that holds it in [files] read"
+            )
+    watch = None
+    if policy.commands or policy.learn:
+        watch, init_end = _start_watch(policy, facts.loaders, env)
+        facts = facts.with_watch(init_end)
     planned = bwrap_plan.plan(policy, facts)
     argv = [*planned.bwrap_argv(bwrap), "--", *init, *planned.init_args(),
             "--", *command]
 
     os.set_inheritable(info_write, True)
+    if watch is not None and facts.watch_fd is not None:
+        os.set_inheritable(facts.watch_fd, True)
     sandbox: dict[str, int | None] = {"pid": None}
 
     def forward(signum: int, _frame: object) -> None:
@@ -249,10 +261,16 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
 
     for signum in FORWARDED_SIGNALS:
         signal.signal(signum, forward)
-    child = os.posix_spawn(argv[0], argv, dict(env))
-    os.close(info_write)
+    try:
+        child = os.posix_spawn(argv[0], argv, dict(env))
+    finally:
+        os.close(info_write)
+        if facts.watch_fd is not None:
+            os.close(facts.watch_fd)
     sandbox["pid"] = _read_info(info_read)
     _, status = os.waitpid(child, 0)
+    if watch is not None:
+        _end_watch(watch)
     if sandbox["pid"] is None:
         diagnosis = _diagnose_namespaces()
         print(f"lnk-sandbox: the sandbox could not be made{': ' + diagnosis if diagnosis else ''}",
@@ -261,6 +279,57 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
     if os.WIFSIGNALED(status):
         return 128 + os.WTERMSIG(status)
     return os.WEXITSTATUS(status)
+
+
+# The watch ends by itself when the sandbox's last process is gone; one still there
+# this long after bubblewrap has exited is stuck, and is killed.
+WATCH_EXIT_SECONDS = 2.0
+
+
+def _start_watch(policy: Policy, loaders: tuple[str, ...],
+                 env: Mapping[str, str]) -> tuple[int, int]:
+    """Start lnk-sandbox-exec-watch on one end of a socket pair; return its pid and the
+    other end, for the init (lnk_execwatch.main says what it does)."""
+    import _socket
+
+    from lnk_wrap.helpers import helper_argv
+
+    watch_end, init_end = (end.detach() for end in
+                           _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM))
+    argv = [*helper_argv("exec-watch"), "--socket-fd", str(watch_end),
+            "--settings", policy.settings]
+    if policy.spec:
+        argv += ["--spec", policy.spec]
+    if policy.learn:
+        argv += ["--learn", policy.learn]
+    else:
+        argv.append("--commands")
+        for path in policy.commands:
+            argv += ["--run", path]
+        for path in loaders:
+            argv += ["--loader", path]
+    os.set_inheritable(watch_end, True)
+    try:
+        pid = os.posix_spawn(argv[0], argv, dict(env))
+    except OSError:
+        os.close(init_end)
+        raise
+    finally:
+        os.close(watch_end)
+    return pid, init_end
+
+
+def _end_watch(pid: int) -> None:
+    import time
+
+    deadline = time.monotonic() + WATCH_EXIT_SECONDS
+    while time.monotonic() < deadline:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return
+        time.sleep(0.002)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
 
 
 def _diagnose_namespaces() -> str:

@@ -17,7 +17,8 @@ import sys
 from lnk_common.policy import Policy
 from lnk_wrap.bwrap import HostFacts
 
-__all__ = ["SYSTEM_FOLDERS", "SYSTEM_SECRETS", "gather", "runtime_paths"]
+__all__ = ["LOADERS", "SYSTEM_FOLDERS", "SYSTEM_SECRETS", "elf_interpreter", "gather",
+           "loaders", "runtime_paths"]
 
 # Read-only in every sandbox: the loader, libraries, programs and their settings.
 # On a merged-/usr system the top-level ones are links into /usr, made as links.
@@ -36,6 +37,54 @@ SYSTEM_SECRETS = (
     "/etc/ssh/ssh_host_*_key",
     "/etc/ssl/private",
 )
+
+
+# Where x86-64 Linux keeps its program loaders (glibc's, musl's). Where [commands] lists
+# programs, each that exists stays runnable, with the one a listed program names itself.
+LOADERS = (
+    "/lib64/ld-linux-x86-64.so.2",
+    "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+    "/usr/lib64/ld-linux-x86-64.so.2",
+    "/lib/ld-musl-x86_64.so.1",
+)
+# An ELF header and its program headers sit in the first few KiB of a program.
+_ELF_HEAD_BYTES = 16 * 1024
+_PT_INTERP = 3
+
+
+def elf_interpreter(head: bytes) -> str | None:
+    """The loader a 64-bit little-endian ELF program names (PT_INTERP), or None."""
+    if len(head) < 64 or head[:6] != b"\x7fELF\x02\x01":
+        return None
+    offset = int.from_bytes(head[32:40], "little")
+    size = int.from_bytes(head[54:56], "little")
+    count = int.from_bytes(head[56:58], "little")
+    for index in range(count):
+        start = offset + index * size
+        header = head[start:start + 56]
+        if len(header) < 56:
+            return None
+        if int.from_bytes(header[0:4], "little") == _PT_INTERP:
+            where = int.from_bytes(header[8:16], "little")
+            length = int.from_bytes(header[32:40], "little")
+            name = head[where:where + length].split(b"\0", 1)[0]
+            return os.fsdecode(name) if name.startswith(b"/") else None
+    return None
+
+
+def loaders(commands: tuple[str, ...]) -> tuple[str, ...]:
+    """The loaders to keep runnable: the machine's, and those listed files name."""
+    found = [path for path in LOADERS if os.path.exists(path)]
+    for path in commands:
+        if os.path.isfile(path):
+            try:
+                with open(path, "rb") as handle:
+                    named = elf_interpreter(handle.read(_ELF_HEAD_BYTES))
+            except OSError:
+                continue
+            if named and os.path.exists(named):
+                found.append(named)
+    return tuple(dict.fromkeys(os.path.realpath(path) for path in found))
 
 
 def _kind(path: str) -> str:
@@ -84,6 +133,7 @@ def gather(policy: Policy, *, cwd: str, info_fd: int | None,
     hide_kinds = {path: _kind(path) for path in (*policy.hide, policy.settings)}
     hide_kinds.update({path: _kind(path) for path in hidden})
     return HostFacts(
+        loaders=loaders(policy.commands) if policy.commands else (),
         system_dirs=tuple(system_dirs),
         system_links=tuple(system_links),
         system_hidden=tuple(hidden),

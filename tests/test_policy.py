@@ -29,6 +29,8 @@ def policies(draw: st.DrawFn, names: st.SearchStrategy[str] = any_names) -> Poli
         reopen=draw(path_tuples),
         write_dot_files=tuple(draw(st.lists(st.sampled_from(write), max_size=3)))
         if write else (),
+        commands=draw(path_tuples),
+        learn=draw(st.one_of(st.just(""), paths)),
         name=draw(st.one_of(st.just(""), names)),
         spec=draw(st.one_of(st.just(""), paths)),
         keep_session=draw(st.booleans()),

@@ -130,8 +130,6 @@ def test_agent_name_not_a_string(write_spec: WriteSpec, env: dict[str, str]) -> 
 @pytest.mark.parametrize(
     ("section", "reason"),
     [
-        ("commands", "not built yet in this version of lnk-sandbox ([commands] and the exec "
-                     "watch)"),
         ("network", "not built yet in this version of lnk-sandbox (the proxy); a sandbox has "
                     "no network at all"),
         ("tcp", "not built yet in this version of lnk-sandbox (TCP endpoints and DNS)"),
@@ -904,3 +902,48 @@ def test_deeply_nested_toml_is_a_spec_error_not_a_crash(
 ) -> None:
     spec = write_spec("a = " + "[" * 100_000)
     assert _error(spec, env)[2] == "not valid TOML: nested too deeply"
+
+
+# --- [commands] ---------------------------------------------------------------------------
+
+
+def test_commands_run_lists_files_and_folders_canonically(
+    write_spec: WriteSpec, env: dict[str, str], tmp: Path
+) -> None:
+    tools = _folder(tmp / "tools")
+    tool = tools / "tool"
+    tool.write_text("#!/bin/sh\n")
+    link = tmp / "tool-link"
+    link.symlink_to(tool)
+    spec = write_spec(f"[commands]\nrun = {toml_list(tools, link, '/usr/bin/git')}\n")
+    assert load_spec(spec, env).commands == (str(tools), str(tool), "/usr/bin/git")
+
+
+@pytest.mark.parametrize("body", ["[commands]\n", "[commands]\nrun = []\n"])
+def test_commands_empty_is_refused(write_spec: WriteSpec, env: dict[str, str], body: str) -> None:
+    spec = write_spec(body)
+    _file, key, reason = _error(spec, env)
+    assert key == "commands.run"
+    assert reason.startswith("an empty list lets nothing start")
+
+
+def test_commands_in_a_written_folder_is_refused(
+    write_spec: WriteSpec, env: dict[str, str], tmp: Path
+) -> None:
+    work = _folder(tmp / "work")
+    (work / "build.sh").write_text("#!/bin/sh\n")
+    spec = write_spec(f"[files]\nwrite = {toml_list(work)}\n"
+                      f"[commands]\nrun = {toml_list(work / 'build.sh')}\n")
+    _file, key, reason = _error(spec, env)
+    assert key == "commands.run"
+    assert "which the sandbox writes: it could replace the program" in reason
+
+
+def test_commands_missing_program_or_unknown_key(
+    write_spec: WriteSpec, env: dict[str, str], tmp: Path
+) -> None:
+    spec = write_spec(f"[commands]\nrun = {toml_list(tmp / 'nope')}\n")
+    assert _error(spec, env)[1] == "commands.run[0]"
+    spec = write_spec("[commands]\nallow = []\n")
+    assert _error(spec, env) == (str(spec), "commands.allow",
+                                 "unknown key (known in [commands]: run)")

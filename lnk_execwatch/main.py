@@ -1,0 +1,360 @@
+"""lnk-sandbox-exec-watch: outside the sandbox, the other end of its seccomp filter.
+
+    lnk-sandbox-exec-watch --socket-fd N --settings DIR [--spec FILE] [--learn FILE]
+                           [--run PATH]… [--loader PATH]…
+
+Started by the launcher where [commands] lists programs (and for `learn`), before the
+sandbox. The init, first thing inside, installs the "watched" filter and sends its
+listener over the inherited socket N; this watch acknowledges with one byte (the init
+runs nothing before it has it) and then answers every notification until the sandbox
+is gone (the listener hangs up):
+
+- execve / execveat: read the path the program gave (its memory, /proc/PID/mem), check
+  the call is still pending (ID_VALID), resolve the path inside the sandbox's own root
+  (/proc/PID/root: the sandbox's mounts, its links followed there), and judge it, and a
+  script's interpreter, against [commands]. A refused one is named on the sandbox's
+  stderr and in Link's settings (sandbox/programs.log). The call always goes on:
+  Landlock alone decides (the seed: naming is advice; CONTINUE is racy, a decision on
+  it would not be). A loader run directly is named with the program it is handed: the
+  loader gap, reported, not hidden. With --learn, every program run is recorded instead.
+- memfd_create without MFD_NOEXEC_SEAL: make the memory file here with the seal added
+  and put it into the program as the call's answer (ADDFD + SEND): it can write, seal
+  and map it executable, never run it. (MFD_HUGETLB got EINVAL in the filter itself.)
+
+If this watch dies, the listener closes and every notifying call fails with ENOSYS:
+nothing runs that was not seen. It asks the kernel to kill it when its parent (the
+launcher) goes, so no watch outlives its sandbox.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import sys
+import time
+
+from lnk_execwatch import notify
+from lnk_execwatch.judge import (
+    SHEBANG_BYTES,
+    Commands,
+    interpreter_of,
+    program_given_to_loader,
+)
+
+TYPE_CHECKING = False  # the typing module costs an import at every start
+if TYPE_CHECKING:
+    import socket as _socket
+    from collections.abc import Callable
+else:
+    import _socket
+
+__all__ = ["main"]
+
+_EXECVE = 59
+_EXECVEAT = 322
+_MEMFD_CREATE = 319
+_AT_FDCWD = -100
+_MFD_CLOEXEC = 0x0001
+_MFD_NOEXEC_SEAL = 0x0008
+_MFD_EXEC = 0x0010
+_PR_SET_PDEATHSIG = 1
+_SIGKILL = 9
+_POLLIN = 0x001
+_POLLHUP = 0x010
+
+# The kernel takes a path of at most PATH_MAX bytes, and a memory file's name of 249.
+PATH_MAX = 4096
+MEMFD_NAME_MAX = 249
+# How many of a loader's arguments are read to find the program it is handed.
+MAX_LOADER_ARGS = 16
+# Links followed in one path (the kernel's own limit), and #! interpreters in a chain
+# (BINPRM's recursion limit).
+MAX_LINKS = 40
+MAX_SCRIPT_DEPTH = 4
+
+
+class _Memory:
+    """Reading a stopped program's memory through /proc/PID/mem."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, pid: int) -> None:
+        self.fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def string(self, address: int, limit: int) -> bytes:
+        data = b""
+        while len(data) < limit:
+            chunk = os.pread(self.fd, min(limit - len(data), 4096 - (address + len(data)) % 4096),
+                             address + len(data))
+            if not chunk:
+                break
+            end = chunk.find(b"\0")
+            if end >= 0:
+                return data + chunk[:end]
+            data += chunk
+        raise OSError(errno.ENAMETOOLONG if len(data) >= limit else errno.EFAULT,
+                      "no string at that address")
+
+    def pointers(self, address: int, count: int) -> list[int]:
+        raw = os.pread(self.fd, 8 * count, address)
+        found = []
+        for offset in range(0, len(raw) - 7, 8):
+            pointer = int.from_bytes(raw[offset:offset + 8], "little")
+            if pointer == 0:
+                break
+            found.append(pointer)
+        return found
+
+
+def resolve_inside(pid: int, path: str) -> str | None:
+    """`path` (absolute, as the sandbox sees it) with every link followed inside the
+    sandbox's root, or None when it does not lead to a file there."""
+    root = f"/proc/{pid}/root"
+    pending = [part for part in reversed(path.split("/")) if part]
+    current = ""
+    links = 0
+    while pending:
+        part = pending.pop()
+        if part == ".":
+            continue
+        if part == "..":
+            current = current.rsplit("/", 1)[0]
+            continue
+        candidate = f"{current}/{part}"
+        try:
+            info = os.lstat(root + candidate)
+        except OSError:
+            return None
+        if stat.S_ISLNK(info.st_mode):
+            links += 1
+            if links > MAX_LINKS:
+                return None
+            target = os.readlink(root + candidate)
+            if target.startswith("/"):
+                current = ""
+            pending += [part for part in reversed(target.split("/")) if part]
+            continue
+        current = candidate
+    return current or "/"
+
+
+class Watch:
+    __slots__ = ("commands", "learn", "listener", "log", "say", "spec")
+
+    def __init__(self, listener: int, commands: Commands | None, *, spec: str, log: str,
+                 learn: str, say: Callable[[str], None]) -> None:
+        self.listener = listener
+        self.commands = commands
+        self.spec = spec
+        self.log = log
+        self.learn = learn
+        self.say = say
+
+    def serve(self) -> None:
+        import select
+
+        poller = select.poll()
+        poller.register(self.listener, _POLLIN)
+        while True:
+            events = poller.poll()
+            if any(event & _POLLHUP for _, event in events):
+                return  # every process of the sandbox is gone
+            try:
+                call = notify.receive(self.listener)
+            except notify.NotifyError as error:
+                if error.errno in (errno.ENOENT, errno.EINTR):
+                    continue  # the caller went away before its call was read
+                raise
+            try:
+                if call.nr == _MEMFD_CREATE:
+                    self.memfd_create(call)
+                else:
+                    self.execve(call)
+            except notify.NotifyError as error:
+                if error.errno != errno.ENOENT:
+                    raise
+
+    # -- exec ---------------------------------------------------------------------------
+
+    def execve(self, call: notify.Notification) -> None:
+        """Judged while the caller waits (its root and cwd are still there to read, even
+        for a program that exits at once when refused), then always let go on."""
+        try:
+            path, argv = self.read_exec(call)
+            if notify.id_valid(self.listener, call.id):
+                self.judge(call.pid, path, argv, depth=0)
+        except OSError:
+            pass  # advice only: what cannot be read is not named, and Landlock decides
+        notify.answer_continue(self.listener, call.id)
+
+    def read_exec(self, call: notify.Notification) -> tuple[str, list[str]]:
+        memory = _Memory(call.pid)
+        try:
+            if call.nr == _EXECVE:
+                dirfd, path_at, argv_at = _AT_FDCWD, call.args[0], call.args[1]
+            else:
+                dirfd = int.from_bytes((call.args[0] & 0xFFFFFFFF).to_bytes(4, "little"),
+                                       "little", signed=True)
+                path_at, argv_at = call.args[1], call.args[2]
+            path = os.fsdecode(memory.string(path_at, PATH_MAX))
+            argv: list[str] = []
+            if self.commands is not None and self.commands.loaders:
+                argv = [os.fsdecode(memory.string(pointer, PATH_MAX))
+                        for pointer in memory.pointers(argv_at, MAX_LOADER_ARGS)]
+        finally:
+            memory.close()
+        if not path.startswith("/"):
+            base = os.readlink(f"/proc/{call.pid}/cwd" if dirfd == _AT_FDCWD
+                               else f"/proc/{call.pid}/fd/{dirfd}")
+            path = f"{base.rstrip('/')}/{path}"
+        return path, argv
+
+    def judge(self, pid: int, path: str, argv: list[str], *, depth: int,
+              script: str = "") -> None:
+        resolved = resolve_inside(pid, path)
+        if resolved is None:
+            return  # no such file: the kernel says so itself
+        try:
+            with open(f"/proc/{pid}/root{resolved}", "rb") as handle:
+                head = handle.read(SHEBANG_BYTES)
+        except OSError:
+            return  # a folder, or not readable: the kernel refuses with its own error
+        if self.learn:
+            self.record(resolved, script)
+        elif self.commands is not None and not self.commands.allows(resolved):
+            what = f"{resolved}, the interpreter of {script}," if script else resolved
+            self.refused(f"refused to run {what}: not in [commands] of {self.spec}")
+            return
+        elif self.commands is not None and self.commands.is_loader(resolved) and argv:
+            program = program_given_to_loader(argv)
+            if program is not None:
+                self.refused(f"the loader {resolved} was run directly on {program}: "
+                             "[commands] cannot judge what the loader is handed "
+                             "(a stated gap; `lnk-sandbox check`)")
+        interpreter = interpreter_of(head)
+        if interpreter is not None and depth < MAX_SCRIPT_DEPTH:
+            self.judge(pid, interpreter, [], depth=depth + 1, script=resolved)
+
+    def refused(self, message: str) -> None:
+        self.say(f"lnk-sandbox: {message}")
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(self.log, flags, 0o600)
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(self.log), mode=0o700, exist_ok=True)
+            fd = os.open(self.log, flags, 0o600)
+        try:
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+            os.write(fd, f"{stamp}\t{self.spec}\t{message}\n".encode("utf-8", "surrogateescape"))
+        finally:
+            os.close(fd)
+
+    def record(self, path: str, script: str) -> None:
+        fd = os.open(self.learn, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            line = f"interpreter\t{path}\t{script}\n" if script else f"program\t{path}\n"
+            os.write(fd, line.encode("utf-8", "surrogateescape"))
+        finally:
+            os.close(fd)
+
+    # -- memory files -------------------------------------------------------------------
+
+    def memfd_create(self, call: notify.Notification) -> None:
+        flags = call.args[1] & 0xFFFFFFFF
+        try:
+            memory = _Memory(call.pid)
+            try:
+                name = memory.string(call.args[0], MEMFD_NAME_MAX + 1)
+            finally:
+                memory.close()
+        except OSError as error:
+            notify.answer_error(self.listener, call.id, error.errno or errno.EFAULT)
+            return
+        if not notify.id_valid(self.listener, call.id):
+            return
+        try:
+            made = os.memfd_create(os.fsdecode(name),
+                                   (flags | _MFD_NOEXEC_SEAL | _MFD_CLOEXEC) & ~_MFD_EXEC)
+        except OSError as error:
+            notify.answer_error(self.listener, call.id, error.errno or errno.EINVAL)
+            return
+        try:
+            notify.add_fd_and_answer(self.listener, call.id, made,
+                                     cloexec=bool(flags & _MFD_CLOEXEC))
+        finally:
+            os.close(made)
+
+
+def _receive_listener(socket_fd: int) -> int | None:
+    """The listener the init sends first thing, acknowledged with one byte; None when
+    the socket closes first (the sandbox was never made: nothing to watch)."""
+    channel = _socket.socket(fileno=socket_fd)
+    try:
+        size = _socket.CMSG_SPACE(4)
+        data, ancillary, _, _ = channel.recvmsg(1, size)
+        if not data and not ancillary:
+            return None
+        for level, kind, data in ancillary:
+            if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS and len(data) >= 4:
+                listener = int.from_bytes(data[:4], sys.byteorder)
+                channel.sendall(b"+")
+                return listener
+        raise OSError(errno.EPROTO, "the init sent no listener")
+    finally:
+        channel.close()
+
+
+def _parse(argv: list[str]) -> dict[str, list[str]]:
+    options: dict[str, list[str]] = {name: [] for name in (
+        "--socket-fd", "--settings", "--spec", "--learn", "--run", "--loader", "--commands")}
+    index = 0
+    while index < len(argv):
+        option = argv[index]
+        if option == "--commands":
+            options[option].append("yes")
+            index += 1
+            continue
+        if option not in options or index + 1 >= len(argv):
+            raise ValueError(f"unknown option or missing value: {option!r}")
+        options[option].append(argv[index + 1])
+        index += 2
+    for single in ("--socket-fd", "--settings"):
+        if len(options[single]) != 1:
+            raise ValueError(f"{single} is required, once")
+    return options
+
+
+def main(argv: list[str] | None = None) -> None:
+    from lnk_common.syscalls import prctl
+
+    try:
+        options = _parse(sys.argv[1:] if argv is None else argv)
+    except ValueError as error:
+        print(f"lnk-sandbox-exec-watch: {error}", file=sys.stderr)
+        sys.exit(2)
+    prctl(_PR_SET_PDEATHSIG, _SIGKILL)
+    settings = options["--settings"][0]
+    commands = (Commands(tuple(options["--run"]), tuple(options["--loader"]))
+                if options["--commands"] else None)
+
+    def say(message: str) -> None:
+        os.write(2, (message + "\n").encode("utf-8", "surrogateescape"))
+
+    try:
+        listener = _receive_listener(int(options["--socket-fd"][0]))
+        if listener is None:
+            return
+        Watch(listener, commands, spec=(options["--spec"] or ["the policy"])[0],
+              log=os.path.join(settings, "sandbox", "programs.log"),
+              learn=(options["--learn"] or [""])[0], say=say).serve()
+    except (OSError, notify.NotifyError) as error:
+        say(f"lnk-sandbox-exec-watch: {error}; the sandbox's programs can no longer start")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""The seccomp filter: one table of the system calls a sandbox refuses, and its compiler.
+
+The kernel is a wall too. Each entry below refuses, by name, a call a sandboxed program
+does not need and container runtimes refuse too (Docker's and Podman's default profiles,
+Flatpak's), with an error rather than a kill, so a program can fall back: EPERM, or
+ENOSYS where userspace has a fallback for a call the kernel may lack (clone3 → clone,
+the new mount API, io_uring). Calls not listed are allowed: this is a deny-list of the
+kernel's attack surface, while what a program may reach is the mounts', Landlock's and
+the namespaces' job. Foreign architectures (i386's int 0x80 on x86-64) and x32 numbers
+are refused whole (ENOSYS), so a program cannot reach a listed call by another number.
+
+Two variants, compiled from the same table:
+- "plain": the table, and `execveat` with AT_EMPTY_PATH (running a descriptor) refused.
+- "watched" (where [commands] lists programs, and for `learn`): also hands execve and
+  execveat to the exec watch (SECCOMP_RET_USER_NOTIF), and memfd_create without
+  MFD_NOEXEC_SEAL, so the watch makes the memory file sealed non-executable; a huge-page
+  memory file (MFD_HUGETLB) gets EINVAL: hugetlbfs takes the seal but does not enforce it.
+
+pyseccomp (libseccomp) compiles the table to BPF here, at build time; the programs are
+kept in lnk_wrap/filters/ and loaded by the init with one system call, because importing
+pyseccomp costs 44 ms, which every sandbox start would pay. tests/test_seccomp.py
+compiles the table again and compares the bytes (golden), and runs the BPF against a
+table of (call, arguments) → action. bin/gen-seccomp writes the files.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+__all__ = ["ARCH", "REFUSED", "VARIANTS", "compile_filter", "filter_path"]
+
+ARCH = "x86_64"
+
+# Flags the rules look at (include/uapi/linux/…).
+AT_EMPTY_PATH = 0x1000
+MFD_HUGETLB = 0x0004
+MFD_NOEXEC_SEAL = 0x0008
+TIOCSTI = 0x5412
+TIOCLINUX = 0x541C
+CLONE_NEW_ANY = (0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000
+                 | 0x20000000 | 0x40000000 | 0x00000080)  # NS UTS IPC USER PID NET CGROUP TIME
+
+# name → (errno, why). Refused whatever the arguments.
+REFUSED: dict[str, tuple[int, str]] = {
+    # Kernel code and the machine's state.
+    "init_module": (errno.EPERM, "loads kernel code"),
+    "finit_module": (errno.EPERM, "loads kernel code"),
+    "delete_module": (errno.EPERM, "unloads kernel code"),
+    "kexec_load": (errno.EPERM, "replaces the running kernel"),
+    "kexec_file_load": (errno.EPERM, "replaces the running kernel"),
+    "reboot": (errno.EPERM, "reboots or halts the machine"),
+    "swapon": (errno.EPERM, "changes the machine's swap"),
+    "swapoff": (errno.EPERM, "changes the machine's swap"),
+    "acct": (errno.EPERM, "turns process accounting on for the machine"),
+    "settimeofday": (errno.EPERM, "sets the machine's clock"),
+    "clock_settime": (errno.EPERM, "sets the machine's clock"),
+    "clock_adjtime": (errno.EPERM, "adjusts the machine's clock"),
+    "syslog": (errno.EPERM, "reads or clears the kernel's log"),
+    "quotactl": (errno.EPERM, "administers disk quotas"),
+    "quotactl_fd": (errno.EPERM, "administers disk quotas"),
+    "iopl": (errno.EPERM, "raw access to I/O ports"),
+    "ioperm": (errno.EPERM, "raw access to I/O ports"),
+    "vhangup": (errno.EPERM, "hangs up the terminal for everyone"),
+    # Attack surface with a history of kernel exploits; programs do not need it.
+    "bpf": (errno.EPERM, "loads programs into the kernel"),
+    "perf_event_open": (errno.EPERM, "kernel and hardware performance counters"),
+    "userfaultfd": (errno.EPERM, "lets a program stall the kernel mid-copy (exploit aid)"),
+    "io_uring_setup": (errno.ENOSYS, "a second system-call interface the filter cannot see"),
+    "io_uring_enter": (errno.ENOSYS, "a second system-call interface the filter cannot see"),
+    "io_uring_register": (errno.ENOSYS, "a second system-call interface the filter cannot see"),
+    "add_key": (errno.EPERM, "the kernel keyring is not namespaced"),
+    "request_key": (errno.EPERM, "the kernel keyring is not namespaced"),
+    "keyctl": (errno.EPERM, "the kernel keyring is not namespaced"),
+    "open_by_handle_at": (errno.EPERM, "opens files by handle, around every path check"),
+    "fanotify_init": (errno.EPERM, "watches the whole file system"),
+    "lookup_dcookie": (errno.EPERM, "kernel profiling"),
+    # Other processes: none outside the sandbox, and none inside need it.
+    "ptrace": (errno.EPERM, "reads and writes another process"),
+    "process_vm_readv": (errno.EPERM, "reads another process's memory"),
+    "process_vm_writev": (errno.EPERM, "writes another process's memory"),
+    "kcmp": (errno.EPERM, "compares kernel objects of other processes"),
+    "pidfd_getfd": (errno.EPERM, "takes a file descriptor out of another process"),
+    # Mounts and namespaces: the sandbox's own are made before the program starts.
+    "mount": (errno.EPERM, "changes the mount table"),
+    "umount2": (errno.EPERM, "changes the mount table"),
+    "pivot_root": (errno.EPERM, "changes the root"),
+    "chroot": (errno.EPERM, "changes the root"),
+    "setns": (errno.EPERM, "joins another namespace"),
+    "open_tree": (errno.ENOSYS, "the new mount API (userspace falls back to mount)"),
+    "move_mount": (errno.ENOSYS, "the new mount API (userspace falls back to mount)"),
+    "fsopen": (errno.ENOSYS, "the new mount API (userspace falls back to mount)"),
+    "fsconfig": (errno.ENOSYS, "the new mount API (userspace falls back to mount)"),
+    "fsmount": (errno.ENOSYS, "the new mount API (userspace falls back to mount)"),
+    "fspick": (errno.ENOSYS, "the new mount API (userspace falls back to mount)"),
+    "mount_setattr": (errno.ENOSYS, "the new mount API (userspace falls back to mount)"),
+    "clone3": (errno.ENOSYS, "its flags are in memory the filter cannot read; libc falls back "
+                             "to clone, whose namespace flags are refused"),
+    # Obsolete: gone from the kernel or never used by a program of this century.
+    "uselib": (errno.EPERM, "obsolete (a.out libraries)"),
+    "ustat": (errno.EPERM, "obsolete"),
+    "sysfs": (errno.EPERM, "obsolete"),
+    "_sysctl": (errno.EPERM, "obsolete"),
+    "create_module": (errno.ENOSYS, "obsolete"),
+    "get_kernel_syms": (errno.ENOSYS, "obsolete"),
+    "query_module": (errno.ENOSYS, "obsolete"),
+    "nfsservctl": (errno.ENOSYS, "obsolete"),
+}
+
+# Refused only with some arguments: (name, argument index, mask, value, errno, why);
+# refused when (argument & mask) == value (a masked compare of the low 64 bits).
+REFUSED_WHEN: tuple[tuple[str, int, int, int, int, str], ...] = (
+    ("ioctl", 1, 0xFFFFFFFF, TIOCSTI, errno.EPERM,
+     "TIOCSTI types into the terminal, as if the person had"),
+    ("ioctl", 1, 0xFFFFFFFF, TIOCLINUX, errno.EPERM,
+     "TIOCLINUX can read and paste the console's selection"),
+    ("execveat", 4, AT_EMPTY_PATH, AT_EMPTY_PATH, errno.EACCES,
+     "runs a file descriptor (fexecve), a program in no folder [commands] can judge"),
+)
+# clone and unshare with any namespace flag (each flag alone, so any one refuses).
+_NAMESPACE_FLAGS = tuple(1 << bit for bit in range(32) if CLONE_NEW_ANY & (1 << bit))
+for _flag in _NAMESPACE_FLAGS:
+    REFUSED_WHEN += (
+        ("clone", 0, _flag, _flag, errno.EPERM, "makes a new namespace"),
+        ("unshare", 0, _flag, _flag, errno.EPERM, "makes a new namespace"),
+    )
+
+VARIANTS = ("plain", "watched")
+
+
+def filter_path(variant: str, folder: str | None = None) -> str:
+    base = folder or os.path.join(os.path.dirname(os.path.abspath(__file__)), "filters")
+    return os.path.join(base, f"{ARCH}-{variant}.bpf")
+
+
+def compile_filter(variant: str) -> bytes:
+    """The BPF program of `variant` for x86-64, compiled by libseccomp (pyseccomp)."""
+    import tempfile
+
+    import pyseccomp as seccomp
+
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown filter variant {variant!r}")
+    rules = seccomp.SyscallFilter(seccomp.ALLOW)
+    rules.set_attr(seccomp.Attr.ACT_BADARCH, seccomp.ERRNO(errno.ENOSYS))
+    rules.set_attr(seccomp.Attr.CTL_NNP, 0)  # the init sets no_new_privs itself
+    for name, (code, _why) in REFUSED.items():
+        rules.add_rule(seccomp.ERRNO(code), name)
+    for name, index, mask, value, code, _why in REFUSED_WHEN:
+        rules.add_rule(seccomp.ERRNO(code), name,
+                       seccomp.Arg(index, seccomp.MASKED_EQ, mask, value))
+    if variant == "watched":
+        # libseccomp drops a conditional ERRNO rule when the same call has an
+        # unconditional NOTIFY one: each NOTIFY rule takes the opposite condition.
+        rules.add_rule(seccomp.NOTIFY, "execve")
+        rules.add_rule(seccomp.NOTIFY, "execveat",
+                       seccomp.Arg(4, seccomp.MASKED_EQ, AT_EMPTY_PATH, 0))
+        rules.add_rule(seccomp.ERRNO(errno.EINVAL), "memfd_create",
+                       seccomp.Arg(1, seccomp.MASKED_EQ, MFD_HUGETLB, MFD_HUGETLB))
+        rules.add_rule(seccomp.NOTIFY, "memfd_create",
+                       seccomp.Arg(1, seccomp.MASKED_EQ, MFD_HUGETLB | MFD_NOEXEC_SEAL, 0))
+    with tempfile.TemporaryFile() as handle:
+        rules.export_bpf(handle)
+        handle.seek(0)
+        return handle.read()
