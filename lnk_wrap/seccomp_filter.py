@@ -98,13 +98,13 @@ REFUSED: dict[str, tuple[int, str]] = {
                              "to clone, whose namespace flags are refused"),
     # Obsolete: gone from the kernel or never used by a program of this century.
     "uselib": (errno.EPERM, "obsolete (a.out libraries)"),
-    "ustat": (errno.EPERM, "obsolete"),
-    "sysfs": (errno.EPERM, "obsolete"),
-    "_sysctl": (errno.EPERM, "obsolete"),
-    "create_module": (errno.ENOSYS, "obsolete"),
-    "get_kernel_syms": (errno.ENOSYS, "obsolete"),
-    "query_module": (errno.ENOSYS, "obsolete"),
-    "nfsservctl": (errno.ENOSYS, "obsolete"),
+    "ustat": (errno.EPERM, "obsolete (statfs replaced it)"),
+    "sysfs": (errno.EPERM, "obsolete (/proc/filesystems replaced it)"),
+    "_sysctl": (errno.EPERM, "obsolete (removed in Linux 5.5; /proc/sys replaced it)"),
+    "create_module": (errno.ENOSYS, "obsolete (removed in Linux 2.6)"),
+    "get_kernel_syms": (errno.ENOSYS, "obsolete (removed in Linux 2.6)"),
+    "query_module": (errno.ENOSYS, "obsolete (removed in Linux 2.6)"),
+    "nfsservctl": (errno.ENOSYS, "obsolete (removed in Linux 3.1)"),
 }
 
 # Refused only with some arguments: (name, argument index, mask, value, errno, why);
