@@ -1,7 +1,7 @@
 """lnk-sandbox-exec-watch: outside the sandbox, the other end of its seccomp filter.
 
     lnk-sandbox-exec-watch --socket-fd N --settings DIR [--spec FILE] [--learn FILE]
-                           [--run PATH]… [--loader PATH]…
+                           [--commands] [--run PATH]… [--loader PATH]… [--written PATH]…
 
 Started by the launcher where [commands] lists programs (and for `learn`), before the
 sandbox. The init, first thing inside, installs the "watched" filter and sends its
@@ -28,12 +28,14 @@ launcher) goes, so no watch outlives its sandbox.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import stat
 import sys
 import time
 
+from lnk_common.syscalls import libc
 from lnk_execwatch import notify
 from lnk_execwatch.judge import (
     SHEBANG_BYTES,
@@ -72,42 +74,64 @@ MAX_LOADER_ARGS = 16
 # (BINPRM's recursion limit).
 MAX_LINKS = 40
 MAX_SCRIPT_DEPTH = 4
+# The system folders, read only in every sandbox (lnk_wrap.system): what a path there
+# leads to cannot change during a run, unless the spec writes a folder in them.
+SYSTEM_PREFIXES = ("/usr/", "/etc/", "/bin/", "/sbin/", "/lib/", "/lib64/", "/lib32/")
+# Paths remembered; a build runs a few hundred distinct programs at most.
+MAX_CACHED = 4096
 
 
-class _Memory:
-    """Reading a stopped program's memory through /proc/PID/mem."""
+class _IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
 
-    __slots__ = ("fd",)
 
-    def __init__(self, pid: int) -> None:
-        self.fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+_process_vm_readv = libc.process_vm_readv
+_process_vm_readv.restype = ctypes.c_ssize_t
+_process_vm_readv.argtypes = [ctypes.c_int, ctypes.POINTER(_IoVec), ctypes.c_ulong,
+                              ctypes.POINTER(_IoVec), ctypes.c_ulong, ctypes.c_ulong]
+_PAGE = 4096
 
-    def close(self) -> None:
-        os.close(self.fd)
 
-    def string(self, address: int, limit: int) -> bytes:
-        data = b""
-        while len(data) < limit:
-            chunk = os.pread(self.fd, min(limit - len(data), 4096 - (address + len(data)) % 4096),
-                             address + len(data))
-            if not chunk:
-                break
-            end = chunk.find(b"\0")
-            if end >= 0:
-                return data + chunk[:end]
-            data += chunk
-        raise OSError(errno.ENAMETOOLONG if len(data) >= limit else errno.EFAULT,
-                      "no string at that address")
+def read_memory(pid: int, address: int, length: int) -> bytes:
+    """Up to `length` bytes of a stopped program's memory at `address`, in one call
+    (process_vm_readv: one system call, where /proc/PID/mem is three)."""
+    buffer = ctypes.create_string_buffer(length)
+    local = _IoVec(ctypes.cast(buffer, ctypes.c_void_p), length)
+    remote = _IoVec(address, length)
+    ctypes.set_errno(0)
+    done = _process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+    if done < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    return buffer.raw[:done]
 
-    def pointers(self, address: int, count: int) -> list[int]:
-        raw = os.pread(self.fd, 8 * count, address)
-        found = []
-        for offset in range(0, len(raw) - 7, 8):
-            pointer = int.from_bytes(raw[offset:offset + 8], "little")
-            if pointer == 0:
-                break
-            found.append(pointer)
-        return found
+
+def read_string(pid: int, address: int, limit: int) -> bytes:
+    """A NUL-ended string of a stopped program, read a page at a time (a string may end
+    just before memory that is not mapped)."""
+    data = b""
+    while len(data) < limit:
+        at = address + len(data)
+        chunk = read_memory(pid, at, min(limit - len(data), _PAGE - at % _PAGE))
+        if not chunk:
+            break
+        end = chunk.find(b"\0")
+        if end >= 0:
+            return data + chunk[:end]
+        data += chunk
+    raise OSError(errno.ENAMETOOLONG if len(data) >= limit else errno.EFAULT,
+                  "no string at that address")
+
+
+def read_pointers(pid: int, address: int, count: int) -> list[int]:
+    raw = read_memory(pid, address, 8 * count)
+    found = []
+    for offset in range(0, len(raw) - 7, 8):
+        pointer = int.from_bytes(raw[offset:offset + 8], "little")
+        if pointer == 0:
+            break
+        found.append(pointer)
+    return found
 
 
 def resolve_inside(pid: int, path: str) -> str | None:
@@ -143,11 +167,14 @@ def resolve_inside(pid: int, path: str) -> str | None:
 
 
 class Watch:
-    __slots__ = ("commands", "learn", "listener", "log", "say", "spec")
+    __slots__ = ("cache", "commands", "learn", "listener", "log", "say", "spec", "written")
 
     def __init__(self, listener: int, commands: Commands | None, *, spec: str, log: str,
-                 learn: str, say: Callable[[str], None]) -> None:
+                 learn: str, say: Callable[[str], None], written: tuple[str, ...] = ()
+                 ) -> None:
         self.listener = listener
+        self.written = written
+        self.cache: dict[str, tuple[str, bytes]] = {}
         self.commands = commands
         self.spec = spec
         self.log = log
@@ -157,6 +184,7 @@ class Watch:
     def serve(self) -> None:
         import select
 
+        notify.wake_synchronously(self.listener)
         poller = select.poll()
         poller.register(self.listener, _POLLIN)
         while True:
@@ -183,61 +211,83 @@ class Watch:
     def execve(self, call: notify.Notification) -> None:
         """Judged while the caller waits (its root and cwd are still there to read, even
         for a program that exits at once when refused), then always let go on."""
-        try:
-            path, argv = self.read_exec(call)
-            if notify.id_valid(self.listener, call.id):
-                self.judge(call.pid, path, argv, depth=0)
+        try:  # noqa: SIM105 (contextlib is one more import at every start)
+            self.judge(call, self.exec_path(call), depth=0)
         except OSError:
             pass  # advice only: what cannot be read is not named, and Landlock decides
         notify.answer_continue(self.listener, call.id)
 
-    def read_exec(self, call: notify.Notification) -> tuple[str, list[str]]:
-        memory = _Memory(call.pid)
-        try:
-            if call.nr == _EXECVE:
-                dirfd, path_at, argv_at = _AT_FDCWD, call.args[0], call.args[1]
-            else:
-                dirfd = int.from_bytes((call.args[0] & 0xFFFFFFFF).to_bytes(4, "little"),
-                                       "little", signed=True)
-                path_at, argv_at = call.args[1], call.args[2]
-            path = os.fsdecode(memory.string(path_at, PATH_MAX))
-            argv: list[str] = []
-            if self.commands is not None and self.commands.loaders:
-                argv = [os.fsdecode(memory.string(pointer, PATH_MAX))
-                        for pointer in memory.pointers(argv_at, MAX_LOADER_ARGS)]
-        finally:
-            memory.close()
+    def exec_path(self, call: notify.Notification) -> str:
+        if call.nr == _EXECVE:
+            dirfd, path_at = _AT_FDCWD, call.args[0]
+        else:
+            dirfd = int.from_bytes((call.args[0] & 0xFFFFFFFF).to_bytes(4, "little"),
+                                   "little", signed=True)
+            path_at = call.args[1]
+        path = os.fsdecode(read_string(call.pid, path_at, PATH_MAX))
         if not path.startswith("/"):
             base = os.readlink(f"/proc/{call.pid}/cwd" if dirfd == _AT_FDCWD
                                else f"/proc/{call.pid}/fd/{dirfd}")
             path = f"{base.rstrip('/')}/{path}"
-        return path, argv
+        return path
 
-    def judge(self, pid: int, path: str, argv: list[str], *, depth: int,
-              script: str = "") -> None:
+    def loader_argv(self, call: notify.Notification) -> list[str]:
+        argv_at = call.args[1] if call.nr == _EXECVE else call.args[2]
+        return [os.fsdecode(read_string(call.pid, pointer, PATH_MAX))
+                for pointer in read_pointers(call.pid, argv_at, MAX_LOADER_ARGS)]
+
+    def look(self, pid: int, path: str) -> tuple[str, bytes] | None:
+        """(the file `path` leads to inside the sandbox, its first bytes), or None. What
+        lies in the system folders, which no sandbox writes, is remembered: most programs
+        run are there, and each look costs a dozen system calls through /proc."""
+        cacheable = self.cacheable(path)
+        if cacheable and path in self.cache:
+            return self.cache[path]
         resolved = resolve_inside(pid, path)
         if resolved is None:
-            return  # no such file: the kernel says so itself
+            return None  # no such file: the kernel says so itself
         try:
             with open(f"/proc/{pid}/root{resolved}", "rb") as handle:
                 head = handle.read(SHEBANG_BYTES)
         except OSError:
-            return  # a folder, or not readable: the kernel refuses with its own error
+            return None  # a folder, or not readable: the kernel refuses with its own error
+        if cacheable and self.cacheable(resolved):
+            if len(self.cache) >= MAX_CACHED:
+                self.cache.clear()
+            self.cache[path] = (resolved, head)
+        return resolved, head
+
+    def cacheable(self, path: str) -> bool:
+        return (path.startswith(SYSTEM_PREFIXES) and "/." not in path
+                and not any(path == folder or path.startswith(folder + "/")
+                            for folder in self.written))
+
+    def judge(self, call: notify.Notification, path: str, *, depth: int,
+              script: str = "") -> None:
+        seen = self.look(call.pid, path)
+        if seen is None:
+            return
+        resolved, head = seen
+        # What is said or recorded is said only of a call still pending (ID_VALID): its
+        # memory was then read from the process that made it, not from one that took its
+        # pid since. A call let go on in silence needs no such check.
         if self.learn:
-            self.record(resolved, script)
+            if notify.id_valid(self.listener, call.id):
+                self.record(resolved, script)
         elif self.commands is not None and not self.commands.allows(resolved):
             what = f"{resolved}, the interpreter of {script}," if script else resolved
-            self.refused(f"refused to run {what}: not in [commands] of {self.spec}")
+            if notify.id_valid(self.listener, call.id):
+                self.refused(f"refused to run {what}: not in [commands] of {self.spec}")
             return
-        elif self.commands is not None and self.commands.is_loader(resolved) and argv:
-            program = program_given_to_loader(argv)
-            if program is not None:
+        elif self.commands is not None and self.commands.is_loader(resolved) and not script:
+            program = program_given_to_loader(self.loader_argv(call))
+            if program is not None and notify.id_valid(self.listener, call.id):
                 self.refused(f"the loader {resolved} was run directly on {program}: "
                              "[commands] cannot judge what the loader is handed "
                              "(a stated gap; `lnk-sandbox check`)")
         interpreter = interpreter_of(head)
         if interpreter is not None and depth < MAX_SCRIPT_DEPTH:
-            self.judge(pid, interpreter, [], depth=depth + 1, script=resolved)
+            self.judge(call, interpreter, depth=depth + 1, script=resolved)
 
     def refused(self, message: str) -> None:
         self.say(f"lnk-sandbox: {message}")
@@ -266,11 +316,7 @@ class Watch:
     def memfd_create(self, call: notify.Notification) -> None:
         flags = call.args[1] & 0xFFFFFFFF
         try:
-            memory = _Memory(call.pid)
-            try:
-                name = memory.string(call.args[0], MEMFD_NAME_MAX + 1)
-            finally:
-                memory.close()
+            name = read_string(call.pid, call.args[0], MEMFD_NAME_MAX + 1)
         except OSError as error:
             notify.answer_error(self.listener, call.id, error.errno or errno.EFAULT)
             return
@@ -310,7 +356,8 @@ def _receive_listener(socket_fd: int) -> int | None:
 
 def _parse(argv: list[str]) -> dict[str, list[str]]:
     options: dict[str, list[str]] = {name: [] for name in (
-        "--socket-fd", "--settings", "--spec", "--learn", "--run", "--loader", "--commands")}
+        "--socket-fd", "--settings", "--spec", "--learn", "--run", "--loader", "--written",
+        "--commands")}
     index = 0
     while index < len(argv):
         option = argv[index]
@@ -350,7 +397,8 @@ def main(argv: list[str] | None = None) -> None:
             return
         Watch(listener, commands, spec=(options["--spec"] or ["the policy"])[0],
               log=os.path.join(settings, "sandbox", "programs.log"),
-              learn=(options["--learn"] or [""])[0], say=say).serve()
+              learn=(options["--learn"] or [""])[0], say=say,
+              written=tuple(options["--written"])).serve()
     except (OSError, notify.NotifyError) as error:
         say(f"lnk-sandbox-exec-watch: {error}; the sandbox's programs can no longer start")
         sys.exit(1)

@@ -49,11 +49,6 @@ STATED_GAPS = (
 
 # Protections of later issues, said plainly until they exist.
 NOT_YET_BUILT = (
-    {"protection": "seccomp filter", "in_force": False,
-     "why": "not built yet: refused system calls are only what bubblewrap and the missing "
-            "capabilities refuse"},
-    {"protection": "[commands] and the exec watch", "in_force": False,
-     "why": "not built yet: any readable program may start"},
     {"protection": "the proxy (network)", "in_force": False,
      "why": "not built yet: a sandbox has no network at all (loopback only)"},
 )
@@ -109,6 +104,8 @@ def report(env: Mapping[str, str]) -> dict[str, Any]:
     bubblewrap = _bubblewrap(env)
     abi = landlock.abi_version()
     namespaces = bool(bubblewrap.get("user_namespaces"))
+    seccomp = _seccomp()
+    memfd_noexec = _memfd_noexec()
     in_force = [
         {"protection": "files: mounts (bubblewrap)", "in_force": namespaces},
         {"protection": "files: Landlock", "in_force": abi >= 1, "abi": abi},
@@ -119,6 +116,17 @@ def report(env: Mapping[str, str]) -> dict[str, Any]:
         {"protection": "own pid, network, ipc and uts namespaces", "in_force": namespaces},
         {"protection": "dot files of written folders read only, missing ones held by "
                        "placeholders (but for write_dot_files)", "in_force": namespaces},
+        {"protection": "seccomp filter: kernel modules, kexec, bpf, perf, keyrings, mounts "
+                       "and namespaces, ptrace, userfaultfd, io_uring, TIOCSTI … refused with "
+                       "an errno; running a file descriptor refused",
+         "in_force": namespaces and seccomp["available"]},
+        {"protection": "[commands]: only listed programs start (Landlock's execute right); "
+                       "a refused one is named by the exec watch",
+         "in_force": namespaces and abi >= 1 and seccomp["user_notification"]},
+        {"protection": "memory files made non-executable where [commands] lists programs",
+         "in_force": namespaces and memfd_noexec and seccomp["user_notification"],
+         **({} if memfd_noexec else {"why": "Linux before 6.3: only running a descriptor "
+                                            "(execveat) is refused"})},
         *NOT_YET_BUILT,
     ]
     try:
@@ -131,8 +139,8 @@ def report(env: Mapping[str, str]) -> dict[str, Any]:
         "kernel": os.uname().release,
         "bubblewrap": bubblewrap,
         "landlock_abi": abi,
-        "seccomp": _seccomp(),
-        "memfd_noexec": _memfd_noexec(),
+        "seccomp": seccomp,
+        "memfd_noexec": memfd_noexec,
         "protections": in_force,
         "gaps": list(STATED_GAPS),
         "placeholders": listed,

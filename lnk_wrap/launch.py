@@ -300,6 +300,8 @@ def _start_watch(policy: Policy, loaders: tuple[str, ...],
             "--settings", policy.settings]
     if policy.spec:
         argv += ["--spec", policy.spec]
+    for path in policy.write:
+        argv += ["--written", path]
     if policy.learn:
         argv += ["--learn", policy.learn]
     else:

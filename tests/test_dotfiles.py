@@ -14,6 +14,7 @@ import signal
 import stat
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -464,9 +465,25 @@ def test_F4_an_agents_own_folder_has_its_dot_files_open_its_files_folder_does_no
 # -- F5: placeholders and the runs holding them ----------------------------------------------
 
 
+_STARTED: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_run_outlives_its_test() -> Iterator[None]:
+    """A test that fails while a run waits on its gate must not leave the run behind."""
+    yield
+    while _STARTED:
+        run = _STARTED.pop()
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+
+
 def _start(spec: Path, env: dict[str, str], *command: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", *command],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", *command],
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _STARTED.append(run)
+    return run
 
 
 def _gated_spec(write_spec: WriteSpec, folder: Path, gates: Path) -> Path:

@@ -327,17 +327,26 @@ def test_the_sandbox_fails_closed_when_the_watch_dies(
          "/usr/bin/cat /proc/self/status >/dev/null; echo cat=$?; "
          "python3 -c 1; echo python=$?"],
         env=sandbox_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _kill_the_watch_once_running(run, running)
+        gate.touch()
+        stdout, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    # Notifying calls now fail (ENOSYS): nothing starts, listed or not.
+    assert "cat=0" not in stdout and "cat=" in stdout, (stdout, stderr)
+    assert "python=0" not in stdout
+
+
+def _kill_the_watch_once_running(run: subprocess.Popen[str], running: Path) -> None:
     watch = _find_watch(run.pid)
     deadline = time.monotonic() + SANDBOX_TIMEOUT_SECONDS
     while not running.exists() and time.monotonic() < deadline:
         time.sleep(0.01)
     os.kill(watch, signal.SIGKILL)
     time.sleep(0.1)
-    gate.touch()
-    stdout, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
-    # Notifying calls now fail (ENOSYS): nothing starts, listed or not.
-    assert "cat=0" not in stdout and "cat=" in stdout, (stdout, stderr)
-    assert "python=0" not in stdout
 
 
 def _find_watch(launcher: int) -> int:
