@@ -184,7 +184,6 @@ class Watch:
     def serve(self) -> None:
         import select
 
-        notify.wake_synchronously(self.listener)
         poller = select.poll()
         poller.register(self.listener, _POLLIN)
         while True:

@@ -24,15 +24,12 @@ __all__ = [
     "answer_error",
     "id_valid",
     "receive",
-    "wake_synchronously",
 ]
 
 _RECV = 0xC0502100
 _SEND = 0xC0182101
 _ID_VALID = 0x40082102
 _ADDFD = 0x40182103
-_SET_FLAGS = 0x40082104
-_FD_SYNC_WAKE_UP = 1
 _FLAG_CONTINUE = 1
 _ADDFD_FLAG_SEND = 1 << 1
 
@@ -85,17 +82,6 @@ def _ioctl(listener: int, request: int, buffer: ctypes.Structure, what: str) -> 
         return fcntl.ioctl(listener, request, buffer, True)  # type: ignore[no-any-return]
     except OSError as error:
         raise NotifyError(error.errno or errno.EIO, what) from None
-
-
-def wake_synchronously(listener: int) -> bool:
-    """Ask the kernel to switch straight to this watch when a call is handed to it, and
-    straight back when it is answered (Linux 6.6+: SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP),
-    which is most of the cost of a watched exec. False where the kernel lacks it."""
-    try:
-        fcntl.ioctl(listener, _SET_FLAGS, _FD_SYNC_WAKE_UP)
-    except OSError:
-        return False
-    return True
 
 
 def receive(listener: int) -> Notification:
