@@ -94,6 +94,9 @@ def parse(argv: list[str]) -> Options:
 
 def install_filter(options: Options) -> None:
     """The seccomp filter, first; with a listener, handed to the exec watch."""
+    if os.uname().machine != _ARCH:
+        raise InitError(f"no seccomp filter is built for {os.uname().machine} yet "
+                        f"(only {_ARCH}); refusing to run unfiltered")
     try:
         with open(os.path.join(_FILTER_FOLDER, f"{_ARCH}-{options.filter}.bpf"), "rb") as handle:
             program = handle.read(seccomp.MAX_INSTRUCTIONS * 8 + 1)
