@@ -316,6 +316,10 @@ class Watch:
         flags = call.args[1] & 0xFFFFFFFF
         try:
             name = read_string(call.pid, call.args[0], MEMFD_NAME_MAX + 1)
+        except PermissionError:
+            # The kernel may refuse reading other processes' memory outright (Yama's
+            # ptrace_scope 3): the file is made all the same, under a name of ours.
+            name = b"lnk-sandbox"
         except OSError as error:
             notify.answer_error(self.listener, call.id, error.errno or errno.EFAULT)
             return
