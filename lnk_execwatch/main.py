@@ -136,34 +136,103 @@ def read_pointers(pid: int, address: int, count: int) -> list[int]:
 
 def resolve_inside(pid: int, path: str) -> str | None:
     """`path` (absolute, as the sandbox sees it) with every link followed inside the
-    sandbox's root, or None when it does not lead to a file there."""
-    root = f"/proc/{pid}/root"
+    sandbox's root, or None when it does not lead to anything there.
+
+    Walked one name at a time from file descriptors (lstat and open relative to the
+    folder reached, never a path through /proc/PID/root that the kernel would walk on
+    this side), `..` taken off the walked names and never above the root: the program
+    can swap a folder for a link at any moment, and this watch must not follow one to
+    the person's files, not even to learn whether they exist."""
+    try:
+        root = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    walked: list[tuple[str, int]] = [("", root)]
     pending = [part for part in reversed(path.split("/")) if part]
-    current = ""
     links = 0
-    while pending:
-        part = pending.pop()
-        if part == ".":
-            continue
-        if part == "..":
-            current = current.rsplit("/", 1)[0]
-            continue
-        candidate = f"{current}/{part}"
-        try:
-            info = os.lstat(root + candidate)
-        except OSError:
+    found: str | None = None
+    try:
+        while pending:
+            part = pending.pop()
+            if part == ".":
+                continue
+            if part == "..":
+                if len(walked) > 1:
+                    os.close(walked.pop()[1])
+                continue
+            folder, folder_fd = walked[-1]
+            info = os.lstat(part, dir_fd=folder_fd)
+            if stat.S_ISLNK(info.st_mode):
+                links += 1
+                if links > MAX_LINKS:
+                    return None
+                target = os.readlink(part, dir_fd=folder_fd)
+                if target.startswith("/"):
+                    while len(walked) > 1:
+                        os.close(walked.pop()[1])
+                pending += [name for name in reversed(target.split("/")) if name]
+                continue
+            if not pending:
+                found = f"{folder}/{part}"
+                break
+            walked.append((f"{folder}/{part}", os.open(
+                part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                dir_fd=folder_fd)))
+        return found if found is not None else (walked[-1][0] or "/")
+    except OSError:
+        return None
+    finally:
+        for _, fd in walked:
+            os.close(fd)
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64),
+                ("resolve", ctypes.c_uint64)]
+
+
+_SYS_OPENAT2 = 437
+_RESOLVE_NO_MAGICLINKS = 0x02
+_RESOLVE_IN_ROOT = 0x10
+
+
+def read_head_inside(pid: int, path: str) -> bytes | None:
+    """The first bytes of the regular file at `path` inside the sandbox, opened with
+    every link resolved inside its root (openat2 RESOLVE_IN_ROOT): the program may swap
+    a folder for a link at any moment, and a plain open through /proc/PID/root would
+    follow an absolute link on this side, to a file of the person's. Non-blocking, and
+    only a regular file is read (a FIFO or a device is not opened for reading here)."""
+    from lnk_common.syscalls import syscall
+
+    try:
+        root = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        how = _OpenHow(os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, 0,
+                       _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
+        fd = syscall(_SYS_OPENAT2, ctypes.c_int(root), os.fsencode(path.lstrip("/") or "."),
+                     ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))
+    except OSError:
+        return None
+    finally:
+        os.close(root)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        if stat.S_ISLNK(info.st_mode):
-            links += 1
-            if links > MAX_LINKS:
-                return None
-            target = os.readlink(root + candidate)
-            if target.startswith("/"):
-                current = ""
-            pending += [part for part in reversed(target.split("/")) if part]
-            continue
-        current = candidate
-    return current or "/"
+        return os.read(fd, SHEBANG_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def printable(text: str) -> str:
+    """A path from inside, made safe for a terminal and a one-line log: control
+    characters (a newline forging a log line, an escape driving the terminal) shown as
+    \\xNN."""
+    return "".join(char if char.isprintable() else f"\\x{ord(char) & 0xFF:02x}"
+                   for char in text)
 
 
 class Watch:
@@ -245,10 +314,8 @@ class Watch:
         resolved = resolve_inside(pid, path)
         if resolved is None:
             return None  # no such file: the kernel says so itself
-        try:
-            with open(f"/proc/{pid}/root{resolved}", "rb") as handle:
-                head = handle.read(SHEBANG_BYTES)
-        except OSError:
+        head = read_head_inside(pid, resolved)
+        if head is None:
             return None  # a folder, or not readable: the kernel refuses with its own error
         if cacheable and self.cacheable(resolved):
             if len(self.cache) >= MAX_CACHED:
@@ -289,6 +356,7 @@ class Watch:
             self.judge(call, interpreter, depth=depth + 1, script=resolved)
 
     def refused(self, message: str) -> None:
+        message = printable(message)
         self.say(f"lnk-sandbox: {message}")
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
@@ -305,6 +373,7 @@ class Watch:
     def record(self, path: str, script: str) -> None:
         fd = os.open(self.learn, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
+            path, script = printable(path), printable(script)
             line = f"interpreter\t{path}\t{script}\n" if script else f"program\t{path}\n"
             os.write(fd, line.encode("utf-8", "surrogateescape"))
         finally:

@@ -460,3 +460,16 @@ def test_learn_writes_nothing_and_lists_what_the_spec_already_has(
     assert any(line.strip().startswith('"/usr/bin/id",') and "# new" in line for line in lines)
     assert any(line.strip().startswith('"/usr/bin/uname",') and "# new" in line
                for line in lines)
+
+
+def test_P1_a_refused_name_cannot_forge_log_lines_or_drive_the_terminal(
+    write_spec: WriteSpec, run_sandbox: RunSandbox, lnk_home: Path
+) -> None:
+    spec = commands_spec(write_spec, DASH, "/usr/bin/cp")
+    result = run_sandbox(spec, DASH, "-c",
+                         "cp /usr/bin/id \"$(printf '/tmp/a\\n\\033[2Jb')\" && "
+                         "\"$(printf '/tmp/a\\n\\033[2Jb')\"; echo status=$?")
+    assert "status=126" in result.stdout
+    assert "refused to run /tmp/a\\x0a\\x1b[2Jb: not in [commands]" in result.stderr
+    log = (lnk_home / "sandbox" / "programs.log").read_text().splitlines()
+    assert len(log) == 1 and "\x1b" not in log[0]
