@@ -22,7 +22,9 @@ class PolicyArgvError(Exception):
 
 
 _PATH_OPTIONS = ("--read", "--write", "--hide", "--reopen", "--write-dot-files", "--run")
-_VALUE_OPTIONS = ("--settings", "--name", "--spec", "--learn")
+_VALUE_OPTIONS = ("--settings", "--name", "--spec", "--learn", "--network", "--site-packages")
+_TEXT_LIST_OPTIONS = ("--host",)
+NETWORK_MODES = ("none", "proxy")
 _FLAG_OPTIONS = ("--keep-session",)
 
 
@@ -36,6 +38,10 @@ class Policy:
     commands: the files and folders of [commands] run; when any, only those (and the
     loader) may start, and the exec watch names what is refused. Empty: any readable
     program may start.
+    network: "none" (no network at all) or "proxy" (the filtering proxy is the one way
+    out); hosts: the names (`name`, `*.domain`, with `:port` or not) the proxy lets by.
+    site_packages: where the proxy's libraries (h11) are installed, found by the wrap
+    step (the helpers run isolated, with only our own packages on their path).
     learn: `lnk-sandbox learn` only: where the exec watch records every program run
     (a file in Link's settings), with every program open.
     settings: Link's settings folder, hidden in every sandbox. spec: the file it came
@@ -45,8 +51,9 @@ class Policy:
     sandbox start, and `dataclasses` alone cost 11-21 ms to import here.
     """
 
-    __slots__ = ("commands", "hide", "keep_session", "learn", "name", "read", "reopen",
-                 "settings", "spec", "write", "write_dot_files")
+    __slots__ = ("commands", "hide", "hosts", "keep_session", "learn", "name", "network",
+                 "read", "reopen", "settings", "site_packages", "spec", "write",
+                 "write_dot_files")
 
     def __init__(
         self,
@@ -59,12 +66,15 @@ class Policy:
         write_dot_files: tuple[str, ...] = (),
         commands: tuple[str, ...] = (),
         learn: str = "",
+        network: str = "none",
+        hosts: tuple[str, ...] = (),
+        site_packages: str = "",
         name: str = "",
         spec: str = "",
         keep_session: bool = False,
     ) -> None:
         for path in (settings, *read, *write, *hide, *reopen, *write_dot_files, *commands,
-                     *((learn,) if learn else ())):
+                     *((learn,) if learn else ()), *((site_packages,) if site_packages else ())):
             if not path.startswith("/") or path.startswith("//") or "\0" in path:
                 raise PolicyArgvError(f"not an absolute path: {path!r}")
             if _normalised(path) != path:
@@ -74,6 +84,13 @@ class Policy:
                 raise PolicyArgvError(
                     f"--write-dot-files {path} is not a written folder (--write)"
                 )
+        if network not in NETWORK_MODES:
+            raise PolicyArgvError(f"--network {network!r}: one of {', '.join(NETWORK_MODES)}")
+        if hosts and network != "proxy":
+            raise PolicyArgvError("--host needs --network proxy")
+        for host in hosts:
+            if not host or host.startswith("-") or any(c.isspace() for c in host):
+                raise PolicyArgvError(f"not a host: {host!r}")
         if name.startswith("-") or spec.startswith("-"):
             raise PolicyArgvError(f"a name or spec may not start with '-': {name or spec!r}")
         self.settings = settings
@@ -84,14 +101,17 @@ class Policy:
         self.write_dot_files = tuple(write_dot_files)
         self.commands = tuple(commands)
         self.learn = learn
+        self.network = network
+        self.hosts = tuple(hosts)
+        self.site_packages = site_packages
         self.name = name
         self.spec = spec
         self.keep_session = keep_session
 
     def _fields(self) -> tuple[object, ...]:
         return (self.settings, self.read, self.write, self.hide, self.reopen,
-                self.write_dot_files, self.commands, self.learn, self.name, self.spec,
-                self.keep_session)
+                self.write_dot_files, self.commands, self.learn, self.network, self.hosts,
+                self.site_packages, self.name, self.spec, self.keep_session)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Policy) and self._fields() == other._fields()
@@ -105,8 +125,15 @@ class Policy:
     def with_name(self, name: str) -> Policy:
         return Policy(settings=self.settings, read=self.read, write=self.write, hide=self.hide,
                       reopen=self.reopen, write_dot_files=self.write_dot_files,
-                      commands=self.commands, learn=self.learn, name=name, spec=self.spec,
+                      commands=self.commands, learn=self.learn, network=self.network,
+                      hosts=self.hosts, site_packages=self.site_packages, name=name,
+                      spec=self.spec,
                       keep_session=self.keep_session)
+
+    def with_site_packages(self, folder: str) -> Policy:
+        copy = self.with_name(self.name)
+        copy.site_packages = folder
+        return copy
 
     def to_argv(self) -> list[str]:
         argv = ["--settings", self.settings]
@@ -116,6 +143,12 @@ class Policy:
             argv += ["--spec", self.spec]
         if self.learn:
             argv += ["--learn", self.learn]
+        if self.network != "none":
+            argv += ["--network", self.network]
+        for host in self.hosts:
+            argv += ["--host", host]
+        if self.site_packages:
+            argv += ["--site-packages", self.site_packages]
         if self.keep_session:
             argv.append("--keep-session")
         for option, paths in (
@@ -132,7 +165,8 @@ class Policy:
 
     @classmethod
     def from_argv(cls, argv: list[str]) -> Policy:
-        lists: dict[str, list[str]] = {option: [] for option in _PATH_OPTIONS}
+        lists: dict[str, list[str]] = {option: [] for option in
+                                       (*_PATH_OPTIONS, *_TEXT_LIST_OPTIONS)}
         values: dict[str, str] = {}
         flags: set[str] = set()
         index = 0
@@ -144,12 +178,12 @@ class Policy:
                 flags.add(option)
                 index += 1
                 continue
-            if option not in _PATH_OPTIONS and option not in _VALUE_OPTIONS:
+            if option not in (*_PATH_OPTIONS, *_VALUE_OPTIONS, *_TEXT_LIST_OPTIONS):
                 raise PolicyArgvError(f"unknown option {option!r}")
             if index + 1 >= len(argv):
                 raise PolicyArgvError(f"{option} needs a value")
             value = argv[index + 1]
-            if option in _PATH_OPTIONS:
+            if option in lists:
                 lists[option].append(value)
             elif option in values:
                 raise PolicyArgvError(f"{option} given twice")
@@ -172,6 +206,9 @@ class Policy:
             write_dot_files=tuple(lists["--write-dot-files"]),
             commands=tuple(lists["--run"]),
             learn=values.get("--learn", ""),
+            network=values.get("--network", "none"),
+            hosts=tuple(lists["--host"]),
+            site_packages=values.get("--site-packages", ""),
         )
 
 

@@ -57,6 +57,7 @@ class SpecError(Exception):
 _PATH_LIST = "path list"
 _STRING = "string"
 _PATH = "path"
+_STRING_LIST = "string list"
 
 _NOT_BUILT = "not built yet in this version of lnk-sandbox"
 _SCHEMA: dict[str, dict[str, str] | str] = {
@@ -70,7 +71,12 @@ _SCHEMA: dict[str, dict[str, str] | str] = {
     },
     "agent": {"name": _STRING, "home": _PATH, "files": _PATH},
     "commands": {"run": _PATH_LIST},
-    "network": f"{_NOT_BUILT} (the proxy); a sandbox has no network at all",
+    "network": {
+        "mode": _STRING,
+        "hosts": _STRING_LIST,
+        "calls_per_minute": f"{_NOT_BUILT} (a wire's calls a minute)",
+        "server_tools": f"{_NOT_BUILT} (a hosted model's server tools)",
+    },
     "tcp": f"{_NOT_BUILT} (TCP endpoints and DNS)",
     "lan": f"{_NOT_BUILT} ([lan] through the proxy)",
     "localhost": f"{_NOT_BUILT} (the loopback relay)",
@@ -148,7 +154,7 @@ def _check_schema(context: _Context, document: dict[str, Any]) -> None:
                 raise SpecError(
                     context.file, dotted, f"unknown key (known in [{key}]: {', '.join(section)})"
                 )
-            if kind not in (_PATH_LIST, _STRING, _PATH):
+            if kind not in (_PATH_LIST, _STRING, _PATH, _STRING_LIST):
                 raise SpecError(context.file, dotted, kind)
             _check_type(context, dotted, inner_value, kind)
 
@@ -159,7 +165,8 @@ def _check_type(context: _Context, key: str, value: object, kind: str) -> None:
             raise SpecError(context.file, key, f"must be a string, not {_kind(value)}")
         return
     if not isinstance(value, list):
-        raise SpecError(context.file, key, f"must be a list of paths, not {_kind(value)}")
+        noun = "strings" if kind == _STRING_LIST else "paths"
+        raise SpecError(context.file, key, f"must be a list of {noun}, not {_kind(value)}")
     if len(value) > MAX_PATHS_PER_KEY:
         raise SpecError(context.file, key, f"more than {MAX_PATHS_PER_KEY} paths")
     for index, item in enumerate(value):
@@ -366,6 +373,8 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
                     "outside the written folders",
                 )
 
+    network, hosts = _network(context, document.get("network"))
+
     return Policy(
         settings=settings_root,
         name=name,
@@ -376,4 +385,50 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
         reopen=tuple(reopen),
         write_dot_files=tuple(write_dot_files),
         commands=tuple(commands),
+        network=network,
+        hosts=hosts,
     )
+
+
+# A host of [network] hosts: a name (letters, digits, '-', '_' labels), or `*.` and a
+# domain, and an optional port. `*` alone is the whole network: refused.
+_HOST_ENTRY = re.compile(
+    r"(\*\.)?([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)*[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.?"
+    r"(:[0-9]{1,5})?"
+)
+
+
+def _network(context: _Context, section: dict[str, Any] | None) -> tuple[str, tuple[str, ...]]:
+    if section is None:
+        return "none", ()
+    mode = section.get("mode", "none")
+    if mode == "host":
+        raise SpecError(context.file, "network.mode",
+                        f"\"host\" (the network as it is) is {_NOT_BUILT}")
+    if mode not in ("none", "proxy"):
+        raise SpecError(context.file, "network.mode",
+                        f"{mode!r}: \"none\" (no network) or \"proxy\" (the filtering proxy)")
+    hosts: list[str] = []
+    for index, entry in enumerate(section.get("hosts", [])):
+        key = f"network.hosts[{index}]"
+        if mode != "proxy":
+            raise SpecError(context.file, "network.hosts",
+                            "hosts are reached through the proxy: set mode = \"proxy\"")
+        text = entry.lower()
+        if text in ("*", "*.") or text.startswith("*:"):
+            raise SpecError(context.file, key,
+                            "\"*\" is every host: the network itself, not a list; name "
+                            "the hosts, or `*.domain` for the names under one")
+        if len(text) > 260 or not _HOST_ENTRY.fullmatch(text):
+            raise SpecError(context.file, key,
+                            f"{entry!r} is not a host name, `*.domain`, or either with :port")
+        name, _, port = text.partition(":")
+        if port and not 1 <= int(port) <= 65535:
+            raise SpecError(context.file, key, f"port {port} out of range")
+        name = name.rstrip(".")
+        normalised = f"{name}:{int(port)}" if port else name
+        if normalised not in hosts:
+            hosts.append(normalised)
+    if len(hosts) > MAX_PATHS_PER_KEY:
+        raise SpecError(context.file, "network.hosts", f"more than {MAX_PATHS_PER_KEY} hosts")
+    return mode, tuple(hosts)

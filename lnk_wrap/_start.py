@@ -11,6 +11,10 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if sys.argv[1:2] == ["--site-packages"] and len(sys.argv) > 2:
+    # A helper that needs libraries besides ours (the proxy: h11) is told where they are.
+    sys.argv.pop(1)
+    sys.path.append(sys.argv.pop(1))
 _HELPER = sys.argv.pop(1) if len(sys.argv) > 1 else ""
 if _HELPER == "launch":
     from lnk_wrap.launch import main
@@ -18,6 +22,8 @@ elif _HELPER == "init":
     from lnk_wrap.init import main
 elif _HELPER == "exec-watch":
     from lnk_execwatch.main import main
+elif _HELPER == "proxy":
+    from lnk_proxy.main import main
 else:
     sys.stderr.write(f"lnk-sandbox: no helper named {_HELPER!r}\n")
     sys.exit(125)

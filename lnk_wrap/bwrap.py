@@ -131,12 +131,14 @@ class HostFacts:
         programs: every dynamically linked program needs its loader run for it.
     watch_fd: the init's end of the socket to the exec watch (the "watched" filter), or
         None (the "plain" filter, no watch).
+    block_fd: where bwrap waits before starting the program, while the launcher makes
+        the proxy's listening socket in the sandbox's network (policy.network "proxy").
     cwd: the working directory to keep.
     info_fd: where bwrap reports the sandbox's pid (for passing signals on).
     """
 
-    __slots__ = ("cwd", "held", "hide_kinds", "info_fd", "loaders", "packages", "runtime",
-                 "system_dirs", "system_hidden", "system_links", "watch_fd")
+    __slots__ = ("block_fd", "cwd", "held", "hide_kinds", "info_fd", "loaders", "packages",
+                 "runtime", "system_dirs", "system_hidden", "system_links", "watch_fd")
 
     def __init__(
         self,
@@ -152,6 +154,7 @@ class HostFacts:
         cwd: str = "/",
         info_fd: int | None = None,
         watch_fd: int | None = None,
+        block_fd: int | None = None,
     ) -> None:
         self.system_dirs = system_dirs
         self.system_links = system_links
@@ -164,6 +167,7 @@ class HostFacts:
         self.cwd = cwd
         self.info_fd = info_fd
         self.watch_fd = watch_fd
+        self.block_fd = block_fd
 
     def _replace(self, **changes: object) -> HostFacts:
         fields = {name: getattr(self, name) for name in self.__slots__}
@@ -178,6 +182,9 @@ class HostFacts:
 
     def with_watch(self, watch_fd: int | None) -> HostFacts:
         return self._replace(watch_fd=watch_fd)
+
+    def with_block(self, block_fd: int | None) -> HostFacts:
+        return self._replace(block_fd=block_fd)
 
 
 class InitRule:
@@ -222,6 +229,15 @@ _PRIVATE_TMP = ("/tmp", "/var/tmp")
 HIDDEN_FOLDER_MODE = "0111"
 # Where the init's own packages are bound inside (see plan()).
 PACKAGES_INSIDE = "/.lnk-sandbox"
+# Where a sandbox with the proxy finds it: a fixed address and port on its own loopback
+# (the socket is made there by the launcher and served by the proxy outside).
+PROXY_ADDRESS = "127.0.0.1"
+PROXY_PORT = 3128
+PROXY_URL = f"http://{PROXY_ADDRESS}:{PROXY_PORT}"
+# What common clients read to find a proxy (curl, wget, git, pip, Python, Node's
+# undici with its env, Go): both cases, since some read only one.
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy",
+                   "all_proxy")
 
 
 def inside(path: str, folder: str) -> bool:
@@ -318,6 +334,11 @@ def plan(policy: Policy, facts: HostFacts) -> Plan:
         head.append(Flag("new-session"))
     if facts.info_fd is not None:
         head.append(Value("info-fd", str(facts.info_fd)))
+    if facts.block_fd is not None:
+        head.append(Value("block-fd", str(facts.block_fd)))
+    if policy.network == "proxy":
+        head += [Pair("setenv", name, PROXY_URL) for name in PROXY_VARIABLES]
+        head += [Value("unsetenv", name) for name in ("NO_PROXY", "no_proxy")]
 
     system: list[Option] = [Pair("ro-bind", path, path) for path in facts.system_dirs]
     system += [Pair("symlink", target, path) for path, target in facts.system_links]

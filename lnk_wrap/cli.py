@@ -66,7 +66,19 @@ def _policy(arguments: Mapping[str, object], env: Mapping[str, str]) -> Policy:
         if not _WIRE_NAME.fullmatch(wire):
             raise CliError(f"--wire {wire!r}: use letters, digits, '.', '_' and '-'")
         policy = policy.with_name(wire)
+    if policy.network == "proxy":
+        policy = policy.with_site_packages(_site_packages())
     return policy
+
+
+def _site_packages() -> str:
+    """Where h11 is installed: the proxy runs isolated (-I -S) and is told."""
+    from importlib.util import find_spec
+
+    found = find_spec("h11")
+    if found is None or found.origin is None:
+        raise CliError("h11 is not installed: the proxy needs it (bin/setup installs it)")
+    return os.path.dirname(os.path.dirname(os.path.realpath(found.origin)))
 
 
 def wrap_line(policy: Policy, command: list[str]) -> list[str]:

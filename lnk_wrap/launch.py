@@ -241,6 +241,12 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
     if policy.commands or policy.learn:
         watch, init_end = _start_watch(policy, facts.loaders, env)
         facts = facts.with_watch(init_end)
+    proxy: tuple[int, int, int] | None = None
+    if policy.network == "proxy":
+        proxy_pid, proxy_channel = _start_proxy(policy, env)
+        block_read, block_write = os.pipe()
+        proxy = (proxy_pid, proxy_channel, block_write)
+        facts = facts.with_block(block_read)
     planned = bwrap_plan.plan(policy, facts)
     argv = [*planned.bwrap_argv(bwrap), "--", *init, *planned.init_args(),
             "--", *command]
@@ -248,6 +254,8 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
     os.set_inheritable(info_write, True)
     if watch is not None and facts.watch_fd is not None:
         os.set_inheritable(facts.watch_fd, True)
+    if facts.block_fd is not None:
+        os.set_inheritable(facts.block_fd, True)
     sandbox: dict[str, int | None] = {"pid": None}
 
     def forward(signum: int, _frame: object) -> None:
@@ -267,10 +275,28 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
         os.close(info_write)
         if facts.watch_fd is not None:
             os.close(facts.watch_fd)
+        if facts.block_fd is not None:
+            os.close(facts.block_fd)
     sandbox["pid"] = _read_info(info_read)
+    if proxy is not None:
+        _, proxy_channel, block_write = proxy
+        try:
+            if sandbox["pid"] is not None:
+                _make_proxy_listener(sandbox["pid"], proxy_channel)
+        except LaunchError:
+            os.kill(child, signal.SIGKILL)  # never let the program start without its wire
+            os.waitpid(child, 0)
+            _end_helper(proxy[0], signal.SIGTERM)
+            raise
+        finally:
+            os.close(proxy_channel)
+        os.write(block_write, b"x")  # the program may start: its way out is in place
+        os.close(block_write)
     _, status = os.waitpid(child, 0)
     if watch is not None:
         _end_watch(watch)
+    if proxy is not None:
+        _end_helper(proxy[0], signal.SIGTERM)
     if sandbox["pid"] is None:
         diagnosis = _diagnose_namespaces()
         print(f"lnk-sandbox: the sandbox could not be made{': ' + diagnosis if diagnosis else ''}",
@@ -322,8 +348,19 @@ def _start_watch(policy: Policy, loaders: tuple[str, ...],
 
 
 def _end_watch(pid: int) -> None:
+    _end_helper(pid, None)
+
+
+def _end_helper(pid: int, first: int | None) -> None:
+    """Wait for a helper to end (sending it `first`, if any), killing it if it takes
+    longer than WATCH_EXIT_SECONDS."""
     import time
 
+    if first is not None:
+        try:  # noqa: SIM105
+            os.kill(pid, first)
+        except ProcessLookupError:
+            pass
     deadline = time.monotonic() + WATCH_EXIT_SECONDS
     while time.monotonic() < deadline:
         done, _ = os.waitpid(pid, os.WNOHANG)
@@ -332,6 +369,73 @@ def _end_watch(pid: int) -> None:
         time.sleep(0.002)
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
+
+
+def _start_proxy(policy: Policy, env: Mapping[str, str]) -> tuple[int, int]:
+    """Start lnk-sandbox-proxy, outside, in this machine's network; return its pid and
+    the launcher's end of the socket pair its listening socket will be sent over."""
+    import _socket
+
+    from lnk_wrap.helpers import helper_argv
+
+    proxy_end, launcher_end = (end.detach() for end in
+                               _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM))
+    start = helper_argv("proxy")
+    if policy.site_packages:
+        start[4:4] = ["--site-packages", policy.site_packages]
+    argv = [*start, "--socket-fd", str(proxy_end),
+            "--settings", policy.settings, "--wire", policy.name or WIRE_UNNAMED]
+    for host in policy.hosts:
+        argv += ["--host", host]
+    os.set_inheritable(proxy_end, True)
+    try:
+        pid = os.posix_spawn(argv[0], argv, dict(env))
+    except OSError:
+        os.close(launcher_end)
+        raise
+    finally:
+        os.close(proxy_end)
+    return pid, launcher_end
+
+
+# A sandbox whose spec names no wire has its calls logged under this name.
+WIRE_UNNAMED = "unnamed"
+_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWNET = 0x40000000
+
+
+def _make_proxy_listener(sandbox_pid: int, channel: int) -> None:
+    """In a forked child (single-threaded, as setns into a user namespace requires):
+    join the sandbox's user and network namespaces, listen on the proxy's fixed address
+    there, and send the socket to the proxy. A socket keeps the namespace it was made
+    in: the proxy serves it from outside, and nothing of ours runs inside."""
+    child = os.fork()
+    if child == 0:
+        code = 1
+        try:
+            import _socket
+
+            from lnk_common.syscalls import libc
+
+            for kind, flag in (("user", _CLONE_NEWUSER), ("net", _CLONE_NEWNET)):
+                fd = os.open(f"/proc/{sandbox_pid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC)
+                if libc.setns(fd, flag) != 0:
+                    raise OSError(f"setns({kind}) failed")
+                os.close(fd)
+            listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+            listener.bind((bwrap_plan.PROXY_ADDRESS, bwrap_plan.PROXY_PORT))
+            listener.listen(1024)
+            _socket.socket(fileno=channel).sendmsg(
+                [b"L"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
+                          listener.fileno().to_bytes(4, sys.byteorder))])
+            code = 0
+        except BaseException as error:
+            os.write(2, f"lnk-sandbox: the proxy's way in could not be made: {error}\n"
+                     .encode())
+        os._exit(code)
+    _, status = os.waitpid(child, 0)
+    if status != 0:
+        raise LaunchError("the proxy's listening socket could not be made in the sandbox")
 
 
 def _diagnose_namespaces() -> str:

@@ -21,6 +21,7 @@ safe_names = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}", fullmatch=True)
 @st.composite
 def policies(draw: st.DrawFn, names: st.SearchStrategy[str] = any_names) -> Policy:
     write = draw(path_tuples)
+    network = draw(st.sampled_from(["none", "proxy"]))
     return Policy(
         settings=draw(paths),
         read=draw(path_tuples),
@@ -31,6 +32,10 @@ def policies(draw: st.DrawFn, names: st.SearchStrategy[str] = any_names) -> Poli
         if write else (),
         commands=draw(path_tuples),
         learn=draw(st.one_of(st.just(""), paths)),
+        network=network,
+        hosts=tuple(draw(st.lists(st.from_regex(r"(\*\.)?[a-z0-9.-]{1,20}(:[0-9]{1,5})?",
+                                                fullmatch=True), max_size=4)))
+        if network == "proxy" else (),
         name=draw(st.one_of(st.just(""), names)),
         spec=draw(st.one_of(st.just(""), paths)),
         keep_session=draw(st.booleans()),

@@ -1,0 +1,107 @@
+"""lnk-sandbox-proxy: a sandbox's one way out, outside it, in the host's network.
+
+    lnk-sandbox-proxy --settings DIR --wire NAME [--host H]… (--socket-fd N | --listen IP:PORT)
+
+--socket-fd: the launcher's end of a socket pair over which the listening socket comes,
+made by the launcher's helper inside the sandbox's own network namespace (so only the
+sandbox can connect to it; it keeps that namespace while served here). --listen: bind
+one itself (an administrator's or CI's standalone run).
+
+Heavy imports (asyncio, ssl, h11) come after the listening socket is in hand: the
+program may already be connecting, and its connections wait in the backlog.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+__all__ = ["main"]
+
+_PR_SET_PDEATHSIG = 1
+_SIGTERM = 15
+
+
+def _parse(argv: list[str]) -> dict[str, list[str]]:
+    options: dict[str, list[str]] = {name: [] for name in (
+        "--settings", "--wire", "--host", "--socket-fd", "--listen")}
+    index = 0
+    while index < len(argv):
+        option = argv[index]
+        if option not in options or index + 1 >= len(argv):
+            raise ValueError(f"unknown option or missing value: {option!r}")
+        options[option].append(argv[index + 1])
+        index += 2
+    for single in ("--settings", "--wire"):
+        if len(options[single]) != 1:
+            raise ValueError(f"{single} is required, once")
+    if len(options["--socket-fd"]) + len(options["--listen"]) != 1:
+        raise ValueError("one of --socket-fd or --listen is required")
+    return options
+
+
+def _receive_listener(socket_fd: int) -> int | None:
+    import _socket
+
+    channel = _socket.socket(fileno=socket_fd)
+    try:
+        _, ancillary, _, _ = channel.recvmsg(1, _socket.CMSG_SPACE(4))
+    finally:
+        channel.close()
+    for level, kind, data in ancillary:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS and len(data) >= 4:
+            return int.from_bytes(data[:4], sys.byteorder)
+    return None
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        options = _parse(sys.argv[1:] if argv is None else argv)
+    except ValueError as error:
+        print(f"lnk-sandbox-proxy: {error}", file=sys.stderr)
+        sys.exit(2)
+    from lnk_common.syscalls import prctl
+
+    prctl(_PR_SET_PDEATHSIG, _SIGTERM)
+    if options["--socket-fd"]:
+        listener = _receive_listener(int(options["--socket-fd"][0]))
+        if listener is None:
+            return  # the sandbox was never made: nothing to serve
+    else:
+        import socket
+
+        host, _, port = options["--listen"][0].rpartition(":")
+        sock = socket.create_server((host, int(port)))
+        listener = sock.detach()
+    serve(listener, options)
+
+
+def serve(listener: int, options: dict[str, list[str]]) -> None:
+    import asyncio
+    import socket
+
+    from lnk_common.wirelog import WireLog
+    from lnk_proxy.decide import parse_hosts
+    from lnk_proxy.machine import Machine
+    from lnk_proxy.server import Proxy
+
+    proxy = Proxy(rules=parse_hosts(tuple(options["--host"])), machine=Machine.gather(),
+                  log=WireLog(options["--settings"][0], options["--wire"][0]))
+
+    async def run() -> None:
+        sock = socket.socket(fileno=listener)
+        sock.setblocking(False)
+        server = await asyncio.start_server(proxy.handle, sock=sock, limit=1 << 20)
+        async with server:
+            await server.serve_forever()
+
+    try:
+        asyncio.run(run())
+    except KeyboardInterrupt:
+        pass
+    finally:
+        os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,355 @@
+"""The proxy's I/O shell: asyncio streams around the sans-IO pieces.
+
+Per client connection: read a head (bounded in size and time), admit it
+(lnk_proxy.head), find its target (lnk_proxy.target), decide (hooks → name → lookup →
+every address: lnk_proxy.decide), connect to the very address checked, then either
+tunnel (CONNECT; to port 443 only after the ClientHello names the same host) or forward
+one absolute-form request (h11 on both sides; `Connection: close` both ways: one request
+a connection, for now). Everything else is refused with a status and a one-line
+reason, in the response and in the wire's log. `/_link/…` is the verbs' namespace: no
+verb is enabled yet, so each answers 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import itertools
+import socket
+import time
+from collections.abc import Awaitable, Callable
+
+import h11
+
+from lnk_common.wirelog import WireLog
+from lnk_proxy import sni
+from lnk_proxy.decide import Address, HostRule, MachineFacts, address_refusal, name_allowed
+from lnk_proxy.head import HeadError, check_head, head_end
+from lnk_proxy.target import Target, TargetError, parse_absolute, parse_connect
+
+__all__ = ["HEAD_SECONDS", "IDLE_SECONDS", "Proxy"]
+
+# A client has this long to send a whole head (slowloris: a head dribbled a byte at a
+# time holds a connection and its memory for nothing).
+HEAD_SECONDS = 10.0
+# A connection with nothing moving either way for this long is closed.
+IDLE_SECONDS = 300.0
+# Connecting to an upstream address gives up after this long.
+CONNECT_SECONDS = 15.0
+# A tunnel to 443 must show its ClientHello within this long.
+HELLO_SECONDS = 10.0
+# Bytes read at a time when relaying.
+CHUNK = 256 * 1024
+
+Resolver = Callable[[str, int], Awaitable[list[Address]]]
+Hook = Callable[[Target], "str | None"]
+
+
+async # The proxy's own address inside a sandbox: a request to it (as a base URL, or through
+# the proxy variables) is for the verbs' namespace, never forwarded.
+OWN_AUTHORITIES = ("127.0.0.1:3128", "localhost:3128")
+
+
+def _own_path(target: str) -> str | None:
+    lowered = target.lower()
+    for authority in OWN_AUTHORITIES:
+        prefix = f"http://{authority}"
+        if lowered == prefix or lowered.startswith(prefix + "/"):
+            return target[len(prefix):] or "/"
+    return None
+
+
+def system_resolver(host: str, port: int) -> list[Address]:
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    found: list[Address] = []
+    for _family, _type, _proto, _name, sockaddr in infos:
+        address = ipaddress.ip_address(sockaddr[0])
+        if address not in found:
+            found.append(address)
+    return found
+
+
+class Refused(Exception):
+    def __init__(self, status: int, reason: str) -> None:
+        self.status = status
+        self.reason = reason
+        super().__init__(reason)
+
+
+class Proxy:
+    def __init__(self, *, rules: tuple[HostRule, ...], machine: MachineFacts, log: WireLog,
+                 resolver: Resolver = system_resolver, hooks: tuple[Hook, ...] = ()) -> None:
+        self.rules = rules
+        self.machine = machine
+        self.log = log
+        self.resolver = resolver
+        self.hooks = hooks
+        self.ids = itertools.count(1)
+
+    # -- one client connection ----------------------------------------------------------
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await self._serve(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
+            pass
+        finally:
+            writer.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        buffer = b""
+        while True:
+            try:
+                raw, buffer = await asyncio.wait_for(self._read_head(reader, buffer),
+                                                     HEAD_SECONDS if buffer else IDLE_SECONDS)
+            except TimeoutError:
+                if buffer:
+                    await self._refuse(writer, "-", Refused(408, "the request head took "
+                                                                 "too long"))
+                return
+            except HeadError as error:
+                await self._refuse(writer, "-", Refused(400, str(error)))
+                return
+            if raw is None:
+                return
+            try:
+                head = check_head(raw)
+            except HeadError as error:
+                await self._refuse(writer, "-", Refused(400, str(error)))
+                return
+            if head.method == "CONNECT":
+                await self._connect(head.target, buffer, reader, writer)
+                return
+            await self._forward(head, raw, buffer, reader, writer)
+            return
+
+    async def _read_head(self, reader: asyncio.StreamReader,
+                         buffer: bytes) -> tuple[bytes | None, bytes]:
+        while True:
+            end = head_end(buffer)
+            if end >= 0:
+                return buffer[:end], buffer[end:]
+            chunk = await reader.read(65536)
+            if not chunk:
+                return None, b""
+            buffer += chunk
+
+    async def _refuse(self, writer: asyncio.StreamWriter, target: str, refusal: Refused) -> None:
+        self.log.write("refused", target, f"reason={refusal.reason}")
+        body = (refusal.reason + "\n").encode("utf-8", "replace")
+        phrase = {400: "Bad Request", 403: "Forbidden", 404: "Not Found",
+                  408: "Request Timeout", 502: "Bad Gateway"}.get(refusal.status, "Refused")
+        writer.write(f"HTTP/1.1 {refusal.status} {phrase}\r\nContent-Type: text/plain\r\n"
+                     f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+                     + body)
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+
+    # -- the decision -------------------------------------------------------------------
+
+    async def decide(self, target: Target) -> Address:
+        """The address to connect to, or Refused: hooks, name, lookup, every address."""
+        for hook in self.hooks:
+            why = hook(target)
+            if why:
+                raise Refused(403, why)
+        if target.address is None:
+            if not name_allowed(self.rules, target.host, target.port):
+                raise Refused(403, f"{target.host}:{target.port} is not in this sandbox's "
+                                   "hosts")
+            try:
+                addresses = await self.resolver(target.host, target.port)
+            except OSError as error:
+                raise Refused(502, f"{target.host} could not be looked up ({error})") from None
+            if not addresses:
+                raise Refused(502, f"{target.host} has no address")
+        else:
+            if not name_allowed(self.rules, target.host, target.port):
+                raise Refused(403, f"{target.authority} is not in this sandbox's hosts")
+            addresses = [target.address]
+        for address in addresses:
+            why = address_refusal(address, self.machine)
+            if why:
+                raise Refused(403, f"{target.host} resolves to {why}")
+        return addresses[0]
+
+    async def _open(self, target: Target) -> tuple[Address, asyncio.StreamReader,
+                                                   asyncio.StreamWriter]:
+        address = await self.decide(target)
+        try:
+            upstream = await asyncio.wait_for(
+                asyncio.open_connection(str(address), target.port), CONNECT_SECONDS)
+        except (OSError, TimeoutError) as error:
+            raise Refused(502, f"{target.authority} could not be reached ({error})") from None
+        return address, *upstream
+
+    # -- CONNECT ------------------------------------------------------------------------
+
+    async def _connect(self, raw_target: str, early: bytes, reader: asyncio.StreamReader,
+                       writer: asyncio.StreamWriter) -> None:
+        try:
+            target = parse_connect(raw_target)
+        except TargetError as error:
+            await self._refuse(writer, "-", Refused(400, str(error)))
+            return
+        try:
+            _address, up_reader, up_writer = await self._open(target)
+        except Refused as refusal:
+            await self._refuse(writer, target.authority, refusal)
+            return
+        call = next(self.ids)
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        await writer.drain()
+        first = early
+        if target.port == 443 and target.address is None:
+            try:
+                first = await asyncio.wait_for(self._client_hello(reader, early), HELLO_SECONDS)
+                named = sni.server_name(first)
+            except TimeoutError:
+                named = None
+            if named != target.host:
+                up_writer.close()
+                self.log.write("refused", target.authority,
+                               "reason=the tunnel's TLS ClientHello names "
+                               + (f"another host ({named})" if named else "no host"))
+                return
+        self.log.write("allowed", target.authority, f"id={call} kind=connect")
+        started = time.monotonic()
+        if first:
+            up_writer.write(first)
+        sent, received = await self._relay(reader, writer, up_reader, up_writer)
+        self.log.write("ended", target.authority,
+                       f"id={call} sent={sent + len(first)} received={received} "
+                       f"seconds={time.monotonic() - started:.3f}")
+
+    async def _client_hello(self, reader: asyncio.StreamReader, data: bytes) -> bytes:
+        while True:
+            if data and sni.server_name(data) is not sni.NEED_MORE:
+                return data
+            chunk = await reader.read(sni.MAX_CLIENT_HELLO_BYTES)
+            if not chunk:
+                return data
+            data += chunk
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter
+                     ) -> tuple[int, int]:
+        async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> int:
+            total = 0
+            try:
+                while True:
+                    chunk = await asyncio.wait_for(source.read(CHUNK), IDLE_SECONDS)
+                    if not chunk:
+                        break
+                    total += len(chunk)
+                    sink.write(chunk)
+                    await sink.drain()
+            except (ConnectionError, TimeoutError):
+                pass
+            finally:
+                try:
+                    if sink.can_write_eof():
+                        sink.write_eof()
+                except OSError:
+                    pass
+            return total
+
+        sent, received = await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
+        up_writer.close()
+        return sent, received
+
+    # -- absolute-form requests ---------------------------------------------------------
+
+    async def _forward(self, head: object, raw: bytes, rest: bytes,
+                       reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        from lnk_proxy.head import RequestHead
+
+        assert isinstance(head, RequestHead)
+        path_here = head.target if head.target.startswith("/") else _own_path(head.target)
+        if path_here is not None:
+            if path_here.startswith("/_link/") or path_here == "/_link":
+                await self._refuse(writer, "-", Refused(404, "verb not enabled"))
+            else:
+                await self._refuse(writer, "-", Refused(400, "the proxy takes absolute-form "
+                                                             "requests (http://host/…) and "
+                                                             "CONNECT"))
+            return False
+        try:
+            target, path = parse_absolute(head.target)
+        except TargetError as error:
+            await self._refuse(writer, "-", Refused(400, str(error)))
+            return False
+        try:
+            _address, up_reader, up_writer = await self._open(target)
+        except Refused as refusal:
+            await self._refuse(writer, target.authority, refusal)
+            return False
+        call = next(self.ids)
+        self.log.write("allowed", target.authority, f"id={call} kind=http")
+        started = time.monotonic()
+        client = h11.Connection(h11.SERVER)
+        client.receive_data(raw + rest)
+        request = client.next_event()
+        assert isinstance(request, h11.Request)
+        upstream = h11.Connection(h11.CLIENT)
+        hop = {b"connection", b"proxy-connection", b"proxy-authorization", b"keep-alive",
+               b"te", b"trailer", b"upgrade"}
+        fields = [(name, value) for name, value in request.headers if name.lower() not in hop]
+        fields.append((b"connection", b"close"))
+        sent = received = 0
+        try:
+            up_writer.write(upstream.send(h11.Request(method=request.method, target=path,
+                                                      headers=fields)))
+            while True:  # the request body, if any
+                event = client.next_event()
+                if event is h11.NEED_DATA:
+                    data = await asyncio.wait_for(reader.read(CHUNK), IDLE_SECONDS)
+                    client.receive_data(data)
+                    continue
+                if isinstance(event, h11.Data):
+                    sent += len(event.data)
+                    up_writer.write(upstream.send(h11.Data(data=event.data)))
+                    await up_writer.drain()
+                    continue
+                up_writer.write(upstream.send(h11.EndOfMessage()))
+                await up_writer.drain()
+                break
+            while True:  # the response
+                event = upstream.next_event()
+                if event is h11.NEED_DATA:
+                    data = await asyncio.wait_for(up_reader.read(CHUNK), IDLE_SECONDS)
+                    upstream.receive_data(data)
+                    continue
+                if isinstance(event, h11.InformationalResponse):
+                    continue
+                if isinstance(event, h11.Response):
+                    headers = [(name, value) for name, value in event.headers
+                               if name.lower() not in hop]
+                    headers.append((b"connection", b"close"))  # one request a connection
+                    writer.write(client.send(h11.Response(status_code=event.status_code,
+                                                          headers=headers,
+                                                          reason=event.reason)))
+                    continue
+                if isinstance(event, h11.Data):
+                    received += len(event.data)
+                    writer.write(client.send(h11.Data(data=event.data)))
+                    await writer.drain()
+                    continue
+                if isinstance(event, h11.EndOfMessage):
+                    writer.write(client.send(h11.EndOfMessage()))
+                    await writer.drain()
+                    break
+                break
+        except (h11.ProtocolError, ConnectionError, TimeoutError) as error:
+            self.log.write("ended", target.authority,
+                           f"id={call} sent={sent} received={received} "
+                           f"seconds={time.monotonic() - started:.3f} error={type(error).__name__}")
+            return False
+        finally:
+            up_writer.close()
+        self.log.write("ended", target.authority,
+                       f"id={call} sent={sent} received={received} "
+                       f"seconds={time.monotonic() - started:.3f}")
+        return False
