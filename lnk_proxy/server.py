@@ -46,7 +46,7 @@ Resolver = Callable[[str, int], Awaitable[list[Address]]]
 Hook = Callable[[Target], "str | None"]
 
 
-async # The proxy's own address inside a sandbox: a request to it (as a base URL, or through
+# The proxy's own address inside a sandbox: a request to it (as a base URL, or through
 # the proxy variables) is for the verbs' namespace, never forwarded.
 OWN_AUTHORITIES = ("127.0.0.1:3128", "localhost:3128")
 
@@ -60,7 +60,7 @@ def _own_path(target: str) -> str | None:
     return None
 
 
-def system_resolver(host: str, port: int) -> list[Address]:
+async def system_resolver(host: str, port: int) -> list[Address]:
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     found: list[Address] = []
