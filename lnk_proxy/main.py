@@ -83,10 +83,13 @@ def serve(listener: int, options: dict[str, list[str]]) -> None:
     from lnk_common.wirelog import WireLog
     from lnk_proxy.decide import parse_hosts
     from lnk_proxy.machine import Machine
-    from lnk_proxy.server import Proxy
+    from lnk_proxy.resolver import dns_resolver, from_environment
+    from lnk_proxy.server import Proxy, system_resolver
 
+    server_address = from_environment()
     proxy = Proxy(rules=parse_hosts(tuple(options["--host"])), machine=Machine.gather(),
-                  log=WireLog(options["--settings"][0], options["--wire"][0]))
+                  log=WireLog(options["--settings"][0], options["--wire"][0]),
+                  resolver=dns_resolver(server_address) if server_address else system_resolver)
 
     async def run() -> None:
         sock = socket.socket(fileno=listener)

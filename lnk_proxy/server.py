@@ -203,7 +203,7 @@ class Proxy:
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         await writer.drain()
         first = early
-        if target.port == 443 and target.address is None:
+        if target.port == 443:  # an IP literal gets no name in a ClientHello: closed
             try:
                 first = await asyncio.wait_for(self._client_hello(reader, early), HELLO_SECONDS)
                 named = sni.server_name(first)

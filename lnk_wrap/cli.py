@@ -5,6 +5,7 @@ Usage:
   lnk-sandbox run --spec=FILE [--wire=NAME] [--] COMMAND...
   lnk-sandbox learn --spec=FILE [--] COMMAND...
   lnk-sandbox check [--json]
+  lnk-sandbox log [WIRE] [--follow] [--json]
   lnk-sandbox (-h | --help)
   lnk-sandbox --version
 
@@ -17,6 +18,8 @@ Verbs:
           print the [commands] list that lets it run: what the spec lists, and what
           ran besides (never a program in a folder the sandbox writes or a temp
           folder; interpreters marked). Writes nothing.
+  log     A wire's log (every wire's without WIRE): each call allowed, ended or
+          refused, as host and port only; --follow keeps showing new lines.
   check   What this machine gives (bubblewrap, user namespaces, Landlock, seccomp) and
           which protections are therefore in force; the stated gaps, as open.
 
@@ -24,6 +27,7 @@ Options:
   --spec=FILE   The spec (TOML) that says what the sandbox may touch.
   --wire=NAME   Name the sandbox's wire (its log and pause); default: the spec's name.
   --json        Machine-readable output.
+  --follow      Keep showing lines as they come (log).
 
 `lnk sandbox VERB …` is the same as `lnk-sandbox VERB …`.
 Exit status: COMMAND's own; 128+N if it died of signal N; 125 when the sandbox could
@@ -147,6 +151,17 @@ def _dispatch(arguments: Mapping[str, object], env: Mapping[str, str]) -> int:
             print(f"lnk-sandbox: the command exited with status {status}; a run that stops "
                   "early may not have started every program it needs", file=sys.stderr)
         return status
+    if arguments["log"]:
+        from lnk_common.settings import SettingsError, settings_folder
+        from lnk_wrap.wirelog_view import show_log
+
+        try:
+            settings = settings_folder(env).root
+        except SettingsError as error:
+            raise CliError(str(error)) from None
+        wire = arguments["WIRE"]
+        return show_log(settings, wire if isinstance(wire, str) else None,
+                        follow=bool(arguments["--follow"]), as_json=bool(arguments["--json"]))
     if arguments["check"]:
         from lnk_wrap.check import report, show
 
