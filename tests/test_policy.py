@@ -33,7 +33,7 @@ def policies(draw: st.DrawFn, names: st.SearchStrategy[str] = any_names) -> Poli
         commands=draw(path_tuples),
         learn=draw(st.one_of(st.just(""), paths)),
         network=network,
-        hosts=tuple(draw(st.lists(st.from_regex(r"(\*\.)?[a-z0-9.-]{1,20}(:[0-9]{1,5})?",
+        hosts=tuple(draw(st.lists(st.from_regex(r"(\*\.)?[a-z0-9][a-z0-9.-]{0,20}(:[0-9]{1,5})?",
                                                 fullmatch=True), max_size=4)))
         if network == "proxy" else (),
         name=draw(st.one_of(st.just(""), names)),

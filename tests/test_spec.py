@@ -130,8 +130,6 @@ def test_agent_name_not_a_string(write_spec: WriteSpec, env: dict[str, str]) -> 
 @pytest.mark.parametrize(
     ("section", "reason"),
     [
-        ("network", "not built yet in this version of lnk-sandbox (the proxy); a sandbox has "
-                    "no network at all"),
         ("tcp", "not built yet in this version of lnk-sandbox (TCP endpoints and DNS)"),
         ("lan", "not built yet in this version of lnk-sandbox ([lan] through the proxy)"),
         ("localhost", "not built yet in this version of lnk-sandbox (the loopback relay)"),
@@ -149,9 +147,9 @@ def test_section_not_built_yet_is_refused_not_ignored(
 def test_section_not_built_yet_refused_even_when_not_a_table(
     write_spec: WriteSpec, env: dict[str, str]
 ) -> None:
-    spec = write_spec("network = false\n")
+    spec = write_spec("tcp = false\n")
     file, key, reason = _error(spec, env)
-    assert (file, key) == (str(spec), "[network]")
+    assert (file, key) == (str(spec), "[tcp]")
     assert reason.startswith("not built yet in this version of lnk-sandbox")
 
 
@@ -551,9 +549,9 @@ def test_first_error_is_reported_schema_before_paths(
     write_spec: WriteSpec, env: dict[str, str]
 ) -> None:
     """A spec wrong twice names the schema error: nothing about it was resolved first."""
-    spec = write_spec('[files]\nread = ["/no/such/path"]\n[network]\n')
+    spec = write_spec('[files]\nread = ["/no/such/path"]\n[tcp]\n')
     file, key, _ = _error(spec, env)
-    assert (file, key) == (str(spec), "[network]")
+    assert (file, key) == (str(spec), "[tcp]")
 
 
 def test_parse_spec_refuses_like_load_spec(env: dict[str, str]) -> None:
@@ -839,8 +837,8 @@ def test_cli_unknown_key_runs_nothing(
 def test_cli_section_not_built_yet_runs_nothing(
     run_sandbox: RunSandbox, write_spec: WriteSpec, tmp_path: Path
 ) -> None:
-    spec = write_spec(f'[files]\nwrite = {toml_list(tmp_path)}\n[network]\nallow = ["*"]\n')
-    _assert_nothing_ran(run_sandbox, spec, tmp_path, "[network]")
+    spec = write_spec(f'[files]\nwrite = {toml_list(tmp_path)}\n[tcp]\nallow = ["*"]\n')
+    _assert_nothing_ran(run_sandbox, spec, tmp_path, "[tcp]")
 
 
 def test_cli_missing_grant_runs_nothing(
@@ -947,3 +945,39 @@ def test_commands_missing_program_or_unknown_key(
     spec = write_spec("[commands]\nallow = []\n")
     assert _error(spec, env) == (str(spec), "commands.allow",
                                  "unknown key (known in [commands]: run)")
+
+
+# --- [network] ---------------------------------------------------------------------------
+
+
+def test_network_proxy_hosts_normalised(write_spec: WriteSpec, env: dict[str, str]) -> None:
+    spec = write_spec('[network]\nmode = "proxy"\nhosts = ["API.Example.com.", '
+                      '"*.example.org", "example.net:8443", "api.example.com"]\n')
+    policy = load_spec(spec, env)
+    assert policy.network == "proxy"
+    assert policy.hosts == ("api.example.com", "*.example.org", "example.net:8443")
+
+
+@pytest.mark.parametrize(
+    ("body", "key", "reason"),
+    [
+        ('mode = "proxy"\nhosts = ["*"]', "network.hosts[0]", "\"*\" is every host"),
+        ('mode = "proxy"\nhosts = ["*:443"]', "network.hosts[0]", "\"*\" is every host"),
+        ('mode = "proxy"\nhosts = ["a b"]', "network.hosts[0]", "is not a host name"),
+        ('mode = "proxy"\nhosts = ["user@a"]', "network.hosts[0]", "is not a host name"),
+        ('mode = "proxy"\nhosts = ["a:0"]', "network.hosts[0]", "out of range"),
+        ('mode = "proxy"\nhosts = ["a:70000"]', "network.hosts[0]", "out of range"),
+        ('mode = "proxy"\nhosts = ["http://a"]', "network.hosts[0]", "is not a host name"),
+        ('hosts = ["a"]', "network.hosts", "set mode = \"proxy\""),
+        ('mode = "host"', "network.mode", "not built yet"),
+        ('mode = "open"', "network.mode", "\"none\" (no network) or \"proxy\""),
+        ('mode = "proxy"\ncalls_per_minute = 5', "network.calls_per_minute", "not built yet"),
+        ('mode = "proxy"\nhosts = "a"', "network.hosts", "must be a list of strings"),
+    ],
+)
+def test_network_refusals(write_spec: WriteSpec, env: dict[str, str], body: str, key: str,
+                          reason: str) -> None:
+    spec = write_spec(f"[network]\n{body}\n")
+    _file, found_key, found_reason = _error(spec, env)
+    assert found_key == key
+    assert reason in found_reason
