@@ -78,3 +78,27 @@ def toml_list(*paths: Path | str) -> str:
     import json
 
     return json.dumps([str(path) for path in paths])
+
+
+@pytest.fixture(scope="session")
+def testnet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Real test hosts in network namespaces (tests/testnet.py). Made here when run as
+    root; the ordinary-user run of .ci/run gets them made by root beforehand, named by
+    LNK_TEST_NET. Never skipped: without either, the wire's tests fail and say why."""
+    shared = os.environ.get("LNK_TEST_NET", "")
+    if shared:
+        if not (Path(shared) / "ready").exists():
+            pytest.fail(f"LNK_TEST_NET={shared} holds no ready test network")
+        yield Path(shared)
+        return
+    if os.geteuid() != 0:
+        pytest.fail("the wire's tests make network namespaces for their test hosts: run them "
+                    "as root, or with LNK_TEST_NET from `.ci/run`")
+    from tests import testnet as network
+
+    state = tmp_path_factory.mktemp("testnet")
+    network.up(state)
+    try:
+        yield state
+    finally:
+        network.down(state)

@@ -1,0 +1,453 @@
+"""N1-N5 and N11 attacked from inside a real sandbox, with real clients, against real test
+hosts in network namespaces (tests/testnet.py) and a DNS server that counts queries."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import LNK_SANDBOX, SANDBOX_TIMEOUT_SECONDS, RunSandbox, WriteSpec, toml_list
+from tests.test_files_attacks import Q
+from tests.testnet import ORIGIN_ADDRESS
+
+PYTHON = "/usr/bin/python3"
+VENV_PYTHON = str(Path(LNK_SANDBOX).parent / "python")
+
+
+class CountingDNS:
+    """A DNS server on this machine's loopback that answers the test names and counts
+    every query by name (the proxy is pointed at it with LNK_SANDBOX_DNS)."""
+
+    def __init__(self, answers: dict[str, str]) -> None:
+        from dnslib import QTYPE, RR, A
+        from dnslib.server import BaseResolver, DNSServer
+
+        self.queries: dict[str, int] = {}
+        outer = self
+
+        class Resolver(BaseResolver):  # type: ignore[misc]
+            def resolve(self, request, handler):  # type: ignore[no-untyped-def]
+                name = str(request.q.qname).rstrip(".").lower()
+                outer.queries[name] = outer.queries.get(name, 0) + 1
+                reply = request.reply()
+                if name in answers and request.q.qtype == QTYPE.A:
+                    reply.add_answer(RR(name, QTYPE.A, rdata=A(answers[name]), ttl=5))
+                return reply
+
+        self.server = DNSServer(Resolver(), port=0, address="127.0.0.1")
+        self.server.start_thread()
+        self.port = self.server.server.server_address[1]
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+@pytest.fixture
+def dns(testnet: Path) -> Iterator[CountingDNS]:
+    machine = json.loads((testnet / "ready").read_text())["machine"]
+    server = CountingDNS({"allowed.lnkt": ORIGIN_ADDRESS, "denied.lnkt": ORIGIN_ADDRESS,
+                          "self-lo.lnkt": "127.0.0.1", "self-eth.lnkt": machine,
+                          "meta.lnkt": "169.254.169.254"})
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def wire(testnet: Path, write_spec: WriteSpec, sandbox_env: dict[str, str],
+         dns: CountingDNS) -> tuple[Path, dict[str, str]]:
+    spec = write_spec(
+        f"name = \"tests\"\n[files]\nread = {toml_list(testnet, Path(VENV_PYTHON).parent.parent)}"
+        "\n[network]\nmode = \"proxy\"\n"
+        'hosts = ["allowed.lnkt", "self-lo.lnkt", "self-eth.lnkt", "meta.lnkt", '
+        '"allowed.lnkt:7"]\n')
+    return spec, {**sandbox_env, "LNK_SANDBOX_DNS": f"127.0.0.1:{dns.port}"}
+
+
+def curl(run_sandbox: RunSandbox, wire: tuple[Path, dict[str, str]], *args: str
+         ) -> subprocess.CompletedProcess[str]:
+    spec, env = wire
+    return run_sandbox(spec, "curl", "-s", "-m", "10", "-w", "\n%{http_code}", *args, env=env)
+
+
+def code_of(result: subprocess.CompletedProcess[str]) -> str:
+    return result.stdout.rsplit("\n", 1)[-1]
+
+
+def wire_log(sandbox_env: dict[str, str]) -> str:
+    path = Path(sandbox_env["LNK_HOME"]) / "sandbox" / "wires" / "tests" / "log"
+    return path.read_text() if path.exists() else ""
+
+
+# -- real clients, unmodified, through the proxy variables ------------------------------------
+
+
+def test_curl_http_and_https_reach_a_listed_host(
+    run_sandbox: RunSandbox, wire: tuple[Path, dict[str, str]], testnet: Path
+) -> None:
+    plain = curl(run_sandbox, wire, "http://allowed.lnkt/ok")
+    assert plain.stdout == "fine\n\n200", plain
+    tls = curl(run_sandbox, wire, "--cacert", str(testnet / "cert.pem"), "https://allowed.lnkt/ok")
+    assert tls.stdout == "fine\n\n200", tls
+
+
+def test_git_clone_over_http(
+    run_sandbox: RunSandbox, wire: tuple[Path, dict[str, str]], tmp_path: Path,
+    write_spec: WriteSpec, testnet: Path,
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    spec, env = wire
+    writable = write_spec(spec.read_text().replace("[network]",
+                                                   f"write = {toml_list(work)}\n[network]"))
+    result = run_sandbox(writable, "git", "clone", "-q", "http://allowed.lnkt/repo.git",
+                         str(work / "clone"), env=env)
+    assert result.returncode == 0, result.stderr
+    assert (work / "clone" / "README").read_text() == "a repository served over http\n"
+
+
+def test_pip_installs_from_an_index_on_a_test_host(
+    run_sandbox: RunSandbox, wire: tuple[Path, dict[str, str]], tmp_path: Path,
+    write_spec: WriteSpec,
+) -> None:
+    target = tmp_path / "site"
+    target.mkdir()
+    spec, env = wire
+    writable = write_spec(spec.read_text().replace("[network]",
+                                                   f"write = {toml_list(target)}\n[network]"))
+    result = run_sandbox(writable, VENV_PYTHON, "-m", "pip", "--isolated", "install", "-q",
+                         "--trusted-host", "allowed.lnkt",
+                         "--disable-pip-version-check", "--no-cache-dir",
+                         "--index-url", "http://allowed.lnkt/simple", "--target", str(target),
+                         "lnktpkg", env=env)
+    assert result.returncode == 0, result.stderr
+    assert (target / "lnktpkg" / "__init__.py").read_text() == "VALUE = 42\n"
+
+
+def test_python_urllib(run_sandbox: RunSandbox, wire: tuple[Path, dict[str, str]]) -> None:
+    spec, env = wire
+    code = ("import urllib.request\n"
+            "print(urllib.request.urlopen('http://allowed.lnkt/ok', timeout=10).read())")
+    result = run_sandbox(spec, PYTHON, "-I", "-c", code, env=env)
+    assert result.stdout.strip() == "b'fine\\n'", result
+
+
+def test_post_bodies_go_through(run_sandbox: RunSandbox, wire: tuple[Path, dict[str, str]]
+                                ) -> None:
+    result = curl(run_sandbox, wire, "--data-binary", "x" * 100_000, "http://allowed.lnkt/p")
+    assert result.stdout == "got 100000\n\n200", result
+
+
+# -- N2: refused by name, before any lookup -----------------------------------------------------
+
+
+def test_N2_an_unlisted_name_gets_403_and_no_dns_query(
+    run_sandbox: RunSandbox, wire: tuple[Path, dict[str, str]], dns: CountingDNS,
+    sandbox_env: dict[str, str],
+) -> None:
+    for url in ("http://denied.lnkt/ok", "https://denied.lnkt/ok", "http://allowed.lnkt:8080/"):
+        result = curl(run_sandbox, wire, url)
+        assert code_of(result) in ("403", "000"), (url, result)
+    plain = curl(run_sandbox, wire, "http://denied.lnkt/ok")
+    assert plain.stdout == "denied.lnkt:80 is not in this sandbox's hosts\n\n403"
+    assert dns.queries.get("denied.lnkt", 0) == 0
+    assert "refused\tdenied.lnkt:443\treason=denied.lnkt:443 is not in this sandbox's hosts" \
+        in wire_log(sandbox_env)
+    curl(run_sandbox, wire, "http://allowed.lnkt/ok")
+    assert dns.queries.get("allowed.lnkt", 0) >= 1  # the counter does count
+
+
+# -- N3: never this machine, its networks, metadata ---------------------------------------------
+
+
+@pytest.mark.parametrize("url", [
+    "http://127.0.0.1/", "http://127.1/", "http://0x7f000001/", "http://2130706433/",
+    "http://[::1]/", "http://[::ffff:127.0.0.1]/", "http://0.0.0.0/", "http://localhost/",
+    "http://169.254.169.254/latest/meta-data/", "http://[fd00:ec2::254]/",
+    "http://100.100.100.200/", "http://self-lo.lnkt/", "http://self-eth.lnkt/",
+    "http://meta.lnkt/", "http://10.211.0.2/", "http://127.0.0.1:3128/",
+])
+def test_N3_this_machine_and_metadata_are_never_reached(
+    run_sandbox: RunSandbox, wire: tuple[Path, dict[str, str]], url: str
+) -> None:
+    result = curl(run_sandbox, wire, url)
+    assert code_of(result) != "200", result
+
+
+def test_N3_a_listed_name_resolving_to_this_machine_says_so(
+    run_sandbox: RunSandbox, wire: tuple[Path, dict[str, str]]
+) -> None:
+    result = curl(run_sandbox, wire, "http://self-lo.lnkt/")
+    assert result.stdout == ("self-lo.lnkt resolves to 127.0.0.1 is this machine (loopback)"
+                             "\n\n403")
+    meta = curl(run_sandbox, wire, "http://meta.lnkt/")
+    assert "is a cloud metadata service" in meta.stdout
+
+
+# -- N1: the only way out is the proxy ---------------------------------------------------------
+
+_DIRECT = f"""
+import socket, errno
+found = {{}}
+def attempt(name, action):
+    try:
+        action()
+        found[name] = "OK"
+    except OSError as error:
+        found[name] = errno.errorcode.get(error.errno, str(error))
+def tcp():
+    socket.create_connection(("{ORIGIN_ADDRESS}", 80), timeout=3)
+def tcp6():
+    socket.create_connection(("2001:db8::1", 80), timeout=3)
+def udp():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b"x", ("{ORIGIN_ADDRESS}", 53))
+def raw():
+    socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+def packet():
+    socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+def netlink_route():
+    s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+    s.bind((0, 0))
+    import struct
+    # RTM_NEWROUTE for a default route would need CAP_NET_ADMIN: refused
+    s.send(struct.pack("=LHHLL", 28, 24, 0x405, 1, 0) + bytes(12))
+    reply = s.recv(4096)
+    code = struct.unpack("=i", reply[16:20])[0]
+    if code != 0:
+        raise OSError(-code, "netlink")
+for name, action in list(globals().items()):
+    if name in ("tcp", "tcp6", "udp", "raw", "packet", "netlink_route"):
+        attempt(name, action)
+print(found)
+"""
+
+
+def test_N1_no_route_and_no_other_socket_reaches_out(
+    run_sandbox: RunSandbox, wire: tuple[Path, dict[str, str]]
+) -> None:
+    spec, env = wire
+    result = run_sandbox(spec, PYTHON, "-I", "-c", _DIRECT, env=env)
+    found = eval(result.stdout)  # noqa: S307 (the dict this test printed)
+    assert found["tcp"] in ("ENETUNREACH", "EHOSTUNREACH"), found
+    assert found["tcp6"] in ("ENETUNREACH", "EHOSTUNREACH", "EADDRNOTAVAIL"), found
+    assert found["udp"] in ("ENETUNREACH", "EHOSTUNREACH"), found
+    assert found["raw"] == "EPERM" and found["packet"] == "EPERM", found
+    assert found["netlink_route"] == "EPERM", found
+    direct = run_sandbox(spec, "curl", "-s", "-m", "5", "--noproxy", "*",
+                         f"http://{ORIGIN_ADDRESS}/ok", env=env)
+    assert direct.returncode != 0 and "fine" not in direct.stdout
+
+
+# -- N5: a tunnel's ClientHello names its host -------------------------------------------------
+
+_TUNNEL = """
+import os, socket, ssl, sys
+def tunnel(target, sni):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=8)
+    s.sendall(f"CONNECT {target} HTTP/1.1\\r\\nHost: {target}\\r\\n\\r\\n".encode())
+    if b" 200 " not in s.recv(4096):
+        return "no-tunnel"
+    context = ssl.create_default_context(cafile=sys.argv[1])
+    context.check_hostname = False
+    try:
+        t = context.wrap_socket(s, server_hostname=sni)
+        t.sendall(b"GET /ok HTTP/1.1\\r\\nHost: allowed.lnkt\\r\\nConnection: close\\r\\n\\r\\n")
+        data = b""
+        while chunk := t.recv(4096):
+            data += chunk
+        return "served" if b"fine" in data else "closed"
+    except (OSError, ssl.SSLError):
+        return "closed"
+print({
+    "same": tunnel("allowed.lnkt:443", "allowed.lnkt"),
+    "other": tunnel("allowed.lnkt:443", "denied.lnkt"),
+    "none": tunnel("allowed.lnkt:443", None),
+    "ip": tunnel("allowed.lnkt:443", "10.212.0.2"),
+    "fronting-case": tunnel("allowed.lnkt:443", "ALLOWED.lnkt"),
+})
+"""
+
+
+def test_N5_a_tunnel_naming_another_host_or_none_is_closed(
+    run_sandbox: RunSandbox, wire: tuple[Path, dict[str, str]], testnet: Path,
+    sandbox_env: dict[str, str],
+) -> None:
+    spec, env = wire
+    result = run_sandbox(spec, PYTHON, "-I", "-c", _TUNNEL, str(testnet / "cert.pem"), env=env)
+    found = eval(result.stdout)  # noqa: S307
+    assert found == {"same": "served", "other": "closed", "none": "closed", "ip": "closed",
+                     "fronting-case": "served"}, (found, result.stderr)
+    log = wire_log(sandbox_env)
+    assert "reason=the tunnel's TLS ClientHello names another host (denied.lnkt)" in log
+    assert "reason=the tunnel's TLS ClientHello names no host" in log
+
+
+def test_plain_tcp_through_a_tunnel_to_a_listed_port(
+    run_sandbox: RunSandbox, wire: tuple[Path, dict[str, str]]
+) -> None:
+    code = ("import socket\n"
+            "s = socket.create_connection(('127.0.0.1', 3128), timeout=8)\n"
+            "s.sendall(b'CONNECT allowed.lnkt:7 HTTP/1.1\\r\\nHost: allowed.lnkt:7\\r\\n\\r\\n')\n"
+            "assert b' 200 ' in s.recv(4096)\n"
+            "s.sendall(b'echo me'); print(s.recv(100).decode())\n")
+    spec, env = wire
+    result = run_sandbox(spec, PYTHON, "-I", "-c", code, env=env)
+    assert result.stdout.strip() == "echo me", result
+
+
+# -- N4: smuggling heads ----------------------------------------------------------------------
+
+_RAW = """
+import socket, sys
+heads = {
+    "bare LF": b"GET http://allowed.lnkt/ok HTTP/1.1\\nHost: allowed.lnkt\\n\\n",
+    "bare CR": b"GET http://allowed.lnkt/ok HTTP/1.1\\r\\nHost: allowed.lnkt\\rX: y\\r\\n\\r\\n",
+    "NUL": b"GET http://allowed.lnkt/ok HTTP/1.1\\r\\nHost: allowed.lnkt\\x00\\r\\n\\r\\n",
+    "obs-fold": b"GET http://allowed.lnkt/ok HTTP/1.1\\r\\nHost: allowed.lnkt\\r\\nX: a\\r\\n b\\r\\n\\r\\n",
+    "CL+TE": b"POST http://allowed.lnkt/p HTTP/1.1\\r\\nHost: allowed.lnkt\\r\\nContent-Length: 4\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n0\\r\\n\\r\\n",
+    "two CL": b"POST http://allowed.lnkt/p HTTP/1.1\\r\\nHost: allowed.lnkt\\r\\nContent-Length: 1\\r\\nContent-Length: 2\\r\\n\\r\\nab",
+    "userinfo": b"GET http://allowed.lnkt@denied.lnkt/ok HTTP/1.1\\r\\nHost: denied.lnkt\\r\\n\\r\\n",
+    "long head": b"GET http://allowed.lnkt/ok HTTP/1.1\\r\\nHost: allowed.lnkt\\r\\nX: " + b"a" * 40000 + b"\\r\\n\\r\\n",
+    "origin form": b"GET /ok HTTP/1.1\\r\\nHost: allowed.lnkt\\r\\n\\r\\n",
+    "verb": b"GET http://127.0.0.1:3128/_link/model HTTP/1.1\\r\\nHost: 127.0.0.1:3128\\r\\n\\r\\n",
+    "ipv6 literal": b"GET http://[::1]/ HTTP/1.1\\r\\nHost: [::1]\\r\\n\\r\\n",
+}
+found = {}
+for name, head in heads.items():
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=8)
+    s.sendall(head)
+    reply = b""
+    try:
+        while chunk := s.recv(65536):
+            reply += chunk
+    except OSError:
+        pass
+    found[name] = reply.split(b"\\r\\n", 1)[0].decode(errors="replace")
+print(found)
+"""
+
+
+def test_N4_smuggling_heads_are_refused_before_anything_is_sent(
+    run_sandbox: RunSandbox, wire: tuple[Path, dict[str, str]]
+) -> None:
+    spec, env = wire
+    result = run_sandbox(spec, PYTHON, "-I", "-c", _RAW, env=env)
+    found = eval(result.stdout)  # noqa: S307
+    for name in ("bare LF", "bare CR", "NUL", "obs-fold", "CL+TE", "two CL", "userinfo",
+                 "long head", "origin form"):
+        assert found[name].startswith("HTTP/1.1 400"), (name, found[name])
+    assert found["verb"].startswith("HTTP/1.1 404"), found
+    assert found["ipv6 literal"].startswith("HTTP/1.1 403"), found
+
+
+# -- N11: the log keeps host and port only ------------------------------------------------------
+
+
+def test_N11_the_log_has_host_and_port_never_a_path_query_or_body(
+    run_sandbox: RunSandbox, wire: tuple[Path, dict[str, str]], sandbox_env: dict[str, str],
+    testnet: Path,
+) -> None:
+    curl(run_sandbox, wire, "http://allowed.lnkt/ok?token=SECRETQUERY")
+    curl(run_sandbox, wire, "--data", "SECRETBODY", "http://allowed.lnkt/SECRETPATH")
+    curl(run_sandbox, wire, "--cacert", str(testnet / "cert.pem"),
+         "https://allowed.lnkt/ok?k=SECRETTLS")
+    curl(run_sandbox, wire, "http://denied.lnkt/SECRETREFUSED?x=SECRETQ2")
+    log = wire_log(sandbox_env)
+    for secret in ("SECRET", "/ok", "token"):
+        assert secret not in log, secret
+    events = [line.split("\t")[1:3] for line in log.splitlines()]
+    assert ["allowed", "allowed.lnkt:80"] in events and ["ended", "allowed.lnkt:80"] in events
+    assert ["allowed", "allowed.lnkt:443"] in events and ["ended", "allowed.lnkt:443"] in events
+    assert ["refused", "denied.lnkt:80"] in events
+    ended = next(line for line in log.splitlines() if "\tended\tallowed.lnkt:443\t" in line)
+    assert "sent=" in ended and "received=" in ended and "seconds=" in ended
+    shown = subprocess.run([LNK_SANDBOX, "log", "tests", "--json"], env=sandbox_env,
+                           capture_output=True, text=True, check=True)
+    entries = [json.loads(line) for line in shown.stdout.splitlines()]
+    assert {entry["event"] for entry in entries} == {"allowed", "ended", "refused"}
+    assert all(set(entry) >= {"wire", "time", "event", "target"} for entry in entries)
+
+
+# -- fails closed -------------------------------------------------------------------------------
+
+
+def test_the_sandbox_has_no_way_out_when_the_proxy_dies(
+    wire: tuple[Path, dict[str, str]], tmp_path: Path, write_spec: WriteSpec
+) -> None:
+    spec, env = wire
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    gated = write_spec(spec.read_text().replace("[network]",
+                                                f"write = {toml_list(gates)}\n[network]"))
+    gate, running = gates / "open", gates / "running"
+    run = subprocess.Popen(
+        [LNK_SANDBOX, "run", "--spec", str(gated), "--", "/bin/sh", "-c",
+         f": > {Q(str(running))}; while [ ! -e {Q(str(gate))} ]; do sleep 0.05; done; "
+         "curl -s -m 5 -o /dev/null -w '%{http_code}' http://allowed.lnkt/ok; echo; "
+         f"curl -s -m 5 --noproxy '*' http://{ORIGIN_ADDRESS}/ok; echo direct=$?"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + SANDBOX_TIMEOUT_SECONDS
+        while not running.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        proxy = _find_child(run.pid, b"proxy")
+        os.kill(proxy, signal.SIGKILL)
+        time.sleep(0.2)
+        gate.touch()
+        stdout, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    lines = stdout.splitlines()
+    assert lines[0] == "000", (stdout, stderr)
+    assert "fine" not in stdout and lines[-1] != "direct=0"
+
+
+def _find_child(parent: int, word: bytes) -> int:
+    deadline = time.monotonic() + SANDBOX_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                words = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if word in words and int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+                return int(entry)
+        time.sleep(0.01)
+    raise AssertionError(f"no child {word!r} of {parent}")
+
+
+def test_many_concurrent_tunnels_are_all_served(
+    run_sandbox: RunSandbox, wire: tuple[Path, dict[str, str]]
+) -> None:
+    code = """
+import socket, threading
+results = []
+def one():
+    try:
+        s = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+        s.sendall(b"CONNECT allowed.lnkt:7 HTTP/1.1\\r\\nHost: allowed.lnkt:7\\r\\n\\r\\n")
+        if b" 200 " in s.recv(4096):
+            s.sendall(b"ping")
+            results.append(s.recv(10) == b"ping")
+        s.close()
+    except OSError:
+        results.append(False)
+threads = [threading.Thread(target=one) for _ in range(200)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print(sum(results), len(results))
+"""
+    spec, env = wire
+    result = run_sandbox(spec, PYTHON, "-I", "-c", code, env=env)
+    assert result.stdout.split() == ["200", "200"], result
