@@ -60,6 +60,17 @@ def _own_path(target: str) -> str | None:
     return None
 
 
+def _host_matches(hosts: list[str], target: Target) -> bool:
+    if not hosts:
+        return True  # HTTP/1.0 without Host: the URL alone says where
+    try:
+        named = parse_connect(hosts[0] if ":" in hosts[0].rsplit("]", 1)[-1]
+                              else f"{hosts[0]}:{target.port}")
+    except TargetError:
+        return False
+    return (named.host, named.port) == (target.host, target.port)
+
+
 async def system_resolver(host: str, port: int) -> list[Address]:
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -280,6 +291,12 @@ class Proxy:
             target, path = parse_absolute(head.target)
         except TargetError as error:
             await self._refuse(writer, "-", Refused(400, str(error)))
+            return False
+        if not _host_matches(head.get("host"), target):
+            # A CDN routes by Host: a URL of a listed host with another Host is fronting.
+            await self._refuse(writer, target.authority,
+                               Refused(400, "the Host header names another host than the "
+                                            "request's URL"))
             return False
         try:
             _address, up_reader, up_writer = await self._open(target)

@@ -49,8 +49,8 @@ STATED_GAPS = (
 
 # Protections of later issues, said plainly until they exist.
 NOT_YET_BUILT = (
-    {"protection": "the proxy (network)", "in_force": False,
-     "why": "not built yet: a sandbox has no network at all (loopback only)"},
+    {"protection": "the proxy's verbs (/_link/…), calls a minute, the kill switch, pause",
+     "in_force": False, "why": "not built yet: every /_link/ path answers 404"},
 )
 
 
@@ -123,6 +123,10 @@ def report(env: Mapping[str, str]) -> dict[str, Any]:
         {"protection": "[commands]: only listed programs start (Landlock's execute right); "
                        "a refused one is named by the exec watch",
          "in_force": namespaces and abi >= 1 and seccomp["user_notification"]},
+        {"protection": "network: none at all, or the filtering proxy as the one way out "
+                       "(hosts by name before any lookup; never this machine, its networks "
+                       "or a metadata service; TLS ClientHello checked; strict heads)",
+         "in_force": namespaces},
         {"protection": "memory files made non-executable where [commands] lists programs",
          "in_force": namespaces and memfd_noexec and seccomp["user_notification"],
          **({} if memfd_noexec else {"why": "Linux before 6.3: only running a descriptor "

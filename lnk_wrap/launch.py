@@ -158,9 +158,9 @@ def _program_pid(sandbox_pid: int) -> int | None:
     return int(children[0]) if children else None
 
 
-def _read_info(fd: int) -> int | None:
-    """bubblewrap writes `{"child-pid": N, …}` to --info-fd once the sandbox exists.
-    (Read by hand: the json module costs an import at every start.)"""
+def _read_info(fd: int) -> dict[str, int]:
+    """bubblewrap writes `{"child-pid": N, "net-namespace": N, …}` to --info-fd once the
+    sandbox exists. (Read by hand: the json module costs an import at every start.)"""
     data = b""
     while True:
         chunk = os.read(fd, 4096)
@@ -168,11 +168,13 @@ def _read_info(fd: int) -> int | None:
             break
         data += chunk
     os.close(fd)
-    if not data:
-        return None
-    _, found, rest = data.partition(b'"child-pid":')
-    digits = rest.lstrip(b" ").split(b",")[0].split(b"}")[0].strip()
-    return int(digits) if found and digits.isdigit() else None
+    found: dict[str, int] = {}
+    for key in (b"child-pid", b"net-namespace"):
+        _, seen, rest = data.partition(b'"' + key + b'":')
+        digits = rest.lstrip(b" ").split(b",")[0].split(b"}")[0].strip()
+        if seen and digits.isdigit():
+            found[key.decode()] = int(digits)
+    return found
 
 
 def launch(policy: Policy, command: list[str], env: Mapping[str, str]) -> int:
@@ -277,12 +279,14 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
             os.close(facts.watch_fd)
         if facts.block_fd is not None:
             os.close(facts.block_fd)
-    sandbox["pid"] = _read_info(info_read)
+    info = _read_info(info_read)
+    sandbox["pid"] = info.get("child-pid")
     if proxy is not None:
         _, proxy_channel, block_write = proxy
         try:
             if sandbox["pid"] is not None:
-                _make_proxy_listener(sandbox["pid"], proxy_channel)
+                _make_proxy_listener(sandbox["pid"], info.get("net-namespace", 0),
+                                     proxy_channel)
         except LaunchError:
             os.kill(child, signal.SIGKILL)  # never let the program start without its wire
             os.waitpid(child, 0)
@@ -402,26 +406,58 @@ def _start_proxy(policy: Policy, env: Mapping[str, str]) -> tuple[int, int]:
 WIRE_UNNAMED = "unnamed"
 _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWNET = 0x40000000
+_NS_GET_USERNS = 0xB701  # ioctl on a namespace: a descriptor of its owning user namespace
 
 
-def _make_proxy_listener(sandbox_pid: int, channel: int) -> None:
+# bubblewrap reports the sandbox's pid before that process has made its own network
+# namespace (seen as an ordinary user: a race); the launcher waits this long for it.
+NAMESPACE_WAIT_SECONDS = 5.0
+
+
+def _make_proxy_listener(sandbox_pid: int, network: int, channel: int) -> None:
     """In a forked child (single-threaded, as setns into a user namespace requires):
     join the sandbox's user and network namespaces, listen on the proxy's fixed address
     there, and send the socket to the proxy. A socket keeps the namespace it was made
-    in: the proxy serves it from outside, and nothing of ours runs inside."""
+    in: the proxy serves it from outside, and nothing of ours runs inside.
+
+    The namespace joined must be the one bubblewrap named (`net-namespace` of its info),
+    checked before and after joining: bubblewrap writes its info before the sandbox's
+    first process has unshared its network, and joining then would join this machine's
+    network (for root: a listener on the machine's own loopback)."""
+    import time
+
+    deadline = time.monotonic() + NAMESPACE_WAIT_SECONDS
+    while True:
+        try:
+            if os.stat(f"/proc/{sandbox_pid}/ns/net").st_ino == network:
+                break
+        except OSError:
+            raise LaunchError("the sandbox ended before its network was made") from None
+        if not network or time.monotonic() > deadline:
+            raise LaunchError("the sandbox's network namespace did not appear")
+        time.sleep(0.0005)
     child = os.fork()
     if child == 0:
         code = 1
         try:
             import _socket
+            import ctypes
+            import fcntl
 
             from lnk_common.syscalls import libc
 
-            for kind, flag in (("user", _CLONE_NEWUSER), ("net", _CLONE_NEWNET)):
-                fd = os.open(f"/proc/{sandbox_pid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC)
+            network_fd = os.open(f"/proc/{sandbox_pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+            # The user namespace that owns the network, which is not the program's own
+            # when bubblewrap nests one (it does with --dev, to mount devpts): joining
+            # the program's would give no capability over the network.
+            owner_fd = fcntl.ioctl(network_fd, _NS_GET_USERNS)
+            for kind, fd, flag in (("user", owner_fd, _CLONE_NEWUSER),
+                                   ("net", network_fd, _CLONE_NEWNET)):
                 if libc.setns(fd, flag) != 0:
-                    raise OSError(f"setns({kind}) failed")
+                    raise OSError(f"setns({kind}) failed: {os.strerror(ctypes.get_errno())}")
                 os.close(fd)
+            if os.stat("/proc/self/ns/net").st_ino != network:
+                raise OSError("joined another network than the sandbox's")
             listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
             listener.bind((bwrap_plan.PROXY_ADDRESS, bwrap_plan.PROXY_PORT))
             listener.listen(1024)

@@ -110,6 +110,11 @@ def test_git_clone_over_http(
                          str(work / "clone"), env=env)
     assert result.returncode == 0, result.stderr
     assert (work / "clone" / "README").read_text() == "a repository served over http\n"
+    secure = run_sandbox(writable, "git", "clone", "-q", "https://allowed.lnkt/repo.git",
+                         str(work / "clone-tls"),
+                         env={**env, "GIT_SSL_CAINFO": str(testnet / "cert.pem")})
+    assert secure.returncode == 0, secure.stderr
+    assert (work / "clone-tls" / "README").exists()
 
 
 def test_pip_installs_from_an_index_on_a_test_host(
@@ -317,6 +322,8 @@ heads = {
     "origin form": b"GET /ok HTTP/1.1\\r\\nHost: allowed.lnkt\\r\\n\\r\\n",
     "verb": b"GET http://127.0.0.1:3128/_link/model HTTP/1.1\\r\\nHost: 127.0.0.1:3128\\r\\n\\r\\n",
     "ipv6 literal": b"GET http://[::1]/ HTTP/1.1\\r\\nHost: [::1]\\r\\n\\r\\n",
+    "fronting": b"GET http://allowed.lnkt/ok HTTP/1.1\\r\\nHost: denied.lnkt\\r\\n\\r\\n",
+    "host with port": b"GET http://allowed.lnkt/ok HTTP/1.1\\r\\nHost: allowed.lnkt:80\\r\\n\\r\\n",
 }
 found = {}
 for name, head in heads.items():
@@ -340,10 +347,11 @@ def test_N4_smuggling_heads_are_refused_before_anything_is_sent(
     result = run_sandbox(spec, PYTHON, "-I", "-c", _RAW, env=env)
     found = eval(result.stdout)  # noqa: S307
     for name in ("bare LF", "bare CR", "NUL", "obs-fold", "CL+TE", "two CL", "userinfo",
-                 "long head", "origin form"):
+                 "long head", "origin form", "fronting"):
         assert found[name].startswith("HTTP/1.1 400"), (name, found[name])
     assert found["verb"].startswith("HTTP/1.1 404"), found
     assert found["ipv6 literal"].startswith("HTTP/1.1 403"), found
+    assert found["host with port"].startswith("HTTP/1.1 200"), found
 
 
 # -- N11: the log keeps host and port only ------------------------------------------------------
