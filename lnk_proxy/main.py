@@ -20,6 +20,9 @@ __all__ = ["main"]
 
 _PR_SET_PDEATHSIG = 1
 _SIGTERM = 15
+# When the sandbox has ended, its calls' sockets are closing: this long is given to
+# write their ended lines before the proxy exits.
+DRAIN_SECONDS = 1.0
 
 
 def _parse(argv: list[str]) -> dict[str, list[str]]:
@@ -92,11 +95,16 @@ def serve(listener: int, options: dict[str, list[str]]) -> None:
                   resolver=dns_resolver(server_address) if server_address else system_resolver)
 
     async def run() -> None:
+        import signal
+
         sock = socket.socket(fileno=listener)
         sock.setblocking(False)
         server = await asyncio.start_server(proxy.handle, sock=sock, limit=1 << 20)
-        async with server:
-            await server.serve_forever()
+        stopping = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
+        await stopping.wait()
+        server.close()
+        await proxy.drain(DRAIN_SECONDS)
 
     try:
         asyncio.run(run())

@@ -98,16 +98,32 @@ class Proxy:
         self.resolver = resolver
         self.hooks = hooks
         self.ids = itertools.count(1)
+        self.open: set[asyncio.Task[None]] = set()
+
+    async def drain(self, seconds: float) -> None:
+        """Let open calls finish (the sandbox is gone, so their sockets are closing)
+        and write their ended lines; cancel what is left after `seconds`."""
+        if self.open:
+            _, pending = await asyncio.wait(set(self.open), timeout=seconds)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=seconds)
 
     # -- one client connection ----------------------------------------------------------
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self.open.add(task)
         try:
             await self._serve(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             pass
         finally:
             writer.close()
+            if task is not None:
+                self.open.discard(task)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         buffer = b""
@@ -228,12 +244,15 @@ class Proxy:
                 return
         self.log.write("allowed", target.authority, f"id={call} kind=connect")
         started = time.monotonic()
-        if first:
-            up_writer.write(first)
-        sent, received = await self._relay(reader, writer, up_reader, up_writer)
-        self.log.write("ended", target.authority,
-                       f"id={call} sent={sent + len(first)} received={received} "
-                       f"seconds={time.monotonic() - started:.3f}")
+        counted = [0, 0]
+        try:
+            if first:
+                up_writer.write(first)
+            counted[:] = await self._relay(reader, writer, up_reader, up_writer)
+        finally:  # an ended line for every allowed one, even when the proxy is stopping
+            self.log.write("ended", target.authority,
+                           f"id={call} sent={counted[0] + len(first)} received={counted[1]} "
+                           f"seconds={time.monotonic() - started:.3f}")
 
     async def _client_hello(self, reader: asyncio.StreamReader, data: bytes) -> bytes:
         while True:
