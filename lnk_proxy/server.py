@@ -335,6 +335,7 @@ class Proxy:
         fields = [(name, value) for name, value in request.headers if name.lower() not in hop]
         fields.append((b"connection", b"close"))
         sent = received = 0
+        failure = ""
         try:
             up_writer.write(upstream.send(h11.Request(method=request.method, target=path,
                                                       headers=fields)))
@@ -379,13 +380,10 @@ class Proxy:
                     break
                 break
         except (h11.ProtocolError, ConnectionError, TimeoutError) as error:
+            failure = f" error={type(error).__name__}"
+        finally:  # an ended line for every allowed one, even when the proxy is stopping
+            up_writer.close()
             self.log.write("ended", target.authority,
                            f"id={call} sent={sent} received={received} "
-                           f"seconds={time.monotonic() - started:.3f} error={type(error).__name__}")
-            return False
-        finally:
-            up_writer.close()
-        self.log.write("ended", target.authority,
-                       f"id={call} sent={sent} received={received} "
-                       f"seconds={time.monotonic() - started:.3f}")
+                           f"seconds={time.monotonic() - started:.3f}{failure}")
         return False
