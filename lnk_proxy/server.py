@@ -16,7 +16,9 @@ import asyncio
 import contextlib
 import ipaddress
 import itertools
+import os
 import socket
+import threading
 import time
 from collections.abc import Awaitable, Callable
 
@@ -58,6 +60,53 @@ def _own_path(target: str) -> str | None:
         if lowered == prefix or lowered.startswith(prefix + "/"):
             return target[len(prefix):] or "/"
     return None
+
+
+# A pipe this large lets one splice move a whole read of a fast connection.
+PIPE_BYTES = 1024 * 1024
+_F_SETPIPE_SZ = 1031
+
+
+def _splice_thread(loop: asyncio.AbstractEventLoop, done: asyncio.Future[int], source: int,
+                   sink: int, held: bytes) -> None:
+    total = 0
+    try:
+        if held:
+            os.write(sink, held)
+            total += len(held)
+        total += _splice(source, sink)
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            socket.socket(fileno=os.dup(sink)).shutdown(socket.SHUT_WR)
+        loop.call_soon_threadsafe(_settle, done, total)
+
+
+def _settle(done: asyncio.Future[int], total: int) -> None:
+    if not done.done():
+        done.set_result(total)
+
+
+def _splice(source: int, sink: int) -> int:
+    import fcntl
+
+    read_end, write_end = os.pipe()
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(write_end, _F_SETPIPE_SZ, PIPE_BYTES)
+    moved = 0
+    try:
+        while True:
+            count = os.splice(source, write_end, PIPE_BYTES, flags=os.SPLICE_F_MOVE)
+            if count == 0:
+                return moved
+            while count:
+                out = os.splice(read_end, sink, count, flags=os.SPLICE_F_MOVE)
+                count -= out
+                moved += out
+    finally:
+        os.close(read_end)
+        os.close(write_end)
 
 
 def _host_matches(hosts: list[str], target: Target) -> bool:
@@ -207,7 +256,8 @@ class Proxy:
         address = await self.decide(target)
         try:
             upstream = await asyncio.wait_for(
-                asyncio.open_connection(str(address), target.port), CONNECT_SECONDS)
+                asyncio.open_connection(str(address), target.port, limit=CHUNK),
+                CONNECT_SECONDS)
         except (OSError, TimeoutError) as error:
             raise Refused(502, f"{target.authority} could not be reached ({error})") from None
         return address, *upstream
@@ -266,28 +316,38 @@ class Proxy:
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                      up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter
                      ) -> tuple[int, int]:
-        async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> int:
-            total = 0
-            try:
-                while True:
-                    chunk = await asyncio.wait_for(source.read(CHUNK), IDLE_SECONDS)
-                    if not chunk:
-                        break
-                    total += len(chunk)
-                    sink.write(chunk)
-                    await sink.drain()
-            except (ConnectionError, TimeoutError):
-                pass
-            finally:
-                try:
-                    if sink.can_write_eof():
-                        sink.write_eof()
-                except OSError:
-                    pass
-            return total
-
-        sent, received = await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
-        up_writer.close()
+        """Both directions of a tunnel, each by splice(2) in a thread of its own: the bytes
+        go socket → pipe → socket inside the kernel, never through Python (asyncio streams
+        managed a third of a direct connection's throughput here). The streams' transports
+        are paused first; what their buffers already hold is sent on first."""
+        loop = asyncio.get_running_loop()
+        ends = []
+        for stream_reader, stream_writer in ((reader, writer), (up_reader, up_writer)):
+            stream_writer.transport.pause_reading()  # type: ignore[attr-defined]
+            await stream_writer.drain()
+            held = bytes(stream_reader._buffer)  # type: ignore[attr-defined]
+            stream_reader._buffer.clear()  # type: ignore[attr-defined]
+            fd = os.dup(stream_writer.get_extra_info("socket").fileno())
+            os.set_blocking(fd, True)
+            ends.append((fd, held))
+        (client_fd, client_held), (upstream_fd, upstream_held) = ends
+        done: list[asyncio.Future[int]] = [loop.create_future(), loop.create_future()]
+        for index, (source, sink, held) in enumerate(
+            ((client_fd, upstream_fd, client_held), (upstream_fd, client_fd, upstream_held))
+        ):
+            threading.Thread(target=_splice_thread, daemon=True,
+                             args=(loop, done[index], source, sink, held)).start()
+        try:
+            sent, received = await asyncio.gather(*done)
+        finally:
+            for fd in (client_fd, upstream_fd):
+                with contextlib.suppress(OSError):
+                    socket.socket(fileno=os.dup(fd)).shutdown(socket.SHUT_RDWR)
+            if not all(future.done() for future in done):
+                await asyncio.wait(done)
+            os.close(client_fd)
+            os.close(upstream_fd)
+            up_writer.close()
         return sent, received
 
     # -- absolute-form requests ---------------------------------------------------------
