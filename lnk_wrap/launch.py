@@ -340,15 +340,7 @@ def _start_watch(policy: Policy, loaders: tuple[str, ...],
             argv += ["--run", path]
         for path in loaders:
             argv += ["--loader", path]
-    os.set_inheritable(watch_end, True)
-    try:
-        pid = os.posix_spawn(argv[0], argv, dict(env))
-    except OSError:
-        os.close(init_end)
-        raise
-    finally:
-        os.close(watch_end)
-    return pid, init_end
+    return _spawn_helper(argv, env, given=watch_end, kept=init_end), init_end
 
 
 def _end_watch(pid: int) -> None:
@@ -391,15 +383,20 @@ def _start_proxy(policy: Policy, env: Mapping[str, str]) -> tuple[int, int]:
             "--settings", policy.settings, "--wire", policy.name or WIRE_UNNAMED]
     for host in policy.hosts:
         argv += ["--host", host]
-    os.set_inheritable(proxy_end, True)
+    return _spawn_helper(argv, env, given=proxy_end, kept=launcher_end), launcher_end
+
+
+def _spawn_helper(argv: list[str], env: Mapping[str, str], *, given: int, kept: int) -> int:
+    """Start a helper that inherits `given` (one end of a socket pair; closed here after)
+    and not `kept` (the other end, closed here if the helper cannot start)."""
+    os.set_inheritable(given, True)
     try:
-        pid = os.posix_spawn(argv[0], argv, dict(env))
+        return os.posix_spawn(argv[0], argv, dict(env))
     except OSError:
-        os.close(launcher_end)
+        os.close(kept)
         raise
     finally:
-        os.close(proxy_end)
-    return pid, launcher_end
+        os.close(given)
 
 
 # A sandbox whose spec names no wire has its calls logged under this name.
