@@ -536,39 +536,32 @@ def test_F5_two_runs_on_one_folder_ending_in_either_order(
     assert index_of(sandbox_env) == []
 
 
-def test_F5_a_placeholder_made_non_empty_outside_is_left_as_it_is(
-    tmp_path: Path, write_spec: WriteSpec, sandbox_env: dict[str, str]
+@pytest.mark.parametrize(("name", "tamper", "said"), [
+    (".idea", "fill", "was changed during the run"),
+    (".husky", "replace", "is no longer the placeholder made for the run"),
+])
+def test_F5_a_placeholder_changed_outside_is_left_as_it_is(
+    tmp_path: Path, write_spec: WriteSpec, sandbox_env: dict[str, str], name: str,
+    tamper: str, said: str,
 ) -> None:
     folder = tmp_path / "plain"
     folder.mkdir()
     gate = tmp_path / "gates" / "open"
     run = _held_open(_gated_spec(write_spec, folder, gate.parent), sandbox_env, gate)
-    _wait_for(lambda: (folder / ".idea").is_dir(), "the placeholders")
-    (folder / ".idea" / "workspace.xml").write_text("the person's\n")  # outside the sandbox
+    _wait_for(lambda: (folder / name).is_dir(), "the placeholders")
+    if tamper == "fill":  # the person's editor writes into it, outside the sandbox
+        (folder / name / "workspace.xml").write_text("the person's\n")
+    else:  # swapped for another empty folder: empty, but not the one made
+        os.rename(folder / name, tmp_path / "moved")
+        (folder / name).mkdir()
     gate.touch()
     _, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
     assert run.returncode == 0
-    assert (folder / ".idea" / "workspace.xml").read_text() == "the person's\n"
-    assert f"placeholder {folder}/.idea was changed during the run" in stderr
-    assert sorted(os.listdir(folder)) == [".idea"]
+    assert f"{folder}/{name} {said}" in stderr or f"placeholder {folder}/{name} {said}" in stderr
+    assert sorted(os.listdir(folder)) == [name]
+    if tamper == "fill":
+        assert (folder / name / "workspace.xml").read_text() == "the person's\n"
     assert index_of(sandbox_env) == []
-
-
-def test_F5_a_placeholder_replaced_outside_is_not_removed(
-    tmp_path: Path, write_spec: WriteSpec, sandbox_env: dict[str, str]
-) -> None:
-    folder = tmp_path / "plain"
-    folder.mkdir()
-    gate = tmp_path / "gates" / "open"
-    run = _held_open(_gated_spec(write_spec, folder, gate.parent), sandbox_env, gate)
-    _wait_for(lambda: (folder / ".husky").is_dir(), "the placeholders")
-    os.rename(folder / ".husky", tmp_path / "moved")
-    (folder / ".husky").mkdir()  # an empty folder, but not the one made
-    gate.touch()
-    _, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
-    assert (folder / ".husky").is_dir()
-    assert "no longer the placeholder made for the run" in stderr
-    assert sorted(os.listdir(folder)) == [".husky"]
 
 
 def test_F5_a_run_killed_outright_is_cleaned_up_by_the_next_run(
