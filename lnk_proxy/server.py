@@ -4,8 +4,9 @@ Per client connection: read a head (bounded in size and time), admit it
 (lnk_proxy.head), find its target (lnk_proxy.target), decide (hooks → name → lookup →
 every address: lnk_proxy.decide), connect to the very address checked, then either
 tunnel (CONNECT; to port 443 only after the ClientHello names the same host) or forward
-one absolute-form request (h11 on both sides; `Connection: close` both ways: one request
-a connection, for now). Everything else is refused with a status and a one-line
+absolute-form requests one after another on a client's connection kept alive (h11 on
+both sides; each request checked and decided afresh; the upstream connection closed
+after each response). Everything else is refused with a status and a one-line
 reason, in the response and in the wire's log. `/_link/…` is the verbs' namespace: no
 verb is enabled yet, so each answers 404.
 """
@@ -175,15 +176,22 @@ class Proxy:
                 self.open.discard(task)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Heads one after another on a connection kept alive (each request checked and
+        decided afresh, wherever it goes), until a CONNECT, a refusal or a close."""
         buffer = b""
         while True:
+            if not buffer:
+                try:  # between requests a client may idle; within a head it may not
+                    buffer = await asyncio.wait_for(reader.read(65536), IDLE_SECONDS)
+                except TimeoutError:
+                    return
+                if not buffer:
+                    return
             try:
                 raw, buffer = await asyncio.wait_for(self._read_head(reader, buffer),
-                                                     HEAD_SECONDS if buffer else IDLE_SECONDS)
+                                                     HEAD_SECONDS)
             except TimeoutError:
-                if buffer:
-                    await self._refuse(writer, "-", Refused(408, "the request head took "
-                                                                 "too long"))
+                await self._refuse(writer, "-", Refused(408, "the request head took too long"))
                 return
             except HeadError as error:
                 await self._refuse(writer, "-", Refused(400, str(error)))
@@ -198,8 +206,9 @@ class Proxy:
             if head.method == "CONNECT":
                 await self._connect(head.target, buffer, reader, writer)
                 return
-            await self._forward(head, raw, buffer, reader, writer)
-            return
+            keep, buffer = await self._forward(head, raw, buffer, reader, writer)
+            if not keep:
+                return
 
     async def _read_head(self, reader: asyncio.StreamReader,
                          buffer: bytes) -> tuple[bytes | None, bytes]:
@@ -353,7 +362,10 @@ class Proxy:
     # -- absolute-form requests ---------------------------------------------------------
 
     async def _forward(self, head: object, raw: bytes, rest: bytes,
-                       reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+                       reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+                       ) -> tuple[bool, bytes]:
+        """One absolute-form request and its response; (whether the client's connection
+        goes on to another request, the bytes it already sent of that one)."""
         from lnk_proxy.head import RequestHead
 
         assert isinstance(head, RequestHead)
@@ -365,23 +377,23 @@ class Proxy:
                 await self._refuse(writer, "-", Refused(400, "the proxy takes absolute-form "
                                                              "requests (http://host/…) and "
                                                              "CONNECT"))
-            return False
+            return False, b""
         try:
             target, path = parse_absolute(head.target)
         except TargetError as error:
             await self._refuse(writer, "-", Refused(400, str(error)))
-            return False
+            return False, b""
         if not _host_matches(head.get("host"), target):
             # A CDN routes by Host: a URL of a listed host with another Host is fronting.
             await self._refuse(writer, target.authority,
                                Refused(400, "the Host header names another host than the "
                                             "request's URL"))
-            return False
+            return False, b""
         try:
             _address, up_reader, up_writer = await self._open(target)
         except Refused as refusal:
             await self._refuse(writer, target.authority, refusal)
-            return False
+            return False, b""
         call = next(self.ids)
         self.log.write("allowed", target.authority, f"id={call} kind=http")
         started = time.monotonic()
@@ -424,7 +436,6 @@ class Proxy:
                 if isinstance(event, h11.Response):
                     headers = [(name, value) for name, value in event.headers
                                if name.lower() not in hop]
-                    headers.append((b"connection", b"close"))  # one request a connection
                     writer.write(client.send(h11.Response(status_code=event.status_code,
                                                           headers=headers,
                                                           reason=event.reason)))
@@ -446,4 +457,10 @@ class Proxy:
             self.log.write("ended", target.authority,
                            f"id={call} sent={sent} received={received} "
                            f"seconds={time.monotonic() - started:.3f}{failure}")
-        return False
+        if failure or client.our_state is not h11.DONE or client.their_state is not h11.DONE:
+            return False, b""
+        try:
+            client.start_next_cycle()
+        except h11.LocalProtocolError:
+            return False, b""  # the client or the server asked to close
+        return True, client.trailing_data[0]

@@ -459,3 +459,31 @@ print(sum(results), len(results))
     spec, env = wire
     result = run_sandbox(spec, PYTHON, "-I", "-c", code, env=env)
     assert result.stdout.split() == ["200", "200"], result
+
+
+_KEEP_ALIVE = """
+import socket
+s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+s.sendall(b"GET http://allowed.lnkt/ok HTTP/1.1\\r\\nHost: allowed.lnkt\\r\\n\\r\\n"
+          b"GET http://allowed.lnkt/ok HTTP/1.1\\r\\nHost: allowed.lnkt\\r\\n\\r\\n"
+          b"GET http://denied.lnkt/ok HTTP/1.1\\r\\nHost: denied.lnkt\\r\\n\\r\\n"
+          b"GET http://allowed.lnkt/ok HTTP/1.1\\r\\nHost: allowed.lnkt\\r\\n\\r\\n")
+data = b""
+while chunk := s.recv(65536):
+    data += chunk
+import re
+print([found.decode() for found in re.findall(rb"HTTP/1\\.1 [0-9]{3} [A-Za-z]+", data)])
+"""
+
+
+def test_a_kept_alive_connection_has_each_request_decided_afresh(
+    run_sandbox: RunSandbox, wire: tuple[Path, dict[str, str]], sandbox_env: dict[str, str]
+) -> None:
+    spec, env = wire
+    result = run_sandbox(spec, PYTHON, "-I", "-c", _KEEP_ALIVE, env=env)
+    # Two served on one connection; the third refused (and the connection closed with it).
+    assert eval(result.stdout) == ["HTTP/1.1 200 OK", "HTTP/1.1 200 OK",  # noqa: S307
+                                   "HTTP/1.1 403 Forbidden"], result
+    reused = curl(run_sandbox, wire, "-o", "/dev/null", "-o", "/dev/null", "-w",
+                  "%{num_connects} ", "http://allowed.lnkt/ok", "http://allowed.lnkt/ok")
+    assert reused.stdout.split()[:2] == ["1", "0"], reused  # the second reused the first's
