@@ -5,8 +5,8 @@ Per client connection: read a head (bounded in size and time), admit it
 every address: lnk_proxy.decide), connect to the very address checked, then either
 tunnel (CONNECT; to port 443 only after the ClientHello names the same host) or forward
 absolute-form requests one after another on a client's connection kept alive (h11 on
-both sides; each request checked and decided afresh; the upstream connection closed
-after each response). Everything else is refused with a status and a one-line
+both sides; each request checked afresh; the upstream connection kept for the next
+request to the same host and port). Everything else is refused with a status and a one-line
 reason, in the response and in the wire's log. `/_link/…` is the verbs' namespace: no
 verb is enabled yet, so each answers 404.
 """
@@ -110,6 +110,15 @@ def _splice(source: int, sink: int) -> int:
         os.close(write_end)
 
 
+def _no_delay(writer: asyncio.StreamWriter) -> None:
+    """Small writes (a response head, then its body) go at once: with Nagle's algorithm
+    and a delayed ACK on the other side, a kept-alive connection waited 40 ms each."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
 def _host_matches(hosts: list[str], target: Target) -> bool:
     if not hosts:
         return True  # HTTP/1.0 without Host: the URL alone says where
@@ -130,6 +139,19 @@ async def system_resolver(host: str, port: int) -> list[Address]:
         if address not in found:
             found.append(address)
     return found
+
+
+class _Upstream:
+    """An upstream connection kept between two requests of one client connection."""
+
+    __slots__ = ("authority", "conn", "reader", "writer")
+
+    def __init__(self, authority: str, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter, conn: h11.Connection) -> None:
+        self.authority = authority
+        self.reader = reader
+        self.writer = writer
+        self.conn = conn
 
 
 class Refused(Exception):
@@ -166,6 +188,7 @@ class Proxy:
         task = asyncio.current_task()
         if task is not None:
             self.open.add(task)
+        _no_delay(writer)
         try:
             await self._serve(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
@@ -178,7 +201,15 @@ class Proxy:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Heads one after another on a connection kept alive (each request checked and
         decided afresh, wherever it goes), until a CONNECT, a refusal or a close."""
-        buffer = b""
+        kept: list[_Upstream | None] = [None]
+        try:
+            await self._requests(reader, writer, b"", kept)
+        finally:
+            if kept[0] is not None:
+                kept[0].writer.close()
+
+    async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        buffer: bytes, kept: list[_Upstream | None]) -> None:
         while True:
             if not buffer:
                 try:  # between requests a client may idle; within a head it may not
@@ -206,7 +237,7 @@ class Proxy:
             if head.method == "CONNECT":
                 await self._connect(head.target, buffer, reader, writer)
                 return
-            keep, buffer = await self._forward(head, raw, buffer, reader, writer)
+            keep, buffer = await self._forward(head, raw, buffer, reader, writer, kept)
             if not keep:
                 return
 
@@ -234,16 +265,21 @@ class Proxy:
 
     # -- the decision -------------------------------------------------------------------
 
-    async def decide(self, target: Target) -> Address:
-        """The address to connect to, or Refused: hooks, name, lookup, every address."""
+    def check_name(self, target: Target) -> None:
+        """The first steps of every decision: the hooks, then the name (or the address
+        literal) against `hosts`, before any lookup. Refused, or nothing."""
         for hook in self.hooks:
             why = hook(target)
             if why:
                 raise Refused(403, why)
+        if not name_allowed(self.rules, target.host, target.port):
+            named = target.authority if target.address else f"{target.host}:{target.port}"
+            raise Refused(403, f"{named} is not in this sandbox's hosts")
+
+    async def decide(self, target: Target) -> Address:
+        """The address to connect to, or Refused: hooks, name, lookup, every address."""
+        self.check_name(target)
         if target.address is None:
-            if not name_allowed(self.rules, target.host, target.port):
-                raise Refused(403, f"{target.host}:{target.port} is not in this sandbox's "
-                                   "hosts")
             try:
                 addresses = await self.resolver(target.host, target.port)
             except OSError as error:
@@ -251,8 +287,6 @@ class Proxy:
             if not addresses:
                 raise Refused(502, f"{target.host} has no address")
         else:
-            if not name_allowed(self.rules, target.host, target.port):
-                raise Refused(403, f"{target.authority} is not in this sandbox's hosts")
             addresses = [target.address]
         for address in addresses:
             why = address_refusal(address, self.machine)
@@ -269,6 +303,7 @@ class Proxy:
                 CONNECT_SECONDS)
         except (OSError, TimeoutError) as error:
             raise Refused(502, f"{target.authority} could not be reached ({error})") from None
+        _no_delay(upstream[1])
         return address, *upstream
 
     # -- CONNECT ------------------------------------------------------------------------
@@ -362,10 +397,13 @@ class Proxy:
     # -- absolute-form requests ---------------------------------------------------------
 
     async def _forward(self, head: object, raw: bytes, rest: bytes,
-                       reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-                       ) -> tuple[bool, bytes]:
+                       reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                       kept: list[_Upstream | None]) -> tuple[bool, bytes]:
         """One absolute-form request and its response; (whether the client's connection
-        goes on to another request, the bytes it already sent of that one)."""
+        goes on to another request, the bytes it already sent of that one). The upstream
+        connection of the last request is used again when this one goes to the same host
+        and port (its address was checked when it was opened; the hooks and the name are
+        checked again here); `kept` holds it between requests."""
         from lnk_proxy.head import RequestHead
 
         assert isinstance(head, RequestHead)
@@ -389,9 +427,21 @@ class Proxy:
                                Refused(400, "the Host header names another host than the "
                                             "request's URL"))
             return False, b""
+        previous = kept[0]
+        kept[0] = None
         try:
-            _address, up_reader, up_writer = await self._open(target)
+            if (previous is not None and previous.authority == target.authority
+                    and not previous.reader.at_eof()):
+                self.check_name(target)
+                up_reader, up_writer, upstream = previous.reader, previous.writer, previous.conn
+            else:
+                if previous is not None:
+                    previous.writer.close()
+                _address, up_reader, up_writer = await self._open(target)
+                upstream = h11.Connection(h11.CLIENT)
         except Refused as refusal:
+            if previous is not None:
+                previous.writer.close()
             await self._refuse(writer, target.authority, refusal)
             return False, b""
         call = next(self.ids)
@@ -401,13 +451,13 @@ class Proxy:
         client.receive_data(raw + rest)
         request = client.next_event()
         assert isinstance(request, h11.Request)
-        upstream = h11.Connection(h11.CLIENT)
         hop = {b"connection", b"proxy-connection", b"proxy-authorization", b"keep-alive",
                b"te", b"trailer", b"upgrade"}
         fields = [(name, value) for name, value in request.headers if name.lower() not in hop]
-        fields.append((b"connection", b"close"))
         sent = received = 0
         failure = ""
+        responded = False
+        reused = upstream is not None and previous is not None and upstream is previous.conn
         try:
             up_writer.write(upstream.send(h11.Request(method=request.method, target=path,
                                                       headers=fields)))
@@ -434,6 +484,7 @@ class Proxy:
                 if isinstance(event, h11.InformationalResponse):
                     continue
                 if isinstance(event, h11.Response):
+                    responded = True
                     headers = [(name, value) for name, value in event.headers
                                if name.lower() not in hop]
                     writer.write(client.send(h11.Response(status_code=event.status_code,
@@ -453,10 +504,23 @@ class Proxy:
         except (h11.ProtocolError, ConnectionError, TimeoutError) as error:
             failure = f" error={type(error).__name__}"
         finally:  # an ended line for every allowed one, even when the proxy is stopping
-            up_writer.close()
+            reusable = (not failure and upstream.our_state is h11.DONE
+                        and upstream.their_state is h11.DONE)
+            if reusable:
+                try:
+                    upstream.start_next_cycle()
+                    kept[0] = _Upstream(target.authority, up_reader, up_writer, upstream)
+                except h11.LocalProtocolError:
+                    reusable = False
+            if not reusable:
+                up_writer.close()
             self.log.write("ended", target.authority,
                            f"id={call} sent={sent} received={received} "
                            f"seconds={time.monotonic() - started:.3f}{failure}")
+        if failure and reused and not responded and sent == 0:
+            # The kept connection was closed by the server meanwhile: a request with no
+            # body is sent again, once, on a new connection (checked afresh).
+            return await self._forward(head, raw, rest, reader, writer, [None])
         if failure or client.our_state is not h11.DONE or client.their_state is not h11.DONE:
             return False, b""
         try:

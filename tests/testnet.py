@@ -34,6 +34,8 @@ _SERVER = r'''
 import http.server, socket, socketserver, ssl, sys, threading, functools
 root, cert, key, addr = sys.argv[1:5]
 class Handler(http.server.SimpleHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as real servers do
+    disable_nagle_algorithm = True
     def log_message(self, *args):
         pass
     def do_POST(self):
