@@ -453,7 +453,12 @@ class Proxy:
         assert isinstance(request, h11.Request)
         hop = {b"connection", b"proxy-connection", b"proxy-authorization", b"keep-alive",
                b"te", b"trailer", b"upgrade"}
-        fields = [(name, value) for name, value in request.headers if name.lower() not in hop]
+        fields = [(name, value) for name, value in request.headers
+                  if name.lower() not in hop and name.lower() != b"expect"]
+        if client.they_are_waiting_for_100_continue:
+            # The proxy takes the body itself and streams it on: no client waits a second
+            # for a 100 that would otherwise come only after the upstream's answer.
+            writer.write(client.send(h11.InformationalResponse(status_code=100, headers=[])))
         sent = received = 0
         failure = ""
         responded = False

@@ -487,3 +487,26 @@ def test_a_kept_alive_connection_has_each_request_decided_afresh(
     reused = curl(run_sandbox, wire, "-o", "/dev/null", "-o", "/dev/null", "-w",
                   "%{num_connects} ", "http://allowed.lnkt/ok", "http://allowed.lnkt/ok")
     assert reused.stdout.split()[:2] == ["1", "0"], reused  # the second reused the first's
+
+
+def test_forwarding_edge_cases_real_clients_send(
+    run_sandbox: RunSandbox, wire: tuple[Path, dict[str, str]]
+) -> None:
+    head = curl(run_sandbox, wire, "-I", "http://allowed.lnkt/ok")
+    assert head.stdout.splitlines()[0].startswith("HTTP/1.1 200") and "200" in head.stdout
+    chunked = curl(run_sandbox, wire, "-H", "Transfer-Encoding: chunked", "--data-binary",
+                   "x" * 5000, "http://allowed.lnkt/p")
+    assert code_of(chunked) in ("200", "411", "501"), chunked  # the origin's own answer
+    spec, env = wire
+    expect = run_sandbox(spec, "curl", "-s", "-m", "20", "-w", "\n%{http_code}", "-H",
+                         "Expect: 100-continue", "--data-binary", "@-",
+                         "http://allowed.lnkt/p", env=env, stdin="y" * 2_000_000)
+    assert expect.stdout == "got 2000000\n\n200", expect
+    old = curl(run_sandbox, wire, "-0", "http://allowed.lnkt/ok")
+    assert old.stdout == "fine\n\n200", old
+    missing = curl(run_sandbox, wire, "http://allowed.lnkt/no-such-file")
+    assert code_of(missing) == "404"
+    many = run_sandbox(spec, "curl", "-s", "-m", "20", "-w", "%{http_code} ",
+                       "--data-binary", "@-", "http://allowed.lnkt/p", "http://allowed.lnkt/p",
+                       "http://allowed.lnkt/p", env=env, stdin="z" * 300_000)
+    assert many.stdout.count("got 300000") == 3 and many.returncode == 0, many
