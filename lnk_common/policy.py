@@ -22,7 +22,8 @@ class PolicyArgvError(Exception):
 
 
 _PATH_OPTIONS = ("--read", "--write", "--hide", "--reopen", "--write-dot-files", "--run")
-_VALUE_OPTIONS = ("--settings", "--name", "--spec", "--learn", "--network", "--site-packages")
+_VALUE_OPTIONS = ("--settings", "--name", "--spec", "--learn", "--network", "--site-packages",
+                  "--calls-per-minute", "--pause")
 _TEXT_LIST_OPTIONS = ("--host",)
 NETWORK_MODES = ("none", "proxy")
 _FLAG_OPTIONS = ("--keep-session",)
@@ -40,6 +41,8 @@ class Policy:
     program may start.
     network: "none" (no network at all) or "proxy" (the filtering proxy is the one way
     out); hosts: the names (`name`, `*.domain`, with `:port` or not) the proxy lets by.
+    calls_per_minute: the wire's limit of calls in any minute (0: none).
+    pause: (refusals, distinct refused targets, window seconds) that pause the wire.
     site_packages: where the proxy's libraries (h11) are installed, found by the wrap
     step (the helpers run isolated, with only our own packages on their path).
     learn: `lnk-sandbox learn` only: where the exec watch records every program run
@@ -51,9 +54,9 @@ class Policy:
     sandbox start, and `dataclasses` alone cost 11-21 ms to import here.
     """
 
-    __slots__ = ("commands", "hide", "hosts", "keep_session", "learn", "name", "network",
-                 "read", "reopen", "settings", "site_packages", "spec", "write",
-                 "write_dot_files")
+    __slots__ = ("calls_per_minute", "commands", "hide", "hosts", "keep_session", "learn",
+                 "name", "network", "pause", "read", "reopen", "settings", "site_packages",
+                 "spec", "write", "write_dot_files")
 
     def __init__(
         self,
@@ -69,6 +72,8 @@ class Policy:
         network: str = "none",
         hosts: tuple[str, ...] = (),
         site_packages: str = "",
+        calls_per_minute: int = 0,
+        pause: tuple[int, int, int] = (30, 20, 60),
         name: str = "",
         spec: str = "",
         keep_session: bool = False,
@@ -104,6 +109,10 @@ class Policy:
         self.network = network
         self.hosts = tuple(hosts)
         self.site_packages = site_packages
+        if calls_per_minute < 0 or min(pause) < 1 or len(pause) != 3:
+            raise PolicyArgvError("calls a minute and a pause's thresholds are positive")
+        self.calls_per_minute = calls_per_minute
+        self.pause = pause
         self.name = name
         self.spec = spec
         self.keep_session = keep_session
@@ -111,7 +120,8 @@ class Policy:
     def _fields(self) -> tuple[object, ...]:
         return (self.settings, self.read, self.write, self.hide, self.reopen,
                 self.write_dot_files, self.commands, self.learn, self.network, self.hosts,
-                self.site_packages, self.name, self.spec, self.keep_session)
+                self.site_packages, self.calls_per_minute, self.pause, self.name, self.spec,
+                self.keep_session)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Policy) and self._fields() == other._fields()
@@ -126,7 +136,8 @@ class Policy:
         return Policy(settings=self.settings, read=self.read, write=self.write, hide=self.hide,
                       reopen=self.reopen, write_dot_files=self.write_dot_files,
                       commands=self.commands, learn=self.learn, network=self.network,
-                      hosts=self.hosts, site_packages=self.site_packages, name=name,
+                      hosts=self.hosts, site_packages=self.site_packages,
+                      calls_per_minute=self.calls_per_minute, pause=self.pause, name=name,
                       spec=self.spec,
                       keep_session=self.keep_session)
 
@@ -149,6 +160,10 @@ class Policy:
             argv += ["--host", host]
         if self.site_packages:
             argv += ["--site-packages", self.site_packages]
+        if self.calls_per_minute:
+            argv += ["--calls-per-minute", str(self.calls_per_minute)]
+        if self.network == "proxy":
+            argv += ["--pause", ",".join(str(value) for value in self.pause)]
         if self.keep_session:
             argv.append("--keep-session")
         for option, paths in (
@@ -209,7 +224,23 @@ class Policy:
             network=values.get("--network", "none"),
             hosts=tuple(lists["--host"]),
             site_packages=values.get("--site-packages", ""),
+            calls_per_minute=_number(values.get("--calls-per-minute", "0")),
+            pause=_pause(values.get("--pause", "30,20,60")),
         )
+
+
+def _number(text: str) -> int:
+    if not text.isdigit() or len(text) > 9:
+        raise PolicyArgvError(f"not a count: {text!r}")
+    return int(text)
+
+
+def _pause(text: str) -> tuple[int, int, int]:
+    parts = text.split(",")
+    if len(parts) != 3:
+        raise PolicyArgvError(f"--pause REFUSALS,TARGETS,WINDOW-SECONDS, not {text!r}")
+    refusals, targets, window = (_number(part) for part in parts)
+    return refusals, targets, window
 
 
 def _normalised(path: str) -> str:

@@ -35,6 +35,11 @@ MAX_SPEC_BYTES = 256 * 1024
 # Each path is one mount and one Landlock rule in every sandbox start: a few hundred is
 # far past any real policy and keeps start-up cost bounded.
 MAX_PATHS_PER_KEY = 256
+# A count (calls a minute, a pause's thresholds) past this is no limit at all.
+MAX_COUNT = 1_000_000
+# A pause's window: long enough for a burst, short enough that yesterday's refusals
+# do not add up with today's.
+MAX_WINDOW_SECONDS = 3600
 
 # Names become file names in Link's settings (wires, agents): letters, digits, . _ -,
 # never "." or "..", never a slash.
@@ -58,6 +63,7 @@ _PATH_LIST = "path list"
 _STRING = "string"
 _PATH = "path"
 _STRING_LIST = "string list"
+_COUNT = "count"
 
 _NOT_BUILT = "not built yet in this version of lnk-sandbox"
 _SCHEMA: dict[str, dict[str, str] | str] = {
@@ -74,14 +80,14 @@ _SCHEMA: dict[str, dict[str, str] | str] = {
     "network": {
         "mode": _STRING,
         "hosts": _STRING_LIST,
-        "calls_per_minute": f"{_NOT_BUILT} (a wire's calls a minute)",
+        "calls_per_minute": _COUNT,
         "server_tools": f"{_NOT_BUILT} (a hosted model's server tools)",
     },
     "tcp": f"{_NOT_BUILT} (TCP endpoints and DNS)",
     "lan": f"{_NOT_BUILT} ([lan] through the proxy)",
     "localhost": f"{_NOT_BUILT} (the loopback relay)",
     "verbs": f"{_NOT_BUILT} (the proxy's verbs)",
-    "pause": f"{_NOT_BUILT} (pausing a wire)",
+    "pause": {"refusals": _COUNT, "targets": _COUNT, "window": _STRING},
 }
 _TOP_LEVEL: dict[str, str] = {"name": _STRING}
 
@@ -154,12 +160,18 @@ def _check_schema(context: _Context, document: dict[str, Any]) -> None:
                 raise SpecError(
                     context.file, dotted, f"unknown key (known in [{key}]: {', '.join(section)})"
                 )
-            if kind not in (_PATH_LIST, _STRING, _PATH, _STRING_LIST):
+            if kind not in (_PATH_LIST, _STRING, _PATH, _STRING_LIST, _COUNT):
                 raise SpecError(context.file, dotted, kind)
             _check_type(context, dotted, inner_value, kind)
 
 
 def _check_type(context: _Context, key: str, value: object, kind: str) -> None:
+    if kind == _COUNT:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SpecError(context.file, key, f"must be a whole number, not {_kind(value)}")
+        if not 1 <= value <= MAX_COUNT:
+            raise SpecError(context.file, key, f"must be between 1 and {MAX_COUNT}")
+        return
     if kind in (_STRING, _PATH):
         if not isinstance(value, str):
             raise SpecError(context.file, key, f"must be a string, not {_kind(value)}")
@@ -374,6 +386,12 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
                 )
 
     network, hosts = _network(context, document.get("network"))
+    network_section = document.get("network") or {}
+    calls_per_minute = network_section.get("calls_per_minute", 0)
+    if calls_per_minute and network != "proxy":
+        raise SpecError(context.file, "network.calls_per_minute",
+                        "counts the calls on the proxy: set mode = \"proxy\"")
+    pause = _pause(context, document.get("pause"))
 
     return Policy(
         settings=settings_root,
@@ -387,7 +405,32 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
         commands=tuple(commands),
         network=network,
         hosts=hosts,
+        calls_per_minute=calls_per_minute,
+        pause=pause,
     )
+
+
+# The seed's loose thresholds: patterns no normal work makes (docs/SPEC.md).
+DEFAULT_PAUSE = (30, 20, 60)
+
+
+def _pause(context: _Context, section: dict[str, Any] | None) -> tuple[int, int, int]:
+    """(refusals, distinct refused targets, window in seconds) that pause a wire."""
+    if section is None:
+        return DEFAULT_PAUSE
+    refusals = section.get("refusals", DEFAULT_PAUSE[0])
+    targets = section.get("targets", DEFAULT_PAUSE[1])
+    window = DEFAULT_PAUSE[2]
+    if "window" in section:
+        match = re.fullmatch(r"([0-9]{1,6})(s|m)", section["window"])
+        if match is None:
+            raise SpecError(context.file, "pause.window",
+                            f"{section['window']!r}: seconds or minutes, as \"60s\" or \"5m\"")
+        window = int(match.group(1)) * (60 if match.group(2) == "m" else 1)
+        if not 1 <= window <= MAX_WINDOW_SECONDS:
+            raise SpecError(context.file, "pause.window",
+                            f"must be between 1s and {MAX_WINDOW_SECONDS}s")
+    return refusals, targets, window
 
 
 # A host of [network] hosts: a name (letters, digits, '-', '_' labels), or `*.` and a

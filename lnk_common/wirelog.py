@@ -12,7 +12,8 @@ log from its start. The line format is stable (docs/ARCHITECTURE.md):
     2026-11-30T06:40:02.456Z  ended    example.com:443  id=7 sent=517 received=6120 seconds=2.333
     2026-11-30T06:40:03.000Z  refused  other.com:443    reason=the name is not in hosts
 
-TIME is UTC; EVENT one of allowed, ended, refused; TARGET host:port (an IPv6 address in
+TIME is UTC; EVENT one of allowed, ended, refused, paused (the wire paused by its proxy,
+TARGET "-", the reason in DETAIL); TARGET host:port (an IPv6 address in
 brackets, "-" when the head was refused before a target was read); DETAIL key=value
 pairs, the reason last and whole. Tabs, newlines and other control characters in any
 field are written as \\xNN.
@@ -25,7 +26,7 @@ import time
 
 __all__ = ["EVENTS", "WireLog", "log_path", "parse_line"]
 
-EVENTS = ("allowed", "ended", "refused")
+EVENTS = ("allowed", "ended", "refused", "paused")
 
 
 def log_path(settings: str, wire: str) -> str:

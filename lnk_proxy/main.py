@@ -23,11 +23,15 @@ _SIGTERM = 15
 # When the sandbox has ended, its calls' sockets are closing: this long is given to
 # write their ended lines before the proxy exits.
 DRAIN_SECONDS = 1.0
+# How often open calls look at the kill switch and the wire's pause (the seed: every
+# second while one is open).
+SWITCH_SECONDS = 1.0
 
 
 def _parse(argv: list[str]) -> dict[str, list[str]]:
     options: dict[str, list[str]] = {name: [] for name in (
-        "--settings", "--wire", "--host", "--socket-fd", "--listen")}
+        "--settings", "--wire", "--host", "--socket-fd", "--listen", "--calls-per-minute",
+        "--pause")}
     index = 0
     while index < len(argv):
         option = argv[index]
@@ -90,15 +94,32 @@ def serve(listener: int, options: dict[str, list[str]]) -> None:
     import socket
 
     from lnk_common.wirelog import WireLog
+    from lnk_proxy.controls import Controls
     from lnk_proxy.decide import parse_hosts
     from lnk_proxy.machine import Machine
     from lnk_proxy.resolver import dns_resolver, from_environment
     from lnk_proxy.server import Proxy, system_resolver
 
     server_address = from_environment()
+    settings, wire = options["--settings"][0], options["--wire"][0]
+    pause = tuple(int(part) for part in (options["--pause"] or ["30,20,60"])[0].split(","))
+    controls = Controls(calls_per_minute=int((options["--calls-per-minute"] or ["0"])[0]),
+                        pause=(pause[0], pause[1], pause[2]))
+
+    def say(message: str) -> None:
+        os.write(2, (message + "\n").encode("utf-8", "replace"))
+
     proxy = Proxy(rules=parse_hosts(tuple(options["--host"])), machine=Machine.gather(),
-                  log=WireLog(options["--settings"][0], options["--wire"][0]),
+                  log=WireLog(settings, wire), settings=settings, wire=wire,
+                  controls=controls, say=say,
                   resolver=dns_resolver(server_address) if server_address else system_resolver)
+
+    async def watch_switches() -> None:
+        """Every second while a call is open: the kill switch or a pause ends them all."""
+        while True:
+            await asyncio.sleep(SWITCH_SECONDS)
+            if proxy.open and proxy.closed():
+                proxy.close_all()
 
     async def run() -> None:
         import signal
@@ -108,7 +129,9 @@ def serve(listener: int, options: dict[str, list[str]]) -> None:
         server = await asyncio.start_server(proxy.handle, sock=sock, limit=1 << 20)
         stopping = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
+        watcher = asyncio.create_task(watch_switches())
         await stopping.wait()
+        watcher.cancel()
         server.close()
         await proxy.drain(DRAIN_SECONDS)
 

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import ipaddress
 import itertools
+import math
 import os
 import socket
 import threading
@@ -25,9 +26,18 @@ from collections.abc import Awaitable, Callable
 
 import h11
 
+from lnk_common import wirestate
 from lnk_common.wirelog import WireLog
 from lnk_proxy import sni
-from lnk_proxy.decide import Address, HostRule, MachineFacts, address_refusal, name_allowed
+from lnk_proxy.controls import Controls
+from lnk_proxy.decide import (
+    METADATA_ADDRESSES,
+    Address,
+    HostRule,
+    MachineFacts,
+    address_refusal,
+    name_allowed,
+)
 from lnk_proxy.head import HeadError, check_head, head_end
 from lnk_proxy.target import Target, TargetError, parse_absolute, parse_connect
 
@@ -110,6 +120,20 @@ def _splice(source: int, sink: int) -> int:
         os.close(write_end)
 
 
+def _notify_desktop(title: str, body: str) -> None:
+    """A desktop notification where there is a desktop (notify-send), never waited on."""
+    import shutil
+    import subprocess
+
+    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        return
+    program = shutil.which("notify-send")
+    if program:
+        with contextlib.suppress(OSError):
+            subprocess.Popen([program, title, body], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def _no_delay(writer: asyncio.StreamWriter) -> None:
     """Small writes (a response head, then its body) go at once: with Nagle's algorithm
     and a delayed ACK on the other side, a kept-alive connection waited 40 ms each."""
@@ -155,22 +179,78 @@ class _Upstream:
 
 
 class Refused(Exception):
-    def __init__(self, status: int, reason: str) -> None:
+    """A call refused: its status, the reason (one line), and how the wire's controls
+    take it: `counts` toward a pause (not the kill switch's, a pause's or the limit's
+    own), `metadata` pauses at once, `retry_after` for a 429."""
+
+    def __init__(self, status: int, reason: str, *, counts: bool = True,
+                 metadata: bool = False, retry_after: float | None = None) -> None:
         self.status = status
         self.reason = reason
+        self.counts = counts
+        self.metadata = metadata
+        self.retry_after = retry_after
         super().__init__(reason)
 
 
 class Proxy:
     def __init__(self, *, rules: tuple[HostRule, ...], machine: MachineFacts, log: WireLog,
-                 resolver: Resolver = system_resolver, hooks: tuple[Hook, ...] = ()) -> None:
+                 resolver: Resolver = system_resolver, hooks: tuple[Hook, ...] = (),
+                 settings: str = "", wire: str = "", controls: Controls | None = None,
+                 say: Callable[[str], None] | None = None) -> None:
         self.rules = rules
         self.machine = machine
         self.log = log
         self.resolver = resolver
         self.hooks = hooks
+        self.settings = settings
+        self.wire = wire
+        self.controls = controls or Controls(calls_per_minute=0, pause=(30, 20, 60))
+        self.say = say or (lambda _message: None)
         self.ids = itertools.count(1)
         self.open: set[asyncio.Task[None]] = set()
+
+    # -- the wire's controls ------------------------------------------------------------
+
+    def gate(self) -> None:
+        """Before anything of a call: the kill switch, the wire's pause, the calls a
+        minute (each file looked at on every call; a malformed one stops all the same)."""
+        if not self.settings:
+            return
+        if wirestate.is_stopped(self.settings):
+            raise Refused(403, "the kill switch is on (lnk-sandbox stop): no call goes out; "
+                               "`lnk-sandbox stop --clear` lifts it", counts=False)
+        pause = wirestate.paused(self.settings, self.wire)
+        if pause is not None:
+            raise Refused(403, f"this wire ({self.wire}) is paused since "
+                               f"{pause.get('since', 'unknown')}: "
+                               f"{pause.get('reason', 'unreadable pause')}; "
+                               f"`lnk-sandbox resume {self.wire}` lifts it", counts=False)
+        wait = self.controls.admit(time.monotonic())
+        if wait is not None:
+            raise Refused(429, f"more than {self.controls.calls_per_minute} calls in a minute "
+                               f"on this wire; try again in {int(wait)} s", counts=False,
+                          retry_after=wait)
+
+    def closed(self) -> bool:
+        """Whether open calls must end now (the kill switch, or the wire paused)."""
+        return bool(self.settings) and (
+            wirestate.is_stopped(self.settings)
+            or wirestate.paused(self.settings, self.wire) is not None)
+
+    def close_all(self) -> None:
+        for task in list(self.open):
+            task.cancel()
+
+    def _pause_now(self, reason: str) -> None:
+        if not self.settings or wirestate.paused(self.settings, self.wire) is not None:
+            return
+        wirestate.pause(self.settings, self.wire, reason)
+        self.log.write("paused", "-", f"reason={reason}")
+        self.say(f"lnk-sandbox: the wire {self.wire} is paused: {reason}; the program keeps "
+                 f"running with no way out; `lnk-sandbox resume {self.wire}` lifts it")
+        _notify_desktop(f"Link paused the wire {self.wire}", reason)
+        self.close_all()
 
     async def drain(self, seconds: float) -> None:
         """Let open calls finish (the sandbox is gone, so their sockets are closing)
@@ -256,18 +336,30 @@ class Proxy:
         self.log.write("refused", target, f"reason={refusal.reason}")
         body = (refusal.reason + "\n").encode("utf-8", "replace")
         phrase = {400: "Bad Request", 403: "Forbidden", 404: "Not Found",
-                  408: "Request Timeout", 502: "Bad Gateway"}.get(refusal.status, "Refused")
+                  408: "Request Timeout", 429: "Too Many Requests",
+                  502: "Bad Gateway"}.get(refusal.status, "Refused")
+        retry = (f"Retry-After: {math.ceil(refusal.retry_after)}\r\n"
+                 if refusal.retry_after is not None else "")
         writer.write(f"HTTP/1.1 {refusal.status} {phrase}\r\nContent-Type: text/plain\r\n"
-                     f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-                     + body)
+                     f"{retry}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+                     .encode() + body)
+        if refusal.metadata:
+            self._pause_now(f"an attempt at a cloud metadata service ({target})")
+        elif refusal.counts:
+            why = self.controls.refusal(time.monotonic(), target)
+            if why:
+                self._pause_now(why)
         with contextlib.suppress(ConnectionError):
             await writer.drain()
 
     # -- the decision -------------------------------------------------------------------
 
     def check_name(self, target: Target) -> None:
-        """The first steps of every decision: the hooks, then the name (or the address
-        literal) against `hosts`, before any lookup. Refused, or nothing."""
+        """The first steps of every decision: the wire's controls and hooks, then the
+        name (or the address literal) against `hosts`, before any lookup."""
+        self.gate()
+        if target.address is not None and target.address in METADATA_ADDRESSES:
+            raise Refused(403, f"{target.address} is a cloud metadata service", metadata=True)
         for hook in self.hooks:
             why = hook(target)
             if why:
@@ -291,7 +383,8 @@ class Proxy:
         for address in addresses:
             why = address_refusal(address, self.machine)
             if why:
-                raise Refused(403, f"{target.host} resolves to {why}")
+                raise Refused(403, f"{target.host} resolves to {why}",
+                              metadata=address in METADATA_ADDRESSES)
         return addresses[0]
 
     async def _open(self, target: Target) -> tuple[Address, asyncio.StreamReader,

@@ -6,6 +6,11 @@ Usage:
   lnk-sandbox learn --spec=FILE [--] COMMAND...
   lnk-sandbox check [--json]
   lnk-sandbox log [WIRE] [--follow] [--json]
+  lnk-sandbox stop [--clear]
+  lnk-sandbox on-stop [--name=NAME] [--] COMMAND...
+  lnk-sandbox on-stop (--list | --remove=NAME)
+  lnk-sandbox paused [--json]
+  lnk-sandbox resume WIRE
   lnk-sandbox (-h | --help)
   lnk-sandbox --version
 
@@ -20,6 +25,13 @@ Verbs:
           folder; interpreters marked). Writes nothing.
   log     A wire's log (every wire's without WIRE): each call allowed, ended or
           refused, as host and port only; --follow keeps showing new lines.
+  stop    The kill switch: every proxy refuses every call and closes the open ones
+          (within a second), then each command registered with on-stop runs once;
+          with --clear, it lifts the switch.
+  on-stop Register COMMAND for stop to run (e.g. `lnk agent stop NAME`); --list shows
+          what is registered, --remove takes one off.
+  paused  Every paused wire, why and since when (--json for `lnk agent status`).
+  resume  Lift the pause of WIRE.
   check   What this machine gives (bubblewrap, user namespaces, Landlock, seccomp) and
           which protections are therefore in force; the stated gaps, as open.
 
@@ -28,6 +40,10 @@ Options:
   --wire=NAME   Name the sandbox's wire (its log and pause); default: the spec's name.
   --json        Machine-readable output.
   --follow      Keep showing lines as they come (log).
+  --clear       Lift the kill switch (stop).
+  --name=NAME   The registration's name (on-stop); default: a random one.
+  --list        What is registered (on-stop).
+  --remove=NAME  Take a registration off (on-stop).
 
 `lnk sandbox VERB …` is the same as `lnk-sandbox VERB …`.
 Exit status: COMMAND's own; 128+N if it died of signal N; 125 when the sandbox could
@@ -151,6 +167,15 @@ def _dispatch(arguments: Mapping[str, object], env: Mapping[str, str]) -> int:
             print(f"lnk-sandbox: the command exited with status {status}; a run that stops "
                   "early may not have started every program it needs", file=sys.stderr)
         return status
+    if arguments["stop"] or arguments["on-stop"] or arguments["paused"] or arguments["resume"]:
+        from lnk_common.settings import SettingsError, settings_folder
+        from lnk_wrap.controls_view import controls
+
+        try:
+            settings = settings_folder(env).root
+        except SettingsError as error:
+            raise CliError(str(error)) from None
+        return controls(settings, arguments, command)
     if arguments["log"]:
         from lnk_common.settings import SettingsError, settings_folder
         from lnk_wrap.wirelog_view import show_log

@@ -383,6 +383,9 @@ def _start_proxy(policy: Policy, env: Mapping[str, str]) -> tuple[int, int]:
             "--settings", policy.settings, "--wire", policy.name or WIRE_UNNAMED]
     for host in policy.hosts:
         argv += ["--host", host]
+    if policy.calls_per_minute:
+        argv += ["--calls-per-minute", str(policy.calls_per_minute)]
+    argv += ["--pause", ",".join(str(value) for value in policy.pause)]
     return _spawn_helper(argv, env, given=proxy_end, kept=launcher_end), launcher_end
 
 

@@ -134,7 +134,6 @@ def test_agent_name_not_a_string(write_spec: WriteSpec, env: dict[str, str]) -> 
         ("lan", "not built yet in this version of lnk-sandbox ([lan] through the proxy)"),
         ("localhost", "not built yet in this version of lnk-sandbox (the loopback relay)"),
         ("verbs", "not built yet in this version of lnk-sandbox (the proxy's verbs)"),
-        ("pause", "not built yet in this version of lnk-sandbox (pausing a wire)"),
     ],
 )
 def test_section_not_built_yet_is_refused_not_ignored(
@@ -971,7 +970,9 @@ def test_network_proxy_hosts_normalised(write_spec: WriteSpec, env: dict[str, st
         ('hosts = ["a"]', "network.hosts", "set mode = \"proxy\""),
         ('mode = "host"', "network.mode", "not built yet"),
         ('mode = "open"', "network.mode", "\"none\" (no network) or \"proxy\""),
-        ('mode = "proxy"\ncalls_per_minute = 5', "network.calls_per_minute", "not built yet"),
+        ('calls_per_minute = 5', "network.calls_per_minute", "set mode = \"proxy\""),
+        ('mode = "proxy"\ncalls_per_minute = 0', "network.calls_per_minute", "between 1"),
+        ('mode = "proxy"\ncalls_per_minute = true', "network.calls_per_minute", "whole number"),
         ('mode = "proxy"\nhosts = "a"', "network.hosts", "must be a list of strings"),
     ],
 )
@@ -981,3 +982,23 @@ def test_network_refusals(write_spec: WriteSpec, env: dict[str, str], body: str,
     _file, found_key, found_reason = _error(spec, env)
     assert found_key == key
     assert reason in found_reason
+
+
+def test_wire_controls_in_the_spec(write_spec: WriteSpec, env: dict[str, str]) -> None:
+    spec = write_spec('name = "w"\n[network]\nmode = "proxy"\ncalls_per_minute = 600\n'
+                      '[pause]\nrefusals = 5\ntargets = 3\nwindow = "2m"\n')
+    policy = load_spec(spec, env)
+    assert (policy.calls_per_minute, policy.pause) == (600, (5, 3, 120))
+    assert load_spec(write_spec(""), env).pause == (30, 20, 60)
+
+
+@pytest.mark.parametrize(("body", "reason"), [
+    ('[pause]\nwindow = "forever"', "seconds or minutes"),
+    ('[pause]\nwindow = "0s"', "between 1s"),
+    ('[pause]\nrefusals = -1', "between 1"),
+    ('[pause]\nlimit = 1', "unknown key"),
+])
+def test_pause_refusals(write_spec: WriteSpec, env: dict[str, str], body: str,
+                        reason: str) -> None:
+    _file, _key, found = _error(write_spec(body + "\n"), env)
+    assert reason in found

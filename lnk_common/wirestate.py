@@ -1,0 +1,173 @@
+"""The wires' controls in Link's settings: the kill switch, pauses, the on-stop commands.
+
+    sandbox/stop                  the kill switch: while it is there, every proxy refuses
+                                  every call and closes every open one
+    sandbox/wires/<wire>/paused   a paused wire: every call of it refused until resumed
+    sandbox/on-stop/<id>          a command `lnk-sandbox stop` runs (once per stop)
+
+All live in Link's settings, which no sandbox reads or writes: there is no process to
+signal and nothing a sandbox can undo. Writers write whole files atomically (a
+temporary file renamed over); readers take the safe answer from anything they cannot
+read: a stop or pause file that is empty, malformed or unreadable still stops or pauses.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+__all__ = ["clear_stop", "is_stopped", "on_stop_commands", "pause", "pause_path", "paused",
+           "paused_wires", "register_on_stop", "remove_on_stop", "resume", "stop",
+           "stop_path"]
+
+
+def _sandbox(settings: str, *parts: str) -> str:
+    return os.path.join(settings, "sandbox", *parts)
+
+
+def stop_path(settings: str) -> str:
+    return _sandbox(settings, "stop")
+
+
+def pause_path(settings: str, wire: str) -> str:
+    return _sandbox(settings, "wires", wire, "paused")
+
+
+def _write(path: str, data: bytes) -> None:
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    temporary = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                 | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)
+
+
+def _json(data: object) -> bytes:
+    import orjson
+
+    return orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n"
+
+
+def _read(path: str) -> dict[str, str] | None:
+    """The file's fields; {} when it is there but cannot be read or parsed (still on);
+    None when it is not there."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(65536)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return {}
+    try:
+        import orjson
+
+        found = orjson.loads(data)
+    except ValueError:
+        return {}
+    return {str(key): str(value) for key, value in found.items()} if isinstance(found, dict) \
+        else {}
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+# -- the kill switch ------------------------------------------------------------------------
+
+
+def stop(settings: str, reason: str = "lnk-sandbox stop") -> None:
+    _write(stop_path(settings), _json({"since": _now(), "reason": reason}))
+
+
+def clear_stop(settings: str) -> bool:
+    try:
+        os.unlink(stop_path(settings))
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def is_stopped(settings: str) -> bool:
+    return os.path.lexists(stop_path(settings))
+
+
+# -- pauses -----------------------------------------------------------------------------------
+
+
+def pause(settings: str, wire: str, reason: str) -> None:
+    _write(pause_path(settings, wire), _json({"wire": wire, "since": _now(),
+                                               "reason": reason}))
+
+
+def paused(settings: str, wire: str) -> dict[str, str] | None:
+    """The pause of `wire` (its fields, {} when unreadable), or None when not paused."""
+    return _read(pause_path(settings, wire))
+
+
+def resume(settings: str, wire: str) -> bool:
+    try:
+        os.unlink(pause_path(settings, wire))
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def paused_wires(settings: str) -> list[dict[str, str]]:
+    """Every paused wire: {"wire", "since", "reason"} (what could not be read says so)."""
+    folder = _sandbox(settings, "wires")
+    try:
+        wires = sorted(os.listdir(folder))
+    except FileNotFoundError:
+        return []
+    found = []
+    for wire in wires:
+        fields = paused(settings, wire)
+        if fields is None:
+            continue
+        found.append({"wire": wire, "since": fields.get("since", "unknown"),
+                      "reason": fields.get("reason", "the pause file cannot be read; "
+                                                     "paused all the same")})
+    return found
+
+
+# -- on-stop commands -------------------------------------------------------------------------
+
+
+def register_on_stop(settings: str, argv: list[str], name: str = "") -> str:
+    identity = name or os.urandom(6).hex()
+    _write(_sandbox(settings, "on-stop", identity), _json({"name": identity, "argv": argv}))
+    return identity
+
+
+def remove_on_stop(settings: str, identity: str) -> bool:
+    if "/" in identity or identity.startswith("."):
+        return False
+    try:
+        os.unlink(_sandbox(settings, "on-stop", identity))
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def on_stop_commands(settings: str) -> list[tuple[str, list[str]]]:
+    folder = _sandbox(settings, "on-stop")
+    try:
+        names = sorted(name for name in os.listdir(folder) if not name.endswith(".tmp"))
+    except FileNotFoundError:
+        return []
+    found = []
+    for name in names:
+        try:
+            with open(os.path.join(folder, name), "rb") as handle:
+                import orjson
+
+                entry = orjson.loads(handle.read(65536))
+            argv = entry["argv"]
+            if isinstance(argv, list) and argv and all(isinstance(word, str) for word in argv):
+                found.append((name, argv))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return found
