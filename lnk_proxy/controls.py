@@ -9,7 +9,10 @@
   spec's [pause]), and any attempt at a cloud metadata service (at once). A threshold
   is reached at exactly its number.
 
-The clock is passed in; nothing here reads a file or the time by itself.
+The counts are the wire's, not one proxy's: every run of a wire (each sandbox started
+with the same name) adds to the same window, kept in Link's settings
+(`sandbox/wires/<wire>/window`) and read and written under a lock for each call by
+`SharedControls`. The core below is pure: the clock and the state are passed in.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-__all__ = ["Controls"]
+__all__ = ["Controls", "SharedControls"]
 
 
 class Controls:
@@ -36,7 +39,7 @@ class Controls:
         while self.calls and self.calls[0] <= now - 60.0:
             self.calls.popleft()
         if len(self.calls) >= self.calls_per_minute:
-            return max(1.0, math.ceil(self.calls[0] + 60.0 - now))
+            return float(max(1, math.ceil(self.calls[0] + 60.0 - now)))
         self.calls.append(now)
         return None
 
@@ -54,3 +57,54 @@ class Controls:
             return (f"{len(distinct)} different targets refused within {self.window} s "
                     f"(the [pause] threshold is {self.targets})")
         return None
+
+
+class SharedControls:
+    """Controls whose window lives in a file every proxy of the wire shares."""
+
+    __slots__ = ("controls", "path")
+
+    def __init__(self, controls: Controls, path: str) -> None:
+        self.controls = controls
+        self.path = path
+
+    @property
+    def calls_per_minute(self) -> int:
+        return self.controls.calls_per_minute
+
+    def _with_state(self, action: str, now: float, target: str) -> object:
+        import fcntl
+        import os
+
+        import orjson
+
+        os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                state = orjson.loads(os.pread(fd, 1 << 20, 0) or b"{}")
+                self.controls.calls = deque(float(t) for t in state.get("calls", []))
+                self.controls.refused = deque((float(t), str(name))
+                                              for t, name in state.get("refused", []))
+            except (ValueError, TypeError, AttributeError):
+                self.controls.calls, self.controls.refused = deque(), deque()
+            found = (self.controls.admit(now) if action == "admit"
+                     else self.controls.refusal(now, target))
+            data = orjson.dumps({"calls": list(self.controls.calls),
+                                 "refused": [list(entry) for entry in self.controls.refused]})
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, data, 0)
+            return found
+        finally:
+            os.close(fd)
+
+    def admit(self, now: float) -> float | None:
+        if not self.controls.calls_per_minute:
+            return None
+        found = self._with_state("admit", now, "")
+        return found if isinstance(found, float) else None
+
+    def refusal(self, now: float, target: str) -> str | None:
+        found = self._with_state("refusal", now, target)
+        return found if isinstance(found, str) else None

@@ -94,7 +94,7 @@ def serve(listener: int, options: dict[str, list[str]]) -> None:
     import socket
 
     from lnk_common.wirelog import WireLog
-    from lnk_proxy.controls import Controls
+    from lnk_proxy.controls import Controls, SharedControls
     from lnk_proxy.decide import parse_hosts
     from lnk_proxy.machine import Machine
     from lnk_proxy.resolver import dns_resolver, from_environment
@@ -103,8 +103,10 @@ def serve(listener: int, options: dict[str, list[str]]) -> None:
     server_address = from_environment()
     settings, wire = options["--settings"][0], options["--wire"][0]
     pause = tuple(int(part) for part in (options["--pause"] or ["30,20,60"])[0].split(","))
-    controls = Controls(calls_per_minute=int((options["--calls-per-minute"] or ["0"])[0]),
-                        pause=(pause[0], pause[1], pause[2]))
+    controls = SharedControls(
+        Controls(calls_per_minute=int((options["--calls-per-minute"] or ["0"])[0]),
+                 pause=(pause[0], pause[1], pause[2])),
+        os.path.join(settings, "sandbox", "wires", wire, "window"))
 
     def say(message: str) -> None:
         os.write(2, (message + "\n").encode("utf-8", "replace"))

@@ -29,7 +29,7 @@ import h11
 from lnk_common import wirestate
 from lnk_common.wirelog import WireLog
 from lnk_proxy import sni
-from lnk_proxy.controls import Controls
+from lnk_proxy.controls import Controls, SharedControls
 from lnk_proxy.decide import (
     METADATA_ADDRESSES,
     Address,
@@ -196,7 +196,8 @@ class Refused(Exception):
 class Proxy:
     def __init__(self, *, rules: tuple[HostRule, ...], machine: MachineFacts, log: WireLog,
                  resolver: Resolver = system_resolver, hooks: tuple[Hook, ...] = (),
-                 settings: str = "", wire: str = "", controls: Controls | None = None,
+                 settings: str = "", wire: str = "",
+                 controls: Controls | SharedControls | None = None,
                  say: Callable[[str], None] | None = None) -> None:
         self.rules = rules
         self.machine = machine
@@ -226,7 +227,7 @@ class Proxy:
                                f"{pause.get('since', 'unknown')}: "
                                f"{pause.get('reason', 'unreadable pause')}; "
                                f"`lnk-sandbox resume {self.wire}` lifts it", counts=False)
-        wait = self.controls.admit(time.monotonic())
+        wait = self.controls.admit(time.time())
         if wait is not None:
             raise Refused(429, f"more than {self.controls.calls_per_minute} calls in a minute "
                                f"on this wire; try again in {int(wait)} s", counts=False,
@@ -346,7 +347,7 @@ class Proxy:
         if refusal.metadata:
             self._pause_now(f"an attempt at a cloud metadata service ({target})")
         elif refusal.counts:
-            why = self.controls.refusal(time.monotonic(), target)
+            why = self.controls.refusal(time.time(), target)
             if why:
                 self._pause_now(why)
         with contextlib.suppress(ConnectionError):

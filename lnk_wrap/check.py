@@ -49,7 +49,7 @@ STATED_GAPS = (
 
 # Protections of later issues, said plainly until they exist.
 NOT_YET_BUILT = (
-    {"protection": "the proxy's verbs (/_link/…), calls a minute, the kill switch, pause",
+    {"protection": "the proxy's verbs (/_link/…)",
      "in_force": False, "why": "not built yet: every /_link/ path answers 404"},
 )
 
@@ -127,6 +127,8 @@ def report(env: Mapping[str, str]) -> dict[str, Any]:
                        "(hosts by name before any lookup; never this machine, its networks "
                        "or a metadata service; TLS ClientHello checked; strict heads)",
          "in_force": namespaces},
+        {"protection": "wire controls: calls a minute, the kill switch (lnk-sandbox stop), "
+                       "pause on anomaly (paused, resume)", "in_force": namespaces},
         {"protection": "memory files made non-executable where [commands] lists programs",
          "in_force": namespaces and memfd_noexec and seccomp["user_notification"],
          **({} if memfd_noexec else {"why": "Linux before 6.3: only running a descriptor "

@@ -1,0 +1,227 @@
+"""N8, N9, N10 attacked: calls a minute, the kill switch, pause on anomaly; with real
+clients against the real test hosts (tests/testnet.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from lnk_proxy.controls import Controls
+from tests.conftest import LNK_SANDBOX, SANDBOX_TIMEOUT_SECONDS, RunSandbox, WriteSpec, toml_list
+from tests.test_files_attacks import Q
+
+PYTHON = "/usr/bin/python3"
+
+
+def spec_for(write_spec: WriteSpec, testnet: Path, name: str, extra: str = "",
+             pause: str = "") -> Path:
+    return write_spec(f'name = "{name}"\n[files]\nread = {toml_list(testnet)}\n'
+                      '[network]\nmode = "proxy"\nhosts = ["allowed.lnkt", "allowed.lnkt:7"]\n'
+                      f"{extra}\n{pause}\n")
+
+
+def codes(run_sandbox: RunSandbox, spec: Path, env: dict[str, str], count: int,
+          url: str = "http://allowed.lnkt/ok") -> list[str]:
+    loop = (f"i=0; while [ $i -lt {count} ]; do curl -s -o /dev/null -m 5 -w '%{{http_code}} ' "
+            f"{Q(url)}; i=$((i+1)); done")
+    return run_sandbox(spec, "/bin/sh", "-c", loop, env=env).stdout.split()
+
+
+def lnk(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([LNK_SANDBOX, *args], env=env, capture_output=True, text=True,
+                          timeout=SANDBOX_TIMEOUT_SECONDS, check=False)
+
+
+# -- N8: calls a minute -------------------------------------------------------------------------
+
+
+def test_N8_429_exactly_past_the_limit_with_an_honest_retry_after(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str]
+) -> None:
+    spec = spec_for(write_spec, testnet, "limited", "calls_per_minute = 5")
+    assert codes(run_sandbox, spec, sandbox_env, 3) == ["200"] * 3
+    # The window is the wire's, across its runs: the next run has two calls left.
+    assert codes(run_sandbox, spec, sandbox_env, 4) == ["200"] * 2 + ["429"] * 2
+    headers = run_sandbox(spec, "curl", "-s", "-D", "-", "-o", "/dev/null",
+                          "http://allowed.lnkt/ok", env=sandbox_env).stdout
+    assert headers.startswith("HTTP/1.1 429")
+    retry = int(next(line.split(":")[1] for line in headers.splitlines()
+                     if line.lower().startswith("retry-after")))
+    assert 1 <= retry <= 60
+    # The limit's refusals pause nothing, however many.
+    assert lnk(sandbox_env, "paused", "--json").stdout.count("limited") == 0
+
+
+def test_N8_the_window_slides() -> None:
+    controls = Controls(calls_per_minute=3, pause=(30, 20, 60))
+    assert [controls.admit(t) for t in (0.0, 10.0, 20.0)] == [None, None, None]
+    assert controls.admit(30.0) == 30.0  # the first frees at 60 s
+    assert controls.admit(59.0) == 1.0
+    assert controls.admit(60.5) is None  # the call at 0 s has left the window
+    assert controls.admit(61.0) == 9.0
+
+
+# -- N10: pause on anomaly ---------------------------------------------------------------------
+
+
+def test_N10_thresholds_trigger_at_their_number_and_not_one_below() -> None:
+    burst = Controls(calls_per_minute=0, pause=(5, 100, 60))
+    assert [burst.refusal(float(t), "same:80") for t in range(4)] == [None] * 4
+    assert burst.refusal(4.0, "same:80") is not None
+    spread = Controls(calls_per_minute=0, pause=(100, 3, 60))
+    assert spread.refusal(0.0, "a:80") is None
+    assert spread.refusal(1.0, "a:80") is None
+    assert spread.refusal(2.0, "b:80") is None
+    assert spread.refusal(3.0, "c:80") is not None
+    slow = Controls(calls_per_minute=0, pause=(3, 100, 10))
+    assert [slow.refusal(float(t), "x:80") for t in (0, 11, 22, 33)] == [None] * 4
+
+
+@pytest.mark.parametrize(("name", "pause", "urls"), [
+    ("burst", "[pause]\nrefusals = 4\ntargets = 100", ["http://denied.lnkt/"] * 4),
+    ("spread", "[pause]\nrefusals = 100\ntargets = 3",
+     ["http://a.lnkt/", "http://b.lnkt/", "http://c.lnkt/"]),
+    ("metadata", "", ["http://169.254.169.254/latest/meta-data/"]),
+])
+def test_N10_a_wire_that_looks_wrong_is_paused_until_resumed(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path,
+    sandbox_env: dict[str, str], name: str, pause: str, urls: list[str],
+) -> None:
+    spec = spec_for(write_spec, testnet, name, pause=pause)
+    below = urls[:-1]
+    for url in below:
+        run_sandbox(spec, "curl", "-s", "-o", "/dev/null", "-m", "5", url, env=sandbox_env)
+    if below:  # one below the threshold: still open
+        assert codes(run_sandbox, spec, sandbox_env, 1) == ["200"]
+    script = "; ".join(f"curl -s -o /dev/null -m 5 {Q(url)}" for url in urls[-1:])
+    result = run_sandbox(spec, "/bin/sh", "-c", script, env=sandbox_env)
+    assert f"the wire {name} is paused" in result.stderr
+    # Paused: the next run of the same wire has no way out, and says why.
+    after = run_sandbox(spec, "curl", "-s", "-m", "5", "http://allowed.lnkt/ok", env=sandbox_env)
+    assert f"this wire ({name}) is paused since" in after.stdout
+    shown = json.loads(lnk(sandbox_env, "paused", "--json").stdout)
+    assert [entry["wire"] for entry in shown["paused"]] == [name]
+    assert set(shown["paused"][0]) == {"wire", "since", "reason"}
+    assert lnk(sandbox_env, "resume", name).returncode == 0
+    assert codes(run_sandbox, spec, sandbox_env, 1) == ["200"]
+    assert json.loads(lnk(sandbox_env, "paused", "--json").stdout) == {"paused": []}
+
+
+def test_N10_nothing_inside_can_read_write_or_remove_the_switches(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str]
+) -> None:
+    lnk(sandbox_env, "on-stop", "--name", "x", "--", "true")
+    settings = Path(sandbox_env["LNK_HOME"])
+    (settings / "sandbox" / "wires" / "w").mkdir(parents=True, exist_ok=True)
+    (settings / "sandbox" / "wires" / "w" / "paused").write_text('{"reason": "test"}')
+    spec = write_spec(f"[files]\nwrite = {toml_list(settings.parent)}\n")
+    s = Q(str(settings))
+    result = run_sandbox(spec, "/bin/sh", "-c",
+                         f"cat {s}/sandbox/wires/w/paused; echo r=$?; "
+                         f"rm -f {s}/sandbox/wires/w/paused; echo w=$?; "
+                         f": > {s}/sandbox/stop; echo s=$?", env=sandbox_env)
+    assert "r=0" not in result.stdout and "s=0" not in result.stdout
+    assert (settings / "sandbox" / "wires" / "w" / "paused").exists()
+    assert not (settings / "sandbox" / "stop").exists()
+
+
+def test_a_malformed_pause_still_pauses(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str]
+) -> None:
+    spec = spec_for(write_spec, testnet, "garbled")
+    pause = Path(sandbox_env["LNK_HOME"]) / "sandbox" / "wires" / "garbled" / "paused"
+    pause.parent.mkdir(parents=True)
+    pause.write_bytes(b"\xff not json")
+    assert codes(run_sandbox, spec, sandbox_env, 1) == ["403"]
+    shown = json.loads(lnk(sandbox_env, "paused", "--json").stdout)["paused"]
+    assert shown[0]["wire"] == "garbled" and "cannot be read" in shown[0]["reason"]
+
+
+# -- N9: the kill switch ------------------------------------------------------------------------
+
+_TUNNELS = """
+import socket, sys, threading, time
+count = int(sys.argv[1])
+socks = []
+for _ in range(count):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+    s.sendall(b"CONNECT allowed.lnkt:7 HTTP/1.1\\r\\nHost: allowed.lnkt:7\\r\\n\\r\\n")
+    assert b" 200 " in s.recv(4096)
+    socks.append(s)
+closed_at = {}
+def keep(index, s):
+    s.settimeout(30)
+    try:
+        while True:
+            s.sendall(b"x" * 1024)
+            if not s.recv(65536):
+                break
+    except OSError:
+        pass
+    closed_at[index] = time.monotonic()
+threads = [threading.Thread(target=keep, args=(i, s)) for i, s in enumerate(socks)]
+[t.start() for t in threads]
+open(sys.argv[2], "w").write(str(time.monotonic()))
+[t.join() for t in threads]
+print(len(closed_at), max(closed_at.values()))
+"""
+
+
+def test_N9_the_kill_switch_closes_200_open_tunnels_within_a_second_and_lifts_cleanly(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    spec = write_spec(f'name = "killed"\n[files]\nread = {toml_list(testnet)}\n'
+                      f"write = {toml_list(marks)}\n"
+                      '[network]\nmode = "proxy"\nhosts = ["allowed.lnkt:7", "allowed.lnkt"]\n')
+    marker = tmp_path / "on-stop-ran"
+    lnk(sandbox_env, "on-stop", "--name", "marker", "--", "/bin/sh", "-c",
+        f"echo ran >> {Q(str(marker))}")
+    started = marks / "transferring"
+    run = subprocess.Popen(
+        [LNK_SANDBOX, "run", "--spec", str(spec), "--", PYTHON, "-I", "-c", _TUNNELS, "200",
+         str(started)], env=sandbox_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    try:
+        deadline = time.monotonic() + SANDBOX_TIMEOUT_SECONDS
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.5)  # all 200 moving data
+        stopped_at = time.monotonic()
+        assert lnk(sandbox_env, "stop").returncode == 0
+        stdout, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    count, last_closed = stdout.split()
+    assert count == "200", (stdout, stderr)
+    # The sandbox's clock is this machine's monotonic clock: same boot, same count.
+    elapsed = float(last_closed) - stopped_at
+    print(f"kill switch: the last of 200 tunnels closed {elapsed:.3f} s after stop")
+    assert elapsed < 1.5, f"the last tunnel closed {elapsed:.2f} s after stop"
+    assert marker.read_text() == "ran\n"  # each on-stop command ran once
+    # New calls are refused while it is on, by every wire …
+    refused = run_sandbox(spec, "curl", "-s", "-m", "5", "http://allowed.lnkt/ok",
+                          env=sandbox_env)
+    assert "the kill switch is on" in refused.stdout
+    # … and the switch lifts cleanly.
+    assert lnk(sandbox_env, "stop", "--clear").returncode == 0
+    served = run_sandbox(spec, "curl", "-s", "-m", "5", "http://allowed.lnkt/ok",
+                         env=sandbox_env)
+    assert served.stdout == "fine\n"
+
+
+def test_on_stop_registrations_listed_and_removed(sandbox_env: dict[str, str]) -> None:
+    assert lnk(sandbox_env, "on-stop", "--name", "agent-main", "--", "true").stdout == \
+        "agent-main\n"
+    assert lnk(sandbox_env, "on-stop", "--list").stdout == "agent-main\ttrue\n"
+    assert lnk(sandbox_env, "on-stop", "--remove", "agent-main").returncode == 0
+    assert lnk(sandbox_env, "on-stop", "--list").stdout == ""
+    assert lnk(sandbox_env, "on-stop", "--remove", "agent-main").returncode == 1
