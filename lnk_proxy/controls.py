@@ -20,7 +20,10 @@ from __future__ import annotations
 import math
 from collections import deque
 
-__all__ = ["Controls", "SharedControls"]
+__all__ = ["WINDOW_SECONDS", "Controls", "SharedControls"]
+
+# Calls a minute: a minute.
+WINDOW_SECONDS = 60
 
 
 class Controls:
@@ -29,18 +32,26 @@ class Controls:
     def __init__(self, *, calls_per_minute: int, pause: tuple[int, int, int]) -> None:
         self.calls_per_minute = calls_per_minute
         self.refusals, self.targets, self.window = pause
-        self.calls: deque[float] = deque()
+        # Calls by the whole second they were made in: (second, count), oldest first. A
+        # second leaves the window 61 s after it began, so no 60 s span ever holds more
+        # than the limit (a call may wait up to a second longer than it had to, never
+        # less); the state stays 60 numbers long whatever the limit.
+        self.calls: deque[list[float]] = deque()
         self.refused: deque[tuple[float, str]] = deque()
 
     def admit(self, now: float) -> float | None:
         """Count a call now, or, past the limit, the seconds until a slot frees."""
         if not self.calls_per_minute:
             return None
-        while self.calls and self.calls[0] <= now - 60.0:
+        while self.calls and self.calls[0][0] + WINDOW_SECONDS + 1 <= now:
             self.calls.popleft()
-        if len(self.calls) >= self.calls_per_minute:
-            return float(max(1, math.ceil(self.calls[0] + 60.0 - now)))
-        self.calls.append(now)
+        if sum(count for _, count in self.calls) >= self.calls_per_minute:
+            return float(max(1, math.ceil(self.calls[0][0] + WINDOW_SECONDS + 1 - now)))
+        second = float(math.floor(now))
+        if self.calls and self.calls[-1][0] == second:
+            self.calls[-1][1] += 1
+        else:
+            self.calls.append([second, 1.0])
         return None
 
     def refusal(self, now: float, target: str) -> str | None:
@@ -78,23 +89,28 @@ class SharedControls:
 
         import orjson
 
-        os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(self.path, flags, 0o600)
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+            fd = os.open(self.path, flags, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
                 state = orjson.loads(os.pread(fd, 1 << 20, 0) or b"{}")
-                self.controls.calls = deque(float(t) for t in state.get("calls", []))
+                self.controls.calls = deque([float(second), float(count)]
+                                            for second, count in state.get("calls", []))
                 self.controls.refused = deque((float(t), str(name))
                                               for t, name in state.get("refused", []))
             except (ValueError, TypeError, AttributeError):
                 self.controls.calls, self.controls.refused = deque(), deque()
             found = (self.controls.admit(now) if action == "admit"
                      else self.controls.refusal(now, target))
-            data = orjson.dumps({"calls": list(self.controls.calls),
+            data = orjson.dumps({"calls": [list(entry) for entry in self.controls.calls],
                                  "refused": [list(entry) for entry in self.controls.refused]})
-            os.ftruncate(fd, 0)
             os.pwrite(fd, data, 0)
+            os.ftruncate(fd, len(data))
             return found
         finally:
             os.close(fd)

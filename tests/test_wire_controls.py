@@ -51,18 +51,22 @@ def test_N8_429_exactly_past_the_limit_with_an_honest_retry_after(
     assert headers.startswith("HTTP/1.1 429")
     retry = int(next(line.split(":")[1] for line in headers.splitlines()
                      if line.lower().startswith("retry-after")))
-    assert 1 <= retry <= 60
+    assert 1 <= retry <= 61
     # The limit's refusals pause nothing, however many.
     assert lnk(sandbox_env, "paused", "--json").stdout.count("limited") == 0
 
 
-def test_N8_the_window_slides() -> None:
+def test_N8_the_window_slides_and_never_holds_more_than_the_limit() -> None:
     controls = Controls(calls_per_minute=3, pause=(30, 20, 60))
-    assert [controls.admit(t) for t in (0.0, 10.0, 20.0)] == [None, None, None]
-    assert controls.admit(30.0) == 30.0  # the first frees at 60 s
-    assert controls.admit(59.0) == 1.0
-    assert controls.admit(60.5) is None  # the call at 0 s has left the window
-    assert controls.admit(61.0) == 9.0
+    assert [controls.admit(t) for t in (0.2, 10.0, 20.0)] == [None, None, None]
+    assert controls.admit(30.0) == 31.0  # the second 0 leaves the window at 61 s
+    assert controls.admit(60.5) == 1.0   # 60.3 s after the first call: not yet
+    assert controls.admit(61.0) is None  # now it has left
+    assert controls.admit(62.0) == 9.0   # the call of second 10 leaves at 71 s
+    many = Controls(calls_per_minute=1000, pause=(30, 20, 60))
+    assert all(many.admit(100.0 + i / 1000) is None for i in range(1000))
+    assert many.admit(100.9) == 61.0
+    assert len(many.calls) == 1  # one second, one entry, whatever the count
 
 
 # -- N10: pause on anomaly ---------------------------------------------------------------------
