@@ -102,3 +102,11 @@ def testnet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield state
     finally:
         network.down(state)
+
+
+def end_run(run: subprocess.Popen[str]) -> None:
+    """Kill a sandbox a test started, if it is still running (a failed test must not
+    leave one behind)."""
+    if run.poll() is None:
+        run.kill()
+        run.communicate()

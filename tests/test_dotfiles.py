@@ -20,7 +20,14 @@ from pathlib import Path
 import pytest
 
 from lnk_common import placeholders
-from tests.conftest import LNK_SANDBOX, SANDBOX_TIMEOUT_SECONDS, RunSandbox, WriteSpec, toml_list
+from tests.conftest import (
+    LNK_SANDBOX,
+    SANDBOX_TIMEOUT_SECONDS,
+    RunSandbox,
+    WriteSpec,
+    end_run,
+    toml_list,
+)
 from tests.test_files_attacks import Q, attack, files_spec, opened
 
 GIT_ID = ["-c", "user.email=test@example.invalid", "-c", "user.name=test"]
@@ -473,10 +480,7 @@ def _no_run_outlives_its_test() -> Iterator[None]:
     """A test that fails while a run waits on its gate must not leave the run behind."""
     yield
     while _STARTED:
-        run = _STARTED.pop()
-        if run.poll() is None:
-            run.kill()
-            run.communicate()
+        end_run(_STARTED.pop())
 
 
 def _start(spec: Path, env: dict[str, str], *command: str) -> subprocess.Popen[str]:

@@ -15,7 +15,14 @@ import pyseccomp
 import pytest
 
 from lnk_wrap.seccomp_filter import REFUSED
-from tests.conftest import LNK_SANDBOX, SANDBOX_TIMEOUT_SECONDS, RunSandbox, WriteSpec, toml_list
+from tests.conftest import (
+    LNK_SANDBOX,
+    SANDBOX_TIMEOUT_SECONDS,
+    RunSandbox,
+    WriteSpec,
+    end_run,
+    toml_list,
+)
 from tests.test_files_attacks import Q
 
 PYTHON = os.path.realpath("/usr/bin/python3")
@@ -332,9 +339,7 @@ def test_the_sandbox_fails_closed_when_the_watch_dies(
         gate.touch()
         stdout, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
     finally:
-        if run.poll() is None:
-            run.kill()
-            run.communicate()
+        end_run(run)
     # Notifying calls now fail (ENOSYS): nothing starts, listed or not.
     assert "cat=0" not in stdout and "cat=" in stdout, (stdout, stderr)
     assert "python=0" not in stdout

@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import LNK_SANDBOX, SANDBOX_TIMEOUT_SECONDS, RunSandbox, WriteSpec, toml_list
+from tests.conftest import (
+    LNK_SANDBOX,
+    SANDBOX_TIMEOUT_SECONDS,
+    RunSandbox,
+    WriteSpec,
+    end_run,
+    toml_list,
+)
 from tests.test_files_attacks import Q
 from tests.testnet import ORIGIN_ADDRESS
 
@@ -410,9 +417,7 @@ def test_the_sandbox_has_no_way_out_when_the_proxy_dies(
         gate.touch()
         stdout, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
     finally:
-        if run.poll() is None:
-            run.kill()
-            run.communicate()
+        end_run(run)
     lines = stdout.splitlines()
     assert lines[0] == "000", (stdout, stderr)
     assert "fine" not in stdout and lines[-1] != "direct=0"

@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 
 from lnk_proxy.controls import Controls
-from tests.conftest import LNK_SANDBOX, SANDBOX_TIMEOUT_SECONDS, RunSandbox, WriteSpec, toml_list
+from tests.conftest import (
+    LNK_SANDBOX,
+    SANDBOX_TIMEOUT_SECONDS,
+    RunSandbox,
+    WriteSpec,
+    end_run,
+    toml_list,
+)
 from tests.test_files_attacks import Q
 
 PYTHON = "/usr/bin/python3"
@@ -201,9 +208,7 @@ def test_N9_the_kill_switch_closes_200_open_tunnels_within_a_second_and_lifts_cl
         assert lnk(sandbox_env, "stop").returncode == 0
         stdout, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
     finally:
-        if run.poll() is None:
-            run.kill()
-            run.communicate()
+        end_run(run)
     count, last_closed = stdout.split()
     assert count == "200", (stdout, stderr)
     # The sandbox's clock is this machine's monotonic clock: same boot, same count.
