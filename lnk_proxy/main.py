@@ -23,9 +23,10 @@ _SIGTERM = 15
 # When the sandbox has ended, its calls' sockets are closing: this long is given to
 # write their ended lines before the proxy exits.
 DRAIN_SECONDS = 1.0
-# How often open calls look at the kill switch and the wire's pause (the seed: every
-# second while one is open).
-SWITCH_SECONDS = 1.0
+# How often open calls look at the kill switch and the wire's pause: the seed asks every
+# second while one is open; four times a second keeps every close well under a second
+# (a stat of two files, a few microseconds each time).
+SWITCH_SECONDS = 0.25
 
 
 def _parse(argv: list[str]) -> dict[str, list[str]]:

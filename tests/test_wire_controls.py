@@ -173,10 +173,10 @@ def keep(index, s):
                 break
     except OSError:
         pass
-    closed_at[index] = time.monotonic()
+    closed_at[index] = time.time()
 threads = [threading.Thread(target=keep, args=(i, s)) for i, s in enumerate(socks)]
 [t.start() for t in threads]
-open(sys.argv[2], "w").write(str(time.monotonic()))
+open(sys.argv[2], "w").write(str(time.time()))
 [t.join() for t in threads]
 print(len(closed_at), max(closed_at.values()))
 """
@@ -204,17 +204,18 @@ def test_N9_the_kill_switch_closes_200_open_tunnels_within_a_second_and_lifts_cl
         while not started.exists() and time.monotonic() < deadline:
             time.sleep(0.02)
         time.sleep(0.5)  # all 200 moving data
-        stopped_at = time.monotonic()
         assert lnk(sandbox_env, "stop").returncode == 0
+        # When the switch went on: the stop file's own time (this machine's clock, as the
+        # sandbox's is).
+        stopped_at = (Path(sandbox_env["LNK_HOME"]) / "sandbox" / "stop").stat().st_mtime
         stdout, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
     finally:
         end_run(run)
     count, last_closed = stdout.split()
     assert count == "200", (stdout, stderr)
-    # The sandbox's clock is this machine's monotonic clock: same boot, same count.
     elapsed = float(last_closed) - stopped_at
     print(f"kill switch: the last of 200 tunnels closed {elapsed:.3f} s after stop")
-    assert elapsed < 1.5, f"the last tunnel closed {elapsed:.2f} s after stop"
+    assert elapsed < 1.0, f"the last tunnel closed {elapsed:.2f} s after the switch went on"
     assert marker.read_text() == "ran\n"  # each on-stop command ran once
     # New calls are refused while it is on, by every wire …
     refused = run_sandbox(spec, "curl", "-s", "-m", "5", "http://allowed.lnkt/ok",
