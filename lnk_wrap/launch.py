@@ -380,7 +380,7 @@ def _start_proxy(policy: Policy, env: Mapping[str, str]) -> tuple[int, int]:
     if policy.site_packages:
         start[4:4] = ["--site-packages", policy.site_packages]
     argv = [*start, "--socket-fd", str(proxy_end),
-            "--settings", policy.settings, "--wire", policy.name or WIRE_UNNAMED]
+            "--settings", policy.settings, "--wire", policy.name or _own_wire()]
     for host in policy.hosts:
         argv += ["--host", host]
     if policy.calls_per_minute:
@@ -402,8 +402,10 @@ def _spawn_helper(argv: list[str], env: Mapping[str, str], *, given: int, kept: 
         os.close(given)
 
 
-# A sandbox whose spec names no wire has its calls logged under this name.
-WIRE_UNNAMED = "unnamed"
+def _own_wire() -> str:
+    """A run whose spec names no wire is a wire of its own: its log, its window and its
+    pause are its own, and a pause ends with it (a named wire's outlives its runs)."""
+    return f"run-{os.urandom(4).hex()}"
 _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWNET = 0x40000000
 _NS_GET_USERNS = 0xB701  # ioctl on a namespace: a descriptor of its owning user namespace
