@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import posixpath
 
-__all__ = ["Policy", "PolicyArgvError", "split_argv"]
+__all__ = ["DEFAULT_PAUSE", "Policy", "PolicyArgvError", "parse_pause", "split_argv"]
 
 
 class PolicyArgvError(Exception):
@@ -26,6 +26,9 @@ _VALUE_OPTIONS = ("--settings", "--name", "--spec", "--learn", "--network", "--s
                   "--calls-per-minute", "--pause")
 _TEXT_LIST_OPTIONS = ("--host",)
 NETWORK_MODES = ("none", "proxy")
+# The seed's loose thresholds for pausing a wire (docs/SPEC.md [pause]): refusals and
+# distinct refused targets within a window of seconds. Patterns no normal work makes.
+DEFAULT_PAUSE = (30, 20, 60)
 _FLAG_OPTIONS = ("--keep-session",)
 
 
@@ -73,7 +76,7 @@ class Policy:
         hosts: tuple[str, ...] = (),
         site_packages: str = "",
         calls_per_minute: int = 0,
-        pause: tuple[int, int, int] = (30, 20, 60),
+        pause: tuple[int, int, int] = DEFAULT_PAUSE,
         name: str = "",
         spec: str = "",
         keep_session: bool = False,
@@ -225,7 +228,7 @@ class Policy:
             hosts=tuple(lists["--host"]),
             site_packages=values.get("--site-packages", ""),
             calls_per_minute=_number(values.get("--calls-per-minute", "0")),
-            pause=_pause(values.get("--pause", "30,20,60")),
+            pause=parse_pause(values["--pause"]) if "--pause" in values else DEFAULT_PAUSE,
         )
 
 
@@ -235,7 +238,8 @@ def _number(text: str) -> int:
     return int(text)
 
 
-def _pause(text: str) -> tuple[int, int, int]:
+def parse_pause(text: str) -> tuple[int, int, int]:
+    """`REFUSALS,TARGETS,WINDOW-SECONDS`, as the launcher and the proxy take it."""
     parts = text.split(",")
     if len(parts) != 3:
         raise PolicyArgvError(f"--pause REFUSALS,TARGETS,WINDOW-SECONDS, not {text!r}")

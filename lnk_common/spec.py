@@ -19,7 +19,7 @@ import pwd
 import re
 import tomllib
 
-from lnk_common.policy import Policy
+from lnk_common.policy import DEFAULT_PAUSE, Policy
 from lnk_common.settings import SettingsError, settings_folder
 
 TYPE_CHECKING = False  # the typing module costs an import at every start
@@ -408,10 +408,6 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
         calls_per_minute=calls_per_minute,
         pause=pause,
     )
-
-
-# The seed's loose thresholds: patterns no normal work makes (docs/SPEC.md).
-DEFAULT_PAUSE = (30, 20, 60)
 
 
 def _pause(context: _Context, section: dict[str, Any] | None) -> tuple[int, int, int]:

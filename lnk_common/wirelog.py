@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import time
 
-__all__ = ["EVENTS", "WireLog", "log_path", "parse_line"]
+__all__ = ["EVENTS", "WireLog", "log_path", "parse_line", "printable"]
 
 EVENTS = ("allowed", "ended", "refused", "paused")
 
@@ -33,8 +33,11 @@ def log_path(settings: str, wire: str) -> str:
     return os.path.join(settings, "sandbox", "wires", wire, "log")
 
 
-def _clean(text: str) -> str:
-    return "".join(char if char.isprintable() and char != "\t" else f"\\x{ord(char) & 0xFF:02x}"
+def printable(text: str) -> str:
+    """`text` from a sandbox made safe for a terminal and a one-line record: control
+    characters (a tab or newline forging a field or a line, an escape driving the
+    terminal) shown as \\xNN."""
+    return "".join(char if char.isprintable() else f"\\x{ord(char) & 0xFF:02x}"
                    for char in text)
 
 
@@ -54,7 +57,7 @@ class WireLog:
         now = time.time()
         stamp = (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now))
                  + f".{int(now % 1 * 1000):03d}Z")
-        line = f"{stamp}\t{event}\t{_clean(target)}\t{_clean(detail)}\n"
+        line = f"{stamp}\t{event}\t{printable(target)}\t{printable(detail)}\n"
         os.write(self.fd, line.encode("utf-8", "surrogateescape"))
 
     def close(self) -> None:

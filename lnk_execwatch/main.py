@@ -35,7 +35,9 @@ import stat
 import sys
 import time
 
+from lnk_common.fdpass import receive_fd
 from lnk_common.syscalls import libc
+from lnk_common.wirelog import printable
 from lnk_execwatch import notify
 from lnk_execwatch.judge import (
     SHEBANG_BYTES,
@@ -46,10 +48,9 @@ from lnk_execwatch.judge import (
 
 TYPE_CHECKING = False  # the typing module costs an import at every start
 if TYPE_CHECKING:
-    import socket as _socket
     from collections.abc import Callable
 else:
-    import _socket
+    pass
 
 __all__ = ["main"]
 
@@ -227,14 +228,6 @@ def read_head_inside(pid: int, path: str) -> bytes | None:
         os.close(fd)
 
 
-def printable(text: str) -> str:
-    """A path from inside, made safe for a terminal and a one-line log: control
-    characters (a newline forging a log line, an escape driving the terminal) shown as
-    \\xNN."""
-    return "".join(char if char.isprintable() else f"\\x{ord(char) & 0xFF:02x}"
-                   for char in text)
-
-
 class Watch:
     __slots__ = ("cache", "commands", "learn", "listener", "log", "say", "spec", "written")
 
@@ -409,21 +402,12 @@ class Watch:
 
 def _receive_listener(socket_fd: int) -> int | None:
     """The listener the init sends first thing, acknowledged with one byte; None when
-    the socket closes first (the sandbox was never made: nothing to watch)."""
-    channel = _socket.socket(fileno=socket_fd)
-    try:
-        size = _socket.CMSG_SPACE(4)
-        data, ancillary, _, _ = channel.recvmsg(1, size)
-        if not data and not ancillary:
-            return None
-        for level, kind, data in ancillary:
-            if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS and len(data) >= 4:
-                listener = int.from_bytes(data[:4], sys.byteorder)
-                channel.sendall(b"+")
-                return listener
-        raise OSError(errno.EPROTO, "the init sent no listener")
-    finally:
-        channel.close()
+    none comes (the sandbox was never made, and the init, unacknowledged, runs nothing)."""
+    listener = receive_fd(socket_fd)
+    if listener is not None:
+        os.write(socket_fd, b"+")
+    os.close(socket_fd)
+    return listener
 
 
 def _parse(argv: list[str]) -> dict[str, list[str]]:

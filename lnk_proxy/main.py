@@ -48,20 +48,6 @@ def _parse(argv: list[str]) -> dict[str, list[str]]:
     return options
 
 
-def _receive_listener(socket_fd: int) -> int | None:
-    import _socket
-
-    channel = _socket.socket(fileno=socket_fd)
-    try:
-        _, ancillary, _, _ = channel.recvmsg(1, _socket.CMSG_SPACE(4))
-    finally:
-        channel.close()
-    for level, kind, data in ancillary:
-        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS and len(data) >= 4:
-            return int.from_bytes(data[:4], sys.byteorder)
-    return None
-
-
 def main(argv: list[str] | None = None) -> None:
     try:
         options = _parse(sys.argv[1:] if argv is None else argv)
@@ -72,7 +58,11 @@ def main(argv: list[str] | None = None) -> None:
 
     prctl(_PR_SET_PDEATHSIG, _SIGTERM)
     if options["--socket-fd"]:
-        listener = _receive_listener(int(options["--socket-fd"][0]))
+        from lnk_common.fdpass import receive_fd
+
+        channel = int(options["--socket-fd"][0])
+        listener = receive_fd(channel)
+        os.close(channel)
         if listener is None:
             return  # the sandbox was never made: nothing to serve
     else:
@@ -94,6 +84,7 @@ def serve(listener: int, options: dict[str, list[str]]) -> None:
     import asyncio
     import socket
 
+    from lnk_common.policy import DEFAULT_PAUSE, parse_pause
     from lnk_common.wirelog import WireLog
     from lnk_proxy.controls import Controls, SharedControls
     from lnk_proxy.decide import parse_hosts
@@ -103,10 +94,10 @@ def serve(listener: int, options: dict[str, list[str]]) -> None:
 
     server_address = from_environment()
     settings, wire = options["--settings"][0], options["--wire"][0]
-    pause = tuple(int(part) for part in (options["--pause"] or ["30,20,60"])[0].split(","))
     controls = SharedControls(
         Controls(calls_per_minute=int((options["--calls-per-minute"] or ["0"])[0]),
-                 pause=(pause[0], pause[1], pause[2])),
+                 pause=parse_pause(options["--pause"][0]) if options["--pause"]
+                 else DEFAULT_PAUSE),
         os.path.join(settings, "sandbox", "wires", wire, "window"))
 
     def say(message: str) -> None:

@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable
 import h11
 
 from lnk_common import wirestate
+from lnk_common.policy import DEFAULT_PAUSE
 from lnk_common.wirelog import WireLog
 from lnk_proxy import sni
 from lnk_proxy.controls import Controls, SharedControls
@@ -38,7 +39,7 @@ from lnk_proxy.decide import (
     address_refusal,
     name_allowed,
 )
-from lnk_proxy.head import HeadError, check_head, head_end
+from lnk_proxy.head import HeadError, RequestHead, check_head, head_end
 from lnk_proxy.target import Target, TargetError, parse_absolute, parse_connect
 
 __all__ = ["HEAD_SECONDS", "IDLE_SECONDS", "Proxy"]
@@ -56,7 +57,6 @@ HELLO_SECONDS = 10.0
 CHUNK = 256 * 1024
 
 Resolver = Callable[[str, int], Awaitable[list[Address]]]
-Hook = Callable[[Target], "str | None"]
 
 
 # The proxy's own address inside a sandbox: a request to it (as a base URL, or through
@@ -118,6 +118,15 @@ def _splice(source: int, sink: int) -> int:
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+async def _next_event(connection: h11.Connection, reader: asyncio.StreamReader) -> object:
+    """The next h11 event of `connection`, reading from `reader` as it needs more."""
+    while True:
+        event = connection.next_event()
+        if event is not h11.NEED_DATA:
+            return event
+        connection.receive_data(await asyncio.wait_for(reader.read(CHUNK), IDLE_SECONDS))
 
 
 def _notify_desktop(title: str, body: str) -> None:
@@ -195,18 +204,16 @@ class Refused(Exception):
 
 class Proxy:
     def __init__(self, *, rules: tuple[HostRule, ...], machine: MachineFacts, log: WireLog,
-                 resolver: Resolver = system_resolver, hooks: tuple[Hook, ...] = (),
-                 settings: str = "", wire: str = "",
+                 resolver: Resolver = system_resolver, settings: str = "", wire: str = "",
                  controls: Controls | SharedControls | None = None,
                  say: Callable[[str], None] | None = None) -> None:
         self.rules = rules
         self.machine = machine
         self.log = log
         self.resolver = resolver
-        self.hooks = hooks
         self.settings = settings
         self.wire = wire
-        self.controls = controls or Controls(calls_per_minute=0, pause=(30, 20, 60))
+        self.controls = controls or Controls(calls_per_minute=0, pause=DEFAULT_PAUSE)
         self.say = say or (lambda _message: None)
         self.ids = itertools.count(1)
         self.open: set[asyncio.Task[None]] = set()
@@ -356,21 +363,18 @@ class Proxy:
     # -- the decision -------------------------------------------------------------------
 
     def check_name(self, target: Target) -> None:
-        """The first steps of every decision: the wire's controls and hooks, then the
-        name (or the address literal) against `hosts`, before any lookup."""
+        """The first steps of every decision: the wire's controls (the kill switch, its
+        pause, calls a minute), then the name (or the address literal) against `hosts`,
+        before any lookup."""
         self.gate()
         if target.address is not None and target.address in METADATA_ADDRESSES:
             raise Refused(403, f"{target.address} is a cloud metadata service", metadata=True)
-        for hook in self.hooks:
-            why = hook(target)
-            if why:
-                raise Refused(403, why)
         if not name_allowed(self.rules, target.host, target.port):
             named = target.authority if target.address else f"{target.host}:{target.port}"
             raise Refused(403, f"{named} is not in this sandbox's hosts")
 
     async def decide(self, target: Target) -> Address:
-        """The address to connect to, or Refused: hooks, name, lookup, every address."""
+        """The address to connect to, or Refused: controls, name, lookup, every address."""
         self.check_name(target)
         if target.address is None:
             try:
@@ -490,7 +494,7 @@ class Proxy:
 
     # -- absolute-form requests ---------------------------------------------------------
 
-    async def _forward(self, head: object, raw: bytes, rest: bytes,
+    async def _forward(self, head: RequestHead, raw: bytes, rest: bytes,
                        reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                        kept: list[_Upstream | None]) -> tuple[bool, bytes]:
         """One absolute-form request and its response; (whether the client's connection
@@ -498,9 +502,6 @@ class Proxy:
         connection of the last request is used again when this one goes to the same host
         and port (its address was checked when it was opened; the hooks and the name are
         checked again here); `kept` holds it between requests."""
-        from lnk_proxy.head import RequestHead
-
-        assert isinstance(head, RequestHead)
         path_here = head.target if head.target.startswith("/") else _own_path(head.target)
         if path_here is not None:
             if path_here.startswith("/_link/") or path_here == "/_link":
@@ -556,16 +557,12 @@ class Proxy:
         sent = received = 0
         failure = ""
         responded = False
-        reused = upstream is not None and previous is not None and upstream is previous.conn
+        reused = previous is not None and upstream is previous.conn
         try:
             up_writer.write(upstream.send(h11.Request(method=request.method, target=path,
                                                       headers=fields)))
             while True:  # the request body, if any
-                event = client.next_event()
-                if event is h11.NEED_DATA:
-                    data = await asyncio.wait_for(reader.read(CHUNK), IDLE_SECONDS)
-                    client.receive_data(data)
-                    continue
+                event = await _next_event(client, reader)
                 if isinstance(event, h11.Data):
                     sent += len(event.data)
                     up_writer.write(upstream.send(h11.Data(data=event.data)))
@@ -575,11 +572,7 @@ class Proxy:
                 await up_writer.drain()
                 break
             while True:  # the response
-                event = upstream.next_event()
-                if event is h11.NEED_DATA:
-                    data = await asyncio.wait_for(up_reader.read(CHUNK), IDLE_SECONDS)
-                    upstream.receive_data(data)
-                    continue
+                event = await _next_event(upstream, up_reader)
                 if isinstance(event, h11.InformationalResponse):
                     continue
                 if isinstance(event, h11.Response):

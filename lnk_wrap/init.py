@@ -105,17 +105,15 @@ def install_filter(options: Options) -> None:
         raise InitError(str(error)) from None
     if listener is None:
         return
-    import _socket
+    from lnk_common.fdpass import send_fd
 
-    channel = _socket.socket(fileno=options.watch_fd)
     try:
-        channel.sendmsg([b"L"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
-                                  listener.to_bytes(4, sys.byteorder))])
+        send_fd(options.watch_fd, listener)
         os.close(listener)
-        if channel.recv(1) != b"+":
+        if os.read(options.watch_fd, 1) != b"+":
             raise InitError("the exec watch is not there to take the filter's listener")
     finally:
-        channel.close()
+        os.close(options.watch_fd)
 
 
 def clean_environment(env: dict[str, str]) -> dict[str, str]:

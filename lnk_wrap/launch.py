@@ -34,7 +34,6 @@ import sys
 from lnk_common import placeholders
 from lnk_common.policy import Policy, PolicyArgvError, split_argv
 from lnk_wrap import bwrap as bwrap_plan
-from lnk_wrap import dotfiles
 from lnk_wrap.system import gather, runtime_paths
 
 TYPE_CHECKING = False  # the typing module costs an import at every start
@@ -185,6 +184,10 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str]) -> int:
         cwd = os.getcwd()
     except FileNotFoundError:
         raise LaunchError("the working directory no longer exists") from None
+    if not policy.write:  # no written folder: no dot file to hold, nothing to look at
+        return _run_sandbox(bwrap, policy, command, env, cwd, ())
+    from lnk_wrap import dotfiles
+
     known = {path: kind for path, kind, _ in placeholders.index_entries(policy.settings)}
     try:
         found = dotfiles.find(policy, env, known)
@@ -199,17 +202,15 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str]) -> int:
     if found.placeholders or (found.held and placeholders.index_exists(policy.settings)):
         run = placeholders.Run(policy.settings)
     try:
-        held = dict(found.held)
-        if policy.write:
-            try:
-                in_place, notes = placeholders.hold(policy.settings, run, found.placeholders,
-                                                    found.held)
-            except placeholders.PlaceholderError as error:
-                raise LaunchError(str(error)) from None
-            for note in notes:
-                _say(note)
-            held.update(in_place)
-        return _run_sandbox(bwrap, policy, command, env, cwd, tuple(held))
+        try:
+            in_place, notes = placeholders.hold(policy.settings, run, found.placeholders,
+                                                found.held)
+        except placeholders.PlaceholderError as error:
+            raise LaunchError(str(error)) from None
+        for note in notes:
+            _say(note)
+        return _run_sandbox(bwrap, policy, command, env, cwd,
+                            tuple({**found.held, **in_place}))
     finally:
         if run is not None:
             for note in placeholders.release(policy.settings, run):
@@ -298,7 +299,7 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
         os.close(block_write)
     _, status = os.waitpid(child, 0)
     if watch is not None:
-        _end_watch(watch)
+        _end_helper(watch, None)
     if proxy is not None:
         _end_helper(proxy[0], signal.SIGTERM)
     if sandbox["pid"] is None:
@@ -341,10 +342,6 @@ def _start_watch(policy: Policy, loaders: tuple[str, ...],
         for path in loaders:
             argv += ["--loader", path]
     return _spawn_helper(argv, env, given=watch_end, kept=init_end), init_end
-
-
-def _end_watch(pid: int) -> None:
-    _end_helper(pid, None)
 
 
 def _end_helper(pid: int, first: int | None) -> None:
@@ -446,6 +443,7 @@ def _make_proxy_listener(sandbox_pid: int, network: int, channel: int) -> None:
             import ctypes
             import fcntl
 
+            from lnk_common.fdpass import send_fd
             from lnk_common.syscalls import libc
 
             network_fd = os.open(f"/proc/{sandbox_pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
@@ -463,9 +461,7 @@ def _make_proxy_listener(sandbox_pid: int, network: int, channel: int) -> None:
             listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
             listener.bind((bwrap_plan.PROXY_ADDRESS, bwrap_plan.PROXY_PORT))
             listener.listen(1024)
-            _socket.socket(fileno=channel).sendmsg(
-                [b"L"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
-                          listener.fileno().to_bytes(4, sys.byteorder))])
+            send_fd(channel, listener.fileno())
             code = 0
         except BaseException as error:
             os.write(2, f"lnk-sandbox: the proxy's way in could not be made: {error}\n"

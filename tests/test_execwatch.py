@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from lnk_common.wirelog import printable
 from lnk_execwatch.judge import (
     Commands,
     interpreter_of,
@@ -11,7 +12,7 @@ from lnk_execwatch.judge import (
     offer,
     program_given_to_loader,
 )
-from lnk_execwatch.main import printable, read_head_inside, resolve_inside
+from lnk_execwatch.main import read_head_inside, resolve_inside
 
 DASH = os.path.realpath("/bin/sh")
 
