@@ -13,14 +13,18 @@ if TYPE_CHECKING:
 else:
     import _socket
 
-__all__ = ["receive_fd", "send_fd"]
+__all__ = ["LABEL_BYTES", "receive_fd", "receive_labelled", "send_fd"]
+
+# A label says what a descriptor is for ("dns udp 127.0.0.1 53"): short, one message.
+LABEL_BYTES = 128
 
 
-def send_fd(channel: int, fd: int) -> None:
-    """Send `fd` with one byte over the socket `channel`, which stays open."""
+def send_fd(channel: int, fd: int, label: bytes = b"L") -> None:
+    """Send `fd` with a short label (what it is for; at most LABEL_BYTES) over the
+    socket `channel`, which stays open."""
     sock = _socket.socket(fileno=channel)
     try:
-        sock.sendmsg([b"L"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
+        sock.sendmsg([label[:LABEL_BYTES]], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
                                fd.to_bytes(4, sys.byteorder))])
     finally:
         sock.detach()
@@ -29,12 +33,20 @@ def send_fd(channel: int, fd: int) -> None:
 def receive_fd(channel: int) -> int | None:
     """The descriptor sent over `channel` (which stays open), or None when the other end
     closed without sending one."""
+    received = receive_labelled(channel)
+    return None if received is None else received[0]
+
+
+def receive_labelled(channel: int) -> tuple[int, bytes] | None:
+    """The descriptor sent over `channel` and its label, or None when the other end
+    closed without sending one. `channel` must be a SOCK_SEQPACKET or a stream that
+    carries one descriptor a message (each send_fd is read whole)."""
     sock = _socket.socket(fileno=channel)
     try:
-        _, ancillary, _, _ = sock.recvmsg(1, _socket.CMSG_SPACE(4))
+        label, ancillary, _, _ = sock.recvmsg(LABEL_BYTES, _socket.CMSG_SPACE(4))
     finally:
         sock.detach()
     for level, kind, data in ancillary:
         if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS and len(data) >= 4:
-            return int.from_bytes(data[:4], sys.byteorder)
+            return int.from_bytes(data[:4], sys.byteorder), label
     return None

@@ -24,7 +24,7 @@ class PolicyArgvError(Exception):
 _PATH_OPTIONS = ("--read", "--write", "--hide", "--reopen", "--write-dot-files", "--run")
 _VALUE_OPTIONS = ("--settings", "--name", "--spec", "--learn", "--network", "--site-packages",
                   "--calls-per-minute", "--pause")
-_TEXT_LIST_OPTIONS = ("--host",)
+_TEXT_LIST_OPTIONS = ("--host", "--endpoint", "--lan", "--localhost-port")
 NETWORK_MODES = ("none", "proxy")
 # The seed's loose thresholds for pausing a wire (docs/SPEC.md [pause]): refusals and
 # distinct refused targets within a window of seconds. Patterns no normal work makes.
@@ -44,6 +44,11 @@ class Policy:
     program may start.
     network: "none" (no network at all) or "proxy" (the filtering proxy is the one way
     out); hosts: the names (`name`, `*.domain`, with `:port` or not) the proxy lets by.
+    endpoints: [tcp] endpoints (`name:port`, `*.domain:port`): plain TCP through the
+    proxy, reached by name through the sandbox's own DNS (lnk_common.endpoints).
+    lan: [lan] hosts (`address:port`, `name:port`, or either alone for 80 and 443):
+    machines of the local network, through the proxy. localhost_ports: this machine's
+    loopback ports relayed in (lnk-sandbox-relay).
     calls_per_minute: the wire's limit of calls in any minute (0: none).
     pause: (refusals, distinct refused targets, window seconds) that pause the wire.
     site_packages: where the proxy's libraries (h11) are installed, found by the wrap
@@ -57,9 +62,9 @@ class Policy:
     sandbox start, and `dataclasses` alone cost 11-21 ms to import here.
     """
 
-    __slots__ = ("calls_per_minute", "commands", "hide", "hosts", "keep_session", "learn",
-                 "name", "network", "pause", "read", "reopen", "settings", "site_packages",
-                 "spec", "write", "write_dot_files")
+    __slots__ = ("calls_per_minute", "commands", "endpoints", "hide", "hosts", "keep_session",
+                 "lan", "learn", "localhost_ports", "name", "network", "pause", "read",
+                 "reopen", "settings", "site_packages", "spec", "write", "write_dot_files")
 
     def __init__(
         self,
@@ -74,6 +79,9 @@ class Policy:
         learn: str = "",
         network: str = "none",
         hosts: tuple[str, ...] = (),
+        endpoints: tuple[str, ...] = (),
+        lan: tuple[str, ...] = (),
+        localhost_ports: tuple[int, ...] = (),
         site_packages: str = "",
         calls_per_minute: int = 0,
         pause: tuple[int, int, int] = DEFAULT_PAUSE,
@@ -96,9 +104,12 @@ class Policy:
             raise PolicyArgvError(f"--network {network!r}: one of {', '.join(NETWORK_MODES)}")
         if hosts and network != "proxy":
             raise PolicyArgvError("--host needs --network proxy")
-        for host in hosts:
+        for host in (*hosts, *endpoints, *lan):
             if not host or host.startswith("-") or any(c.isspace() for c in host):
                 raise PolicyArgvError(f"not a host: {host!r}")
+        for port in localhost_ports:
+            if not 1 <= port <= 65535:
+                raise PolicyArgvError(f"--localhost-port {port}: 1 to 65535")
         if name.startswith("-") or spec.startswith("-"):
             raise PolicyArgvError(f"a name or spec may not start with '-': {name or spec!r}")
         self.settings = settings
@@ -111,6 +122,9 @@ class Policy:
         self.learn = learn
         self.network = network
         self.hosts = tuple(hosts)
+        self.endpoints = tuple(endpoints)
+        self.lan = tuple(lan)
+        self.localhost_ports = tuple(localhost_ports)
         self.site_packages = site_packages
         if calls_per_minute < 0 or min(pause) < 1 or len(pause) != 3:
             raise PolicyArgvError("calls a minute and a pause's thresholds are positive")
@@ -123,7 +137,8 @@ class Policy:
     def _fields(self) -> tuple[object, ...]:
         return (self.settings, self.read, self.write, self.hide, self.reopen,
                 self.write_dot_files, self.commands, self.learn, self.network, self.hosts,
-                self.site_packages, self.calls_per_minute, self.pause, self.name, self.spec,
+                self.endpoints, self.lan, self.localhost_ports, self.site_packages,
+                self.calls_per_minute, self.pause, self.name, self.spec,
                 self.keep_session)
 
     def __eq__(self, other: object) -> bool:
@@ -139,10 +154,21 @@ class Policy:
         return Policy(settings=self.settings, read=self.read, write=self.write, hide=self.hide,
                       reopen=self.reopen, write_dot_files=self.write_dot_files,
                       commands=self.commands, learn=self.learn, network=self.network,
-                      hosts=self.hosts, site_packages=self.site_packages,
+                      hosts=self.hosts, endpoints=self.endpoints, lan=self.lan,
+                      localhost_ports=self.localhost_ports, site_packages=self.site_packages,
                       calls_per_minute=self.calls_per_minute, pause=self.pause, name=name,
                       spec=self.spec,
                       keep_session=self.keep_session)
+
+    def has_wire(self) -> bool:
+        """Whether anything goes out: the proxy, endpoints, [lan] or [localhost] ports
+        (each call on the wire's log, under its controls)."""
+        return bool(self.network == "proxy" or self.endpoints or self.lan
+                    or self.localhost_ports)
+
+    def needs_proxy(self) -> bool:
+        """Whether lnk-sandbox-proxy runs: for the proxy variables, endpoints or [lan]."""
+        return bool(self.network == "proxy" or self.endpoints or self.lan)
 
     def with_site_packages(self, folder: str) -> Policy:
         copy = self.with_name(self.name)
@@ -159,13 +185,16 @@ class Policy:
             argv += ["--learn", self.learn]
         if self.network != "none":
             argv += ["--network", self.network]
-        for host in self.hosts:
-            argv += ["--host", host]
+        for option, texts in (("--host", self.hosts), ("--endpoint", self.endpoints),
+                              ("--lan", self.lan),
+                              ("--localhost-port", tuple(map(str, self.localhost_ports)))):
+            for text in texts:
+                argv += [option, text]
         if self.site_packages:
             argv += ["--site-packages", self.site_packages]
         if self.calls_per_minute:
             argv += ["--calls-per-minute", str(self.calls_per_minute)]
-        if self.network == "proxy":
+        if self.has_wire():
             argv += ["--pause", ",".join(str(value) for value in self.pause)]
         if self.keep_session:
             argv.append("--keep-session")
@@ -226,6 +255,9 @@ class Policy:
             learn=values.get("--learn", ""),
             network=values.get("--network", "none"),
             hosts=tuple(lists["--host"]),
+            endpoints=tuple(lists["--endpoint"]),
+            lan=tuple(lists["--lan"]),
+            localhost_ports=tuple(_port(text) for text in lists["--localhost-port"]),
             site_packages=values.get("--site-packages", ""),
             calls_per_minute=_number(values.get("--calls-per-minute", "0")),
             pause=parse_pause(values["--pause"]) if "--pause" in values else DEFAULT_PAUSE,
@@ -235,6 +267,12 @@ class Policy:
 def _number(text: str) -> int:
     if not text.isdigit() or len(text) > 9:
         raise PolicyArgvError(f"not a count: {text!r}")
+    return int(text)
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise PolicyArgvError(f"--localhost-port {text!r}: a port, 1 to 65535")
     return int(text)
 
 

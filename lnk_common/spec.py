@@ -19,6 +19,7 @@ import pwd
 import re
 import tomllib
 
+from lnk_common import endpoints as endpoint_plan
 from lnk_common.policy import DEFAULT_PAUSE, Policy
 from lnk_common.settings import SettingsError, settings_folder
 
@@ -64,6 +65,7 @@ _STRING = "string"
 _PATH = "path"
 _STRING_LIST = "string list"
 _COUNT = "count"
+_PORT_LIST = "port list"
 
 _NOT_BUILT = "not built yet in this version of lnk-sandbox"
 _SCHEMA: dict[str, dict[str, str] | str] = {
@@ -83,9 +85,12 @@ _SCHEMA: dict[str, dict[str, str] | str] = {
         "calls_per_minute": _COUNT,
         "server_tools": f"{_NOT_BUILT} (a hosted model's server tools)",
     },
-    "tcp": f"{_NOT_BUILT} (TCP endpoints and DNS)",
-    "lan": f"{_NOT_BUILT} ([lan] through the proxy)",
-    "localhost": f"{_NOT_BUILT} (the loopback relay)",
+    "tcp": {"endpoints": _STRING_LIST},
+    "lan": {"hosts": _STRING_LIST},
+    "localhost": {
+        "ports": _PORT_LIST,
+        "models": f"{_NOT_BUILT} (a local model's port through the inference filter)",
+    },
     "verbs": f"{_NOT_BUILT} (the proxy's verbs)",
     "pause": {"refusals": _COUNT, "targets": _COUNT, "window": _STRING},
 }
@@ -160,7 +165,7 @@ def _check_schema(context: _Context, document: dict[str, Any]) -> None:
                 raise SpecError(
                     context.file, dotted, f"unknown key (known in [{key}]: {', '.join(section)})"
                 )
-            if kind not in (_PATH_LIST, _STRING, _PATH, _STRING_LIST, _COUNT):
+            if kind not in (_PATH_LIST, _STRING, _PATH, _STRING_LIST, _COUNT, _PORT_LIST):
                 raise SpecError(context.file, dotted, kind)
             _check_type(context, dotted, inner_value, kind)
 
@@ -176,6 +181,9 @@ def _check_type(context: _Context, key: str, value: object, kind: str) -> None:
         if not isinstance(value, str):
             raise SpecError(context.file, key, f"must be a string, not {_kind(value)}")
         return
+    if kind == _PORT_LIST:
+        _check_ports(context, key, value)
+        return
     if not isinstance(value, list):
         noun = "strings" if kind == _STRING_LIST else "paths"
         raise SpecError(context.file, key, f"must be a list of {noun}, not {_kind(value)}")
@@ -186,6 +194,25 @@ def _check_type(context: _Context, key: str, value: object, kind: str) -> None:
             raise SpecError(
                 context.file, f"{key}[{index}]", f"must be a path string, not {_kind(item)}"
             )
+
+
+def _check_ports(context: _Context, key: str, value: object) -> None:
+    if not isinstance(value, list):
+        raise SpecError(context.file, key, f"must be a list of ports, not {_kind(value)}")
+    if len(value) > MAX_PATHS_PER_KEY:
+        raise SpecError(context.file, key, f"more than {MAX_PATHS_PER_KEY} ports")
+    for index, item in enumerate(value):
+        if item == "*":
+            raise SpecError(
+                context.file, f"{key}[{index}]",
+                "\"*\" is refused: on this machine's loopback listen other sandboxes' "
+                "proxies, each another agent's way out with its own hosts, keys and exit; "
+                "every port would include them, so name the ports")
+        if isinstance(item, bool) or not isinstance(item, int):
+            raise SpecError(context.file, f"{key}[{index}]",
+                            f"must be a port number, not {_kind(item)}")
+        if not 1 <= item <= 65535:
+            raise SpecError(context.file, f"{key}[{index}]", f"port {item}: 1 to 65535")
 
 
 def _kind(value: object) -> str:
@@ -387,10 +414,22 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
 
     network, hosts = _network(context, document.get("network"))
     network_section = document.get("network") or {}
+    endpoints = _entries(context, "tcp.endpoints",
+                         (document.get("tcp") or {}).get("endpoints", []), lan=False)
+    lan = _entries(context, "lan.hosts", (document.get("lan") or {}).get("hosts", []),
+                   lan=True)
+    localhost_ports = tuple(dict.fromkeys((document.get("localhost") or {}).get("ports", [])))
+    try:
+        endpoint_plan.listeners(proxy=network == "proxy", endpoints=endpoints, lan=lan,
+                                localhost_ports=localhost_ports)
+    except endpoint_plan.EndpointError as error:
+        raise SpecError(context.file, "localhost.ports" if str(error).startswith("[localhost]")
+                        else "tcp.endpoints", str(error)) from None
     calls_per_minute = network_section.get("calls_per_minute", 0)
-    if calls_per_minute and network != "proxy":
+    if calls_per_minute and not (network == "proxy" or endpoints or lan or localhost_ports):
         raise SpecError(context.file, "network.calls_per_minute",
-                        "counts the calls on the proxy: set mode = \"proxy\"")
+                        "counts the calls that go out, and nothing goes out: set mode = "
+                        "\"proxy\", or name [tcp] endpoints, [lan] hosts or [localhost] ports")
     pause = _pause(context, document.get("pause"))
 
     return Policy(
@@ -405,6 +444,9 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
         commands=tuple(commands),
         network=network,
         hosts=hosts,
+        endpoints=endpoints,
+        lan=lan,
+        localhost_ports=localhost_ports,
         calls_per_minute=calls_per_minute,
         pause=pause,
     )
@@ -471,3 +513,77 @@ def _network(context: _Context, section: dict[str, Any] | None) -> tuple[str, tu
     if len(hosts) > MAX_PATHS_PER_KEY:
         raise SpecError(context.file, "network.hosts", f"more than {MAX_PATHS_PER_KEY} hosts")
     return mode, tuple(hosts)
+
+
+# A [lan] address that is never a machine of the local network.
+_NOT_LAN = (
+    ("loopback", "this machine"), ("unspecified", "this machine"),
+    ("link_local", "link-local (a cloud's metadata service lives there)"),
+    ("multicast", "multicast, not a machine"),
+)
+
+
+def _entries(context: _Context, key: str, raw: object, *, lan: bool) -> tuple[str, ...]:
+    """[tcp] endpoints (`name:port`, `*.domain:port`) or [lan] hosts (`address[:port]`,
+    `[v6][:port]`, `name[:port]`), normalised; `*` refused, as in [network] hosts."""
+    import ipaddress
+
+    from lnk_proxy.decide import METADATA_ADDRESSES
+
+    assert isinstance(raw, list)
+    found: list[str] = []
+    for index, entry in enumerate(raw):
+        where = f"{key}[{index}]"
+        text = entry.lower()
+        if text in ("*", "*.") or text.startswith("*:"):
+            raise SpecError(context.file, where,
+                            "\"*\" is every host: the network itself, not a list; name "
+                            "the hosts" + ("" if lan else ", or `*.domain:port`"))
+        host, port = text, ""
+        if text.startswith("["):
+            host, _, rest = text[1:].partition("]")
+            if rest and not rest.startswith(":"):
+                raise SpecError(context.file, where, f"{entry!r}: [IPv6 address]:port")
+            port = rest[1:]
+        elif text.count(":") == 1:
+            host, _, port = text.partition(":")
+        elif ":" in text:
+            raise SpecError(context.file, where,
+                            f"{entry!r}: write an IPv6 address in brackets, [addr]:port")
+        if port and (not port.isdigit() or not 1 <= int(port) <= 65535):
+            raise SpecError(context.file, where, f"{entry!r}: the port must be 1 to 65535")
+        if not port and not lan:
+            raise SpecError(context.file, where,
+                            f"{entry!r}: an endpoint names its port, as \"db.example.com:5432\"")
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            address = None
+        if address is not None:
+            if not lan:
+                raise SpecError(context.file, where,
+                                f"{entry!r}: an endpoint is a name (it gets DNS); a machine of "
+                                "the local network by address goes in [lan] hosts")
+            if address in METADATA_ADDRESSES:
+                raise SpecError(context.file, where,
+                                f"{address} is a cloud metadata service, never reached")
+            for attribute, why in _NOT_LAN:
+                if getattr(address, f"is_{attribute}"):
+                    raise SpecError(context.file, where, f"{address} is {why}, not a "
+                                    "machine of the local network")
+            host = str(address)
+            normal = (f"[{host}]" if address.version == 6 else host) + (f":{int(port)}"
+                                                                         if port else "")
+        else:
+            if lan and host.startswith("*."):
+                raise SpecError(context.file, where,
+                                f"{entry!r}: a [lan] host is one machine, not `*.domain`")
+            if len(host) > 254 or not _HOST_ENTRY.fullmatch(host) or host in ("localhost",):
+                raise SpecError(context.file, where,
+                                f"{entry!r} is not a host name"
+                                + ("" if lan else " or `*.domain`") + " with :port")
+            host = host.rstrip(".")
+            normal = f"{host}:{int(port)}" if port else host
+        if normal not in found:
+            found.append(normal)
+    return tuple(found)

@@ -10,9 +10,11 @@ very address checked.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 
-__all__ = ["METADATA_ADDRESSES", "HostRule", "address_refusal", "name_allowed", "parse_hosts"]
+__all__ = ["METADATA_ADDRESSES", "HostRule", "address_refusal", "matching_rule", "name_allowed",
+           "parse_hosts"]
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -31,40 +33,60 @@ _REFUSED_RANGES = tuple(ipaddress.ip_network(text) for text in (
 
 
 class HostRule:
-    """One entry of `hosts`: a name or `*.domain`, and a port (None: 80 and 443)."""
+    """One entry of `hosts`, [tcp] endpoints or [lan] hosts: a name, `*.domain` or an
+    address, and a port (None: 80 and 443). `lan`: a machine of the local network, which
+    may be on this machine's own networks (never this machine)."""
 
-    __slots__ = ("name", "port", "wildcard")
+    __slots__ = ("lan", "name", "port", "wildcard")
 
-    def __init__(self, name: str, port: int | None, wildcard: bool) -> None:
+    def __init__(self, name: str, port: int | None, wildcard: bool, *,
+                 lan: bool = False) -> None:
         self.name = name
         self.port = port
         self.wildcard = wildcard
+        self.lan = lan
 
     def matches(self, host: str, port: int) -> bool:
         if (port not in (80, 443)) if self.port is None else (port != self.port):
             return False
+        return self.matches_name(host)
+
+    def matches_name(self, host: str) -> bool:
         if self.wildcard:
             return host.endswith("." + self.name)
         return host == self.name
 
 
-def parse_hosts(entries: tuple[str, ...]) -> tuple[HostRule, ...]:
-    """`name`, `name:port`, `*.domain`, `*.domain:port` → rules (names lower-cased,
-    trailing dot dropped). The spec loader has already refused what is not one."""
+def parse_hosts(entries: tuple[str, ...], *, lan: bool = False) -> tuple[HostRule, ...]:
+    """`name`, `name:port`, `*.domain`, `*.domain:port`, `[v6]:port` → rules (names
+    lower-cased, trailing dot dropped, addresses in their short form). The spec loader
+    has already refused what is not one."""
     rules = []
     for entry in entries:
         text, port = entry, None
-        if ":" in entry:
+        if entry.startswith("["):
+            text, _, rest = entry[1:].partition("]")
+            port = int(rest[1:]) if rest.startswith(":") else None
+        elif ":" in entry:
             text, _, port_text = entry.rpartition(":")
             port = int(port_text)
         wildcard = text.startswith("*.")
         name = (text[2:] if wildcard else text).lower().rstrip(".")
-        rules.append(HostRule(name, port, wildcard))
+        with contextlib.suppress(ValueError):
+            name = str(ipaddress.ip_address(name))
+        rules.append(HostRule(name, port, wildcard, lan=lan))
     return tuple(rules)
 
 
 def name_allowed(rules: tuple[HostRule, ...], host: str, port: int) -> bool:
     return any(rule.matches(host, port) for rule in rules)
+
+
+def matching_rule(rules: tuple[HostRule, ...], host: str, port: int) -> HostRule | None:
+    """The rule that lets `host:port` by, a [lan] one first (it may reach the local
+    network), or None."""
+    found = [rule for rule in rules if rule.matches(host, port)]
+    return next((rule for rule in found if rule.lan), found[0] if found else None)
 
 
 class MachineFacts:
@@ -89,11 +111,13 @@ def _embedded_ipv4(address: Address) -> ipaddress.IPv4Address | None:
     return None
 
 
-def address_refusal(address: Address, machine: MachineFacts) -> str | None:
-    """Why `address` may not be reached, in one line, or None."""
+def address_refusal(address: Address, machine: MachineFacts, *,
+                    lan: bool = False) -> str | None:
+    """Why `address` may not be reached, in one line, or None. `lan`: for a [lan] host,
+    this machine's own networks are allowed (this machine itself never is)."""
     inner = _embedded_ipv4(address)
     if inner is not None:
-        why = address_refusal(inner, machine)
+        why = address_refusal(inner, machine, lan=lan)
         return f"{why} (as {address})" if why else None
     if address in METADATA_ADDRESSES:
         return f"{address} is a cloud metadata service"
@@ -106,6 +130,6 @@ def address_refusal(address: Address, machine: MachineFacts) -> str | None:
         return f"{address} is in a range no host of a sandbox's is in"
     if machine.is_local(address):
         return f"{address} is this machine"
-    if machine.on_network(address):
+    if machine.on_network(address) and not lan:
         return f"{address} is on one of this machine's own networks"
     return None

@@ -1,92 +1,44 @@
 """lnk-sandbox-proxy: a sandbox's one way out, outside it, in the host's network.
 
-    lnk-sandbox-proxy --settings DIR --wire NAME [--host H]… (--socket-fd N | --listen IP:PORT)
+    lnk-sandbox-proxy --settings DIR --wire NAME [--host H]… [--endpoint E]… [--lan L]…
+                      [--calls-per-minute N] [--pause R,T,W] (--socket-fd N | --listen IP:PORT)
 
---socket-fd: the launcher's end of a socket pair over which the listening socket comes,
-made by the launcher's helper inside the sandbox's own network namespace (so only the
-sandbox can connect to it; it keeps that namespace while served here). --listen: bind
-one itself (an administrator's or CI's standalone run).
+--socket-fd: the launcher's end of a socket pair over which the listening sockets come,
+each labelled (proxy, dns udp, dns tcp, endpoint), made by the DNS helper
+(lnk_dns.helper) inside the sandbox's own network namespace (so only the sandbox can
+connect to them; they keep that namespace while served here). --listen: bind the
+proxy's port itself (an administrator's or CI's standalone run).
 
-Heavy imports (asyncio, ssl, h11) come only once the first connection is waiting in the
-listening socket's backlog, not while the sandbox starts.
+Heavy imports (asyncio, ssl, h11) come only once the first connection is waiting in a
+listening socket's queue, not while the sandbox starts.
 """
 
 from __future__ import annotations
 
-import os
-import sys
+from lnk_proxy import serving
 
 __all__ = ["main"]
 
-_PR_SET_PDEATHSIG = 1
-_SIGTERM = 15
-# When the sandbox has ended, its calls' sockets are closing: this long is given to
-# write their ended lines before the proxy exits.
-DRAIN_SECONDS = 1.0
-# How often open calls look at the kill switch and the wire's pause: the seed asks every
-# second while one is open; four times a second keeps every close well under a second
-# (a stat of two files, a few microseconds each time).
-SWITCH_SECONDS = 0.25
-
-
-def _parse(argv: list[str]) -> dict[str, list[str]]:
-    options: dict[str, list[str]] = {name: [] for name in (
-        "--settings", "--wire", "--host", "--socket-fd", "--listen", "--calls-per-minute",
-        "--pause")}
-    index = 0
-    while index < len(argv):
-        option = argv[index]
-        if option not in options or index + 1 >= len(argv):
-            raise ValueError(f"unknown option or missing value: {option!r}")
-        options[option].append(argv[index + 1])
-        index += 2
-    for single in ("--settings", "--wire"):
-        if len(options[single]) != 1:
-            raise ValueError(f"{single} is required, once")
-    if len(options["--socket-fd"]) + len(options["--listen"]) != 1:
-        raise ValueError("one of --socket-fd or --listen is required")
-    return options
-
 
 def main(argv: list[str] | None = None) -> None:
-    try:
-        options = _parse(sys.argv[1:] if argv is None else argv)
-    except ValueError as error:
-        print(f"lnk-sandbox-proxy: {error}", file=sys.stderr)
-        sys.exit(2)
-    from lnk_common.syscalls import prctl
-
-    prctl(_PR_SET_PDEATHSIG, _SIGTERM)
-    if options["--socket-fd"]:
-        from lnk_common.fdpass import receive_fd
-
-        channel = int(options["--socket-fd"][0])
-        listener = receive_fd(channel)
-        os.close(channel)
-        if listener is None:
-            return  # the sandbox was never made: nothing to serve
-    else:
-        import socket
-
-        host, _, port = options["--listen"][0].rpartition(":")
-        sock = socket.create_server((host, int(port)))
-        listener = sock.detach()
-    serve(listener, options)
-
-
-def serve(listener: int, options: dict[str, list[str]]) -> None:
+    options = serving.parse_options("lnk-sandbox-proxy", argv, ("--host", "--endpoint", "--lan"))
+    serving.start_helper()
+    listeners = serving.receive_listeners(options, "proxy tcp")
+    if not listeners:
+        return  # the sandbox was never made: nothing to serve
     # Nothing heavy is imported before the first connection: asyncio and ssl cost some
     # 60 ms of CPU here, which a sandbox that starts, runs and ends without a call (and
     # every sandbox while it starts) would otherwise share two cores with.
-    import select
+    serving.wait_for_first(listeners)
+    serve(listeners, options)
 
-    select.select([listener], [], [])
+
+def serve(listeners: list[tuple[int, str]], options: dict[str, list[str]]) -> None:
     import asyncio
     import socket
 
-    from lnk_common.policy import DEFAULT_PAUSE, parse_pause
+    from lnk_common import endpoints
     from lnk_common.wirelog import WireLog
-    from lnk_proxy.controls import Controls, SharedControls
     from lnk_proxy.decide import parse_hosts
     from lnk_proxy.machine import Machine
     from lnk_proxy.resolver import dns_resolver, from_environment
@@ -94,47 +46,44 @@ def serve(listener: int, options: dict[str, list[str]]) -> None:
 
     server_address = from_environment()
     settings, wire = options["--settings"][0], options["--wire"][0]
-    controls = SharedControls(
-        Controls(calls_per_minute=int((options["--calls-per-minute"] or ["0"])[0]),
-                 pause=parse_pause(options["--pause"][0]) if options["--pause"]
-                 else DEFAULT_PAUSE),
-        os.path.join(settings, "sandbox", "wires", wire, "window"))
-
-    def say(message: str) -> None:
-        os.write(2, (message + "\n").encode("utf-8", "replace"))
-
-    proxy = Proxy(rules=parse_hosts(tuple(options["--host"])), machine=Machine.gather(),
+    named = (tuple(options["--endpoint"]), tuple(options["--lan"]))
+    rules = (*parse_hosts(tuple(options["--host"])), *parse_hosts(named[0]),
+             *parse_hosts(named[1], lan=True))
+    book = endpoints.AddressBook(endpoints.fixed_names(endpoints.entries(*named)))
+    proxy = Proxy(rules=rules, machine=Machine.gather(), book=book,
                   log=WireLog(settings, wire), settings=settings, wire=wire,
-                  controls=controls, say=say,
+                  controls=serving.controls_from(options), say=serving.say,
                   resolver=dns_resolver(server_address) if server_address else system_resolver)
 
-    async def watch_switches() -> None:
-        """Every second while a call is open: the kill switch or a pause ends them all."""
-        while True:
-            await asyncio.sleep(SWITCH_SECONDS)
-            if proxy.open and proxy.closed():
-                proxy.close_all()
+    async def start() -> serving.Closer:
+        servers: list[asyncio.Server] = []
+        closers = []
+        dns = None
+        for fd, label in listeners:
+            role, _, kind = label.partition(" ")
+            sock = socket.socket(fileno=fd)
+            sock.setblocking(False)
+            if role == "dns":
+                if dns is None:
+                    from lnk_proxy.dns_server import DnsService
 
-    async def run() -> None:
-        import signal
+                    dns = DnsService(proxy, rules=(*parse_hosts(named[0]),
+                                                   *parse_hosts(named[1], lan=True)),
+                                     server=server_address)
+                    closers.append(dns.close)
+                await dns.serve(sock, udp=kind == "udp")
+                continue
+            handler = proxy.handle_endpoint if role == "endpoint" else proxy.handle
+            servers.append(await asyncio.start_server(handler, sock=sock, limit=1 << 20))
+        closers += [server.close for server in servers]
 
-        sock = socket.socket(fileno=listener)
-        sock.setblocking(False)
-        server = await asyncio.start_server(proxy.handle, sock=sock, limit=1 << 20)
-        stopping = asyncio.Event()
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
-        watcher = asyncio.create_task(watch_switches())
-        await stopping.wait()
-        watcher.cancel()
-        server.close()
-        await proxy.drain(DRAIN_SECONDS)
+        def stop() -> None:
+            for close in closers:
+                close()
 
-    try:
-        asyncio.run(run())
-    except KeyboardInterrupt:
-        pass
-    finally:
-        os._exit(0)
+        return stop
+
+    serving.run_wire(proxy, start)
 
 
 if __name__ == "__main__":

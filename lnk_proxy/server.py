@@ -16,18 +16,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-import itertools
 import math
-import os
 import socket
-import threading
 import time
 from collections.abc import Awaitable, Callable
 
 import h11
 
-from lnk_common import wirestate
-from lnk_common.policy import DEFAULT_PAUSE
+from lnk_common.endpoints import AddressBook
 from lnk_common.wirelog import WireLog
 from lnk_proxy import sni
 from lnk_proxy.controls import Controls, SharedControls
@@ -37,10 +33,11 @@ from lnk_proxy.decide import (
     HostRule,
     MachineFacts,
     address_refusal,
-    name_allowed,
+    matching_rule,
 )
 from lnk_proxy.head import HeadError, RequestHead, check_head, head_end
 from lnk_proxy.target import Target, TargetError, parse_absolute, parse_connect
+from lnk_proxy.wire import Refused, Wire, no_delay
 
 __all__ = ["HEAD_SECONDS", "IDLE_SECONDS", "Proxy"]
 
@@ -73,53 +70,6 @@ def _own_path(target: str) -> str | None:
     return None
 
 
-# A pipe this large lets one splice move a whole read of a fast connection.
-PIPE_BYTES = 1024 * 1024
-_F_SETPIPE_SZ = 1031
-
-
-def _splice_thread(loop: asyncio.AbstractEventLoop, done: asyncio.Future[int], source: int,
-                   sink: int, held: bytes) -> None:
-    total = 0
-    try:
-        if held:
-            os.write(sink, held)
-            total += len(held)
-        total += _splice(source, sink)
-    except OSError:
-        pass
-    finally:
-        with contextlib.suppress(OSError):
-            socket.socket(fileno=os.dup(sink)).shutdown(socket.SHUT_WR)
-        loop.call_soon_threadsafe(_settle, done, total)
-
-
-def _settle(done: asyncio.Future[int], total: int) -> None:
-    if not done.done():
-        done.set_result(total)
-
-
-def _splice(source: int, sink: int) -> int:
-    import fcntl
-
-    read_end, write_end = os.pipe()
-    with contextlib.suppress(OSError):
-        fcntl.fcntl(write_end, _F_SETPIPE_SZ, PIPE_BYTES)
-    moved = 0
-    try:
-        while True:
-            count = os.splice(source, write_end, PIPE_BYTES, flags=os.SPLICE_F_MOVE)
-            if count == 0:
-                return moved
-            while count:
-                out = os.splice(read_end, sink, count, flags=os.SPLICE_F_MOVE)
-                count -= out
-                moved += out
-    finally:
-        os.close(read_end)
-        os.close(write_end)
-
-
 async def _next_event(connection: h11.Connection, reader: asyncio.StreamReader) -> object:
     """The next h11 event of `connection`, reading from `reader` as it needs more."""
     while True:
@@ -127,29 +77,6 @@ async def _next_event(connection: h11.Connection, reader: asyncio.StreamReader) 
         if event is not h11.NEED_DATA:
             return event
         connection.receive_data(await asyncio.wait_for(reader.read(CHUNK), IDLE_SECONDS))
-
-
-def _notify_desktop(title: str, body: str) -> None:
-    """A desktop notification where there is a desktop (notify-send), never waited on."""
-    import shutil
-    import subprocess
-
-    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
-        return
-    program = shutil.which("notify-send")
-    if program:
-        with contextlib.suppress(OSError):
-            subprocess.Popen([program, title, body], stdin=subprocess.DEVNULL,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def _no_delay(writer: asyncio.StreamWriter) -> None:
-    """Small writes (a response head, then its body) go at once: with Nagle's algorithm
-    and a delayed ACK on the other side, a kept-alive connection waited 40 ms each."""
-    sock = writer.get_extra_info("socket")
-    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def _host_matches(hosts: list[str], target: Target) -> bool:
@@ -187,96 +114,23 @@ class _Upstream:
         self.conn = conn
 
 
-class Refused(Exception):
-    """A call refused: its status, the reason (one line), and how the wire's controls
-    take it: `counts` toward a pause (not the kill switch's, a pause's or the limit's
-    own), `metadata` pauses at once, `retry_after` for a 429."""
-
-    def __init__(self, status: int, reason: str, *, counts: bool = True,
-                 metadata: bool = False, retry_after: float | None = None) -> None:
-        self.status = status
-        self.reason = reason
-        self.counts = counts
-        self.metadata = metadata
-        self.retry_after = retry_after
-        super().__init__(reason)
-
-
-class Proxy:
+class Proxy(Wire):
     def __init__(self, *, rules: tuple[HostRule, ...], machine: MachineFacts, log: WireLog,
                  resolver: Resolver = system_resolver, settings: str = "", wire: str = "",
                  controls: Controls | SharedControls | None = None,
-                 say: Callable[[str], None] | None = None) -> None:
+                 say: Callable[[str], None] | None = None,
+                 book: AddressBook | None = None) -> None:
+        super().__init__(log=log, settings=settings, wire=wire, controls=controls, say=say)
         self.rules = rules
+        self.book = book
         self.machine = machine
-        self.log = log
         self.resolver = resolver
-        self.settings = settings
-        self.wire = wire
-        self.controls = controls or Controls(calls_per_minute=0, pause=DEFAULT_PAUSE)
-        self.say = say or (lambda _message: None)
-        self.ids = itertools.count(1)
-        self.open: set[asyncio.Task[None]] = set()
-
-    # -- the wire's controls ------------------------------------------------------------
-
-    def gate(self) -> None:
-        """Before anything of a call: the kill switch, the wire's pause, the calls a
-        minute (each file looked at on every call; a malformed one stops all the same)."""
-        if not self.settings:
-            return
-        if wirestate.is_stopped(self.settings):
-            raise Refused(403, "the kill switch is on (lnk-sandbox stop): no call goes out; "
-                               "`lnk-sandbox stop --clear` lifts it", counts=False)
-        pause = wirestate.paused(self.settings, self.wire)
-        if pause is not None:
-            raise Refused(403, f"this wire ({self.wire}) is paused since "
-                               f"{pause.get('since', 'unknown')}: "
-                               f"{pause.get('reason', 'unreadable pause')}; "
-                               f"`lnk-sandbox resume {self.wire}` lifts it", counts=False)
-        wait = self.controls.admit(time.time())
-        if wait is not None:
-            raise Refused(429, f"more than {self.controls.calls_per_minute} calls in a minute "
-                               f"on this wire; try again in {int(wait)} s", counts=False,
-                          retry_after=wait)
-
-    def closed(self) -> bool:
-        """Whether open calls must end now (the kill switch, or the wire paused)."""
-        return bool(self.settings) and (
-            wirestate.is_stopped(self.settings)
-            or wirestate.paused(self.settings, self.wire) is not None)
-
-    def close_all(self) -> None:
-        for task in list(self.open):
-            task.cancel()
-
-    def _pause_now(self, reason: str) -> None:
-        if not self.settings or wirestate.paused(self.settings, self.wire) is not None:
-            return
-        wirestate.pause(self.settings, self.wire, reason)
-        self.log.write("paused", "-", f"reason={reason}")
-        self.say(f"lnk-sandbox: the wire {self.wire} is paused: {reason}; the program keeps "
-                 f"running with no way out; `lnk-sandbox resume {self.wire}` lifts it")
-        _notify_desktop(f"Link paused the wire {self.wire}", reason)
-        self.close_all()
-
-    async def drain(self, seconds: float) -> None:
-        """Let open calls finish (the sandbox is gone, so their sockets are closing)
-        and write their ended lines; cancel what is left after `seconds`."""
-        if self.open:
-            _, pending = await asyncio.wait(set(self.open), timeout=seconds)
-            for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.wait(pending, timeout=seconds)
 
     # -- one client connection ----------------------------------------------------------
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self.open.add(task)
-        _no_delay(writer)
+        task = self.track()
+        no_delay(writer)
         try:
             await self._serve(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
@@ -351,31 +205,28 @@ class Proxy:
         writer.write(f"HTTP/1.1 {refusal.status} {phrase}\r\nContent-Type: text/plain\r\n"
                      f"{retry}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
                      .encode() + body)
-        if refusal.metadata:
-            self._pause_now(f"an attempt at a cloud metadata service ({target})")
-        elif refusal.counts:
-            why = self.controls.refusal(time.time(), target)
-            if why:
-                self._pause_now(why)
+        self.count_refusal(target, refusal)
         with contextlib.suppress(ConnectionError):
             await writer.drain()
 
     # -- the decision -------------------------------------------------------------------
 
-    def check_name(self, target: Target) -> None:
+    def check_name(self, target: Target) -> HostRule:
         """The first steps of every decision: the wire's controls (the kill switch, its
-        pause, calls a minute), then the name (or the address literal) against `hosts`,
-        before any lookup."""
+        pause, calls a minute), then the name (or the address literal) against the
+        rules (hosts, endpoints, [lan]), before any lookup; the rule that allows it."""
         self.gate()
         if target.address is not None and target.address in METADATA_ADDRESSES:
             raise Refused(403, f"{target.address} is a cloud metadata service", metadata=True)
-        if not name_allowed(self.rules, target.host, target.port):
+        rule = matching_rule(self.rules, target.host, target.port)
+        if rule is None:
             named = target.authority if target.address else f"{target.host}:{target.port}"
             raise Refused(403, f"{named} is not in this sandbox's hosts")
+        return rule
 
     async def decide(self, target: Target) -> Address:
         """The address to connect to, or Refused: controls, name, lookup, every address."""
-        self.check_name(target)
+        rule = self.check_name(target)
         if target.address is None:
             try:
                 addresses = await self.resolver(target.host, target.port)
@@ -386,7 +237,7 @@ class Proxy:
         else:
             addresses = [target.address]
         for address in addresses:
-            why = address_refusal(address, self.machine)
+            why = address_refusal(address, self.machine, lan=rule.lan)
             if why:
                 raise Refused(403, f"{target.host} resolves to {why}",
                               metadata=address in METADATA_ADDRESSES)
@@ -401,7 +252,7 @@ class Proxy:
                 CONNECT_SECONDS)
         except (OSError, TimeoutError) as error:
             raise Refused(502, f"{target.authority} could not be reached ({error})") from None
-        _no_delay(upstream[1])
+        no_delay(upstream[1])
         return address, *upstream
 
     # -- CONNECT ------------------------------------------------------------------------
@@ -418,9 +269,16 @@ class Proxy:
         except Refused as refusal:
             await self._refuse(writer, target.authority, refusal)
             return
-        call = next(self.ids)
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         await writer.drain()
+        await self._tunnel(target, early, reader, writer, up_reader, up_writer, "connect")
+
+    async def _tunnel(self, target: Target, early: bytes, reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter, up_reader: asyncio.StreamReader,
+                      up_writer: asyncio.StreamWriter, kind: str) -> None:
+        """An allowed connection carried both ways: to port 443 only once its
+        ClientHello names the very host (a CDN routes by that name)."""
+        call = next(self.ids)
         first = early
         if target.port == 443:  # an IP literal gets no name in a ClientHello: closed
             try:
@@ -434,17 +292,52 @@ class Proxy:
                                "reason=the tunnel's TLS ClientHello names "
                                + (f"another host ({named})" if named else "no host"))
                 return
-        self.log.write("allowed", target.authority, f"id={call} kind=connect")
+        self.log.write("allowed", target.authority, f"id={call} kind={kind}")
         started = time.monotonic()
         counted = [0, 0]
         try:
             if first:
                 up_writer.write(first)
-            counted[:] = await self._relay(reader, writer, up_reader, up_writer)
+            counted[:] = await self.relay(reader, writer, up_reader, up_writer)
         finally:  # an ended line for every allowed one, even when the proxy is stopping
             self.log.write("ended", target.authority,
                            f"id={call} sent={counted[0] + len(first)} received={counted[1]} "
                            f"seconds={time.monotonic() - started:.3f}")
+
+    # -- endpoints: a connection to an address of the sandbox's own --------------------
+
+    async def handle_endpoint(self, reader: asyncio.StreamReader,
+                              writer: asyncio.StreamWriter) -> None:
+        """A connection to an endpoint's address inside the sandbox: CONNECT to the name
+        that address was given (or the [lan] address itself) and the port it came to,
+        decided and logged as any call. Refused: closed, with the reason in the log."""
+        task = self.track()
+        no_delay(writer)
+        try:
+            address, port = writer.get_extra_info("sockname")[:2]
+            host = self.book.name_at(address) if self.book is not None else None
+            if host is None and ":" not in address and any(
+                    rule.lan and rule.name == address for rule in self.rules):
+                host = address
+            if host is None:
+                refusal = Refused(403, f"{address} is no address this sandbox was given")
+                self.log.write("refused", f"{address}:{port}", f"reason={refusal.reason}")
+                self.count_refusal(f"{address}:{port}", refusal)
+                return
+            target = Target(host, port, ipaddress.ip_address(host) if host == address else None)
+            try:
+                _address, up_reader, up_writer = await self._open(target)
+            except Refused as refusal:
+                self.log.write("refused", target.authority, f"reason={refusal.reason}")
+                self.count_refusal(target.authority, refusal)
+                return
+            await self._tunnel(target, b"", reader, writer, up_reader, up_writer, "endpoint")
+        except (ConnectionError, TimeoutError):
+            pass
+        finally:
+            writer.close()
+            if task is not None:
+                self.open.discard(task)
 
     async def _client_hello(self, reader: asyncio.StreamReader, data: bytes) -> bytes:
         while True:
@@ -454,43 +347,6 @@ class Proxy:
             if not chunk:
                 return data
             data += chunk
-
-    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                     up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter
-                     ) -> tuple[int, int]:
-        """Both directions of a tunnel, each by splice(2) in a thread of its own: the bytes
-        go socket → pipe → socket inside the kernel, never through Python (asyncio streams
-        managed a third of a direct connection's throughput here). The streams' transports
-        are paused first; what their buffers already hold is sent on first."""
-        loop = asyncio.get_running_loop()
-        ends = []
-        for stream_reader, stream_writer in ((reader, writer), (up_reader, up_writer)):
-            stream_writer.transport.pause_reading()  # type: ignore[attr-defined]
-            await stream_writer.drain()
-            held = bytes(stream_reader._buffer)  # type: ignore[attr-defined]
-            stream_reader._buffer.clear()  # type: ignore[attr-defined]
-            fd = os.dup(stream_writer.get_extra_info("socket").fileno())
-            os.set_blocking(fd, True)
-            ends.append((fd, held))
-        (client_fd, client_held), (upstream_fd, upstream_held) = ends
-        done: list[asyncio.Future[int]] = [loop.create_future(), loop.create_future()]
-        for index, (source, sink, held) in enumerate(
-            ((client_fd, upstream_fd, client_held), (upstream_fd, client_fd, upstream_held))
-        ):
-            threading.Thread(target=_splice_thread, daemon=True,
-                             args=(loop, done[index], source, sink, held)).start()
-        try:
-            sent, received = await asyncio.gather(*done)
-        finally:
-            for fd in (client_fd, upstream_fd):
-                with contextlib.suppress(OSError):
-                    socket.socket(fileno=os.dup(fd)).shutdown(socket.SHUT_RDWR)
-            if not all(future.done() for future in done):
-                await asyncio.wait(done)
-            os.close(client_fd)
-            os.close(upstream_fd)
-            up_writer.close()
-        return sent, received
 
     # -- absolute-form requests ---------------------------------------------------------
 

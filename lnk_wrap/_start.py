@@ -24,6 +24,10 @@ elif _HELPER == "exec-watch":
     from lnk_execwatch.main import main
 elif _HELPER == "proxy":
     from lnk_proxy.main import main
+elif _HELPER == "relay":
+    from lnk_relay.main import main
+elif _HELPER == "dns-helper":
+    from lnk_dns.helper import main
 else:
     sys.stderr.write(f"lnk-sandbox: no helper named {_HELPER!r}\n")
     sys.exit(125)

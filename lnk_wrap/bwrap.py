@@ -133,12 +133,15 @@ class HostFacts:
         None (the "plain" filter, no watch).
     block_fd: where bwrap waits before starting the program, while the launcher makes
         the proxy's listening socket in the sandbox's network (policy.network "proxy").
+    data_files: (fd, path) pairs: a file made from what the fd holds, read only, at path
+        (a sandbox with DNS: its own resolv.conf and hosts, lnk_wrap.dns_files).
     cwd: the working directory to keep.
     info_fd: where bwrap reports the sandbox's pid (for passing signals on).
     """
 
-    __slots__ = ("block_fd", "cwd", "held", "hide_kinds", "info_fd", "loaders", "packages",
-                 "runtime", "system_dirs", "system_hidden", "system_links", "watch_fd")
+    __slots__ = ("block_fd", "cwd", "data_files", "held", "hide_kinds", "info_fd", "loaders",
+                 "packages", "runtime", "system_dirs", "system_hidden", "system_links",
+                 "watch_fd")
 
     def __init__(
         self,
@@ -155,6 +158,7 @@ class HostFacts:
         info_fd: int | None = None,
         watch_fd: int | None = None,
         block_fd: int | None = None,
+        data_files: tuple[tuple[int, str], ...] = (),
     ) -> None:
         self.system_dirs = system_dirs
         self.system_links = system_links
@@ -168,6 +172,7 @@ class HostFacts:
         self.info_fd = info_fd
         self.watch_fd = watch_fd
         self.block_fd = block_fd
+        self.data_files = data_files
 
     def _replace(self, **changes: object) -> HostFacts:
         fields = {name: getattr(self, name) for name in self.__slots__}
@@ -185,6 +190,9 @@ class HostFacts:
 
     def with_block(self, block_fd: int | None) -> HostFacts:
         return self._replace(block_fd=block_fd)
+
+    def with_data_files(self, data_files: tuple[tuple[int, str], ...]) -> HostFacts:
+        return self._replace(data_files=data_files)
 
 
 class InitRule:
@@ -348,6 +356,7 @@ def plan(policy: Policy, facts: HostFacts) -> Plan:
         Pair("ro-bind", "/proc/sys", "/proc/sys"),
         Pair("ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger"),
         *(Value("tmpfs", path) for path in _PRIVATE_TMP),
+        *(Pair("ro-bind-data", str(fd), path) for fd, path in facts.data_files),
     ]
     rules = [InitRule(Access.READ, path) for path in facts.system_dirs]
     rules += [
@@ -355,6 +364,7 @@ def plan(policy: Policy, facts: HostFacts) -> Plan:
         InitRule(Access.WRITE, "/dev/shm"),
         InitRule(Access.PROC, "/proc"),
         *(InitRule(Access.WRITE, path) for path in _PRIVATE_TMP),
+        *(InitRule(Access.READ, path) for _, path in facts.data_files),
     ]
 
     # (depth, order within a depth, path, options): parents first; at one path a grant

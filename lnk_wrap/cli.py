@@ -86,13 +86,14 @@ def _policy(arguments: Mapping[str, object], env: Mapping[str, str]) -> Policy:
         if not _WIRE_NAME.fullmatch(wire):
             raise CliError(f"--wire {wire!r}: use letters, digits, '.', '_' and '-'")
         policy = policy.with_name(wire)
-    if policy.network == "proxy":
+    if policy.needs_proxy():
         policy = policy.with_site_packages(_site_packages())
     return policy
 
 
 def _site_packages() -> str:
-    """Where h11 is installed: the proxy runs isolated (-I -S) and is told."""
+    """Where h11 (and dnslib beside it) is installed: the proxy runs isolated (-I -S)
+    and is told."""
     from importlib.util import find_spec
 
     found = find_spec("h11")

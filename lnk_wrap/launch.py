@@ -40,6 +40,8 @@ TYPE_CHECKING = False  # the typing module costs an import at every start
 if TYPE_CHECKING:
     import signal
     from collections.abc import Mapping
+
+    from lnk_common.endpoints import Listener
 else:
     import _signal as signal  # not `signal`: its enum wrappers cost 4 ms at every start
 
@@ -244,12 +246,10 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
     if policy.commands or policy.learn:
         watch, init_end = _start_watch(policy, facts.loaders, env)
         facts = facts.with_watch(init_end)
-    proxy: tuple[int, int, int] | None = None
-    if policy.network == "proxy":
-        proxy_pid, proxy_channel = _start_proxy(policy, env)
-        block_read, block_write = os.pipe()
-        proxy = (proxy_pid, proxy_channel, block_write)
-        facts = facts.with_block(block_read)
+    wire: _Wire | None = None
+    if policy.has_wire():
+        wire = _start_wire(policy, env)
+        facts = facts.with_block(wire.block_read).with_data_files(wire.data_files)
     planned = bwrap_plan.plan(policy, facts)
     argv = [*planned.bwrap_argv(bwrap), "--", *init, *planned.init_args(),
             "--", *command]
@@ -257,8 +257,9 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
     os.set_inheritable(info_write, True)
     if watch is not None and facts.watch_fd is not None:
         os.set_inheritable(facts.watch_fd, True)
-    if facts.block_fd is not None:
-        os.set_inheritable(facts.block_fd, True)
+    for fd in (facts.block_fd, *(fd for fd, _ in facts.data_files)):
+        if fd is not None:
+            os.set_inheritable(fd, True)
     sandbox: dict[str, int | None] = {"pid": None}
 
     def forward(signum: int, _frame: object) -> None:
@@ -278,30 +279,36 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
         os.close(info_write)
         if facts.watch_fd is not None:
             os.close(facts.watch_fd)
-        if facts.block_fd is not None:
-            os.close(facts.block_fd)
+        for fd in (facts.block_fd, *(fd for fd, _ in facts.data_files)):
+            if fd is not None:
+                os.close(fd)
     info = _read_info(info_read)
     sandbox["pid"] = info.get("child-pid")
-    if proxy is not None:
-        _, proxy_channel, block_write = proxy
+    if wire is not None:
         try:
             if sandbox["pid"] is not None:
-                _make_proxy_listener(sandbox["pid"], info.get("net-namespace", 0),
-                                     proxy_channel)
+                from lnk_dns.helper import HelperError, make_sockets
+
+                try:
+                    make_sockets(sandbox["pid"], info.get("net-namespace", 0), wire.plan,
+                                 wire.lan_addresses, wire.channels)
+                except HelperError as error:
+                    raise LaunchError(str(error)) from None
         except LaunchError:
             os.kill(child, signal.SIGKILL)  # never let the program start without its wire
             os.waitpid(child, 0)
-            _end_helper(proxy[0], signal.SIGTERM)
+            wire.end()
             raise
         finally:
-            os.close(proxy_channel)
-        os.write(block_write, b"x")  # the program may start: its way out is in place
-        os.close(block_write)
+            for channel in wire.channels.values():
+                os.close(channel)
+        os.write(wire.block_write, b"x")  # the program may start: its ways out are in place
+        os.close(wire.block_write)
     _, status = os.waitpid(child, 0)
     if watch is not None:
         _end_helper(watch, None)
-    if proxy is not None:
-        _end_helper(proxy[0], signal.SIGTERM)
+    if wire is not None:
+        wire.end()
     if sandbox["pid"] is None:
         diagnosis = _diagnose_namespaces()
         print(f"lnk-sandbox: the sandbox could not be made{': ' + diagnosis if diagnosis else ''}",
@@ -364,26 +371,87 @@ def _end_helper(pid: int, first: int | None) -> None:
     os.waitpid(pid, 0)
 
 
-def _start_proxy(policy: Policy, env: Mapping[str, str]) -> tuple[int, int]:
-    """Start lnk-sandbox-proxy, outside, in this machine's network; return its pid and
-    the launcher's end of the socket pair its listening socket will be sent over."""
+class _Wire:
+    """A run's ways out: the helpers serving them (pids), the launcher's ends of their
+    channels, the sockets to make inside, the DNS files, and the block pipe."""
+
+    def __init__(self) -> None:
+        self.pids: list[int] = []
+        self.channels: dict[str, int] = {}
+        self.plan: list[Listener] = []
+        self.lan_addresses: list[str] = []
+        self.data_files: tuple[tuple[int, str], ...] = ()
+        self.block_read, self.block_write = os.pipe()
+
+    def end(self) -> None:
+        for pid in self.pids:
+            _end_helper(pid, signal.SIGTERM)
+        self.pids = []
+
+
+def _start_wire(policy: Policy, env: Mapping[str, str]) -> _Wire:
+    """Start what serves the run's ways out (the proxy for its port, DNS, endpoints and
+    [lan]; the relay for [localhost] ports), outside, in this machine's network; plan
+    the sockets the DNS helper makes inside once bubblewrap has made the network."""
+    from lnk_common import endpoints
+
+    try:
+        plan = endpoints.listeners(proxy=policy.network == "proxy",
+                                   endpoints=policy.endpoints, lan=policy.lan,
+                                   localhost_ports=policy.localhost_ports)
+        entries = endpoints.entries(policy.endpoints, policy.lan)
+    except endpoints.EndpointError as error:
+        raise LaunchError(str(error)) from None
+    wire = _Wire()
+    wire.plan = plan
+    wire.lan_addresses = endpoints.lan_addresses(entries)
+    name = policy.name or _own_wire()
+    common = ["--settings", policy.settings, "--wire", name]
+    if policy.calls_per_minute:
+        common += ["--calls-per-minute", str(policy.calls_per_minute)]
+    common += ["--pause", ",".join(str(value) for value in policy.pause)]
+    try:
+        if policy.needs_proxy():
+            options = list(common)
+            for option, texts in (("--host", policy.hosts), ("--endpoint", policy.endpoints),
+                                  ("--lan", policy.lan)):
+                for text in texts:
+                    options += [option, text]
+            pid, channel = _start_served("proxy", policy, options, env)
+            wire.pids.append(pid)
+            wire.channels["proxy"] = channel
+        if policy.localhost_ports:
+            pid, channel = _start_served("relay", policy, common, env)
+            wire.pids.append(pid)
+            wire.channels["relay"] = channel
+        if endpoints.has_dns(entries):
+            from lnk_wrap.dns_files import data_files
+
+            wire.data_files = data_files()
+    except BaseException:
+        wire.end()
+        for fd in (*wire.channels.values(), wire.block_read, wire.block_write):
+            os.close(fd)
+        raise
+    return wire
+
+
+def _start_served(helper: str, policy: Policy, options: list[str],
+                  env: Mapping[str, str]) -> tuple[int, int]:
+    """Start lnk-sandbox-proxy or lnk-sandbox-relay, outside; return its pid and the
+    launcher's end of the socket pair its listening sockets will be sent over (one
+    labelled descriptor a message)."""
     import _socket
 
     from lnk_wrap.helpers import helper_argv
 
-    proxy_end, launcher_end = (end.detach() for end in
-                               _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM))
-    start = helper_argv("proxy")
-    if policy.site_packages:
+    served_end, launcher_end = (end.detach() for end in
+                                _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET))
+    start = helper_argv(helper)
+    if policy.site_packages and helper == "proxy":
         start[4:4] = ["--site-packages", policy.site_packages]
-    argv = [*start, "--socket-fd", str(proxy_end),
-            "--settings", policy.settings, "--wire", policy.name or _own_wire()]
-    for host in policy.hosts:
-        argv += ["--host", host]
-    if policy.calls_per_minute:
-        argv += ["--calls-per-minute", str(policy.calls_per_minute)]
-    argv += ["--pause", ",".join(str(value) for value in policy.pause)]
-    return _spawn_helper(argv, env, given=proxy_end, kept=launcher_end), launcher_end
+    argv = [*start, "--socket-fd", str(served_end), *options]
+    return _spawn_helper(argv, env, given=served_end, kept=launcher_end), launcher_end
 
 
 def _spawn_helper(argv: list[str], env: Mapping[str, str], *, given: int, kept: int) -> int:
@@ -403,75 +471,6 @@ def _own_wire() -> str:
     """A run whose spec names no wire is a wire of its own: its log, its window and its
     pause are its own, and a pause ends with it (a named wire's outlives its runs)."""
     return f"run-{os.urandom(4).hex()}"
-_CLONE_NEWUSER = 0x10000000
-_CLONE_NEWNET = 0x40000000
-_NS_GET_USERNS = 0xB701  # ioctl on a namespace: a descriptor of its owning user namespace
-
-
-# bubblewrap reports the sandbox's pid before that process has made its own network
-# namespace (seen as an ordinary user: a race); the launcher waits this long for it.
-NAMESPACE_WAIT_SECONDS = 5.0
-
-
-def _make_proxy_listener(sandbox_pid: int, network: int, channel: int) -> None:
-    """In a forked child (single-threaded, as setns into a user namespace requires):
-    join the sandbox's user and network namespaces, listen on the proxy's fixed address
-    there, and send the socket to the proxy. A socket keeps the namespace it was made
-    in: the proxy serves it from outside, and nothing of ours runs inside.
-
-    The namespace joined must be the one bubblewrap named (`net-namespace` of its info),
-    checked before and after joining: bubblewrap writes its info before the sandbox's
-    first process has unshared its network, and joining then would join this machine's
-    network (for root: a listener on the machine's own loopback)."""
-    import time
-
-    deadline = time.monotonic() + NAMESPACE_WAIT_SECONDS
-    while True:
-        try:
-            if os.stat(f"/proc/{sandbox_pid}/ns/net").st_ino == network:
-                break
-        except OSError:
-            raise LaunchError("the sandbox ended before its network was made") from None
-        if not network or time.monotonic() > deadline:
-            raise LaunchError("the sandbox's network namespace did not appear")
-        time.sleep(0.0005)
-    child = os.fork()
-    if child == 0:
-        code = 1
-        try:
-            import _socket
-            import ctypes
-            import fcntl
-
-            from lnk_common.fdpass import send_fd
-            from lnk_common.syscalls import libc
-
-            network_fd = os.open(f"/proc/{sandbox_pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-            # The user namespace that owns the network, which is not the program's own
-            # when bubblewrap nests one (it does with --dev, to mount devpts): joining
-            # the program's would give no capability over the network.
-            owner_fd = fcntl.ioctl(network_fd, _NS_GET_USERNS)
-            for kind, fd, flag in (("user", owner_fd, _CLONE_NEWUSER),
-                                   ("net", network_fd, _CLONE_NEWNET)):
-                if libc.setns(fd, flag) != 0:
-                    raise OSError(f"setns({kind}) failed: {os.strerror(ctypes.get_errno())}")
-                os.close(fd)
-            if os.stat("/proc/self/ns/net").st_ino != network:
-                raise OSError("joined another network than the sandbox's")
-            listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
-            listener.bind((bwrap_plan.PROXY_ADDRESS, bwrap_plan.PROXY_PORT))
-            listener.listen(1024)
-            send_fd(channel, listener.fileno())
-            code = 0
-        except BaseException as error:
-            os.write(2, f"lnk-sandbox: the proxy's way in could not be made: {error}\n"
-                     .encode())
-        os._exit(code)
-    _, status = os.waitpid(child, 0)
-    if status != 0:
-        raise LaunchError("the proxy's listening socket could not be made in the sandbox")
-
-
 def _diagnose_namespaces() -> str:
     """Why bubblewrap could not make a user namespace, with the fix, in one line."""
     checks = (

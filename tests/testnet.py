@@ -6,11 +6,19 @@
 An origin namespace (10.212.0.2) reached through a router namespace, so that its network
 is not one of this machine's own (this machine's own networks are refused by the
 proxy), serving HTTP on 80 and HTTPS on 443 (a self-signed certificate the clients are
-told to trust) from a folder of test files, and a plain TCP echo on 7. Names go into
-/etc/hosts (and are removed): allowed.lnkt, denied.lnkt, other.lnkt → the origin;
-self-lo.lnkt → 127.0.0.1; self-eth.lnkt → this machine's own address; meta.lnkt →
-169.254.169.254. The state folder holds the certificate, the served files and a
-`ready` file the fixture reads.
+told to trust) from a folder of test files, a plain TCP echo on 7, a "bulk" source on 9
+(send a byte count and a newline, get that many zeros), a DNS server on 53 (UDP and TCP,
+answering from STATE/dns/zone.json: tests/testservers.py) and PostgreSQL 15 on 5432
+(trust authentication; database `lnkt`, table `greeting` holding 'hello-from-origin').
+Names go into /etc/hosts (and are removed): allowed.lnkt, denied.lnkt, other.lnkt → the
+origin; self-lo.lnkt → 127.0.0.1; self-eth.lnkt → this machine's own address; meta.lnkt →
+169.254.169.254. The state folder holds the certificate, the served files, the DNS zone
+and query log (world-writable, for the ordinary-user run), PostgreSQL's data (owned by
+the postgres user; kept under the postgres user's home instead when it cannot reach the
+state folder, as under pytest's private temporary folder) and a `ready` file, JSON:
+
+    {"server": PID, "machine": ADDRESS, "dns": PID, "bulk": PID, "postgres": PID,
+     "postgres_folder": PATH, "addresses": {"http": "10.212.0.2:80", ...}}
 """
 
 from __future__ import annotations
@@ -20,13 +28,21 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from tests import testservers
+
 ROUTER, ORIGIN = "lnkt-router", "lnkt-origin"
 ORIGIN_ADDRESS = "10.212.0.2"
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+PG_USER = "postgres"
+PG_FALLBACK = "lnkt-testnet"  # under the postgres user's home
+SERVERS = Path(__file__).with_name("testservers.py")
+WAIT_SECONDS = 20
 NAMES = ("allowed.lnkt", "denied.lnkt", "other.lnkt")
 HOSTS_MARK = "# lnk-sandbox tests"
 
@@ -143,10 +159,138 @@ def _wheel(www: Path) -> None:
     (www / "simple" / "index.html").write_text('<a href="lnktpkg/">lnktpkg</a>\n')
 
 
+def _postgres_folder(state: Path) -> Path:
+    """Where PostgreSQL's data goes: under the state folder if the postgres user can reach
+    it, else (pytest's temporary folders are root's alone) under the postgres user's home."""
+    reach = subprocess.run(["runuser", "-u", PG_USER, "--", "test", "-x", str(state)],
+                           capture_output=True, check=False, cwd="/")
+    if reach.returncode == 0:
+        return state / "postgres"
+    import pwd
+
+    return Path(pwd.getpwnam(PG_USER).pw_dir) / PG_FALLBACK
+
+
+def _as_postgres(*argv: str, namespace: str = "") -> subprocess.CompletedProcess[str]:
+    prefix = ["ip", "netns", "exec", namespace] if namespace else []
+    return subprocess.run([*prefix, "runuser", "-u", PG_USER, "--", *argv], cwd="/",
+                          capture_output=True, text=True, check=False, start_new_session=True)
+
+
+def _postgres_init(folder: Path) -> subprocess.Popen[bytes]:
+    """initdb, started in the background (it takes a few seconds; the rest of `up` goes on)."""
+    import pwd
+
+    if folder.exists():
+        shutil.rmtree(folder)
+    (folder / "run").mkdir(parents=True)
+    user = pwd.getpwnam(PG_USER)
+    for path in (folder, folder / "run"):
+        os.chown(path, user.pw_uid, user.pw_gid)
+        os.chmod(path, 0o700)
+    return subprocess.Popen(
+        ["runuser", "-u", PG_USER, "--", str(PG_BIN / "initdb"), "-D", str(folder / "data"),
+         "-U", PG_USER, "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync",
+         "--no-instructions"],
+        cwd="/", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _postgres_start(folder: Path, init: subprocess.Popen[bytes]) -> int:
+    """Finish initdb, configure, start in the origin namespace, make the `lnkt` database;
+    the postmaster's pid."""
+    output, _ = init.communicate(timeout=120)
+    if init.returncode != 0:
+        raise RuntimeError(f"initdb failed: {output.decode(errors='replace')}")
+    data = folder / "data"
+    with open(data / "postgresql.conf", "a") as conf:
+        conf.write(f"\n# lnk-sandbox test net\nlisten_addresses = '{ORIGIN_ADDRESS}'\n"
+                   f"port = {testservers.PG_PORT}\n"
+                   f"unix_socket_directories = '{folder / 'run'}'\n"
+                   "fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n")
+    (data / "pg_hba.conf").write_text("local all all trust\nhost all all 0.0.0.0/0 trust\n"
+                                      "host all all ::/0 trust\n")
+    started = _as_postgres(str(PG_BIN / "pg_ctl"), "start", "-w", "-t", str(WAIT_SECONDS),
+                           "-D", str(data), "-l", str(folder / "log"), namespace=ORIGIN)
+    if started.returncode != 0:
+        log = (folder / "log").read_text(errors="replace") if (folder / "log").exists() else ""
+        raise RuntimeError(f"postgres did not start: {started.stdout}{started.stderr}{log}")
+    deadline = time.monotonic() + WAIT_SECONDS
+    psql = ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", ORIGIN_ADDRESS,
+            "-p", str(testservers.PG_PORT), "-U", PG_USER]
+    while subprocess.run(["pg_isready", "-q", "-t", "1", "-h", ORIGIN_ADDRESS,
+                          "-p", str(testservers.PG_PORT)], check=False).returncode != 0:
+        if time.monotonic() > deadline:
+            raise RuntimeError("postgres does not accept connections on the origin")
+        time.sleep(0.05)
+    subprocess.run([*psql, "-d", "postgres", "-c", "create database lnkt"], check=True,
+                   capture_output=True, cwd="/")
+    subprocess.run([*psql, "-d", "lnkt", "-c", "create table greeting(word text); "
+                    "insert into greeting values ('hello-from-origin')"],
+                   check=True, capture_output=True, cwd="/")
+    return int((data / "postmaster.pid").read_text().split()[0])
+
+
+def _postgres_stop(folder: Path) -> None:
+    data = folder / "data"
+    pid_file = data / "postmaster.pid"
+    pid = 0
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        pid = int(pid_file.read_text().split()[0])
+    if pid_file.exists():
+        _as_postgres(str(PG_BIN / "pg_ctl"), "stop", "-m", "immediate", "-w", "-t", "10",
+                     "-D", str(data))
+    if pid:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    if folder.exists():
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _wait_tcp(port: int, what: str) -> None:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while True:
+        try:
+            socket.create_connection((ORIGIN_ADDRESS, port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the test origin's {what} did not come up") from None
+            time.sleep(0.05)
+
+
+def _origin_server(*argv: str) -> int:
+    """A server run as root in the origin namespace, in its own session; its pid."""
+    return subprocess.Popen(
+        ["ip", "netns", "exec", ORIGIN, *argv], cwd="/",
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True).pid
+
+
 def up(state: Path) -> None:
     down(state)
     state.mkdir(parents=True, exist_ok=True)
+    os.chmod(state, 0o755)  # noqa: S103 (the ordinary-user run reads the test files)
+    postgres = _postgres_folder(state)
+    init = _postgres_init(postgres)
+    try:
+        _up(state, postgres, init)
+    except BaseException:
+        if init.poll() is None:
+            init.kill()
+            init.wait()
+        raise
+
+
+def _up(state: Path, postgres: Path, init: subprocess.Popen[bytes]) -> None:
     _files(state)
+    (state / "server.py").write_text(_SERVER)
+    for top, folders, files in os.walk(state):
+        # PostgreSQL's folder (being filled by initdb just now) keeps its own modes.
+        folders[:] = [name for name in folders if Path(top, name) != postgres]
+        for name in folders:
+            os.chmod(Path(top, name), 0o755)  # noqa: S103
+        for name in files:
+            os.chmod(Path(top, name), 0o644)
+    testservers.write_initial_zone(state)
     _run("ip", "netns", "add", ROUTER)
     _run("ip", "netns", "add", ORIGIN)
     _run("ip", "link", "add", "lnkt-h", "type", "veth", "peer", "name", "lnkt-r0")
@@ -166,11 +310,19 @@ def up(state: Path) -> None:
     _run("ip", "route", "add", "default", "via", "10.212.0.1", namespace=ORIGIN)
     _run("sysctl", "-qw", "net.ipv4.ip_forward=1", namespace=ROUTER)
     _run("ip", "route", "add", "10.212.0.0/24", "via", "10.211.0.2")
-    (state / "server.py").write_text(_SERVER)
-    server = subprocess.Popen(
-        ["ip", "netns", "exec", ORIGIN, sys.executable, str(state / "server.py"),
-         str(state / "www"), str(state / "cert.pem"), str(state / "key.pem"), ORIGIN_ADDRESS],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    server = _origin_server(sys.executable, str(state / "server.py"), str(state / "www"),
+                            str(state / "cert.pem"), str(state / "key.pem"), ORIGIN_ADDRESS)
+    dns = _origin_server(sys.executable, str(SERVERS), "dns", str(state), ORIGIN_ADDRESS)
+    bulk = _origin_server(sys.executable, str(SERVERS), "bulk", ORIGIN_ADDRESS)
+    # Recorded at once, so that `down` ends them even if the rest of `up` fails.
+    ready = {"server": server, "machine": _machine_address(), "dns": dns, "bulk": bulk,
+             "postgres": 0, "postgres_folder": str(postgres),
+             "addresses": {"http": f"{ORIGIN_ADDRESS}:80", "https": f"{ORIGIN_ADDRESS}:443",
+                           "echo": f"{ORIGIN_ADDRESS}:7",
+                           "bulk": f"{ORIGIN_ADDRESS}:{testservers.BULK_PORT}",
+                           "dns": testservers.DNS_SERVER,
+                           "postgres": f"{testservers.PG_HOST_ADDRESS}:{testservers.PG_PORT}"}}
+    (state / "servers.json").write_text(json.dumps(ready))
     _hosts([f"{ORIGIN_ADDRESS} {' '.join(NAMES)}", "127.0.0.1 self-lo.lnkt",
             f"{_machine_address()} self-eth.lnkt", "169.254.169.254 meta.lnkt"])
     for _ in range(200):
@@ -181,18 +333,41 @@ def up(state: Path) -> None:
         time.sleep(0.05)
     else:
         raise RuntimeError("the test origin did not come up")
-    (state / "ready").write_text(json.dumps({"server": server.pid,
-                                             "machine": _machine_address()}))
-    os.chmod(state, 0o755)  # noqa: S103 (the ordinary-user run reads the test files)
-    for path in state.rglob("*"):
-        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    _wait_tcp(53, "DNS server")
+    _wait_tcp(testservers.BULK_PORT, "bulk server")
+    ready["postgres"] = _postgres_start(postgres, init)
+    (state / "servers.json").write_text(json.dumps(ready))
+    (state / "ready").write_text(json.dumps(ready))
+    for path in (state / "servers.json", state / "ready"):
+        os.chmod(path, 0o644)
 
 
 def down(state: Path) -> None:
-    ready = state / "ready"
-    if ready.exists():
-        with contextlib.suppress(ProcessLookupError, KeyError, ValueError):
-            os.killpg(json.loads(ready.read_text())["server"], signal.SIGKILL)
+    recorded: dict[str, object] = {}
+    for name in ("ready", "servers.json"):
+        with contextlib.suppress(OSError, ValueError):
+            recorded = json.loads((state / name).read_text())
+            break
+    for key in ("server", "dns", "bulk"):
+        pid = recorded.get(key)
+        if isinstance(pid, int) and pid > 0:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+    folders = {state / "postgres"}
+    if isinstance(recorded.get("postgres_folder"), str):
+        folders.add(Path(str(recorded["postgres_folder"])))
+    with contextlib.suppress(KeyError):
+        import pwd
+
+        folders.add(Path(pwd.getpwnam(PG_USER).pw_dir) / PG_FALLBACK)
+    for folder in folders:
+        _postgres_stop(folder)
+    # Whatever still runs in the origin namespace was started by `up`: end it, by pid.
+    left = subprocess.run(["ip", "netns", "pids", ORIGIN], capture_output=True, text=True,
+                          check=False)
+    for pid_text in left.stdout.split():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid_text), signal.SIGKILL)
     subprocess.run(["ip", "route", "del", "10.212.0.0/24"], capture_output=True, check=False)
     subprocess.run(["ip", "link", "del", "lnkt-h"], capture_output=True, check=False)
     for namespace in (ORIGIN, ROUTER):

@@ -1,0 +1,137 @@
+"""What the proxy and the relay share as programs: their options, the listening sockets
+they are handed, and the loop that serves them until SIGTERM.
+
+Kept light: a helper imports this at every sandbox start, and the heavy imports
+(asyncio, the serving code) come only once the first connection or query is waiting in a
+listening socket's queue (`wait_for_first`), not while the sandbox starts.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from lnk_proxy.controls import SharedControls
+    from lnk_proxy.wire import Wire
+
+    Closer = Callable[[], None]
+
+__all__ = ["DRAIN_SECONDS", "SWITCH_SECONDS", "controls_from", "parse_options",
+           "receive_listeners", "run_wire", "say", "start_helper", "wait_for_first"]
+
+_PR_SET_PDEATHSIG = 1
+_SIGTERM = 15
+# When the sandbox has ended, its calls' sockets are closing: this long is given to
+# write their ended lines before the process exits.
+DRAIN_SECONDS = 1.0
+# How often open calls look at the kill switch and the wire's pause: the seed asks every
+# second while one is open; four times a second keeps every close well under a second
+# (a stat of two files, a few microseconds each time).
+SWITCH_SECONDS = 0.25
+_COMMON = ("--settings", "--wire", "--socket-fd", "--listen", "--calls-per-minute", "--pause")
+
+
+def parse_options(program: str, argv: list[str] | None,
+                  extra: tuple[str, ...]) -> dict[str, list[str]]:
+    """`--option value` pairs (each option may repeat), or exit 2 with one line."""
+    arguments = sys.argv[1:] if argv is None else argv
+    options: dict[str, list[str]] = {name: [] for name in (*_COMMON, *extra)}
+    try:
+        for index in range(0, len(arguments), 2):
+            option = arguments[index]
+            if option not in options or index + 1 >= len(arguments):
+                raise ValueError(f"unknown option or missing value: {option!r}")
+            options[option].append(arguments[index + 1])
+        for single in ("--settings", "--wire"):
+            if len(options[single]) != 1:
+                raise ValueError(f"{single} is required, once")
+        if len(options["--socket-fd"]) + len(options["--listen"]) != 1:
+            raise ValueError("one of --socket-fd or --listen is required")
+    except ValueError as error:
+        print(f"{program}: {error}", file=sys.stderr)
+        sys.exit(2)
+    return options
+
+
+def start_helper() -> None:
+    """A helper ends with the launcher that started it."""
+    from lnk_common.syscalls import prctl
+
+    prctl(_PR_SET_PDEATHSIG, _SIGTERM)
+
+
+def receive_listeners(options: dict[str, list[str]], label: str) -> list[tuple[int, str]]:
+    """The labelled listening sockets from --socket-fd (until the launcher closes it),
+    or one bound here at --listen IP:PORT and labelled `label`."""
+    listeners: list[tuple[int, str]] = []
+    if options["--socket-fd"]:
+        from lnk_common.fdpass import receive_labelled
+
+        channel = int(options["--socket-fd"][0])
+        while (received := receive_labelled(channel)) is not None:
+            listeners.append((received[0], received[1].decode("ascii", "replace")))
+        os.close(channel)
+    else:
+        import socket
+
+        host, _, port = options["--listen"][0].rpartition(":")
+        listeners.append((socket.create_server((host.strip("[]"), int(port))).detach(), label))
+    return listeners
+
+
+def wait_for_first(listeners: list[tuple[int, str]]) -> None:
+    import select
+
+    select.select([fd for fd, _ in listeners], [], [])
+
+
+def controls_from(options: dict[str, list[str]]) -> SharedControls:
+    from lnk_common.policy import DEFAULT_PAUSE, parse_pause
+    from lnk_proxy.controls import Controls, SharedControls
+
+    settings, wire = options["--settings"][0], options["--wire"][0]
+    return SharedControls(
+        Controls(calls_per_minute=int((options["--calls-per-minute"] or ["0"])[0]),
+                 pause=parse_pause(options["--pause"][0]) if options["--pause"]
+                 else DEFAULT_PAUSE),
+        os.path.join(settings, "sandbox", "wires", wire, "window"))
+
+
+def say(message: str) -> None:
+    os.write(2, (message + "\n").encode("utf-8", "replace"))
+
+
+def run_wire(wire: Wire, start: Callable[[], Awaitable[Closer]]) -> None:
+    """Serve until SIGTERM: `start` begins serving and returns what stops it; open calls
+    end when the kill switch or a pause says so; at the end they get DRAIN_SECONDS to
+    write their ended lines. Never returns."""
+    import asyncio
+
+    async def watch_switches() -> None:
+        while True:
+            await asyncio.sleep(SWITCH_SECONDS)
+            if wire.open and wire.closed():
+                wire.close_all()
+
+    async def run() -> None:
+        import signal
+
+        stop_serving = await start()
+        stopping = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
+        watcher = asyncio.create_task(watch_switches())
+        await stopping.wait()
+        watcher.cancel()
+        stop_serving()
+        await wire.drain(DRAIN_SECONDS)
+
+    try:
+        asyncio.run(run())
+    except KeyboardInterrupt:
+        pass
+    finally:
+        os._exit(0)

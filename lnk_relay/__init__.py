@@ -1,0 +1,1 @@
+"""lnk-sandbox-relay: this machine's loopback ports, relayed into a sandbox."""

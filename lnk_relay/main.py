@@ -1,0 +1,71 @@
+"""lnk-sandbox-relay: [localhost] ports, relayed into a sandbox, each call on its wire.
+
+    lnk-sandbox-relay --settings DIR --wire NAME [--calls-per-minute N] [--pause R,T,W]
+                      (--socket-fd N | --listen IP:PORT)
+
+A sandbox's network has loopback only. For each port a spec names, the DNS helper
+(lnk_dns.helper) listens on 127.0.0.1 and [::1] at that port inside the sandbox and
+hands the sockets here, over --socket-fd; a connection to one is carried to the same
+port on this machine's loopback, [::1] first for a connection that came to [::1] and
+127.0.0.1 first for one that came to 127.0.0.1 (a server listens on one or both), so the
+program keeps `localhost:<port>` as its address and no harness needs a setting of
+Link's. --listen: one socket bound here, relayed to the same port of this machine's
+loopback (an administrator's or CI's standalone run; bind it elsewhere than the port).
+
+Only the ports named are relayed: `"*"` is refused by the spec loader, since on this
+machine's loopback listen other sandboxes' proxies, each another agent's way out.
+
+Each call passes the wire's controls (the kill switch, a pause, calls a minute) and is
+on the wire's log: `allowed localhost:PORT … kind=relay`, then `ended`. The relay runs
+outside the sandbox, apart from the proxy: the proxy refuses this machine by every
+address, and the relay reaches nothing but the named ports of its loopback.
+"""
+
+from __future__ import annotations
+
+from lnk_proxy import serving
+
+__all__ = ["main"]
+
+
+
+def main(argv: list[str] | None = None) -> None:
+    options = serving.parse_options("lnk-sandbox-relay", argv, ("--to-port",))
+    serving.start_helper()
+    listeners = serving.receive_listeners(options, "relay tcp")
+    if not listeners:
+        return
+    serving.wait_for_first(listeners)
+    serve(listeners, options)
+
+
+def serve(listeners: list[tuple[int, str]], options: dict[str, list[str]]) -> None:
+    import asyncio
+    import socket
+
+    from lnk_common.wirelog import WireLog
+    from lnk_relay.relay import Relay
+
+    settings, wire = options["--settings"][0], options["--wire"][0]
+    to_port = int(options["--to-port"][0]) if options["--to-port"] else None
+    relay = Relay(log=WireLog(settings, wire), settings=settings, wire=wire,
+                  controls=serving.controls_from(options), say=serving.say, to_port=to_port)
+
+    async def start() -> serving.Closer:
+        servers = []
+        for fd, _label in listeners:
+            sock = socket.socket(fileno=fd)
+            sock.setblocking(False)
+            servers.append(await asyncio.start_server(relay.handle, sock=sock))
+
+        def stop() -> None:
+            for server in servers:
+                server.close()
+
+        return stop
+
+    serving.run_wire(relay, start)
+
+
+if __name__ == "__main__":
+    main()

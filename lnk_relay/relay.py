@@ -1,0 +1,65 @@
+"""The relay's I/O: one connection from inside, one to this machine's loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from lnk_proxy.wire import Refused, Wire, no_delay
+
+__all__ = ["CONNECT_SECONDS", "Relay"]
+
+# Connecting to this machine's loopback is immediate, or nothing listens.
+CONNECT_SECONDS = 5.0
+
+
+class Relay(Wire):
+    def __init__(self, *, to_port: int | None = None, **wire: object) -> None:
+        super().__init__(**wire)  # type: ignore[arg-type]
+        self.to_port = to_port
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = self.track()
+        no_delay(writer)
+        try:
+            await self._carry(reader, writer)
+        except (ConnectionError, TimeoutError):
+            pass
+        finally:
+            writer.close()
+            if task is not None:
+                self.open.discard(task)
+
+    async def _carry(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        came_to = writer.get_extra_info("sockname")
+        port = self.to_port or came_to[1]
+        target = f"localhost:{port}"
+        order = ("::1", "127.0.0.1") if ":" in came_to[0] else ("127.0.0.1", "::1")
+        try:
+            self.gate()
+            upstream = None
+            for address in order:
+                with contextlib.suppress(OSError, TimeoutError):
+                    upstream = await asyncio.wait_for(
+                        asyncio.open_connection(address, port), CONNECT_SECONDS)
+                    break
+            if upstream is None:
+                raise Refused(502, f"nothing listens on port {port} of this machine's "
+                                   "loopback")
+        except Refused as refusal:
+            self.log.write("refused", target, f"reason={refusal.reason}")
+            self.count_refusal(target, refusal)
+            return
+        up_reader, up_writer = upstream
+        no_delay(up_writer)
+        call = next(self.ids)
+        self.log.write("allowed", target, f"id={call} kind=relay")
+        started = time.monotonic()
+        counted = [0, 0]
+        try:
+            counted[:] = await self.relay(reader, writer, up_reader, up_writer)
+        finally:
+            self.log.write("ended", target,
+                           f"id={call} sent={counted[0]} received={counted[1]} "
+                           f"seconds={time.monotonic() - started:.3f}")

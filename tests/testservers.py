@@ -1,0 +1,231 @@
+"""Servers the test net's origin runs (tests/testnet.py starts them as root in the origin
+namespace), and helpers for tests to steer and read them.
+
+    python tests/testservers.py dns STATE-FOLDER ADDRESS    (UDP and TCP on ADDRESS:53)
+    python tests/testservers.py bulk ADDRESS                 (TCP on ADDRESS:9)
+
+dns: answers from STATE/dns/zone.json, read again at every query, so a test can change
+the answers between two queries (DNS rebinding). The zone maps lower-case names without
+the trailing dot to their records:
+
+    {"NAME": {"A": ["1.2.3.4"], "AAAA": ["::1"], "SRV": [[priority, weight, port, "target"]],
+              "TXT": ["text"]}}
+
+A name absent is NXDOMAIN; a name present without the type asked is NOERROR with no
+answer; TTL 5. Every query received is appended to STATE/dns/queries.log as one line
+`QNAME QTYPE` (lower-case name, no trailing dot), so a test can count what went out.
+
+bulk: on connect, reads one line holding a byte count N (ASCII digits), sends N zero
+bytes (at most 2 GiB) and closes: a source for throughput measurements.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import socketserver
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+DNS_SERVER = "10.212.0.2:53"
+PG_HOST_ADDRESS = "10.212.0.2"
+PG_PORT = 5432
+BULK_PORT = 9
+BULK_LIMIT = 2 * 1024 * 1024 * 1024
+TTL = 5
+
+INITIAL_ZONE: dict[str, dict[str, list[Any]]] = {
+    "db.lnkt": {"A": ["10.212.0.2"]},
+    "allowed.lnkt": {"A": ["10.212.0.2"]},
+    "_mongodb._tcp.cluster0.lnkt": {"SRV": [[0, 0, 27017, "shard-00.cluster0.lnkt"],
+                                            [0, 0, 27017, "shard-01.cluster0.lnkt"]]},
+    "cluster0.lnkt": {"TXT": ["authSource=admin&replicaSet=rs0"]},
+    "shard-00.cluster0.lnkt": {"A": ["10.212.0.2"]},
+    "shard-01.cluster0.lnkt": {"A": ["10.212.0.2"]},
+    "rebind.lnkt": {"A": ["10.212.0.2"]},
+    "printer.local": {"SRV": [[0, 0, 631, "printer.local"]], "TXT": ["txtvers=1"]},
+    "single": {"TXT": ["one-label"]},
+}
+
+
+# Helpers for tests (they run as the ordinary user too: the files are world-writable).
+
+def _zone_file(state: Path) -> Path:
+    return state / "dns" / "zone.json"
+
+
+def _log_file(state: Path) -> Path:
+    return state / "dns" / "queries.log"
+
+
+def dns_queries(state: Path) -> list[tuple[str, str]]:
+    """The queries the test DNS server received since the last clear, oldest first."""
+    try:
+        text = _log_file(state).read_text()
+    except FileNotFoundError:
+        return []
+    found = []
+    for line in text.splitlines():
+        name, _, kind = line.partition(" ")
+        found.append((name, kind))
+    return found
+
+
+def clear_dns_queries(state: Path) -> None:
+    """Forget the queries logged so far (truncates the log in place)."""
+    with open(_log_file(state), "w"):
+        pass
+
+
+def zone(state: Path) -> dict[str, dict[str, list[Any]]]:
+    """The zone the test DNS server answers from now."""
+    loaded: dict[str, dict[str, list[Any]]] = json.loads(_zone_file(state).read_text())
+    return loaded
+
+
+def set_zone(state: Path, records: dict[str, dict[str, list[Any]]]) -> None:
+    """Make the test DNS server answer from `records` from its next query on. Written
+    whole and renamed into place, so the server never reads half a zone."""
+    target = _zone_file(state)
+    temporary = target.with_name(f".zone.{os.getpid()}.{threading.get_ident()}.json")
+    temporary.write_text(json.dumps(records, indent=1) + "\n")
+    os.chmod(temporary, 0o666)  # noqa: S103 (root's and the ordinary user's runs share it)
+    os.replace(temporary, target)
+
+
+def write_initial_zone(state: Path) -> None:
+    """The dns folder with the initial zone and an empty log, writable by everyone (the
+    ordinary-user test run rewrites the zone and truncates the log)."""
+    folder = state / "dns"
+    folder.mkdir(parents=True, exist_ok=True)
+    os.chmod(folder, 0o777)  # noqa: S103
+    _zone_file(state).write_text(json.dumps(INITIAL_ZONE, indent=1) + "\n")
+    _log_file(state).write_text("")
+    for path in (_zone_file(state), _log_file(state)):
+        os.chmod(path, 0o666)  # noqa: S103
+
+
+# The servers (run as root in the origin namespace).
+
+def _log_query(state: Path, name: str, kind: str) -> None:
+    descriptor = os.open(_log_file(state), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        with contextlib.suppress(OSError):
+            os.fchmod(descriptor, 0o666)
+        os.write(descriptor, f"{name} {kind}\n".encode())
+    finally:
+        os.close(descriptor)
+
+
+def _answer(state: Path, query: bytes) -> bytes | None:
+    """The reply to one DNS message, or None for one not worth answering."""
+    from dnslib import AAAA, QTYPE, RCODE, RR, SRV, TXT, A, DNSRecord
+
+    try:
+        request = DNSRecord.parse(query)
+    except Exception:
+        return None
+    if request.header.qr or not request.questions:
+        return None
+    reply = request.reply()
+    reply.header.ra = 0
+    reply.header.ad = 0
+    try:
+        records = zone(state)
+    except (OSError, ValueError):
+        reply.header.rcode = RCODE.SERVFAIL
+        return bytes(reply.pack())
+    for question in request.questions:
+        name = str(question.qname).rstrip(".").lower()
+        kind = QTYPE.get(question.qtype, str(question.qtype))
+        _log_query(state, name, kind)
+        if name not in records:
+            reply.header.rcode = RCODE.NXDOMAIN
+            continue
+        entry = records[name]
+        kinds = list(entry) if kind == "ANY" else [kind]
+        for each in kinds:
+            for value in entry.get(each, []):
+                if each == "A":
+                    data: Any = A(value)
+                elif each == "AAAA":
+                    data = AAAA(value)
+                elif each == "SRV":
+                    priority, weight, port, target = value
+                    data = SRV(priority=priority, weight=weight, port=port, target=target)
+                elif each == "TXT":
+                    data = TXT(value)
+                else:
+                    continue
+                reply.add_answer(RR(question.qname, getattr(QTYPE, each), rdata=data, ttl=TTL))
+    return bytes(reply.pack())
+
+
+def serve_dns(state: Path, address: str) -> None:
+    class Udp(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            data, sock = self.request
+            reply = _answer(state, data)
+            if reply is not None:
+                sock.sendto(reply, self.client_address)
+
+    class Tcp(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            while len(head := self.rfile.read(2)) == 2:
+                data = self.rfile.read(int.from_bytes(head, "big"))
+                reply = _answer(state, data)
+                if reply is None:
+                    return
+                self.wfile.write(len(reply).to_bytes(2, "big") + reply)
+                self.wfile.flush()
+
+    class UdpServer(socketserver.ThreadingUDPServer):
+        daemon_threads = True
+        allow_reuse_address = True
+
+    class TcpServer(socketserver.ThreadingTCPServer):
+        daemon_threads = True
+        allow_reuse_address = True
+        request_queue_size = 128
+
+    udp = UdpServer((address, 53), Udp)
+    tcp = TcpServer((address, 53), Tcp)
+    threading.Thread(target=udp.serve_forever, daemon=True).start()
+    tcp.serve_forever()
+
+
+def serve_bulk(address: str) -> None:
+    zeros = bytes(1024 * 1024)
+
+    class Bulk(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            line = self.rfile.readline(32).strip()
+            if not line.isdigit():
+                return
+            left = min(int(line), BULK_LIMIT)
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with contextlib.suppress(OSError):
+                while left > 0:
+                    chunk = zeros if left >= len(zeros) else zeros[:left]
+                    self.connection.sendall(chunk)
+                    left -= len(chunk)
+
+    class BulkServer(socketserver.ThreadingTCPServer):
+        daemon_threads = True
+        allow_reuse_address = True
+        request_queue_size = 128
+
+    BulkServer((address, BULK_PORT), Bulk).serve_forever()
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "dns":
+        serve_dns(Path(sys.argv[2]), sys.argv[3])
+    elif sys.argv[1] == "bulk":
+        serve_bulk(sys.argv[2])
+    else:
+        raise SystemExit(__doc__)
