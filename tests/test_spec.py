@@ -130,9 +130,6 @@ def test_agent_name_not_a_string(write_spec: WriteSpec, env: dict[str, str]) -> 
 @pytest.mark.parametrize(
     ("section", "reason"),
     [
-        ("tcp", "not built yet in this version of lnk-sandbox (TCP endpoints and DNS)"),
-        ("lan", "not built yet in this version of lnk-sandbox ([lan] through the proxy)"),
-        ("localhost", "not built yet in this version of lnk-sandbox (the loopback relay)"),
         ("verbs", "not built yet in this version of lnk-sandbox (the proxy's verbs)"),
     ],
 )
@@ -146,9 +143,9 @@ def test_section_not_built_yet_is_refused_not_ignored(
 def test_section_not_built_yet_refused_even_when_not_a_table(
     write_spec: WriteSpec, env: dict[str, str]
 ) -> None:
-    spec = write_spec("tcp = false\n")
+    spec = write_spec("verbs = false\n")
     file, key, reason = _error(spec, env)
-    assert (file, key) == (str(spec), "[tcp]")
+    assert (file, key) == (str(spec), "[verbs]")
     assert reason.startswith("not built yet in this version of lnk-sandbox")
 
 
@@ -548,9 +545,9 @@ def test_first_error_is_reported_schema_before_paths(
     write_spec: WriteSpec, env: dict[str, str]
 ) -> None:
     """A spec wrong twice names the schema error: nothing about it was resolved first."""
-    spec = write_spec('[files]\nread = ["/no/such/path"]\n[tcp]\n')
+    spec = write_spec('[files]\nread = ["/no/such/path"]\n[verbs]\n')
     file, key, _ = _error(spec, env)
-    assert (file, key) == (str(spec), "[tcp]")
+    assert (file, key) == (str(spec), "[verbs]")
 
 
 def test_parse_spec_refuses_like_load_spec(env: dict[str, str]) -> None:
@@ -836,8 +833,8 @@ def test_cli_unknown_key_runs_nothing(
 def test_cli_section_not_built_yet_runs_nothing(
     run_sandbox: RunSandbox, write_spec: WriteSpec, tmp_path: Path
 ) -> None:
-    spec = write_spec(f'[files]\nwrite = {toml_list(tmp_path)}\n[tcp]\nallow = ["*"]\n')
-    _assert_nothing_ran(run_sandbox, spec, tmp_path, "[tcp]")
+    spec = write_spec(f'[files]\nwrite = {toml_list(tmp_path)}\n[verbs]\nopen = true\n')
+    _assert_nothing_ran(run_sandbox, spec, tmp_path, "[verbs]")
 
 
 def test_cli_missing_grant_runs_nothing(
