@@ -246,11 +246,11 @@ def _postgres_stop(folder: Path) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _wait_tcp(port: int, what: str) -> None:
+def _wait_tcp(port: int, what: str, address: str = ORIGIN_ADDRESS) -> None:
     deadline = time.monotonic() + WAIT_SECONDS
     while True:
         try:
-            socket.create_connection((ORIGIN_ADDRESS, port), timeout=1).close()
+            socket.create_connection((address, port), timeout=1).close()
             return
         except OSError:
             if time.monotonic() > deadline:
@@ -258,10 +258,10 @@ def _wait_tcp(port: int, what: str) -> None:
             time.sleep(0.05)
 
 
-def _origin_server(*argv: str) -> int:
+def _origin_server(*argv: str, namespace: str = ORIGIN) -> int:
     """A server run as root in the origin namespace, in its own session; its pid."""
     return subprocess.Popen(
-        ["ip", "netns", "exec", ORIGIN, *argv], cwd="/",
+        ["ip", "netns", "exec", namespace, *argv], cwd="/",
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True).pid
 
 
@@ -314,8 +314,11 @@ def _up(state: Path, postgres: Path, init: subprocess.Popen[bytes]) -> None:
                             str(state / "cert.pem"), str(state / "key.pem"), ORIGIN_ADDRESS)
     dns = _origin_server(sys.executable, str(SERVERS), "dns", str(state), ORIGIN_ADDRESS)
     bulk = _origin_server(sys.executable, str(SERVERS), "bulk", ORIGIN_ADDRESS)
+    lan = _origin_server(sys.executable, str(SERVERS), "echo", testservers.LAN_ADDRESS,
+                         str(testservers.LAN_ECHO_PORT), namespace=ROUTER)
     # Recorded at once, so that `down` ends them even if the rest of `up` fails.
     ready = {"server": server, "machine": _machine_address(), "dns": dns, "bulk": bulk,
+             "lan": lan,
              "postgres": 0, "postgres_folder": str(postgres),
              "addresses": {"http": f"{ORIGIN_ADDRESS}:80", "https": f"{ORIGIN_ADDRESS}:443",
                            "echo": f"{ORIGIN_ADDRESS}:7",
@@ -335,6 +338,7 @@ def _up(state: Path, postgres: Path, init: subprocess.Popen[bytes]) -> None:
         raise RuntimeError("the test origin did not come up")
     _wait_tcp(53, "DNS server")
     _wait_tcp(testservers.BULK_PORT, "bulk server")
+    _wait_tcp(testservers.LAN_ECHO_PORT, "lan echo server", testservers.LAN_ADDRESS)
     ready["postgres"] = _postgres_start(postgres, init)
     (state / "servers.json").write_text(json.dumps(ready))
     (state / "ready").write_text(json.dumps(ready))
@@ -348,7 +352,7 @@ def down(state: Path) -> None:
         with contextlib.suppress(OSError, ValueError):
             recorded = json.loads((state / name).read_text())
             break
-    for key in ("server", "dns", "bulk"):
+    for key in ("server", "dns", "bulk", "lan"):
         pid = recorded.get(key)
         if isinstance(pid, int) and pid > 0:
             with contextlib.suppress(ProcessLookupError, PermissionError):

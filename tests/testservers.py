@@ -32,6 +32,10 @@ from pathlib import Path
 from typing import Any
 
 DNS_SERVER = "10.212.0.2:53"
+# The router's address on this machine's own network (10.211.0.0/30): a machine of the
+# local network, which only [lan] may reach; it echoes lines on LAN_ECHO_PORT.
+LAN_ADDRESS = "10.211.0.2"
+LAN_ECHO_PORT = 7
 PG_HOST_ADDRESS = "10.212.0.2"
 PG_PORT = 5432
 BULK_PORT = 9
@@ -222,8 +226,27 @@ def serve_bulk(address: str) -> None:
     BulkServer((address, BULK_PORT), Bulk).serve_forever()
 
 
+def serve_echo(address: str, port: int) -> None:
+    """Each line sent comes back (a machine of the local network, for [lan] tests)."""
+
+    class Echo(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            with contextlib.suppress(OSError):
+                while line := self.rfile.readline(65536):
+                    self.wfile.write(line)
+                    self.wfile.flush()
+
+    class EchoServer(socketserver.ThreadingTCPServer):
+        daemon_threads = True
+        allow_reuse_address = True
+
+    EchoServer((address, port), Echo).serve_forever()
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "dns":
+    if sys.argv[1] == "echo":
+        serve_echo(sys.argv[2], int(sys.argv[3]))
+    elif sys.argv[1] == "dns":
         serve_dns(Path(sys.argv[2]), sys.argv[3])
     elif sys.argv[1] == "bulk":
         serve_bulk(sys.argv[2])
