@@ -50,9 +50,9 @@ __all__ = ["OUTSIDE_SECONDS", "TCP_IDLE_SECONDS", "DnsService", "system_server"]
 OUTSIDE_SECONDS = 5.0
 # A TCP connection to the sandbox's DNS with no query for this long is closed.
 TCP_IDLE_SECONDS = 10.0
-# Queries answered at once on one connection or from UDP; more wait (a program that
-# floods its resolver slows itself, not the proxy's other calls).
-MAX_PENDING = 256
+# Queries asked outside at once; more wait (a program that floods its resolver slows
+# itself, not the proxy's other calls).
+MAX_PENDING = 64
 
 
 def system_server() -> tuple[str, int]:
@@ -109,12 +109,29 @@ class _Datagrams(asyncio.DatagramProtocol):
         self.transport = transport  # type: ignore[assignment]  # a datagram endpoint's
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
-        self.service.spawn(self._answer(data, addr))
+        # Answered here at once when nothing is asked outside (no task, no wait); only
+        # SRV and TXT of allowed names go on in a task of their own.
+        answered = self.service.answer_here(data, udp=True)
+        if isinstance(answered, _Pending):
+            self.service.spawn(self._answer_later(answered, addr))
+        elif answered is not None and self.transport is not None:
+            self.transport.sendto(answered, addr)
 
-    async def _answer(self, data: bytes, addr: tuple[str, int]) -> None:
-        answer = await self.service.answer(data, udp=True)
-        if answer is not None and self.transport is not None:
+    async def _answer_later(self, pending: _Pending, addr: tuple[str, int]) -> None:
+        answer = await self.service.answer_outside(pending)
+        if self.transport is not None:
             self.transport.sendto(answer, addr)
+
+
+class _Pending:
+    """A query whose answer is asked outside."""
+
+    __slots__ = ("decision", "query", "udp")
+
+    def __init__(self, query: Query, decision: Outside, udp: bool) -> None:
+        self.query = query
+        self.decision = decision
+        self.udp = udp
 
 
 class DnsService:
@@ -175,51 +192,69 @@ class DnsService:
 
     async def answer(self, data: bytes, *, udp: bool) -> bytes | None:
         """The reply to one query (None: nothing to answer, not even an id)."""
-        async with self.pending:
-            try:
-                query = parse_query(data)
-            except DnsFormatError as error:
-                self.proxy.log.write("refused", "-", f"kind=dns reason={error}")
-                query_id = header_id(data)
-                return None if query_id is None else error_reply(query_id, "FORMERR")
-            rcode, records = await self._decide(query)
-            if udp:
-                return reply_for_size(query, rcode, records, query.udp_size)
-            return reply(query, rcode, records)
+        answered = self.answer_here(data, udp=udp)
+        if isinstance(answered, _Pending):
+            return await self.answer_outside(answered)
+        return answered
 
-    async def _decide(self, query: Query) -> tuple[str, list[Record]]:
+    def answer_here(self, data: bytes, *, udp: bool) -> bytes | _Pending | None:
+        """The reply, when it is given here (or None: not even an id to answer); a
+        _Pending when it must be asked outside."""
+        try:
+            query = parse_query(data)
+        except DnsFormatError as error:
+            self.proxy.log.write("refused", "-", f"kind=dns reason={error}")
+            query_id = header_id(data)
+            return None if query_id is None else error_reply(query_id, "FORMERR")
         log = self.proxy.log
         name = query.name or "."
         kind = f"kind=dns type={query.qtype}"
+        rcode, records = "REFUSED", []
         try:
             self.proxy.gate(counted=False)
         except Refused as refusal:
             log.write("refused", name, f"{kind} reason={refusal.reason}")
-            return "REFUSED", []
+            return self._reply(query, rcode, records, udp)
         decision = decide(query, allowed=self.allowed, give=self.give)
         if isinstance(decision, Refuse):
             log.write("refused", name, f"{kind} reason={decision.reason}")
-            return decision.rcode, []
-        if isinstance(decision, Local):
+            rcode = decision.rcode
+        elif isinstance(decision, Local):
             log.write("allowed", name, f"{kind} {decision.note}".rstrip())
-            return decision.rcode, decision.records
-        assert isinstance(decision, Outside)
-        try:
-            self.proxy.gate()  # asking outside is a call: it counts toward calls a minute
-        except Refused as refusal:
-            log.write("refused", name, f"{kind} reason={refusal.reason}")
-            return "REFUSED", []
+            rcode, records = decision.rcode, decision.records
+        else:
+            try:
+                self.proxy.gate()  # asking outside is a call: it counts toward calls a minute
+            except Refused as refusal:
+                log.write("refused", name, f"{kind} reason={refusal.reason}")
+                return self._reply(query, rcode, records, udp)
+            return _Pending(query, decision, udp)
+        return self._reply(query, rcode, records, udp)
+
+    @staticmethod
+    def _reply(query: Query, rcode: str, records: list[Record], udp: bool) -> bytes:
+        if udp:
+            return reply_for_size(query, rcode, records, query.udp_size)
+        return reply(query, rcode, records)
+
+    async def answer_outside(self, pending: _Pending) -> bytes:
+        """Ask the real DNS (at most MAX_PENDING at once) and answer with what it said."""
+        query, decision = pending.query, pending.decision
+        name, kind = query.name or ".", f"kind=dns type={query.qtype}"
         loop = asyncio.get_running_loop()
-        try:
-            rcode, records = await asyncio.wait_for(
-                loop.run_in_executor(None, _exchange, self.server, decision.name,
-                                     decision.qtype), OUTSIDE_SECONDS * 2)
-        except (OSError, TimeoutError, DnsFormatError) as error:
-            log.write("refused", name, f"{kind} reason=the DNS outside did not answer "
-                                       f"({type(error).__name__}: {error})")
-            return "SERVFAIL", []
-        log.write("allowed", name, f"{kind} outside={rcode} answers={len(records)}")
-        return rcode if rcode in ("NOERROR", "NXDOMAIN") else "SERVFAIL", records
+        async with self.pending:
+            try:
+                rcode, records = await asyncio.wait_for(
+                    loop.run_in_executor(None, _exchange, self.server, decision.name,
+                                         decision.qtype), OUTSIDE_SECONDS * 2)
+            except (OSError, TimeoutError, DnsFormatError) as error:
+                self.proxy.log.write("refused", name,
+                                     f"{kind} reason=the DNS outside did not answer "
+                                     f"({type(error).__name__}: {error})")
+                return self._reply(query, "SERVFAIL", [], pending.udp)
+        self.proxy.log.write("allowed", name, f"{kind} outside={rcode} answers={len(records)}")
+        return self._reply(query, rcode if rcode in ("NOERROR", "NXDOMAIN") else "SERVFAIL",
+                           records, pending.udp)
 
 
 def _is_address(text: str) -> bool:
