@@ -209,7 +209,8 @@ class DnsService:
         log = self.proxy.log
         name = query.name or "."
         kind = f"kind=dns type={query.qtype}"
-        rcode, records = "REFUSED", []
+        rcode = "REFUSED"
+        records: list[Record] = []
         try:
             self.proxy.gate(counted=False)
         except Refused as refusal:
