@@ -145,6 +145,7 @@ _NLM_F_REQUEST, _NLM_F_ACK, _NLM_F_EXCL, _NLM_F_CREATE = 0x1, 0x4, 0x200, 0x400
 _NLMSG_ERROR = 2
 _IFA_ADDRESS, _IFA_LOCAL = 1, 2
 _RT_SCOPE_HOST = 254
+_IFA_F_NODAD = 0x02
 _LOOPBACK_INDEX = 1
 
 
@@ -163,7 +164,10 @@ def add_addresses(addresses: list[str]) -> None:
             packed = _socket.inet_pton(family, text)
             attribute = b"".join(struct.pack("=HH", 4 + len(packed), kind) + packed
                                  for kind in (_IFA_LOCAL, _IFA_ADDRESS))
-            body = struct.pack("=BBBBI", family, 128 if v6 else 32, 0, _RT_SCOPE_HOST,
+            # No duplicate address detection: the address is on a loopback of the
+            # sandbox's own (while tentative, it could not be bound).
+            body = struct.pack("=BBBBI", family, 128 if v6 else 32,
+                               _IFA_F_NODAD if v6 else 0, _RT_SCOPE_HOST,
                                _LOOPBACK_INDEX) + attribute
             header = struct.pack("=IHHII", 16 + len(body), _RTM_NEWADDR,
                                  _NLM_F_REQUEST | _NLM_F_ACK | _NLM_F_CREATE | _NLM_F_EXCL,

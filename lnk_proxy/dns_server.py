@@ -53,6 +53,9 @@ TCP_IDLE_SECONDS = 10.0
 # Queries asked outside at once; more wait (a program that floods its resolver slows
 # itself, not the proxy's other calls).
 MAX_PENDING = 64
+# Answers given here kept for a repeat of the same query (a resolver asks A and AAAA of
+# a name at every connection); past this many, the table starts again.
+MAX_KEPT_ANSWERS = 4096
 
 
 def system_server() -> tuple[str, int]:
@@ -146,6 +149,7 @@ class DnsService:
         self.closers: list[asyncio.BaseTransport | asyncio.Server] = []
         self.tasks: set[asyncio.Task[None]] = set()
         self.pending = asyncio.Semaphore(MAX_PENDING)
+        self.answered: dict[tuple[bool, bytes], tuple[str, str, str, bytes]] = {}
 
     def allowed(self, name: str) -> bool:
         return any(rule.matches_name(name) for rule in self.rules)
@@ -200,6 +204,16 @@ class DnsService:
     def answer_here(self, data: bytes, *, udp: bool) -> bytes | _Pending | None:
         """The reply, when it is given here (or None: not even an id to answer); a
         _Pending when it must be asked outside."""
+        cached = self.answered.get((udp, data[2:]))
+        if cached is not None:
+            event, name, detail, answer = cached
+            try:
+                self.proxy.gate(counted=False)
+            except Refused:
+                pass  # said below, in full
+            else:
+                self.proxy.log.write(event, name, detail)
+                return data[:2] + answer[2:]
         try:
             query = parse_query(data)
         except DnsFormatError as error:
@@ -217,12 +231,20 @@ class DnsService:
             log.write("refused", name, f"{kind} reason={refusal.reason}")
             return self._reply(query, rcode, records, udp)
         decision = decide(query, allowed=self.allowed, give=self.give)
-        if isinstance(decision, Refuse):
-            log.write("refused", name, f"{kind} reason={decision.reason}")
-            rcode = decision.rcode
-        elif isinstance(decision, Local):
-            log.write("allowed", name, f"{kind} {decision.note}".rstrip())
-            rcode, records = decision.rcode, decision.records
+        if isinstance(decision, Refuse | Local):
+            # The same query gets the same answer for the sandbox's life (an address
+            # once given is kept): the reply is kept, and a repeat skips the parsing.
+            if isinstance(decision, Refuse):
+                event, detail = "refused", f"{kind} reason={decision.reason}"
+            else:
+                event, detail = "allowed", f"{kind} {decision.note}".rstrip()
+                records = decision.records
+            log.write(event, name, detail)
+            answer = self._reply(query, decision.rcode, records, udp)
+            if len(self.answered) >= MAX_KEPT_ANSWERS:
+                self.answered.clear()
+            self.answered[(udp, data[2:])] = (event, name, detail, answer)
+            return answer
         else:
             try:
                 self.proxy.gate()  # asking outside is a call: it counts toward calls a minute

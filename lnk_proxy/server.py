@@ -316,8 +316,7 @@ class Proxy(Wire):
         try:
             address, port = writer.get_extra_info("sockname")[:2]
             host = self.book.name_at(address) if self.book is not None else None
-            if host is None and ":" not in address and any(
-                    rule.lan and rule.name == address for rule in self.rules):
+            if host is None and any(rule.lan and rule.name == address for rule in self.rules):
                 host = address
             if host is None:
                 refusal = Refused(403, f"{address} is no address this sandbox was given")

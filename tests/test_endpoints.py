@@ -635,7 +635,7 @@ def test_the_dns_helper_runs_alone_for_an_administrator(tmp_path: Path) -> None:
         done = subprocess.run(
             [str(helper), "--pid", str(target.pid), "--net-namespace", str(network),
              "--proxy-fd", str(theirs.fileno()), "--endpoint", "db.lnkt:5432",
-             "--lan", "192.168.77.9:8123"],
+             "--lan", "192.168.77.9:8123", "--lan", "[fd00::77]:8080"],
             pass_fds=[theirs.fileno()], capture_output=True, text=True, timeout=30, check=False)
         theirs.close()
         assert done.returncode == 0, done.stderr
@@ -650,7 +650,8 @@ def test_the_dns_helper_runs_alone_for_an_administrator(tmp_path: Path) -> None:
         target.wait()
     assert found == [("dns udp", ("127.0.0.1", 53)), ("dns tcp", ("127.0.0.1", 53)),
                      ("endpoint tcp", ("127.53.0.1", 5432)),
-                     ("endpoint tcp", ("192.168.77.9", 8123))]
+                     ("endpoint tcp", ("192.168.77.9", 8123)),
+                     ("endpoint tcp", ("fd00::77", 8080))]
 
 
 def test_the_dns_helper_refuses_a_process_that_is_not_in_the_named_network() -> None:
