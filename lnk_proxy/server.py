@@ -129,16 +129,7 @@ class Proxy(Wire):
     # -- one client connection ----------------------------------------------------------
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = self.track()
-        no_delay(writer)
-        try:
-            await self._serve(reader, writer)
-        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
-            pass
-        finally:
-            writer.close()
-            if task is not None:
-                self.open.discard(task)
+        await self.hold(writer, self._serve(reader, writer))
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Heads one after another on a connection kept alive (each request checked and
@@ -311,32 +302,27 @@ class Proxy(Wire):
         """A connection to an endpoint's address inside the sandbox: CONNECT to the name
         that address was given (or the [lan] address itself) and the port it came to,
         decided and logged as any call. Refused: closed, with the reason in the log."""
-        task = self.track()
-        no_delay(writer)
+        await self.hold(writer, self._endpoint(reader, writer))
+
+    async def _endpoint(self, reader: asyncio.StreamReader,
+                        writer: asyncio.StreamWriter) -> None:
+        address, port = writer.get_extra_info("sockname")[:2]
+        host = self.book.name_at(address) if self.book is not None else None
+        if host is None and any(rule.lan and rule.name == address for rule in self.rules):
+            host = address
+        if host is None:
+            refusal = Refused(403, f"{address} is no address this sandbox was given")
+            self.log.write("refused", f"{address}:{port}", f"reason={refusal.reason}")
+            self.count_refusal(f"{address}:{port}", refusal)
+            return
+        target = Target(host, port, ipaddress.ip_address(host) if host == address else None)
         try:
-            address, port = writer.get_extra_info("sockname")[:2]
-            host = self.book.name_at(address) if self.book is not None else None
-            if host is None and any(rule.lan and rule.name == address for rule in self.rules):
-                host = address
-            if host is None:
-                refusal = Refused(403, f"{address} is no address this sandbox was given")
-                self.log.write("refused", f"{address}:{port}", f"reason={refusal.reason}")
-                self.count_refusal(f"{address}:{port}", refusal)
-                return
-            target = Target(host, port, ipaddress.ip_address(host) if host == address else None)
-            try:
-                _address, up_reader, up_writer = await self._open(target)
-            except Refused as refusal:
-                self.log.write("refused", target.authority, f"reason={refusal.reason}")
-                self.count_refusal(target.authority, refusal)
-                return
-            await self._tunnel(target, b"", reader, writer, up_reader, up_writer, "endpoint")
-        except (ConnectionError, TimeoutError):
-            pass
-        finally:
-            writer.close()
-            if task is not None:
-                self.open.discard(task)
+            _address, up_reader, up_writer = await self._open(target)
+        except Refused as refusal:
+            self.log.write("refused", target.authority, f"reason={refusal.reason}")
+            self.count_refusal(target.authority, refusal)
+            return
+        await self._tunnel(target, b"", reader, writer, up_reader, up_writer, "endpoint")
 
     async def _client_hello(self, reader: asyncio.StreamReader, data: bytes) -> bytes:
         while True:

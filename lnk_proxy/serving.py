@@ -110,22 +110,28 @@ def run_wire(wire: Wire, start: Callable[[], Awaitable[Closer]]) -> None:
     end when the kill switch or a pause says so; at the end they get DRAIN_SECONDS to
     write their ended lines. Never returns."""
     import asyncio
+    import threading
+    import time
 
-    async def watch_switches() -> None:
+    def watch_switches(loop: asyncio.AbstractEventLoop) -> None:
+        """A thread of its own, not a task: the event loop may wait long for the GIL
+        among hundreds of busy splice threads; this shuts the tunnels down itself, then
+        has the loop cancel every open call."""
         while True:
-            await asyncio.sleep(SWITCH_SECONDS)
+            time.sleep(SWITCH_SECONDS)
             if wire.open and wire.closed():
-                wire.close_all()
+                wire.sever()
+                loop.call_soon_threadsafe(wire.close_all)
 
     async def run() -> None:
         import signal
 
         stop_serving = await start()
         stopping = asyncio.Event()
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
-        watcher = asyncio.create_task(watch_switches())
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, stopping.set)
+        threading.Thread(target=watch_switches, args=(loop,), daemon=True).start()
         await stopping.wait()
-        watcher.cancel()
         stop_serving()
         await wire.drain(DRAIN_SECONDS)
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import itertools
 import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from lnk_common import wirestate
 from lnk_common.policy import DEFAULT_PAUSE
@@ -24,6 +25,11 @@ from lnk_common.wirelog import WireLog
 from lnk_proxy.controls import Controls, SharedControls
 
 __all__ = ["Refused", "Wire", "no_delay", "notify_desktop"]
+
+# shutdown(2) called with the GIL held (PyDLL): `sever` shuts hundreds of sockets in one
+# sweep rather than waiting for the GIL again after each.
+_SHUTDOWN = ctypes.PyDLL(None).shutdown
+_SHUTDOWN.argtypes = (ctypes.c_int, ctypes.c_int)
 
 # A pipe this large lets one splice move a whole read of a fast connection.
 PIPE_BYTES = 1024 * 1024
@@ -124,6 +130,10 @@ class Wire:
         self.say = say or (lambda _message: None)
         self.ids = itertools.count(1)
         self.open: set[asyncio.Task[None]] = set()
+        # The sockets of open tunnels, for `sever` (under the lock: a descriptor is
+        # closed, and its number maybe reused, only once it is out of the set).
+        self.tunnel_fds: set[int] = set()
+        self.tunnel_lock = threading.Lock()
 
     # -- the wire's controls ------------------------------------------------------------
 
@@ -160,6 +170,15 @@ class Wire:
         for task in list(self.open):
             task.cancel()
 
+    def sever(self) -> None:
+        """Shut every open tunnel's sockets down at once, from any thread: the program
+        sees each closed and the splice threads end, before the event loop (which may
+        wait for the GIL among hundreds of busy splice threads) cancels their tasks.
+        shutdown(2) through a ctypes.PyDLL keeps the GIL for the whole sweep."""
+        with self.tunnel_lock:
+            for fd in self.tunnel_fds:
+                _SHUTDOWN(fd, socket.SHUT_RDWR)
+
     def _pause_now(self, reason: str) -> None:
         if not self.settings or wirestate.paused(self.settings, self.wire) is not None:
             return
@@ -168,6 +187,7 @@ class Wire:
         self.say(f"lnk-sandbox: the wire {self.wire} is paused: {reason}; the program keeps "
                  f"running with no way out; `lnk-sandbox resume {self.wire}` lifts it")
         notify_desktop(f"Link paused the wire {self.wire}", reason)
+        self.sever()
         self.close_all()
 
     async def drain(self, seconds: float) -> None:
@@ -190,12 +210,21 @@ class Wire:
             if why:
                 self._pause_now(why)
 
-    def track(self) -> asyncio.Task[None] | None:
-        """Count the running task among the open calls (closed by close_all)."""
+    async def hold(self, writer: asyncio.StreamWriter, work: Awaitable[None]) -> None:
+        """Serve one client connection (`work`) as an open call: counted among the open
+        calls, which close_all cancels; its socket closed at the end, whatever happens."""
         task = asyncio.current_task()
         if task is not None:
             self.open.add(task)
-        return task
+        no_delay(writer)
+        try:
+            await work
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
+            pass
+        finally:
+            writer.close()
+            if task is not None:
+                self.open.discard(task)
 
     async def relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                      up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter
@@ -215,6 +244,8 @@ class Wire:
             os.set_blocking(fd, True)
             ends.append((fd, held))
         (client_fd, client_held), (upstream_fd, upstream_held) = ends
+        with self.tunnel_lock:
+            self.tunnel_fds.update((client_fd, upstream_fd))
         done: list[asyncio.Future[int]] = [loop.create_future(), loop.create_future()]
         for index, (source, sink, held) in enumerate(
             ((client_fd, upstream_fd, client_held), (upstream_fd, client_fd, upstream_held))
@@ -229,7 +260,9 @@ class Wire:
                     socket.socket(fileno=os.dup(fd)).shutdown(socket.SHUT_RDWR)
             if not all(future.done() for future in done):
                 await asyncio.wait(done)
-            os.close(client_fd)
-            os.close(upstream_fd)
+            with self.tunnel_lock:
+                self.tunnel_fds.difference_update((client_fd, upstream_fd))
+                os.close(client_fd)
+                os.close(upstream_fd)
             up_writer.close()
         return sent, received

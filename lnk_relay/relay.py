@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 
+from lnk_common.wirelog import WireLog
+from lnk_proxy.controls import SharedControls
 from lnk_proxy.wire import Refused, Wire, no_delay
 
 __all__ = ["CONNECT_SECONDS", "Relay"]
@@ -15,21 +18,17 @@ CONNECT_SECONDS = 5.0
 
 
 class Relay(Wire):
-    def __init__(self, *, to_port: int | None = None, **wire: object) -> None:
-        super().__init__(**wire)  # type: ignore[arg-type]
+    """`to_port`: where on this machine's loopback (None: the port the connection came
+    to inside, as the launcher's sockets are made)."""
+
+    def __init__(self, *, log: WireLog, settings: str, wire: str,
+                 controls: SharedControls, say: Callable[[str], None],
+                 to_port: int | None = None) -> None:
+        super().__init__(log=log, settings=settings, wire=wire, controls=controls, say=say)
         self.to_port = to_port
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = self.track()
-        no_delay(writer)
-        try:
-            await self._carry(reader, writer)
-        except (ConnectionError, TimeoutError):
-            pass
-        finally:
-            writer.close()
-            if task is not None:
-                self.open.discard(task)
+        await self.hold(writer, self._carry(reader, writer))
 
     async def _carry(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         came_to = writer.get_extra_info("sockname")
