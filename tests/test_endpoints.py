@@ -41,6 +41,7 @@ from tests.testservers import (
 )
 
 PYTHON = "/usr/bin/python3"
+VENV_PYTHON = str(Path(LNK_SANDBOX).parent / "python")
 WIRE = "ep"
 
 
@@ -54,8 +55,9 @@ def net(testnet: Path, sandbox_env: dict[str, str]) -> Iterator[tuple[Path, dict
     set_zone(testnet, INITIAL_ZONE)
 
 
-def spec(write_spec: WriteSpec, tmp_path: Path, body: str) -> Path:
-    return write_spec(f'name = "{WIRE}"\n[files]\nread = {toml_list(tmp_path)}\n{body}')
+def spec(write_spec: WriteSpec, tmp_path: Path, body: str, *, read: tuple[Path, ...] = ()
+         ) -> Path:
+    return write_spec(f'name = "{WIRE}"\n[files]\nread = {toml_list(tmp_path, *read)}\n{body}')
 
 
 def wire_log(env: dict[str, str]) -> list[list[str]]:
@@ -160,6 +162,41 @@ def test_mongodb_srv_lookup_asks_srv_and_txt_outside_once_each(
                                     ("cluster0.lnkt", "TXT")]
     assert logged(env, "allowed", "_mongodb._tcp.cluster0.lnkt") == [
         "kind=dns type=SRV outside=NOERROR answers=2"]
+
+
+def test_pymongo_resolves_a_mongodb_srv_url_inside(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, tmp_path: Path,
+    net: tuple[Path, dict[str, str]],
+) -> None:
+    """A real driver's `mongodb+srv://` lookup (PyMongo, with dnspython): SRV for the
+    hosts, TXT for the options, each asked outside once; the hosts then resolve to
+    addresses of the sandbox's own."""
+    testnet, env = net
+    set_zone(testnet, {**INITIAL_ZONE,
+                       "_mongodb._tcp.rs.db.lnkt": {"SRV": [[0, 0, 27017, "a.rs.db.lnkt"],
+                                                            [0, 0, 27017, "b.rs.db.lnkt"]]},
+                       "rs.db.lnkt": {"TXT": ["replicaSet=rs0&authSource=admin"]},
+                       "a.rs.db.lnkt": {"A": ["10.212.0.2"]},
+                       "b.rs.db.lnkt": {"A": ["10.212.0.2"]}})
+    venv = Path(VENV_PYTHON).parent.parent
+    path = spec(write_spec, tmp_path,
+                '[tcp]\nendpoints = ["*.rs.db.lnkt:27017", "rs.db.lnkt:27017"]\n',
+                read=(venv,))
+    script = tmp_path / "srv.py"
+    script.write_text("""
+import socket
+from pymongo.uri_parser import parse_uri
+parsed = parse_uri("mongodb+srv://rs.db.lnkt/")
+print(sorted(parsed["nodelist"]))
+print(parsed["options"]["replicaSet"], parsed["options"]["authSource"])
+print(sorted(socket.gethostbyname(host) for host, _ in parsed["nodelist"]))
+""")
+    result = run_sandbox(path, VENV_PYTHON, str(script), env=env)
+    assert result.stdout.splitlines() == [
+        "[('a.rs.db.lnkt', 27017), ('b.rs.db.lnkt', 27017)]", "rs0 admin",
+        "['127.53.0.2', '127.53.0.3']"], result
+    assert sorted(dns_queries(testnet)) == [("_mongodb._tcp.rs.db.lnkt", "SRV"),
+                                            ("rs.db.lnkt", "TXT")]
 
 
 def test_a_name_under_a_star_endpoint_connects_by_its_given_address(
