@@ -127,6 +127,11 @@ def report(env: Mapping[str, str]) -> dict[str, Any]:
                        "(hosts by name before any lookup; never this machine, its networks "
                        "or a metadata service; TLS ClientHello checked; strict heads)",
          "in_force": namespaces},
+        {"protection": "DNS only with [tcp] endpoints, answered by the proxy: listed names get "
+                       "addresses of the sandbox's own, others NXDOMAIN and no query "
+                       "outside; .local and one-label SRV/TXT refused; [lan] through the "
+                       "proxy, never this machine; [localhost] ports relayed by name, "
+                       "never \"*\"", "in_force": namespaces},
         {"protection": "wire controls: calls a minute, the kill switch (lnk-sandbox stop), "
                        "pause on anomaly (paused, resume)", "in_force": namespaces},
         {"protection": "memory files made non-executable where [commands] lists programs",
