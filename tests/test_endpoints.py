@@ -585,10 +585,17 @@ def test_N8_only_queries_asked_outside_count_toward_calls_a_minute(
                          "for i in 1 2 3 4 5 6 7 8 9 10; do dig A shard-00.cluster0.lnkt"
                          " | grep -o 'status: [A-Z]*'; done;"
                          " for i in 1 2 3 4; do dig TXT cluster0.lnkt | grep -o 'status: [A-Z]*';"
-                         " done", env=env)
-    assert result.stdout.splitlines() == ["status: NOERROR"] * 13 + ["status: REFUSED"], result
+                         " done;"
+                         " python3 -c 'import socket; s = socket.create_connection("
+                         "(\"shard-00.cluster0.lnkt\", 27017)); print(s.recv(10) or \"closed\")'",
+                         env=env)
+    assert result.stdout.splitlines() == ["status: NOERROR"] * 13 + ["status: REFUSED",
+                                                                     "closed"], result
     assert dns_queries(testnet) == [("cluster0.lnkt", "TXT")] * 3
     assert "calls in a minute" in logged(env, "refused", "cluster0.lnkt")[0]
+    # An endpoint's connection past the limit is closed, and said why (no pause).
+    assert "calls in a minute" in logged(env, "refused", "shard-00.cluster0.lnkt:27017")[0]
+    assert not [fields for fields in wire_log(env) if fields[1] == "paused"]
 
 
 def test_N9_the_kill_switch_refuses_dns_and_closes_endpoint_and_relay_calls(
