@@ -302,7 +302,8 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
         finally:
             for channel in wire.channels.values():
                 os.close(channel)
-        os.write(wire.block_write, b"x")  # the program may start: its ways out are in place
+        if sandbox["pid"] is not None:
+            os.write(wire.block_write, b"x")  # the program may start: its ways out are in place
         os.close(wire.block_write)
     _, status = os.waitpid(child, 0)
     if watch is not None:
