@@ -12,8 +12,8 @@ the endpoints' addresses of the sandbox's own, the [lan] addresses (which it add
 sandbox's loopback first) and the [localhost] ports, and sends each socket, labelled, to
 the proxy or the relay over a unix socket it inherited. A socket keeps the network it
 was made in: the proxy serves it from outside, and nothing of ours runs inside. Then it
-exits, and only then is the program let go (bubblewrap's --block-fd, held by the
-launcher).
+exits, and only then does the launcher give the init inside its go-ahead (the init's
+--go-fd: lnk_wrap.init says why not bubblewrap's --block-fd).
 
 The launcher does not run this program: it calls `make_sockets` in a fork of its own,
 which saves starting a Python (some 20 ms) at every sandbox start. The console script is

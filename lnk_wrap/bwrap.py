@@ -131,8 +131,9 @@ class HostFacts:
         programs: every dynamically linked program needs its loader run for it.
     watch_fd: the init's end of the socket to the exec watch (the "watched" filter), or
         None (the "plain" filter, no watch).
-    block_fd: where bwrap waits before starting the program, while the launcher makes
-        the proxy's listening socket in the sandbox's network (policy.network "proxy").
+    block_fd: where the init waits for the launcher's go-ahead before running the
+        program, while the DNS helper makes the sandbox's listening sockets in its
+        network (a policy with a wire): the init's --go-fd.
     data_files: (fd, path) pairs: a file made from what the fd holds, read only, at path
         (a sandbox with DNS: its own resolv.conf and hosts, lnk_wrap.dns_files).
     cwd: the working directory to keep.
@@ -211,19 +212,20 @@ class InitRule:
 class Plan:
     """The bwrap options and the init's Landlock rules of one sandbox."""
 
-    __slots__ = ("filter_args", "options", "rules")
+    __slots__ = ("filter_args", "go_args", "options", "rules")
 
     def __init__(self, *, options: tuple[Option, ...], rules: tuple[InitRule, ...],
-                 filter_args: tuple[str, ...] = ()) -> None:
+                 filter_args: tuple[str, ...] = (), go_args: tuple[str, ...] = ()) -> None:
         self.options = options
         self.rules = rules
         self.filter_args = filter_args
+        self.go_args = go_args
 
     def bwrap_argv(self, bwrap: str) -> list[str]:
         return [bwrap, *render(self.options)]
 
     def init_args(self) -> list[str]:
-        argv = list(self.filter_args)
+        argv = [*self.filter_args, *self.go_args]
         for rule in self.rules:
             argv += rule.to_args()
         return argv
@@ -342,8 +344,6 @@ def plan(policy: Policy, facts: HostFacts) -> Plan:
         head.append(Flag("new-session"))
     if facts.info_fd is not None:
         head.append(Value("info-fd", str(facts.info_fd)))
-    if facts.block_fd is not None:
-        head.append(Value("block-fd", str(facts.block_fd)))
     if policy.network == "proxy":
         head += [Pair("setenv", name, PROXY_URL) for name in PROXY_VARIABLES]
         head += [Value("unsetenv", name) for name in ("NO_PROXY", "no_proxy")]
@@ -435,8 +435,9 @@ def plan(policy: Policy, facts: HostFacts) -> Plan:
     filter_args: tuple[str, ...] = ("--filter", "plain")
     if facts.watch_fd is not None:
         filter_args = ("--filter", "watched", "--watch-fd", str(facts.watch_fd))
+    go_args = ("--go-fd", str(facts.block_fd)) if facts.block_fd is not None else ()
     return Plan(options=(*head, *system, *mounts, *tail), rules=tuple(rules),
-                filter_args=filter_args)
+                filter_args=filter_args, go_args=go_args)
 
 
 def _without_execute(rule: InitRule) -> InitRule:

@@ -1,6 +1,6 @@
 """lnk-sandbox-init: the first program inside the sandbox, and the last of ours.
 
-    lnk-sandbox-init --filter plain|watched [--watch-fd N] --rule ACCESS:PATH …
+    lnk-sandbox-init --filter plain|watched [--watch-fd N] [--go-fd N] --rule ACCESS:PATH …
                      -- COMMAND [ARG…]
 
 Order of operations, each checked, any failure refusing to run the program (exit 125):
@@ -9,6 +9,11 @@ Order of operations, each checked, any failure refusing to run the program (exit
    first thing inside, and check it took effect. The "watched" one comes with a
    listener: send it to the exec watch over the inherited socket N, wait for the
    watch's one-byte acknowledgement (so nothing runs unwatched), close both.
+   With --go-fd N: wait for the launcher's go-ahead, one byte "x" on N, sent once the
+   sandbox's ways out exist (lnk_dns.helper made its sockets). Anything else, the end of
+   the pipe included (the launcher refused, or died), and nothing runs. This is why the
+   wait is here and not bubblewrap's --block-fd: bubblewrap goes on at the end of its
+   pipe, and its process inside outlives an outer one that is killed.
 3. Clear the loader's injection variables (LD_PRELOAD, LD_AUDIT, … : the list below).
 4. Close every inherited file descriptor but 0, 1 and 2.
 5. Apply Landlock: single-threaded, after bubblewrap's mounts, right before exec; then
@@ -52,12 +57,13 @@ _ARCH = "x86_64"
 
 
 class Options:
-    __slots__ = ("command", "filter", "rules", "watch_fd")
+    __slots__ = ("command", "filter", "go_fd", "rules", "watch_fd")
 
     def __init__(self) -> None:
         self.rules: list[landlock.Rule] = []
         self.filter = ""
         self.watch_fd = -1
+        self.go_fd = -1
         self.command: list[str] = []
 
 
@@ -78,9 +84,11 @@ def parse(argv: list[str]) -> Options:
             options.filter = value
         elif option == "--watch-fd" and value.isdigit() and options.watch_fd < 0:
             options.watch_fd = int(value)
+        elif option == "--go-fd" and value.isdigit() and options.go_fd < 0:
+            options.go_fd = int(value)
         else:
             raise InitError(f"unknown option {option!r} (expected --filter, --watch-fd, "
-                            "--rule ACCESS:PATH)")
+                            "--go-fd, --rule ACCESS:PATH)")
         index += 2
     options.command = argv[index + 1 :]
     if index >= len(argv) or not options.command:
@@ -116,6 +124,17 @@ def install_filter(options: Options) -> None:
         os.close(options.watch_fd)
 
 
+def wait_for_go(fd: int) -> None:
+    """The launcher's go-ahead: exactly b"x"; the end of the pipe is a refusal."""
+    try:
+        said = os.read(fd, 1)
+    finally:
+        os.close(fd)
+    if said != b"x":
+        raise InitError("the sandbox's ways out were not made (its launcher refused or "
+                        "ended)")
+
+
 def clean_environment(env: dict[str, str]) -> dict[str, str]:
     return {
         key: value for key, value in env.items()
@@ -142,6 +161,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         options = parse(arguments)
         install_filter(options)
+        if options.go_fd >= 0:
+            wait_for_go(options.go_fd)
         command = options.command
         env = clean_environment(dict(os.environ))
         os.closerange(3, 1 << 20)

@@ -295,15 +295,23 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
                 except HelperError as error:
                     raise LaunchError(str(error)) from None
         except LaunchError:
-            os.kill(child, signal.SIGKILL)  # never let the program start without its wire
+            # Never let the program start without its wire: the sandbox's own first
+            # process first (bubblewrap's inside one outlives an outer one killed), and
+            # the init, which waits for the go-ahead, refuses at the end of its pipe.
+            for pid in (sandbox["pid"], child):
+                if pid is not None:
+                    try:  # noqa: SIM105
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
             os.waitpid(child, 0)
             wire.end()
             raise
         finally:
             for channel in wire.channels.values():
                 os.close(channel)
-        if sandbox["pid"] is not None:
-            os.write(wire.block_write, b"x")  # the program may start: its ways out are in place
+        if sandbox["pid"] is not None:  # (else no one reads it: a broken pipe)
+            os.write(wire.block_write, b"x")  # the program may start: its ways out exist
         os.close(wire.block_write)
     _, status = os.waitpid(child, 0)
     if watch is not None:

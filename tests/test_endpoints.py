@@ -709,3 +709,60 @@ def test_the_dns_helper_refuses_a_process_that_is_not_in_the_named_network() -> 
     theirs.close()
     assert done.returncode == 1
     assert "network namespace did not appear" in done.stderr
+
+
+def test_the_program_never_starts_when_its_ways_in_cannot_be_made(
+    tmp_path: Path, sandbox_env: dict[str, str],
+) -> None:
+    """Nothing fails open: when a socket cannot be made inside (here the launcher is
+    given, by hand, a [lan] address and port that the proxy's own port already holds),
+    bubblewrap is killed before the program starts, and the run says why."""
+    marker = tmp_path / "ran"
+    launcher = LNK_SANDBOX.replace("lnk-sandbox", "lnk-sandbox-launch")
+    done = subprocess.run(
+        [launcher, "--settings", sandbox_env["LNK_HOME"], "--write", str(tmp_path),
+         "--network", "proxy", "--lan", "127.0.0.1:3128", "--", "/usr/bin/touch",
+         str(marker)], env=sandbox_env, capture_output=True, text=True,
+        timeout=SANDBOX_TIMEOUT_SECONDS, check=False)
+    assert done.returncode == 125, done
+    assert "could not be made inside it" in done.stderr
+    assert "127.0.0.1 port 3128" in done.stderr
+    assert not marker.exists()
+
+
+def test_the_launcher_refuses_ports_that_collide_before_anything_starts(
+    tmp_path: Path, sandbox_env: dict[str, str],
+) -> None:
+    marker = tmp_path / "ran"
+    launcher = LNK_SANDBOX.replace("lnk-sandbox", "lnk-sandbox-launch")
+    done = subprocess.run(
+        [launcher, "--settings", sandbox_env["LNK_HOME"], "--write", str(tmp_path),
+         "--network", "proxy", "--localhost-port", "3128", "--", "/usr/bin/touch",
+         str(marker)], env=sandbox_env, capture_output=True, text=True,
+        timeout=SANDBOX_TIMEOUT_SECONDS, check=False)
+    assert done.returncode == 125
+    assert done.stderr.splitlines()[-1] == ("lnk-sandbox: [localhost] port 3128 is the "
+                                            "proxy's own port inside the sandbox")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(("said", "runs"), [(b"", False), (b"y", False), (b"x", True)])
+def test_the_init_runs_the_program_only_on_the_go_ahead(said: bytes, runs: bool) -> None:
+    """The init waits on --go-fd for exactly "x": the end of the pipe (a launcher that
+    refused or was killed) or anything else, and the program is not run."""
+    from lnk_wrap.helpers import helper_argv
+
+    read_end, write_end = os.pipe()
+    os.write(write_end, said)
+    os.close(write_end)
+    done = subprocess.run(
+        [*helper_argv("init"), "--filter", "plain", "--go-fd", str(read_end),
+         "--rule", "read:/usr", "--rule", "read:/lib", "--rule", "read:/lib64",
+         "--", "/usr/bin/true"], pass_fds=(read_end,), capture_output=True, text=True,
+        timeout=SANDBOX_TIMEOUT_SECONDS, check=False)
+    os.close(read_end)
+    if runs:
+        assert done.returncode == 0, done.stderr
+    else:
+        assert done.returncode == 125
+        assert "ways out were not made" in done.stderr
