@@ -766,3 +766,26 @@ def test_the_init_runs_the_program_only_on_the_go_ahead(said: bytes, runs: bool)
     else:
         assert done.returncode == 125
         assert "ways out were not made" in done.stderr
+
+
+def test_the_services_example_reaches_a_relayed_port_and_resolves_only_its_endpoint(
+    sandbox_env: dict[str, str], redis: int, tmp_path: Path,
+) -> None:
+    """examples/services.toml, with its Redis port changed to the test's own: the
+    relayed port answers, the endpoint's name resolves to the sandbox's own address
+    (nothing is asked outside for it), and any other name does not exist."""
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    text = (examples / "services.toml").read_text().replace("ports = [6379]",
+                                                            f"ports = [{redis}]")
+    copy = examples / f"services-test-{os.getpid()}.toml"
+    copy.write_text(text)
+    try:
+        result = subprocess.run(
+            [LNK_SANDBOX, "run", "--spec", copy.name, "--", "sh", "-c",
+             f"redis-cli -p {redis} ping; getent hosts db.example.com;"
+             " getent hosts example.com || echo none"],
+            cwd=examples, env=sandbox_env, capture_output=True, text=True,
+            timeout=SANDBOX_TIMEOUT_SECONDS, check=False)
+    finally:
+        copy.unlink()
+    assert result.stdout.split() == ["PONG", "127.53.0.1", "db.example.com", "none"], result
