@@ -34,6 +34,7 @@ from tests.testservers import (
     DNS_SERVER,
     INITIAL_ZONE,
     LAN_ADDRESS,
+    LAN_ADDRESS6,
     LAN_ECHO_PORT,
     clear_dns_queries,
     dns_queries,
@@ -390,6 +391,21 @@ def test_lan_host_by_address_is_reached_through_the_proxy(
     result = python(run_sandbox, tmp_path, path, env, CONNECT, LAN_ADDRESS, str(LAN_ECHO_PORT))
     assert result.stdout.strip() == "hello", result
     assert logged(env, "allowed", f"{LAN_ADDRESS}:{LAN_ECHO_PORT}") == ["id=1 kind=endpoint"]
+
+
+def test_lan_host_by_ipv6_address_is_reached_and_this_machine_is_not(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, tmp_path: Path,
+    net: tuple[Path, dict[str, str]],
+) -> None:
+    _, env = net
+    path = spec(write_spec, tmp_path, f'[lan]\nhosts = ["[{LAN_ADDRESS6}]:{LAN_ECHO_PORT}", '
+                '"[fd00:211::1]:22"]\n')
+    result = python(run_sandbox, tmp_path, path, env, CONNECT, LAN_ADDRESS6, str(LAN_ECHO_PORT))
+    assert result.stdout.strip() == "hello", result
+    assert logged(env, "allowed", f"[{LAN_ADDRESS6}]:{LAN_ECHO_PORT}") == ["id=1 kind=endpoint"]
+    mine = python(run_sandbox, tmp_path, path, env, CONNECT, "fd00:211::1", "22")
+    assert mine.stdout.strip() in ("closed", "ConnectionResetError"), mine
+    assert "fd00:211::1 is this machine" in logged(env, "refused", "[fd00:211::1]:22")[0]
 
 
 def test_lan_host_by_name_is_reached_through_the_proxy(

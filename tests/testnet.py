@@ -299,6 +299,11 @@ def _up(state: Path, postgres: Path, init: subprocess.Popen[bytes]) -> None:
     _run("ip", "link", "set", "lnkt-h", "up")
     _run("ip", "addr", "add", "10.211.0.2/30", "dev", "lnkt-r0", namespace=ROUTER)
     _run("ip", "link", "set", "lnkt-r0", "up", namespace=ROUTER)
+    # IPv6 on the same link, for [lan] by IPv6 address (no duplicate address detection:
+    # the addresses are usable at once).
+    _run("ip", "-6", "addr", "add", "fd00:211::1/64", "dev", "lnkt-h", "nodad")
+    _run("ip", "-6", "addr", "add", f"{testservers.LAN_ADDRESS6}/64", "dev", "lnkt-r0",
+         "nodad", namespace=ROUTER)
     _run("ip", "link", "set", "lo", "up", namespace=ROUTER)
     _run("ip", "link", "add", "lnkt-r1", "netns", ROUTER, "type", "veth", "peer", "name",
          "lnkt-o", "netns", ORIGIN)
@@ -316,9 +321,11 @@ def _up(state: Path, postgres: Path, init: subprocess.Popen[bytes]) -> None:
     bulk = _origin_server(sys.executable, str(SERVERS), "bulk", ORIGIN_ADDRESS)
     lan = _origin_server(sys.executable, str(SERVERS), "echo", testservers.LAN_ADDRESS,
                          str(testservers.LAN_ECHO_PORT), namespace=ROUTER)
+    lan6 = _origin_server(sys.executable, str(SERVERS), "echo", testservers.LAN_ADDRESS6,
+                          str(testservers.LAN_ECHO_PORT), namespace=ROUTER)
     # Recorded at once, so that `down` ends them even if the rest of `up` fails.
     ready = {"server": server, "machine": _machine_address(), "dns": dns, "bulk": bulk,
-             "lan": lan,
+             "lan": lan, "lan6": lan6,
              "postgres": 0, "postgres_folder": str(postgres),
              "addresses": {"http": f"{ORIGIN_ADDRESS}:80", "https": f"{ORIGIN_ADDRESS}:443",
                            "echo": f"{ORIGIN_ADDRESS}:7",
@@ -339,6 +346,7 @@ def _up(state: Path, postgres: Path, init: subprocess.Popen[bytes]) -> None:
     _wait_tcp(53, "DNS server")
     _wait_tcp(testservers.BULK_PORT, "bulk server")
     _wait_tcp(testservers.LAN_ECHO_PORT, "lan echo server", testservers.LAN_ADDRESS)
+    _wait_tcp(testservers.LAN_ECHO_PORT, "lan echo server (IPv6)", testservers.LAN_ADDRESS6)
     ready["postgres"] = _postgres_start(postgres, init)
     (state / "servers.json").write_text(json.dumps(ready))
     (state / "ready").write_text(json.dumps(ready))
@@ -352,7 +360,7 @@ def down(state: Path) -> None:
         with contextlib.suppress(OSError, ValueError):
             recorded = json.loads((state / name).read_text())
             break
-    for key in ("server", "dns", "bulk", "lan"):
+    for key in ("server", "dns", "bulk", "lan", "lan6"):
         pid = recorded.get(key)
         if isinstance(pid, int) and pid > 0:
             with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -36,6 +36,8 @@ DNS_SERVER = "10.212.0.2:53"
 # local network, which only [lan] may reach; it echoes lines on LAN_ECHO_PORT.
 LAN_ADDRESS = "10.211.0.2"
 LAN_ECHO_PORT = 7
+# The same machine by IPv6, on this machine's own network fd00:211::/64.
+LAN_ADDRESS6 = "fd00:211::2"
 PG_HOST_ADDRESS = "10.212.0.2"
 PG_PORT = 5432
 BULK_PORT = 9
@@ -239,6 +241,7 @@ def serve_echo(address: str, port: int) -> None:
     class EchoServer(socketserver.ThreadingTCPServer):
         daemon_threads = True
         allow_reuse_address = True
+        address_family = socket.AF_INET6 if ":" in address else socket.AF_INET
 
     EchoServer((address, port), Echo).serve_forever()
 
