@@ -108,6 +108,9 @@ def parse(data: bytes) -> list[Entry]:
             raise GitConfigError(reader.line, "a key must start with a letter")
         line = reader.line
         key, value = _key_and_value(reader, char)
+        if value is not None:
+            # git keeps the value in a C string: it ends at a NUL byte, whatever follows.
+            value = value.partition("\0")[0]
         entries.append(Entry(base, key, value, line))
 
 
