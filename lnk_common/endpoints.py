@@ -32,10 +32,12 @@ __all__ = [
     "Listener",
     "fixed_names",
     "has_dns",
+    "is_address",
     "lan_addresses",
     "listeners",
     "own_address",
     "parse_entry",
+    "split_host_port",
 ]
 
 # Where a sandbox with the proxy finds it (the proxy variables name it).
@@ -93,7 +95,8 @@ class Entry:
         return f"Entry({self.name!r}, {self.ports!r}, lan={self.lan})"
 
 
-def _is_address(text: str) -> bool:
+def is_address(text: str) -> bool:
+    """Whether `text` is an IPv4 or IPv6 address (not a name)."""
     import _socket
 
     for family in (_socket.AF_INET, _socket.AF_INET6):
@@ -105,16 +108,23 @@ def _is_address(text: str) -> bool:
     return False
 
 
-def parse_entry(text: str, *, lan: bool) -> Entry:
-    """An entry as the spec loader normalised it (lower case, no trailing dot)."""
-    host, port_text = text, ""
+def split_host_port(text: str) -> tuple[str, str]:
+    """`host:port`, `[v6]:port`, `host` or `[v6]` → (host, the port's text or ""), as
+    the spec loader, the plan and the proxy's rules all read an entry."""
     if text.startswith("["):
         host, _, rest = text[1:].partition("]")
-        port_text = rest[1:] if rest.startswith(":") else ""
         if rest and not rest.startswith(":"):
             raise EndpointError(f"{text!r}: an IPv6 address in brackets, then :port")
-    elif text.count(":") == 1:
-        host, _, port_text = text.partition(":")
+        return host, rest[1:]
+    if text.count(":") > 1:
+        raise EndpointError(f"{text!r}: write an IPv6 address in brackets, [addr]:port")
+    host, _, port_text = text.partition(":")
+    return host, port_text
+
+
+def parse_entry(text: str, *, lan: bool) -> Entry:
+    """An entry as the spec loader normalised it (lower case, no trailing dot)."""
+    host, port_text = split_host_port(text)
     if port_text:
         if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
             raise EndpointError(f"{text!r}: the port must be 1 to 65535")
@@ -124,7 +134,7 @@ def parse_entry(text: str, *, lan: bool) -> Entry:
     else:
         raise EndpointError(f"{text!r}: an endpoint names its port (name:port)")
     wildcard = host.startswith("*.")
-    literal = _is_address(host)
+    literal = is_address(host)
     if not host or (wildcard and lan):
         raise EndpointError(f"{text!r}: not a host" if not host else
                             f"{text!r}: a [lan] host is a machine, not `*.domain`")

@@ -539,17 +539,10 @@ def _entries(context: _Context, key: str, raw: object, *, lan: bool) -> tuple[st
             raise SpecError(context.file, where,
                             "\"*\" is every host: the network itself, not a list; name "
                             "the hosts" + ("" if lan else ", or `*.domain:port`"))
-        host, port = text, ""
-        if text.startswith("["):
-            host, _, rest = text[1:].partition("]")
-            if rest and not rest.startswith(":"):
-                raise SpecError(context.file, where, f"{entry!r}: [IPv6 address]:port")
-            port = rest[1:]
-        elif text.count(":") == 1:
-            host, _, port = text.partition(":")
-        elif ":" in text:
-            raise SpecError(context.file, where,
-                            f"{entry!r}: write an IPv6 address in brackets, [addr]:port")
+        try:
+            host, port = endpoint_plan.split_host_port(text)
+        except endpoint_plan.EndpointError as error:
+            raise SpecError(context.file, where, str(error)) from None
         if port and (not port.isdigit() or not 1 <= int(port) <= 65535):
             raise SpecError(context.file, where, f"{entry!r}: the port must be 1 to 65535")
         if not port and not lan:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 
+from lnk_common.endpoints import split_host_port
+
 __all__ = ["METADATA_ADDRESSES", "HostRule", "address_refusal", "matching_rule", "name_allowed",
            "parse_hosts"]
 
@@ -63,13 +65,8 @@ def parse_hosts(entries: tuple[str, ...], *, lan: bool = False) -> tuple[HostRul
     has already refused what is not one."""
     rules = []
     for entry in entries:
-        text, port = entry, None
-        if entry.startswith("["):
-            text, _, rest = entry[1:].partition("]")
-            port = int(rest[1:]) if rest.startswith(":") else None
-        elif ":" in entry:
-            text, _, port_text = entry.rpartition(":")
-            port = int(port_text)
+        text, port_text = split_host_port(entry)
+        port = int(port_text) if port_text else None
         wildcard = text.startswith("*.")
         name = (text[2:] if wildcard else text).lower().rstrip(".")
         with contextlib.suppress(ValueError):

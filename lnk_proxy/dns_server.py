@@ -21,7 +21,6 @@ nothing. The kill switch and a pause refuse every query (REFUSED).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 
 from lnk_dns.answer import Local, Outside, Refuse, decide
@@ -141,10 +140,7 @@ class DnsService:
     def __init__(self, proxy: Proxy, *, rules: tuple[HostRule, ...],
                  server: tuple[str, int] | None) -> None:
         self.proxy = proxy
-        # Names of endpoints and [lan] hosts (not [network] hosts: a program that uses
-        # the proxy variables never looks a name up). [lan] addresses need no DNS.
-        self.rules = tuple(rule for rule in rules
-                           if not (rule.lan and _is_address(rule.name)))
+        self.rules = rules  # the names of endpoints and [lan] hosts
         self.server = server or system_server()
         self.closers: list[asyncio.BaseTransport | asyncio.Server] = []
         self.tasks: set[asyncio.Task[None]] = set()
@@ -223,17 +219,16 @@ class DnsService:
         log = self.proxy.log
         name = query.name or "."
         kind = f"kind=dns type={query.qtype}"
-        rcode = "REFUSED"
-        records: list[Record] = []
         try:
             self.proxy.gate(counted=False)
         except Refused as refusal:
             log.write("refused", name, f"{kind} reason={refusal.reason}")
-            return self._reply(query, rcode, records, udp)
+            return self._reply(query, "REFUSED", [], udp)
         decision = decide(query, allowed=self.allowed, give=self.give)
         if isinstance(decision, Refuse | Local):
             # The same query gets the same answer for the sandbox's life (an address
             # once given is kept): the reply is kept, and a repeat skips the parsing.
+            records: list[Record] = []
             if isinstance(decision, Refuse):
                 event, detail = "refused", f"{kind} reason={decision.reason}"
             else:
@@ -245,14 +240,12 @@ class DnsService:
                 self.answered.clear()
             self.answered[(udp, data[2:])] = (event, name, detail, answer)
             return answer
-        else:
-            try:
-                self.proxy.gate()  # asking outside is a call: it counts toward calls a minute
-            except Refused as refusal:
-                log.write("refused", name, f"{kind} reason={refusal.reason}")
-                return self._reply(query, rcode, records, udp)
-            return _Pending(query, decision, udp)
-        return self._reply(query, rcode, records, udp)
+        try:
+            self.proxy.gate()  # asking outside is a call: it counts toward calls a minute
+        except Refused as refusal:
+            log.write("refused", name, f"{kind} reason={refusal.reason}")
+            return self._reply(query, "REFUSED", [], udp)
+        return _Pending(query, decision, udp)
 
     @staticmethod
     def _reply(query: Query, rcode: str, records: list[Record], udp: bool) -> bytes:
@@ -279,11 +272,3 @@ class DnsService:
         return self._reply(query, rcode if rcode in ("NOERROR", "NXDOMAIN") else "SERVFAIL",
                            records, pending.udp)
 
-
-def _is_address(text: str) -> bool:
-    import ipaddress
-
-    with contextlib.suppress(ValueError):
-        ipaddress.ip_address(text)
-        return True
-    return False

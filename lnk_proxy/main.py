@@ -47,8 +47,10 @@ def serve(listeners: list[tuple[int, str]], options: dict[str, list[str]]) -> No
     server_address = from_environment()
     settings, wire = options["--settings"][0], options["--wire"][0]
     named = (tuple(options["--endpoint"]), tuple(options["--lan"]))
-    rules = (*parse_hosts(tuple(options["--host"])), *parse_hosts(named[0]),
-             *parse_hosts(named[1], lan=True))
+    # The names the sandbox's DNS gives addresses to: endpoints and [lan] hosts by name
+    # (not [network] hosts: a program that uses the proxy variables looks nothing up).
+    looked_up = (*parse_hosts(named[0]), *parse_hosts(named[1], lan=True))
+    rules = (*parse_hosts(tuple(options["--host"])), *looked_up)
     book = endpoints.AddressBook(endpoints.fixed_names(endpoints.entries(*named)))
     proxy = Proxy(rules=rules, machine=Machine.gather(), book=book,
                   log=WireLog(settings, wire), settings=settings, wire=wire,
@@ -67,9 +69,9 @@ def serve(listeners: list[tuple[int, str]], options: dict[str, list[str]]) -> No
                 if dns is None:
                     from lnk_proxy.dns_server import DnsService
 
-                    dns = DnsService(proxy, rules=(*parse_hosts(named[0]),
-                                                   *parse_hosts(named[1], lan=True)),
-                                     server=server_address)
+                    dns = DnsService(proxy, rules=tuple(
+                        rule for rule in looked_up if not endpoints.is_address(rule.name)),
+                        server=server_address)
                     closers.append(dns.close)
                 await dns.serve(sock, udp=kind == "udp")
                 continue

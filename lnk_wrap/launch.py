@@ -285,16 +285,13 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
     info = _read_info(info_read)
     sandbox["pid"] = info.get("child-pid")
     if wire is not None:
+        from lnk_dns.helper import HelperError, make_sockets
+
         try:
             if sandbox["pid"] is not None:
-                from lnk_dns.helper import HelperError, make_sockets
-
-                try:
-                    make_sockets(sandbox["pid"], info.get("net-namespace", 0), wire.plan,
-                                 wire.lan_addresses, wire.channels)
-                except HelperError as error:
-                    raise LaunchError(str(error)) from None
-        except LaunchError:
+                make_sockets(sandbox["pid"], info.get("net-namespace", 0), wire.plan,
+                             wire.lan_addresses, wire.channels)
+        except HelperError as error:
             # Never let the program start without its wire: the sandbox's own first
             # process first (bubblewrap's inside one outlives an outer one killed), and
             # the init, which waits for the go-ahead, refuses at the end of its pipe.
@@ -306,7 +303,7 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
                         pass
             os.waitpid(child, 0)
             wire.end()
-            raise
+            raise LaunchError(str(error)) from None
         finally:
             for channel in wire.channels.values():
                 os.close(channel)
