@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 else:
     import _socket
 
-__all__ = ["LABEL_BYTES", "receive_fd", "receive_labelled", "send_fd"]
+__all__ = ["LABEL_BYTES", "receive_fd", "receive_fds", "receive_labelled", "send_fd", "send_fds"]
 
 # A label says what a descriptor is for ("dns udp 127.0.0.1 53"): short, one message.
 LABEL_BYTES = 128
@@ -22,12 +22,39 @@ LABEL_BYTES = 128
 def send_fd(channel: int, fd: int, label: bytes = b"L") -> None:
     """Send `fd` with a short label (what it is for; at most LABEL_BYTES) over the
     socket `channel`, which stays open."""
+    send_fds(channel, (fd,), label)
+
+
+def send_fds(channel: int, fds: tuple[int, ...], label: bytes = b"L") -> None:
+    """Send several descriptors in one message (they arrive together or not at all)."""
     sock = _socket.socket(fileno=channel)
     try:
         sock.sendmsg([label[:LABEL_BYTES]], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
-                               fd.to_bytes(4, sys.byteorder))])
+                               b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds))])
     finally:
         sock.detach()
+
+
+def receive_fds(channel: int, count: int) -> tuple[int, ...] | None:
+    """Exactly `count` descriptors sent in one message over `channel`, or None when the
+    other end closed without sending them (any received are closed)."""
+    sock = _socket.socket(fileno=channel)
+    try:
+        _, ancillary, _, _ = sock.recvmsg(LABEL_BYTES, _socket.CMSG_SPACE(4 * count))
+    finally:
+        sock.detach()
+    fds: list[int] = []
+    for level, kind, data in ancillary:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            fds += [int.from_bytes(data[at:at + 4], sys.byteorder)
+                    for at in range(0, len(data) - 3, 4)]
+    if len(fds) != count:
+        for fd in fds:
+            import os
+
+            os.close(fd)
+        return None
+    return tuple(fds)
 
 
 def receive_fd(channel: int) -> int | None:

@@ -2,8 +2,8 @@
 
 The program is compiled ahead of time from the table in lnk_wrap.seccomp_filter (see
 there why), read from lnk_wrap/filters/, and installed with one seccomp(2) call. With a
-listener (the "watched" variant), the kernel returns the file descriptor the exec watch
-answers notifications on; the init hands it out and closes its own copy, so that when
+listener (every sandbox's), the kernel returns the file descriptor the watch answers
+notifications on; the init hands it out and closes its own copy, so that when
 the watch is gone, every notifying call fails (ENOSYS): closed, never open.
 
 Trust: the filter applies to the calling thread and everything it execs (the init is

@@ -35,10 +35,10 @@ import stat
 import sys
 import time
 
-from lnk_common.fdpass import receive_fd
+from lnk_common.fdpass import receive_fds
 from lnk_common.syscalls import libc
 from lnk_common.wirelog import printable
-from lnk_execwatch import notify
+from lnk_execwatch import notify, sockets
 from lnk_execwatch.judge import (
     SHEBANG_BYTES,
     Commands,
@@ -229,12 +229,15 @@ def read_head_inside(pid: int, path: str) -> bytes | None:
 
 
 class Watch:
-    __slots__ = ("cache", "commands", "learn", "listener", "log", "say", "spec", "written")
+    __slots__ = ("cache", "commands", "learn", "listener", "log", "say", "sockets", "spec",
+                 "written")
 
     def __init__(self, listener: int, commands: Commands | None, *, spec: str, log: str,
-                 learn: str, say: Callable[[str], None], written: tuple[str, ...] = ()
-                 ) -> None:
+                 learn: str, say: Callable[[str], None], written: tuple[str, ...] = (),
+                 diag: int = -1) -> None:
         self.listener = listener
+        self.sockets = sockets.SocketGuard(listener, diag, read_memory=read_memory,
+                                           refused=self.refused)
         self.written = written
         self.cache: dict[str, tuple[str, bytes]] = {}
         self.commands = commands
@@ -259,7 +262,9 @@ class Watch:
                     continue  # the caller went away before its call was read
                 raise
             try:
-                if call.nr == _MEMFD_CREATE:
+                if call.nr in (sockets.CONNECT, sockets.SENDTO):
+                    self.sockets.handle(call)
+                elif call.nr == _MEMFD_CREATE:
                     self.memfd_create(call)
                 else:
                     self.execve(call)
@@ -400,14 +405,15 @@ class Watch:
             os.close(made)
 
 
-def _receive_listener(socket_fd: int) -> int | None:
-    """The listener the init sends first thing, acknowledged with one byte; None when
-    none comes (the sandbox was never made, and the init, unacknowledged, runs nothing)."""
-    listener = receive_fd(socket_fd)
-    if listener is not None:
+def _receive_listener(socket_fd: int) -> tuple[int, int] | None:
+    """The listener and the sandbox's sock_diag socket the init sends first thing,
+    acknowledged with one byte; None when none come (the sandbox was never made, and the
+    init, unacknowledged, runs nothing)."""
+    received = receive_fds(socket_fd, 2)
+    if received is not None:
         os.write(socket_fd, b"+")
     os.close(socket_fd)
-    return listener
+    return None if received is None else (received[0], received[1])
 
 
 def _parse(argv: list[str]) -> dict[str, list[str]]:
@@ -448,10 +454,11 @@ def main(argv: list[str] | None = None) -> None:
         os.write(2, (message + "\n").encode("utf-8", "surrogateescape"))
 
     try:
-        listener = _receive_listener(int(options["--socket-fd"][0]))
-        if listener is None:
+        received = _receive_listener(int(options["--socket-fd"][0]))
+        if received is None:
             return
-        Watch(listener, commands, spec=(options["--spec"] or ["the policy"])[0],
+        listener, diag = received
+        Watch(listener, commands, diag=diag, spec=(options["--spec"] or ["the policy"])[0],
               log=os.path.join(settings, "sandbox", "programs.log"),
               learn=(options["--learn"] or [""])[0], say=say,
               written=tuple(options["--written"])).serve()

@@ -22,6 +22,7 @@ __all__ = [
     "add_fd_and_answer",
     "answer_continue",
     "answer_error",
+    "answer_value",
     "id_valid",
     "receive",
 ]
@@ -106,6 +107,14 @@ def answer_continue(listener: int, notification_id: int) -> None:
 
 def answer_error(listener: int, notification_id: int, code: int) -> None:
     _ioctl(listener, _SEND, _Response(notification_id, 0, -code, 0), "NOTIF_SEND")
+
+
+def answer_value(listener: int, notification_id: int, value: int) -> None:
+    """The call returns `value` (what the watch did in its place), or fails with -value."""
+    if value < 0:
+        answer_error(listener, notification_id, -value)
+        return
+    _ioctl(listener, _SEND, _Response(notification_id, value, 0, 0), "NOTIF_SEND")
 
 
 def add_fd_and_answer(listener: int, notification_id: int, fd: int, *, cloexec: bool) -> int:

@@ -129,8 +129,8 @@ class HostFacts:
         bound read only where the program could otherwise write it (lnk_wrap.dotfiles).
     loaders: the machine's program loaders (ld-linux…), runnable where [commands] lists
         programs: every dynamically linked program needs its loader run for it.
-    watch_fd: the init's end of the socket to the exec watch (the "watched" filter), or
-        None (the "plain" filter, no watch).
+    watch_fd: the init's end of the socket to the sandbox's watch (every sandbox has
+        one: it judges unix sockets; with [commands], programs too).
     block_fd: where the init waits for the launcher's go-ahead before running the
         program, while the DNS helper makes the sandbox's listening sockets in its
         network (a policy with a wire): the init's --go-fd.
@@ -432,9 +432,10 @@ def plan(policy: Policy, facts: HostFacts) -> Plan:
     if policy.commands:
         rules = [_without_execute(rule) for rule in rules]
         rules += [InitRule(Access.RUN, path) for path in (*policy.commands, *facts.loaders)]
-    filter_args: tuple[str, ...] = ("--filter", "plain")
+    variant = "programs" if policy.commands or policy.learn else "sockets"
+    filter_args: tuple[str, ...] = ("--filter", variant)
     if facts.watch_fd is not None:
-        filter_args = ("--filter", "watched", "--watch-fd", str(facts.watch_fd))
+        filter_args += ("--watch-fd", str(facts.watch_fd))
     go_args = ("--go-fd", str(facts.block_fd)) if facts.block_fd is not None else ()
     return Plan(options=(*head, *system, *mounts, *tail), rules=tuple(rules),
                 filter_args=filter_args, go_args=go_args)

@@ -1,14 +1,16 @@
 """lnk-sandbox-init: the first program inside the sandbox, and the last of ours.
 
-    lnk-sandbox-init --filter plain|watched [--watch-fd N] [--go-fd N] --rule ACCESS:PATH …
+    lnk-sandbox-init --filter sockets|programs --watch-fd N [--go-fd N] --rule ACCESS:PATH …
                      -- COMMAND [ARG…]
 
 Order of operations, each checked, any failure refusing to run the program (exit 125):
 1. Read the options (ACCESS is one of lnk_wrap.bwrap.Access).
-2. Install the seccomp filter (lnk_wrap.seccomp_filter says what it refuses), the
-   first thing inside, and check it took effect. The "watched" one comes with a
-   listener: send it to the exec watch over the inherited socket N, wait for the
-   watch's one-byte acknowledgement (so nothing runs unwatched), close both.
+2. Open a sock_diag netlink socket: it belongs to the sandbox's network namespace, so
+   the watch outside can list the unix sockets bound in it (made inside this sandbox).
+   Install the seccomp filter (lnk_wrap.seccomp_filter says what it refuses and what
+   it hands over), the first thing inside, and check it took effect. Send its listener
+   and the netlink socket to the watch over the inherited socket N, wait for the
+   watch's one-byte acknowledgement (so nothing runs unwatched), close all three.
    With --go-fd N: wait for the launcher's go-ahead, one byte "x" on N, sent once the
    sandbox's ways out exist (lnk_dns.helper made its sockets). Anything else, the end of
    the pipe included (the launcher refused, or died), and nothing runs. This is why the
@@ -51,7 +53,9 @@ class InitError(Exception):
     """The sandbox cannot be finished as asked; the program is not run."""
 
 
-_FILTERS = ("plain", "watched")
+_FILTERS = ("sockets", "programs")
+_AF_NETLINK = 16
+_NETLINK_SOCK_DIAG = 4
 _FILTER_FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "filters")
 _ARCH = "x86_64"
 
@@ -95,31 +99,42 @@ def parse(argv: list[str]) -> Options:
         raise InitError("expected OPTIONS -- COMMAND [ARG…]")
     if not options.filter:
         raise InitError("--filter is required: no sandbox runs without its seccomp filter")
-    if (options.filter == "watched") != (options.watch_fd >= 0):
-        raise InitError("the watched filter needs --watch-fd, and only it")
+    if options.watch_fd < 0:
+        raise InitError("--watch-fd is required: no sandbox runs without its watch")
     return options
 
 
 def install_filter(options: Options) -> None:
-    """The seccomp filter, first; with a listener, handed to the exec watch."""
+    """The seccomp filter, first; its listener and the sandbox's sock_diag socket handed
+    to the watch."""
+    import _socket
+
     if os.uname().machine != _ARCH:
         raise InitError(f"no seccomp filter is built for {os.uname().machine} yet "
                         f"(only {_ARCH}); refusing to run unfiltered")
     try:
+        diag = _socket.socket(_AF_NETLINK, _socket.SOCK_RAW | _socket.SOCK_CLOEXEC,
+                              _NETLINK_SOCK_DIAG)
+    except OSError as error:
+        raise InitError(f"cannot open the sandbox's sock_diag socket: {error.strerror}"
+                        ) from None
+    try:
         with open(os.path.join(_FILTER_FOLDER, f"{_ARCH}-{options.filter}.bpf"), "rb") as handle:
             program = handle.read(seccomp.MAX_INSTRUCTIONS * 8 + 1)
-        listener = seccomp.install(program, listener=options.filter == "watched")
+        listener = seccomp.install(program, listener=True)
     except seccomp.SeccompError as error:
+        diag.close()
         raise InitError(str(error)) from None
     if listener is None:
-        return
-    from lnk_common.fdpass import send_fd
+        raise InitError("the seccomp filter gave no listener")
+    from lnk_common.fdpass import send_fds
 
     try:
-        send_fd(options.watch_fd, listener)
+        send_fds(options.watch_fd, (listener, diag.fileno()))
         os.close(listener)
+        diag.close()
         if os.read(options.watch_fd, 1) != b"+":
-            raise InitError("the exec watch is not there to take the filter's listener")
+            raise InitError("the sandbox's watch is not there to take the filter's listener")
     finally:
         os.close(options.watch_fd)
 

@@ -242,10 +242,8 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
                 f"{path} is in [commands] of {policy.spec or 'the policy'} but the sandbox "
                 "cannot see it; grant a folder that holds it in [files] read"
             )
-    watch = None
-    if policy.commands or policy.learn:
-        watch, init_end = _start_watch(policy, facts.loaders, env)
-        facts = facts.with_watch(init_end)
+    watch, init_end = _start_watch(policy, facts.loaders)
+    facts = facts.with_watch(init_end)
     wire: _Wire | None = None
     if policy.has_wire():
         wire = _start_wire(policy, env)
@@ -255,7 +253,7 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
             "--", *command]
 
     os.set_inheritable(info_write, True)
-    if watch is not None and facts.watch_fd is not None:
+    if facts.watch_fd is not None:
         os.set_inheritable(facts.watch_fd, True)
     for fd in (facts.block_fd, *(fd for fd, _ in facts.data_files)):
         if fd is not None:
@@ -311,8 +309,7 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
             os.write(wire.block_write, b"x")  # the program may start: its ways out exist
         os.close(wire.block_write)
     _, status = os.waitpid(child, 0)
-    if watch is not None:
-        _end_helper(watch, None)
+    _end_helper(watch, None)
     if wire is not None:
         wire.end()
     if sandbox["pid"] is None:
@@ -330,31 +327,67 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
 WATCH_EXIT_SECONDS = 2.0
 
 
-def _start_watch(policy: Policy, loaders: tuple[str, ...],
-                 env: Mapping[str, str]) -> tuple[int, int]:
-    """Start lnk-sandbox-exec-watch on one end of a socket pair; return its pid and the
-    other end, for the init (lnk_execwatch.main says what it does)."""
-    import _socket
+# The watch's name in ps, top and /proc/PID/comm (at most 15 bytes).
+WATCH_PROCESS_NAME = b"lnk-watch"
+_PR_SET_NAME = 15
 
-    from lnk_wrap.helpers import helper_argv
+
+def _start_watch(policy: Policy, loaders: tuple[str, ...]) -> tuple[int, int]:
+    """Start the sandbox's watch (lnk_execwatch.main says what it does) on one end of a
+    socket pair; return its pid and the other end, for the init.
+
+    Every sandbox has one: it judges unix sockets, and with [commands] programs too. It
+    is this launcher forked, not a new interpreter (lnk-sandbox-exec-watch is the same
+    code for an administrator): a Python start is some 10 ms at every sandbox start, a
+    fork well under one, and the watch's imports happen while bubblewrap makes the
+    sandbox."""
+    import _socket
 
     watch_end, init_end = (end.detach() for end in
                            _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM))
-    argv = [*helper_argv("exec-watch"), "--socket-fd", str(watch_end),
-            "--settings", policy.settings]
+    argv = ["--socket-fd", str(watch_end), "--settings", policy.settings]
     if policy.spec:
         argv += ["--spec", policy.spec]
     for path in policy.write:
         argv += ["--written", path]
     if policy.learn:
         argv += ["--learn", policy.learn]
-    else:
+    elif policy.commands:
         argv.append("--commands")
         for path in policy.commands:
             argv += ["--run", path]
         for path in loaders:
             argv += ["--loader", path]
-    return _spawn_helper(argv, env, given=watch_end, kept=init_end), init_end
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(watch_end)
+        os.close(init_end)
+        raise
+    if pid == 0:  # the watch: it never returns into the launcher's code
+        code = 1
+        try:
+            # The terminal's signals are the program's (the launcher passes them on);
+            # the watch ends with the sandbox, or with the launcher (PDEATHSIG).
+            for signum in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTERM,
+                           signal.SIGUSR1, signal.SIGUSR2):
+                signal.signal(signum, signal.SIG_IGN)
+            from lnk_common.syscalls import libc
+
+            libc.prctl(_PR_SET_NAME, WATCH_PROCESS_NAME, 0, 0, 0)  # for ps and a person
+            os.close(init_end)
+            os.closerange(3, watch_end)
+            os.closerange(watch_end + 1, 1 << 16)
+            from lnk_execwatch.main import main as watch_main
+
+            watch_main(argv)
+            code = 0
+        except SystemExit as done:
+            code = done.code if isinstance(done.code, int) else 1
+        finally:
+            os._exit(code)
+    os.close(watch_end)
+    return pid, init_end
 
 
 def _end_helper(pid: int, first: int | None) -> None:

@@ -9,12 +9,18 @@ kernel's attack surface, while what a program may reach is the mounts', Landlock
 the namespaces' job. Foreign architectures (i386's int 0x80 on x86-64) and x32 numbers
 are refused whole (ENOSYS), so a program cannot reach a listed call by another number.
 
-Two variants, compiled from the same table:
-- "plain": the table, and `execveat` with AT_EMPTY_PATH (running a descriptor) refused.
-- "watched" (where [commands] lists programs, and for `learn`): also hands execve and
-  execveat to the exec watch (SECCOMP_RET_USER_NOTIF), and memfd_create without
-  MFD_NOEXEC_SEAL, so the watch makes the memory file sealed non-executable; a huge-page
-  memory file (MFD_HUGETLB) gets EINVAL: hugetlbfs takes the seal but does not enforce it.
+Two variants, compiled from the same table, each handing calls to the sandbox's watch
+(lnk_execwatch: SECCOMP_RET_USER_NOTIF) outside:
+- "sockets" (every sandbox): the table, `execveat` with AT_EMPTY_PATH (running a
+  descriptor) refused, and `connect`, and `sendto` with an address, handed to the watch:
+  the filter cannot see a socket's family nor read the address, and a unix socket is
+  reached by its path whatever the mounts say (Landlock ABI 7 has no right for it). The
+  watch lets every other family go on, and connects a unix socket itself, only to one
+  made inside this sandbox (lnk_execwatch.sockets).
+- "programs" (where [commands] lists programs, and for `learn`): also hands execve and
+  execveat to the watch, and memfd_create without MFD_NOEXEC_SEAL, so the watch makes
+  the memory file sealed non-executable; a huge-page memory file (MFD_HUGETLB) gets
+  EINVAL: hugetlbfs takes the seal but does not enforce it.
 
 pyseccomp (libseccomp) compiles the table to BPF here, at build time; the programs are
 kept in lnk_wrap/filters/ and loaded by the init with one system call, because importing
@@ -125,7 +131,7 @@ for _flag in _NAMESPACE_FLAGS:
         ("unshare", 0, _flag, _flag, errno.EPERM, "makes a new namespace"),
     )
 
-VARIANTS = ("plain", "watched")
+VARIANTS = ("sockets", "programs")
 
 
 def filter_path(variant: str, folder: str | None = None) -> str:
@@ -149,7 +155,12 @@ def compile_filter(variant: str) -> bytes:
     for name, index, mask, value, code, _why in REFUSED_WHEN:
         rules.add_rule(seccomp.ERRNO(code), name,
                        seccomp.Arg(index, seccomp.MASKED_EQ, mask, value))
-    if variant == "watched":
+    # Every variant: the calls that can reach a unix socket by its path. sendmsg and
+    # sendmmsg carry their address inside a msghdr the filter cannot read, and are not
+    # handed over (their cost and the residue: docs/ARCHITECTURE.md).
+    rules.add_rule(seccomp.NOTIFY, "connect")
+    rules.add_rule(seccomp.NOTIFY, "sendto", seccomp.Arg(4, seccomp.NE, 0))
+    if variant == "programs":
         # libseccomp drops a conditional ERRNO rule when the same call has an
         # unconditional NOTIFY one: each NOTIFY rule takes the opposite condition.
         rules.add_rule(seccomp.NOTIFY, "execve")

@@ -34,6 +34,7 @@ FACTS = HostFacts(
     packages="/opt/lnk",
     cwd="/home/u/src/app",
     info_fd=4,
+    watch_fd=5,
 )
 
 

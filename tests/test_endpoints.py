@@ -763,7 +763,8 @@ def test_the_launcher_refuses_ports_that_collide_before_anything_starts(
 
 
 @pytest.mark.parametrize(("said", "runs"), [(b"", False), (b"y", False), (b"x", True)])
-def test_the_init_runs_the_program_only_on_the_go_ahead(said: bytes, runs: bool) -> None:
+def test_the_init_runs_the_program_only_on_the_go_ahead(said: bytes, runs: bool,
+                                                         tmp_path: Path) -> None:
     """The init waits on --go-fd for exactly "x": the end of the pipe (a launcher that
     refused or was killed) or anything else, and the program is not run."""
     from lnk_wrap.helpers import helper_argv
@@ -771,12 +772,20 @@ def test_the_init_runs_the_program_only_on_the_go_ahead(said: bytes, runs: bool)
     read_end, write_end = os.pipe()
     os.write(write_end, said)
     os.close(write_end)
+    watch_end, init_end = socket.socketpair()
+    watch = subprocess.Popen(
+        [*helper_argv("exec-watch"), "--socket-fd", str(watch_end.fileno()),
+         "--settings", str(tmp_path)], pass_fds=(watch_end.fileno(),))
+    watch_end.close()
     done = subprocess.run(
-        [*helper_argv("init"), "--filter", "plain", "--go-fd", str(read_end),
+        [*helper_argv("init"), "--filter", "sockets", "--watch-fd", str(init_end.fileno()),
+         "--go-fd", str(read_end),
          "--rule", "read:/usr", "--rule", "read:/lib", "--rule", "read:/lib64",
-         "--", "/usr/bin/true"], pass_fds=(read_end,), capture_output=True, text=True,
-        timeout=SANDBOX_TIMEOUT_SECONDS, check=False)
+         "--", "/usr/bin/true"], pass_fds=(read_end, init_end.fileno()), capture_output=True,
+        text=True, timeout=SANDBOX_TIMEOUT_SECONDS, check=False)
     os.close(read_end)
+    init_end.close()
+    watch.wait(timeout=SANDBOX_TIMEOUT_SECONDS)
     if runs:
         assert done.returncode == 0, done.stderr
     else:

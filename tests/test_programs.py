@@ -14,6 +14,7 @@ from pathlib import Path
 import pyseccomp
 import pytest
 
+from lnk_wrap.launch import WATCH_PROCESS_NAME
 from lnk_wrap.seccomp_filter import REFUSED
 from tests.conftest import (
     LNK_SANDBOX,
@@ -361,13 +362,13 @@ def _find_watch(launcher: int) -> int:
             if not entry.isdigit():
                 continue
             try:
-                with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                    words = handle.read().split(b"\0")
+                with open(f"/proc/{entry}/comm", "rb") as handle:
+                    name = handle.read().strip()
                 with open(f"/proc/{entry}/stat") as handle:
                     parent = int(handle.read().rsplit(")", 1)[1].split()[1])
             except OSError:
                 continue
-            if b"exec-watch" in words and parent in (launcher, *_children(launcher)):
+            if name == WATCH_PROCESS_NAME and parent in (launcher, *_children(launcher)):
                 return int(entry)
         time.sleep(0.01)
     raise AssertionError("no exec watch found")

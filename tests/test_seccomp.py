@@ -177,7 +177,7 @@ def test_calls_with_arguments(variant: str, name: str, args: tuple[int, ...],
 
 
 @pytest.mark.parametrize(
-    ("name", "args", "plain", "watched"),
+    ("name", "args", "sockets", "programs"),
     [
         ("execve", (0, 0, 0), ALLOW, NOTIFY),
         ("execveat", (3, 0, 0, 0, 0), ALLOW, NOTIFY),
@@ -190,11 +190,31 @@ def test_calls_with_arguments(variant: str, name: str, args: tuple[int, ...],
         ("memfd_create", (0, MFD_HUGETLB | MFD_NOEXEC_SEAL), ALLOW, ERRNO | errno.EINVAL),
     ],
 )
-def test_the_watched_variant_hands_exec_and_memory_files_to_the_watch(
-    name: str, args: tuple[int, ...], plain: int, watched: int
+def test_the_programs_variant_hands_exec_and_memory_files_to_the_watch(
+    name: str, args: tuple[int, ...], sockets: int, programs: int
 ) -> None:
-    _expect("plain", nr(name), args, plain)
-    _expect("watched", nr(name), args, watched)
+    _expect("sockets", nr(name), args, sockets)
+    _expect("programs", nr(name), args, programs)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize(
+    ("name", "args", "expected"),
+    [
+        ("connect", (3, 0x1000, 16), NOTIFY),  # every family: the filter cannot see it
+        ("connect", (3, 0, 0), NOTIFY),
+        ("sendto", (3, 0x1000, 5, 0, 0x2000, 110), NOTIFY),  # with an address
+        ("sendto", (3, 0x1000, 5, 0, 0, 0), ALLOW),  # a connected socket's send
+        ("sendto", (3, 0x1000, 5, 0, 1 << 32, 0), NOTIFY),  # the pointer's high half
+        ("sendmsg", (3, 0x1000, 0), ALLOW),  # its address is in memory: the residue
+        ("bind", (3, 0x1000, 110), ALLOW),
+        ("socketpair", (1, 1, 0, 0x1000), ALLOW),
+    ],
+)
+def test_every_variant_hands_connect_and_addressed_sendto_to_the_watch(
+    variant: str, name: str, args: tuple[int, ...], expected: int
+) -> None:
+    _expect(variant, nr(name), args, expected)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

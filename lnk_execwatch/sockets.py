@@ -1,0 +1,338 @@
+"""The watch's socket calls: a program connects to (or sends to) a unix socket by path
+only when that socket was made inside its own sandbox.
+
+Why here: a unix socket is reached by its path whatever the mounts say (a read-only
+mount does not stop connect), and Landlock ABI 7 has no right for it, so a read grant on
+`~` would reach Docker's socket, an ssh ControlMaster, a gpg-agent. The seccomp filter
+cannot see a socket's family nor read an address, so it hands every `connect` and every
+`sendto` with an address to this watch (lnk_wrap.seccomp_filter).
+
+Order of operations for one call, and why each step:
+1. Take the caller's socket itself (pidfd_getfd): the family and type are read from the
+   socket, never from the program's memory or its descriptor number, which another of
+   its threads may change at any moment.
+2. Read the address (and, for sendto, the data) once, from the caller's memory; check the
+   call is still pending (ID_VALID), so what was read was read from the caller.
+3. Do the call here, on the socket taken, with the copy read: never let the program's
+   call go on (CONTINUE would have the kernel read the descriptor and the address again,
+   after the check). A unix path is resolved inside the sandbox's root (openat2
+   RESOLVE_IN_ROOT), pinned (O_PATH), checked to be a socket bound in the sandbox's own
+   network namespace (sock_diag, lnk_execwatch.unixdiag), and connected to through the
+   pin (/proc/self/fd/N): a path swapped after the check changes nothing. Other families
+   and abstract addresses are used as read: the socket keeps the network namespace it was
+   made in, the sandbox's own, where only the sandbox's sockets and loopback are.
+4. Answer with the call's result. A call on a socket that may block (no O_NONBLOCK, no
+   MSG_DONTWAIT) is done by a worker thread, so one slow peer stalls only its caller.
+
+A refusal is EACCES (what a socket without the write bit gives), named in one line on
+the sandbox's stderr and in Link's settings (the watch's log).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import stat
+
+from lnk_common.syscalls import libc, syscall
+from lnk_execwatch import notify
+from lnk_execwatch.unixdiag import (
+    AF_UNIX,
+    PATH,
+    UnixDiagError,
+    dump_request,
+    kernel_device,
+    parse_dump,
+    parse_unix_address,
+)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import queue
+    import threading
+    from collections.abc import Callable
+
+__all__ = ["CONNECT", "SENDTO", "SocketGuard"]
+
+CONNECT = 42
+SENDTO = 44
+_SYS_PIDFD_OPEN = 434
+_SYS_PIDFD_GETFD = 438
+_SYS_OPENAT2 = 437
+_PIDFD_THREAD = 0o200  # O_EXCL: a notification names a thread, not a process
+_RESOLVE_NO_MAGICLINKS = 0x02
+_RESOLVE_IN_ROOT = 0x10
+_SOL_SOCKET = 1
+_SO_TYPE = 3
+_SO_DOMAIN = 39
+_SOCK_STREAM = 1
+_SOCK_DGRAM = 2
+_MSG_DONTWAIT = 0x40
+_F_GETFL = 3
+
+# The kernel copies at most a sockaddr_storage; a longer address is EINVAL.
+SOCKADDR_MAX = 128
+# Data of one sendto with an address done here. A datagram longer than this gets
+# EMSGSIZE (a unix datagram's default ceiling is ~208 KiB, UDP's 64 KiB); a stream
+# socket is sent this much (a short write, which a stream allows).
+SENDTO_MAX = 1 << 20
+PATH_MAX = 4096
+# Threads doing calls that may block; more wait in line (only their callers wait).
+MAX_WORKERS = 64
+# Threads' descriptors remembered (pidfds); a sandbox runs a few hundred at most.
+MAX_PIDFDS = 1024
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64),
+                ("resolve", ctypes.c_uint64)]
+
+
+_connect = libc.connect
+_connect.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+_sendto = libc.sendto
+_sendto.restype = ctypes.c_ssize_t
+_sendto.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int,
+                    ctypes.c_char_p, ctypes.c_uint32]
+_getsockopt = libc.getsockopt
+_getsockopt.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+                        ctypes.c_void_p]
+
+
+def _socket_option(fd: int, option: int) -> int:
+    value = ctypes.c_int(0)
+    size = ctypes.c_uint32(4)
+    ctypes.set_errno(0)
+    if _getsockopt(fd, _SOL_SOCKET, option, ctypes.byref(value), ctypes.byref(size)) < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    return value.value
+
+
+def _signed(value: int) -> int:
+    return int.from_bytes((value & 0xFFFFFFFF).to_bytes(4, "little"), "little", signed=True)
+
+
+class _Call:
+    """One call to do here: on `fd` (taken from the caller; closed after), connect to
+    `address`, or send `data` to it with `flags`."""
+
+    __slots__ = ("address", "data", "fd", "flags", "id", "nr", "pin")
+
+    def __init__(self, nr: int, id: int, fd: int, address: bytes, data: bytes = b"",
+                 flags: int = 0, pin: int = -1) -> None:
+        self.nr = nr
+        self.id = id
+        self.fd = fd
+        self.address = address
+        self.data = data
+        self.flags = flags
+        self.pin = pin
+
+
+class SocketGuard:
+    """Answers `connect` and `sendto`-with-an-address notifications of one sandbox."""
+
+    __slots__ = ("counting", "diag", "idle", "listener", "pidfds", "queue", "read_memory",
+                 "refused", "sequence", "workers")
+
+    def __init__(self, listener: int, diag: int, *,
+                 read_memory: Callable[[int, int, int], bytes],
+                 refused: Callable[[str], None]) -> None:
+        self.listener = listener
+        self.diag = diag
+        self.read_memory = read_memory
+        self.refused = refused
+        self.pidfds: dict[int, int] = {}
+        self.sequence = 0
+        self.queue: queue.SimpleQueue[_Call] | None = None
+        self.workers = 0
+        self.idle = 0
+        self.counting: threading.Lock | None = None
+
+    def handle(self, call: notify.Notification) -> None:
+        taken = -1
+        try:
+            taken = self._take(call.pid, _signed(call.args[0]))
+            work = self._prepare(call, taken)
+        except OSError as error:
+            if taken >= 0:
+                os.close(taken)
+            notify.answer_error(self.listener, call.id, error.errno or errno.EINVAL)
+            return
+        if work is None:
+            os.close(taken)
+            return
+        if self._may_block(work):
+            self._hand_to_worker(work)
+        else:
+            self._finish(work)
+
+    # -- what the call is ---------------------------------------------------------------
+
+    def _take(self, tid: int, fd: int) -> int:
+        """The caller's socket, as a descriptor of this process."""
+        for _ in range(2):
+            pidfd = self.pidfds.get(tid)
+            if pidfd is None:
+                if len(self.pidfds) >= MAX_PIDFDS:
+                    for old in self.pidfds.values():
+                        os.close(old)
+                    self.pidfds.clear()
+                pidfd = syscall(_SYS_PIDFD_OPEN, ctypes.c_int(tid), ctypes.c_uint(_PIDFD_THREAD))
+                self.pidfds[tid] = pidfd
+            try:
+                return syscall(_SYS_PIDFD_GETFD, ctypes.c_int(pidfd), ctypes.c_int(fd),
+                               ctypes.c_uint(0))
+            except ProcessLookupError:
+                os.close(self.pidfds.pop(tid))  # a thread gone, its number taken again
+        raise OSError(errno.ESRCH, "the calling thread is gone")
+
+    def _prepare(self, call: notify.Notification, taken: int) -> _Call | None:
+        """Read what the call needs, decide, and return the call to do here; None when it
+        was answered (refused) already."""
+        family = _socket_option(taken, _SO_DOMAIN)
+        if call.nr == CONNECT:
+            address_at, address_length = call.args[1], _signed(call.args[2])
+        else:
+            address_at, address_length = call.args[4], _signed(call.args[5])
+        if not 0 <= address_length <= SOCKADDR_MAX:
+            raise OSError(errno.EINVAL, "address length")
+        address = self._read(call.pid, address_at, address_length)
+        data, flags = b"", 0
+        if call.nr == SENDTO:
+            length, flags = call.args[2], _signed(call.args[3])
+            kind = _socket_option(taken, _SO_TYPE)
+            if length > SENDTO_MAX and kind != _SOCK_STREAM:
+                raise OSError(errno.EMSGSIZE, "datagram too long")
+            data = self._read(call.pid, call.args[1], min(length, SENDTO_MAX))
+        if not notify.id_valid(self.listener, call.id):
+            return None  # the caller is gone or interrupted: what was read is not its
+        work = _Call(call.nr, call.id, taken, address, data, flags)
+        if family != AF_UNIX:
+            return work
+        try:
+            target = parse_unix_address(address)
+        except UnixDiagError:
+            raise OSError(errno.EINVAL, "not a unix socket address") from None
+        if target.kind != PATH:
+            return work
+        work.pin = self._pin(call.pid, os.fsdecode(target.name))
+        try:
+            if not self._made_inside(work.pin):
+                shown = os.fsdecode(target.name)
+                self.refused(f"refused to {'connect' if call.nr == CONNECT else 'send'} to "
+                             f"the unix socket {shown}: it was not made inside this sandbox "
+                             "(the sandbox's one way out is its wire)")
+                os.close(work.pin)
+                notify.answer_error(self.listener, call.id, errno.EACCES)
+                return None
+        except BaseException:
+            os.close(work.pin)
+            raise
+        work.address = (AF_UNIX.to_bytes(2, "little")
+                        + f"/proc/self/fd/{work.pin}".encode() + b"\0")
+        return work
+
+    def _read(self, pid: int, address: int, length: int) -> bytes:
+        if length == 0:
+            return b""
+        data = self.read_memory(pid, address, length)
+        if len(data) != length:
+            raise OSError(errno.EFAULT, "unreadable")
+        return data
+
+    def _pin(self, pid: int, path: str) -> int:
+        """The file at `path` as the caller sees it, resolved inside the sandbox's root,
+        held by an O_PATH descriptor; a socket file that is not there is refused by the
+        kernel's own error (ENOENT, ECONNREFUSED for a file that is no socket)."""
+        if not path.startswith("/"):
+            path = os.readlink(f"/proc/{pid}/cwd").rstrip("/") + "/" + path
+        if len(path) >= PATH_MAX:
+            raise OSError(errno.ENAMETOOLONG, "path")
+        root = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            how = _OpenHow(os.O_PATH | os.O_CLOEXEC, 0,
+                           _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
+            pin = syscall(_SYS_OPENAT2, ctypes.c_int(root),
+                          os.fsencode(path.lstrip("/") or "."), ctypes.byref(how),
+                          ctypes.c_size_t(ctypes.sizeof(how)))
+        finally:
+            os.close(root)
+        if not stat.S_ISSOCK(os.fstat(pin).st_mode):
+            os.close(pin)
+            raise OSError(errno.ECONNREFUSED, "not a socket")
+        return pin
+
+    def _made_inside(self, pin: int) -> bool:
+        """Whether a unix socket bound in the sandbox's own network namespace sits at the
+        pinned file (the pin keeps that inode from being freed and reused meanwhile)."""
+        info = os.fstat(pin)
+        wanted = (kernel_device(os.major(info.st_dev), os.minor(info.st_dev)), info.st_ino)
+        self.sequence = (self.sequence + 1) & 0xFFFFFFFF
+        os.write(self.diag, dump_request(self.sequence))
+        found = False
+        while True:
+            reply = os.read(self.diag, 1 << 16)
+            try:
+                bound, done = parse_dump(reply, self.sequence)
+            except UnixDiagError as error:
+                raise OSError(errno.EACCES, f"sock_diag: {error}") from None
+            found = found or wanted in bound
+            if done:
+                return found
+
+    # -- doing it -----------------------------------------------------------------------
+
+    def _may_block(self, work: _Call) -> bool:
+        if work.nr == SENDTO and work.flags & _MSG_DONTWAIT:
+            return False
+        import fcntl
+
+        return not fcntl.fcntl(work.fd, _F_GETFL) & os.O_NONBLOCK
+
+    def _finish(self, work: _Call) -> None:
+        ctypes.set_errno(0)
+        if work.nr == CONNECT:
+            result = _connect(work.fd, work.address, len(work.address))
+        else:
+            result = _sendto(work.fd, work.data, len(work.data), work.flags,
+                             work.address or None, len(work.address))
+        if result < 0:
+            result = -(ctypes.get_errno() or errno.EIO)
+        os.close(work.fd)
+        if work.pin >= 0:
+            os.close(work.pin)
+        try:  # noqa: SIM105 (contextlib is one more import at every start)
+            notify.answer_value(self.listener, work.id, result)
+        except notify.NotifyError:
+            pass  # the caller was interrupted meanwhile
+
+    def _hand_to_worker(self, work: _Call) -> None:
+        import queue
+        import threading
+
+        if self.queue is None or self.counting is None:
+            self.queue = queue.SimpleQueue()
+            self.counting = threading.Lock()
+        with self.counting:
+            start = self.idle == 0 and self.workers < MAX_WORKERS
+            if start:
+                self.workers += 1
+                self.idle += 1
+        if start:
+            threading.Thread(target=self._work, args=(self.queue, self.counting),
+                             daemon=True).start()
+        self.queue.put(work)
+
+    def _work(self, waiting: queue.SimpleQueue[_Call], counting: threading.Lock) -> None:
+        while True:
+            work = waiting.get()
+            with counting:
+                self.idle -= 1
+            try:
+                self._finish(work)
+            finally:
+                with counting:
+                    self.idle += 1
