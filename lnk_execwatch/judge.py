@@ -8,9 +8,7 @@ lets every call go on. These functions only read the values they are given.
 
 from __future__ import annotations
 
-import re
-
-__all__ = ["INTERPRETER_NAMES", "LOADER_OPTIONS_WITH_VALUE", "Commands", "interpreter_of",
+__all__ = ["INTERPRETER_NAMES_PATTERN", "LOADER_OPTIONS_WITH_VALUE", "Commands", "interpreter_of",
            "is_interpreter", "offer", "program_given_to_loader"]
 
 # The kernel reads this much of a file for its #! line (BINPRM_BUF_SIZE).
@@ -73,8 +71,9 @@ def program_given_to_loader(argv: list[str]) -> str | None:
 
 
 # Programs that run any code they are given (a script, a -c string, a file): listing
-# one lets a sandbox run anything through it. Matched on the file's name.
-INTERPRETER_NAMES = re.compile(
+# one lets a sandbox run anything through it. Matched on the file's name, by `learn`;
+# compiled when first used (`re` is 5 ms of every watch's start, and the watch needs it not).
+INTERPRETER_NAMES_PATTERN = (
     r"(python|pypy|perl|ruby|irb|node|nodejs|bun|deno|php|lua|luajit|tclsh|wish|"
     r"sh|bash|dash|zsh|ksh|mksh|fish|csh|tcsh|busybox|awk|gawk|mawk|nawk|java|jshell|"
     r"R|Rscript|guile|racket|sbcl|ghci|runghc|erl|escript|elixir|julia|osascript|"
@@ -84,7 +83,9 @@ INTERPRETER_NAMES = re.compile(
 
 
 def is_interpreter(path: str) -> bool:
-    return INTERPRETER_NAMES.fullmatch(path.rsplit("/", 1)[-1]) is not None
+    import re
+
+    return re.fullmatch(INTERPRETER_NAMES_PATTERN, path.rsplit("/", 1)[-1]) is not None
 
 
 def offer(

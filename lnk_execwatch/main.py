@@ -437,7 +437,9 @@ def _parse(argv: list[str]) -> dict[str, list[str]]:
     return options
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, received: tuple[int, int] | None = None) -> None:
+    """`received`: the listener and sock_diag socket, when the caller (the launcher's
+    fork) took them from the init already, so that the init goes on while this imports."""
     from lnk_common.syscalls import prctl
 
     try:
@@ -454,7 +456,8 @@ def main(argv: list[str] | None = None) -> None:
         os.write(2, (message + "\n").encode("utf-8", "surrogateescape"))
 
     try:
-        received = _receive_listener(int(options["--socket-fd"][0]))
+        if received is None:
+            received = _receive_listener(int(options["--socket-fd"][0]))
         if received is None:
             return
         listener, diag = received
@@ -463,7 +466,8 @@ def main(argv: list[str] | None = None) -> None:
               learn=(options["--learn"] or [""])[0], say=say,
               written=tuple(options["--written"])).serve()
     except (OSError, notify.NotifyError) as error:
-        say(f"lnk-sandbox-exec-watch: {error}; the sandbox's programs can no longer start")
+        say(f"lnk-sandbox-exec-watch: {error}; the sandbox's programs can no longer start "
+            "nor connect")
         sys.exit(1)
 
 

@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import os
+import select
 import stat
 
 from lnk_common.syscalls import libc, syscall
@@ -70,6 +72,8 @@ _SOCK_STREAM = 1
 _SOCK_DGRAM = 2
 _MSG_DONTWAIT = 0x40
 _F_GETFL = 3
+_F_SETFL = 4
+_SO_ERROR = 4
 
 # The kernel copies at most a sockaddr_storage; a longer address is EINVAL.
 SOCKADDR_MAX = 128
@@ -78,6 +82,9 @@ SOCKADDR_MAX = 128
 # socket is sent this much (a short write, which a stream allows).
 SENDTO_MAX = 1 << 20
 PATH_MAX = 4096
+# How long a blocking inet connect is waited for here before a worker takes it over: a
+# connection on the sandbox's own loopback is made in microseconds.
+CONNECT_WAIT_MS = 2
 # Threads doing calls that may block; more wait in line (only their callers wait).
 MAX_WORKERS = 64
 # Threads' descriptors remembered (pidfds); a sandbox runs a few hundred at most.
@@ -89,53 +96,98 @@ class _OpenHow(ctypes.Structure):
                 ("resolve", ctypes.c_uint64)]
 
 
-_connect = libc.connect
+class _IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
+
+
+_syscall = libc.syscall  # restype set by lnk_common.syscalls; no argtypes
+_connect = libc["connect"]  # its own function object: argtypes are per object
 _connect.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
-_sendto = libc.sendto
+_sendto = libc["sendto"]  # its own function object: argtypes are per object
 _sendto.restype = ctypes.c_ssize_t
 _sendto.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int,
                     ctypes.c_char_p, ctypes.c_uint32]
-_getsockopt = libc.getsockopt
+_getsockopt = libc["getsockopt"]  # its own function object: argtypes are per object
 _getsockopt.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
                         ctypes.c_void_p]
-
-
-def _socket_option(fd: int, option: int) -> int:
-    value = ctypes.c_int(0)
-    size = ctypes.c_uint32(4)
-    ctypes.set_errno(0)
-    if _getsockopt(fd, _SOL_SOCKET, option, ctypes.byref(value), ctypes.byref(size)) < 0:
-        code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code))
-    return value.value
+_process_vm_readv = libc["process_vm_readv"]  # its own function object: argtypes are per object
+_process_vm_readv.restype = ctypes.c_ssize_t
+_process_vm_readv.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong,
+                              ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
 
 
 def _signed(value: int) -> int:
     return int.from_bytes((value & 0xFFFFFFFF).to_bytes(4, "little"), "little", signed=True)
 
 
+def _failed() -> OSError:  # after a ctypes call made with use_errno
+    code = ctypes.get_errno() or errno.EIO
+    return OSError(code, os.strerror(code))
+
+
+class _Scratch:
+    """Buffers made once: every connect in the sandbox passes here, and building ctypes
+    objects for each would be most of its cost."""
+
+    __slots__ = ("address", "local", "option", "option_size", "remote", "size_at",
+                 "value_at")
+
+    def __init__(self) -> None:
+        self.address = ctypes.create_string_buffer(SOCKADDR_MAX)
+        self.local = _IoVec(ctypes.cast(self.address, ctypes.c_void_p), 0)
+        self.remote = _IoVec(0, 0)
+        self.option = ctypes.c_int(0)
+        self.option_size = ctypes.c_uint32(4)
+        self.value_at = ctypes.byref(self.option)
+        self.size_at = ctypes.byref(self.option_size)
+
+    def socket_option(self, fd: int, option: int) -> int:
+        self.option_size.value = 4
+        if _getsockopt(fd, _SOL_SOCKET, option, self.value_at, self.size_at) < 0:
+            raise _failed()
+        return self.option.value
+
+    def read_address(self, pid: int, at: int, length: int) -> bytes:
+        if length == 0:
+            return b""
+        self.local.length = length
+        self.remote.base = at
+        self.remote.length = length
+        done = _process_vm_readv(pid, ctypes.byref(self.local), 1, ctypes.byref(self.remote),
+                                 1, 0)
+        if done != length:
+            raise OSError(errno.EFAULT, "the address cannot be read")
+        return self.address.raw[:length]
+
+
 class _Call:
     """One call to do here: on `fd` (taken from the caller; closed after), connect to
     `address`, or send `data` to it with `flags`."""
 
-    __slots__ = ("address", "data", "fd", "flags", "id", "nr", "pin")
+    __slots__ = ("address", "data", "family", "fd", "flags", "id", "nr", "pin")
 
-    def __init__(self, nr: int, id: int, fd: int, address: bytes, data: bytes = b"",
-                 flags: int = 0, pin: int = -1) -> None:
+    def __init__(self, nr: int, id: int, fd: int, family: int, address: bytes,
+                 data: bytes = b"", flags: int = 0) -> None:
         self.nr = nr
         self.id = id
         self.fd = fd
+        self.family = family
         self.address = address
         self.data = data
         self.flags = flags
-        self.pin = pin
+        self.pin = -1
+
+    def close(self) -> None:
+        os.close(self.fd)
+        if self.pin >= 0:
+            os.close(self.pin)
 
 
 class SocketGuard:
     """Answers `connect` and `sendto`-with-an-address notifications of one sandbox."""
 
     __slots__ = ("counting", "diag", "idle", "listener", "pidfds", "queue", "read_memory",
-                 "refused", "sequence", "workers")
+                 "refused", "scratch", "sequence", "workers")
 
     def __init__(self, listener: int, diag: int, *,
                  read_memory: Callable[[int, int, int], bytes],
@@ -144,12 +196,13 @@ class SocketGuard:
         self.diag = diag
         self.read_memory = read_memory
         self.refused = refused
+        self.scratch = _Scratch()
         self.pidfds: dict[int, int] = {}
         self.sequence = 0
         self.queue: queue.SimpleQueue[_Call] | None = None
+        self.counting: threading.Lock | None = None
         self.workers = 0
         self.idle = 0
-        self.counting: threading.Lock | None = None
 
     def handle(self, call: notify.Notification) -> None:
         taken = -1
@@ -159,15 +212,16 @@ class SocketGuard:
         except OSError as error:
             if taken >= 0:
                 os.close(taken)
-            notify.answer_error(self.listener, call.id, error.errno or errno.EINVAL)
+            self._answer(call.id, -(error.errno or errno.EINVAL))
             return
         if work is None:
             os.close(taken)
-            return
-        if self._may_block(work):
-            self._hand_to_worker(work)
+        elif work.family == AF_UNIX:
+            self._hand_to_worker(work)  # rare, and a unix peer may make a caller wait
+        elif work.nr == CONNECT:
+            self._connect(work)
         else:
-            self._finish(work)
+            self._send(work)
 
     # -- what the call is ---------------------------------------------------------------
 
@@ -182,34 +236,35 @@ class SocketGuard:
                     self.pidfds.clear()
                 pidfd = syscall(_SYS_PIDFD_OPEN, ctypes.c_int(tid), ctypes.c_uint(_PIDFD_THREAD))
                 self.pidfds[tid] = pidfd
-            try:
-                return syscall(_SYS_PIDFD_GETFD, ctypes.c_int(pidfd), ctypes.c_int(fd),
-                               ctypes.c_uint(0))
-            except ProcessLookupError:
-                os.close(self.pidfds.pop(tid))  # a thread gone, its number taken again
+            taken = _syscall(_SYS_PIDFD_GETFD, pidfd, fd, 0)
+            if taken >= 0:
+                return int(taken)
+            error = _failed()
+            if error.errno != errno.ESRCH:
+                raise error
+            os.close(self.pidfds.pop(tid))  # a thread gone, its number taken again
         raise OSError(errno.ESRCH, "the calling thread is gone")
 
     def _prepare(self, call: notify.Notification, taken: int) -> _Call | None:
         """Read what the call needs, decide, and return the call to do here; None when it
         was answered (refused) already."""
-        family = _socket_option(taken, _SO_DOMAIN)
+        family = self.scratch.socket_option(taken, _SO_DOMAIN)
         if call.nr == CONNECT:
             address_at, address_length = call.args[1], _signed(call.args[2])
         else:
             address_at, address_length = call.args[4], _signed(call.args[5])
         if not 0 <= address_length <= SOCKADDR_MAX:
             raise OSError(errno.EINVAL, "address length")
-        address = self._read(call.pid, address_at, address_length)
+        address = self.scratch.read_address(call.pid, address_at, address_length)
         data, flags = b"", 0
         if call.nr == SENDTO:
             length, flags = call.args[2], _signed(call.args[3])
-            kind = _socket_option(taken, _SO_TYPE)
-            if length > SENDTO_MAX and kind != _SOCK_STREAM:
+            if length > SENDTO_MAX and self.scratch.socket_option(taken, _SO_TYPE) != _SOCK_STREAM:
                 raise OSError(errno.EMSGSIZE, "datagram too long")
             data = self._read(call.pid, call.args[1], min(length, SENDTO_MAX))
         if not notify.id_valid(self.listener, call.id):
             return None  # the caller is gone or interrupted: what was read is not its
-        work = _Call(call.nr, call.id, taken, address, data, flags)
+        work = _Call(call.nr, call.id, taken, family, address, data, flags)
         if family != AF_UNIX:
             return work
         try:
@@ -220,17 +275,17 @@ class SocketGuard:
             return work
         work.pin = self._pin(call.pid, os.fsdecode(target.name))
         try:
-            if not self._made_inside(work.pin):
-                shown = os.fsdecode(target.name)
-                self.refused(f"refused to {'connect' if call.nr == CONNECT else 'send'} to "
-                             f"the unix socket {shown}: it was not made inside this sandbox "
-                             "(the sandbox's one way out is its wire)")
-                os.close(work.pin)
-                notify.answer_error(self.listener, call.id, errno.EACCES)
-                return None
+            inside = self._made_inside(work.pin)
         except BaseException:
             os.close(work.pin)
             raise
+        if not inside:
+            os.close(work.pin)
+            self.refused(f"refused to {'connect' if call.nr == CONNECT else 'send'} to "
+                         f"the unix socket {os.fsdecode(target.name)}: it was not made "
+                         "inside this sandbox (the sandbox's one way out is its wire)")
+            self._answer(call.id, -errno.EACCES)
+            return None
         work.address = (AF_UNIX.to_bytes(2, "little")
                         + f"/proc/self/fd/{work.pin}".encode() + b"\0")
         return work
@@ -285,29 +340,66 @@ class SocketGuard:
 
     # -- doing it -----------------------------------------------------------------------
 
-    def _may_block(self, work: _Call) -> bool:
-        if work.nr == SENDTO and work.flags & _MSG_DONTWAIT:
-            return False
-        import fcntl
-
-        return not fcntl.fcntl(work.fd, _F_GETFL) & os.O_NONBLOCK
-
-    def _finish(self, work: _Call) -> None:
-        ctypes.set_errno(0)
-        if work.nr == CONNECT:
-            result = _connect(work.fd, work.address, len(work.address))
-        else:
-            result = _sendto(work.fd, work.data, len(work.data), work.flags,
-                             work.address or None, len(work.address))
-        if result < 0:
-            result = -(ctypes.get_errno() or errno.EIO)
-        os.close(work.fd)
-        if work.pin >= 0:
-            os.close(work.pin)
+    def _answer(self, notification_id: int, result: int) -> None:
         try:  # noqa: SIM105 (contextlib is one more import at every start)
-            notify.answer_value(self.listener, work.id, result)
+            notify.answer_value(self.listener, notification_id, result)
         except notify.NotifyError:
             pass  # the caller was interrupted meanwhile
+
+    def _connect(self, work: _Call) -> None:
+        """An inet (or other non-unix) connect, done here without ever blocking this
+        loop: on a blocking socket it is started non-blocking (the flag is the socket's,
+        set for the microseconds of the call), and when it is still in progress a worker
+        waits for it. Inside its own network a sandbox reaches only local addresses, so
+        that is rare: a listener whose queue is full."""
+        flags = fcntl.fcntl(work.fd, _F_GETFL)
+        blocking = not flags & os.O_NONBLOCK
+        if blocking:
+            fcntl.fcntl(work.fd, _F_SETFL, flags | os.O_NONBLOCK)
+        ctypes.set_errno(0)
+        result = _connect(work.fd, work.address, len(work.address))
+        code = 0 if result == 0 else ctypes.get_errno() or errno.EIO
+        if blocking:
+            fcntl.fcntl(work.fd, _F_SETFL, flags)
+            if code == errno.EINPROGRESS:
+                if not _writable(work.fd, CONNECT_WAIT_MS):
+                    work.flags = -1  # a connect to wait for, in a worker
+                    self._hand_to_worker(work)
+                    return
+                code = self.scratch.socket_option(work.fd, _SO_ERROR)
+        work.close()
+        self._answer(work.id, -code)
+
+    def _send(self, work: _Call) -> None:
+        result = self._sendto(work, work.flags | _MSG_DONTWAIT)
+        may_wait = not (work.flags & _MSG_DONTWAIT
+                        or fcntl.fcntl(work.fd, _F_GETFL) & os.O_NONBLOCK)
+        if result == -errno.EAGAIN and may_wait:
+            self._hand_to_worker(work)
+            return
+        work.close()
+        self._answer(work.id, result)
+
+    @staticmethod
+    def _sendto(work: _Call, flags: int) -> int:
+        ctypes.set_errno(0)
+        result = int(_sendto(work.fd, work.data, len(work.data), flags,
+                             work.address or None, len(work.address)))
+        return result if result >= 0 else -(ctypes.get_errno() or errno.EIO)
+
+    def _finish(self, work: _Call) -> None:
+        """In a worker: the call as the program made it, waiting as it would."""
+        if work.nr == SENDTO:
+            result = self._sendto(work, work.flags)
+        elif work.flags == -1:  # an inet connect in progress
+            _writable(work.fd, -1)
+            result = -_Scratch().socket_option(work.fd, _SO_ERROR)
+        else:
+            ctypes.set_errno(0)
+            result = int(_connect(work.fd, work.address, len(work.address)))
+            result = 0 if result == 0 else -(ctypes.get_errno() or errno.EIO)
+        work.close()
+        self._answer(work.id, result)
 
     def _hand_to_worker(self, work: _Call) -> None:
         import queue
@@ -336,3 +428,9 @@ class SocketGuard:
             finally:
                 with counting:
                     self.idle += 1
+
+
+def _writable(fd: int, milliseconds: int) -> bool:
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return bool(poller.poll(milliseconds))

@@ -330,6 +330,7 @@ WATCH_EXIT_SECONDS = 2.0
 # The watch's name in ps, top and /proc/PID/comm (at most 15 bytes).
 WATCH_PROCESS_NAME = b"lnk-watch"
 _PR_SET_NAME = 15
+_PR_SET_PDEATHSIG = 1
 
 
 def _start_watch(policy: Policy, loaders: tuple[str, ...]) -> tuple[int, int]:
@@ -374,13 +375,21 @@ def _start_watch(policy: Policy, loaders: tuple[str, ...]) -> tuple[int, int]:
                 signal.signal(signum, signal.SIG_IGN)
             from lnk_common.syscalls import libc
 
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             libc.prctl(_PR_SET_NAME, WATCH_PROCESS_NAME, 0, 0, 0)  # for ps and a person
             os.close(init_end)
             os.closerange(3, watch_end)
             os.closerange(watch_end + 1, 1 << 16)
-            from lnk_execwatch.main import main as watch_main
+            # Take the listener first, then import the watch: the init goes on (and
+            # the program's calls wait in the kernel) while the imports happen.
+            from lnk_common.fdpass import receive_fds
 
-            watch_main(argv)
+            received = receive_fds(watch_end, 2)
+            if received is not None:
+                os.write(watch_end, b"+")
+                from lnk_execwatch.main import main as watch_main
+
+                watch_main(argv, (received[0], received[1]))
             code = 0
         except SystemExit as done:
             code = done.code if isinstance(done.code, int) else 1
@@ -392,21 +401,27 @@ def _start_watch(policy: Policy, loaders: tuple[str, ...]) -> tuple[int, int]:
 
 def _end_helper(pid: int, first: int | None) -> None:
     """Wait for a helper to end (sending it `first`, if any), killing it if it takes
-    longer than WATCH_EXIT_SECONDS."""
-    import time
+    longer than WATCH_EXIT_SECONDS. Waited on through a pidfd: woken the moment it ends,
+    not at the next look (every sandbox's end waits for its watch)."""
+    import select
 
     if first is not None:
         try:  # noqa: SIM105
             os.kill(pid, first)
         except ProcessLookupError:
             pass
-    deadline = time.monotonic() + WATCH_EXIT_SECONDS
-    while time.monotonic() < deadline:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return
-        time.sleep(0.002)
-    os.kill(pid, signal.SIGKILL)
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        os.waitpid(pid, 0)
+        return
+    try:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        if not poller.poll(int(WATCH_EXIT_SECONDS * 1000)):
+            os.kill(pid, signal.SIGKILL)
+    finally:
+        os.close(pidfd)
     os.waitpid(pid, 0)
 
 
