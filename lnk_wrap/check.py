@@ -43,6 +43,11 @@ STATED_GAPS = (
     {"gap": "dot files below the top", "open": True,
      "why": "only the top of a written folder is held: a repository the sandbox clones or "
             "makes inside is its work, and running git there runs its settings"},
+    {"gap": "unix datagrams sent with sendmsg", "open": True,
+     "why": "connect and sendto reach only unix sockets made inside the sandbox, but "
+            "sendmsg and sendmmsg carry their address in memory the seccomp filter cannot "
+            "read: a datagram so sent can reach a datagram socket outside whose path the "
+            "sandbox can see (handing every sendmsg to the watch would cost each send)"},
     {"gap": "a new .envrc", "open": True,
      "why": "a missing .envrc can be made on Linux; direnv runs it only after you allow it"},
 )
@@ -123,6 +128,11 @@ def report(env: Mapping[str, str]) -> dict[str, Any]:
         {"protection": "[commands]: only listed programs start (Landlock's execute right); "
                        "a refused one is named by the exec watch",
          "in_force": namespaces and abi >= 1 and seccomp["user_notification"]},
+        {"protection": "unix sockets by path: a program connects (or sends with sendto) "
+                       "only to one made inside its own sandbox; others get EACCES, named "
+                       "on stderr and in the watch's log (Landlock ABI 6 scopes abstract "
+                       "ones)",
+         "in_force": namespaces and seccomp["user_notification"]},
         {"protection": "network: none at all, or the filtering proxy as the one way out "
                        "(hosts by name before any lookup; never this machine, its networks "
                        "or a metadata service; TLS ClientHello checked; strict heads)",
@@ -146,7 +156,7 @@ def report(env: Mapping[str, str]) -> dict[str, Any]:
     except (SettingsError, OSError):
         listed = []
     return {
-        "ready": namespaces and abi >= 1,
+        "ready": namespaces and abi >= 1 and seccomp["user_notification"],
         "kernel": os.uname().release,
         "bubblewrap": bubblewrap,
         "landlock_abi": abi,
