@@ -374,3 +374,14 @@ def test_run_arguments_takes_the_usual_shapes() -> None:
     for words in (["run", "--spec", "s", "--", "ls", "-l"], ["run", "--spec=s", "ls"],
                   ["run", "--wire", "w", "--spec", "s", "--", "ls"]):
         assert run_arguments(words) is not None, words
+
+
+@pytest.mark.parametrize("lnk", [str(_BIN / "lnk"), str(Path(LNK_SANDBOX).with_name("lnk"))])
+def test_lnk_front_refuses_what_is_no_plugin(lnk: str, sandbox_env: dict[str, str]) -> None:
+    for argv, status, says in (([], 2, "usage: lnk PLUGIN"),
+                               (["../sandbox"], 2, "lnk: not a plugin name: ../sandbox"),
+                               (["no-such-plugin"], 127, "lnk: no plugin 'no-such-plugin'")):
+        result = subprocess.run([lnk, *argv], env=sandbox_env, capture_output=True, text=True,
+                                check=False)
+        assert result.returncode == status, argv
+        assert result.stderr.startswith(says), result.stderr
