@@ -17,7 +17,7 @@ import sys
 
 from lnk_wrap.helpers import package_root
 
-__all__ = ["main", "script"]
+__all__ = ["EntryError", "main", "script"]
 
 # Linux reads at most this much of a `#!` line (BINPRM_BUF_SIZE, 256 with its NUL).
 MAX_SHEBANG_BYTES = 255
