@@ -351,6 +351,10 @@ _words = st.lists(st.sampled_from(
 @example(["run", "--spec", "s", "--", "ls", "-l"])
 @example(["run", "--wire=w", "--spec=s", "ls"])
 @example(["run", "--spec", "s", "ls", "--wire", "w"])
+@example(["run", "--spec", "s", "--", "ls", "--", "x"])
+@example(["run", "--spec", "s", "--", "--"])
+@example(["run", "--spec=s", "--", "-h"])
+@example(["run", "--spec", "s", "--", "--spec", "t"])
 def test_run_reads_argv_exactly_as_docopt_does(words: list[str]) -> None:
     """The usage text stays the one truth: what run_arguments reads, docopt reads alike;
     the rest goes to docopt (its errors, help, abbreviations)."""
