@@ -89,7 +89,10 @@ def _same(document: str) -> None:
         assert ours[0] == "error"
         assert "Invalid integer (too many digits)" in ours[1]
         return
-    assert ours == theirs
+    if sys.version_info[:2] == (3, 11):
+        assert ours == theirs  # the very code it was copied from: the same words too
+    else:
+        assert ours[0] == theirs[0] and (ours[0] == "error" or ours == theirs)
 
 
 @FUZZ
