@@ -27,8 +27,9 @@ class EntryError(Exception):
     """The script cannot be written; pip's stays (slower, but it works)."""
 
 
-def script(python: str, root: str, site_packages: str) -> str:
-    """The script's text. `python` takes one argument on the `#!` line: `-IS`."""
+def script(python: str, root: str, site_packages: list[str]) -> str:
+    """The script's text. `python` takes one argument on the `#!` line: `-IS`;
+    `site_packages`: the venv's folders of libraries (pure, then compiled, if apart)."""
     shebang = f"#!{python} -IS"
     if any(character.isspace() for character in python) or not os.path.isabs(python):
         raise EntryError(f"{python!r}: a `#!` line needs an absolute path without spaces")
@@ -41,7 +42,7 @@ def script(python: str, root: str, site_packages: str) -> str:
         "import sys\n"
         "\n"
         f"sys.path.insert(0, {root!r})\n"
-        f"sys.path.append({site_packages!r})\n"
+        f"sys.path.extend({site_packages!r})\n"
         "from lnk_wrap.cli import main\n"
         "\n"
         "main()\n"
@@ -55,9 +56,11 @@ def main() -> None:
     import sysconfig
 
     target = sys.argv[1]
+    libraries = [sysconfig.get_path("purelib")]
+    if sysconfig.get_path("platlib") not in libraries:
+        libraries.append(sysconfig.get_path("platlib"))
     try:
-        text = script(os.path.realpath(sys.executable), package_root(),
-                      sysconfig.get_path("purelib"))
+        text = script(os.path.realpath(sys.executable), package_root(), libraries)
     except EntryError as error:
         # Slower, not less safe: setup goes on, and says so.
         sys.stderr.write(f"lnk-sandbox: {error}; pip's script stays in {target} "

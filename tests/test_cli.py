@@ -305,11 +305,11 @@ def test_entry_script_refuses_an_interpreter_a_shebang_cannot_carry() -> None:
     from lnk_wrap.entry import EntryError, script
 
     with pytest.raises(EntryError, match="without spaces"):
-        script("/opt/my python/bin/python3", "/r", "/s")
+        script("/opt/my python/bin/python3", "/r", ["/s"])
     with pytest.raises(EntryError, match="longer than"):
-        script("/" + "p" * 260, "/r", "/s")
-    text = script("/usr/bin/python3.11", "/r'o\"ot", "/s")
-    assert "sys.path.insert(0, '/r\\'o\"ot')\n" in text
+        script("/" + "p" * 260, "/r", ["/s"])
+    text = script("/usr/bin/python3.11", "/r'o\"ot", ["/s", "/t"])
+    assert "sys.path.insert(0, '/r\\'o\"ot')\nsys.path.extend(['/s', '/t'])\n" in text
 
 
 def test_run_imports_no_docopt_tomllib_re_or_typing(
