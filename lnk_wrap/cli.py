@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 
     from lnk_common.policy import Policy
 
-__all__ = ["main"]
+__all__ = ["VERSION", "main", "run_arguments"]
 
 EXIT_SANDBOX_FAILED = 125
 EXIT_USAGE = 2
