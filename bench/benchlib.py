@@ -12,6 +12,36 @@ from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 _VENV = PROJECT_ROOT / ".venv"
+# Bare bubblewrap with the namespaces lnk-sandbox uses: the floor every start is set against.
+BWRAP_ARGS = (
+    "--unshare-user",
+    "--unshare-pid",
+    "--unshare-net",
+    "--unshare-uts",
+    "--unshare-ipc",
+    "--die-with-parent",
+    "--cap-drop",
+    "ALL",
+    "--new-session",
+    "--ro-bind",
+    "/usr",
+    "/usr",
+    "--symlink",
+    "usr/bin",
+    "/bin",
+    "--symlink",
+    "usr/lib",
+    "/lib",
+    "--symlink",
+    "usr/lib64",
+    "/lib64",
+    "--dev",
+    "/dev",
+    "--proc",
+    "/proc",
+    "--tmpfs",
+    "/tmp",  # noqa: S108 - a path inside the sandbox, not a host temp file
+)
 
 
 def in_project_venv(script: str) -> None:

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import os
 import pwd
-import re
-import tomllib
 
 from lnk_common import endpoints as endpoint_plan
+from lnk_common import toml
 from lnk_common.policy import DEFAULT_PAUSE, Policy
 from lnk_common.settings import SettingsError, settings_folder
 
@@ -28,7 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-__all__ = ["SpecError", "load_spec", "parse_spec"]
+__all__ = ["SpecError", "is_name", "load_spec", "parse_spec"]
 
 # A spec is a small hand-written file; anything larger is a mistake or an attack on the
 # parser, and refusing it costs no real user anything.
@@ -43,8 +42,17 @@ MAX_COUNT = 1_000_000
 MAX_WINDOW_SECONDS = 3600
 
 # Names become file names in Link's settings (wires, agents): letters, digits, . _ -,
-# never "." or "..", never a slash.
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")
+# never "." or "..", never a slash. (The regular expression [A-Za-z0-9_][A-Za-z0-9._-]{0,63},
+# written out: `re` costs 6 ms of every start, and the rest of a spec needs it rarely.)
+MAX_NAME_CHARACTERS = 64
+_NAME_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+_NAME_REST = _NAME_FIRST | frozenset(".-")
+
+
+def is_name(text: str) -> bool:
+    """Whether `text` may name a wire or an agent (a file name in Link's settings)."""
+    return (0 < len(text) <= MAX_NAME_CHARACTERS and text[0] in _NAME_FIRST
+            and all(character in _NAME_REST for character in text))
 
 
 class SpecError(Exception):
@@ -135,8 +143,8 @@ def parse_spec(data: bytes, *, file: str, env: Mapping[str, str]) -> Policy:
     except UnicodeDecodeError as error:
         raise SpecError(file, "", f"not UTF-8 (byte {error.start})") from None
     try:
-        document = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
+        document = toml.loads(text)
+    except toml.TOMLDecodeError as error:
         raise SpecError(file, "", f"not valid TOML: {error}") from None
     except RecursionError:
         raise SpecError(file, "", "not valid TOML: nested too deeply") from None
@@ -307,7 +315,7 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
     settings_root = os.path.realpath(settings.root)
 
     name = document.get("name", "")
-    if name and not _NAME.fullmatch(name):
+    if name and not is_name(name):
         raise SpecError(context.file, "name", f"{name!r}: use letters, digits, '.', '_' and '-'")
 
     files: dict[str, Any] = document.get("files", {})
@@ -328,7 +336,7 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
         agent_name = agent.get("name", "")
         if not agent_name:
             raise SpecError(context.file, "agent.name", "an [agent] needs a name")
-        if not _NAME.fullmatch(agent_name):
+        if not is_name(agent_name):
             raise SpecError(
                 context.file, "agent.name", f"{agent_name!r}: use letters, digits, '.', '_' and '-'"
             )
@@ -460,6 +468,8 @@ def _pause(context: _Context, section: dict[str, Any] | None) -> tuple[int, int,
     targets = section.get("targets", DEFAULT_PAUSE[1])
     window = DEFAULT_PAUSE[2]
     if "window" in section:
+        import re
+
         match = re.fullmatch(r"([0-9]{1,6})(s|m)", section["window"])
         if match is None:
             raise SpecError(context.file, "pause.window",
@@ -472,11 +482,18 @@ def _pause(context: _Context, section: dict[str, Any] | None) -> tuple[int, int,
 
 
 # A host of [network] hosts: a name (letters, digits, '-', '_' labels), or `*.` and a
-# domain, and an optional port. `*` alone is the whole network: refused.
-_HOST_ENTRY = re.compile(
+# domain, and an optional port. `*` alone is the whole network: refused. Compiled when a
+# spec names a host (`re` costs 6 ms of a start that names none).
+_HOST_ENTRY = (
     r"(\*\.)?([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)*[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.?"
     r"(:[0-9]{1,5})?"
 )
+
+
+def _is_host_entry(text: str) -> bool:
+    import re
+
+    return re.fullmatch(_HOST_ENTRY, text) is not None
 
 
 def _network(context: _Context, section: dict[str, Any] | None) -> tuple[str, tuple[str, ...]]:
@@ -500,7 +517,7 @@ def _network(context: _Context, section: dict[str, Any] | None) -> tuple[str, tu
             raise SpecError(context.file, key,
                             "\"*\" is every host: the network itself, not a list; name "
                             "the hosts, or `*.domain` for the names under one")
-        if len(text) > 260 or not _HOST_ENTRY.fullmatch(text):
+        if len(text) > 260 or not _is_host_entry(text):
             raise SpecError(context.file, key,
                             f"{entry!r} is not a host name, `*.domain`, or either with :port")
         name, _, port = text.partition(":")
@@ -526,6 +543,8 @@ _NOT_LAN = (
 def _entries(context: _Context, key: str, raw: object, *, lan: bool) -> tuple[str, ...]:
     """[tcp] endpoints (`name:port`, `*.domain:port`) or [lan] hosts (`address[:port]`,
     `[v6][:port]`, `name[:port]`), normalised; `*` refused, as in [network] hosts."""
+    if not raw:
+        return ()  # and no import of ipaddress (with lnk_proxy.decide, 2 ms) at every start
     import ipaddress
 
     from lnk_proxy.decide import METADATA_ADDRESSES
@@ -571,7 +590,7 @@ def _entries(context: _Context, key: str, raw: object, *, lan: bool) -> tuple[st
             if lan and host.startswith("*."):
                 raise SpecError(context.file, where,
                                 f"{entry!r}: a [lan] host is one machine, not `*.domain`")
-            if len(host) > 254 or not _HOST_ENTRY.fullmatch(host) or host in ("localhost",):
+            if len(host) > 254 or not _is_host_entry(host) or host in ("localhost",):
                 raise SpecError(context.file, where,
                                 f"{entry!r} is not a host name"
                                 + ("" if lan else " or `*.domain`") + " with :port")

@@ -1,4 +1,6 @@
-"""The one entry point of every helper on a command line: `python -I -S _start.py HELPER …`.
+"""The one entry point of every helper on a command line: `python -I -S _start.py HELPER …`,
+and of the verbs (`cli`) where no entry script written by bin/setup is at hand (bin/lnk-sandbox
+without a venv).
 
 A sandbox start pays for every helper's interpreter start, and `site` is the biggest
 part of it here (an editable install's import hook alone took 17 ms), so helpers run
@@ -28,6 +30,8 @@ elif _HELPER == "relay":
     from lnk_relay.main import main
 elif _HELPER == "dns-helper":
     from lnk_dns.helper import main
+elif _HELPER == "cli":
+    from lnk_wrap.cli import main
 else:
     sys.stderr.write(f"lnk-sandbox: no helper named {_HELPER!r}\n")
     sys.exit(125)

@@ -5,12 +5,23 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 from pathlib import Path
 
+import hypothesis
 import pytest
+from hypothesis import strategies as st
 
 from lnk_common.policy import Policy
-from lnk_common.spec import MAX_PATHS_PER_KEY, MAX_SPEC_BYTES, SpecError, load_spec, parse_spec
+from lnk_common.spec import (
+    MAX_NAME_CHARACTERS,
+    MAX_PATHS_PER_KEY,
+    MAX_SPEC_BYTES,
+    SpecError,
+    is_name,
+    load_spec,
+    parse_spec,
+)
 from tests.conftest import RunSandbox, WriteSpec, toml_list
 
 EXIT_SANDBOX_FAILED = 125
@@ -178,6 +189,21 @@ def test_bad_name(write_spec: WriteSpec, env: dict[str, str], name: str) -> None
 def test_bad_agent_name(write_spec: WriteSpec, env: dict[str, str], name: str) -> None:
     spec = write_spec(f"[agent]\nname = {_toml_string(name)}\n")
     assert _error(spec, env) == (str(spec), "agent.name", f"{name!r}: {NAME_REASON}")
+
+
+@hypothesis.settings(max_examples=2000, deadline=None)
+@hypothesis.given(st.text(alphabet="aZ09_.-/ \n\x00é٣\uff21", max_size=70) | st.text(max_size=8))
+@hypothesis.example("x" * 64)
+@hypothesis.example("x" * 65)
+@hypothesis.example("٣")
+def test_is_name_is_the_name_expression(text: str) -> None:
+    """is_name (no `re` at start) is the expression it replaced, character for character."""
+    assert is_name(text) == bool(re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}", text))
+
+
+def test_name_at_the_limit(write_spec: WriteSpec, env: dict[str, str]) -> None:
+    name = "x" * MAX_NAME_CHARACTERS
+    assert load_spec(write_spec(f"name = {_toml_string(name)}\n"), env).name == name
 
 
 def test_agent_without_name(write_spec: WriteSpec, env: dict[str, str], tmp: Path) -> None:
