@@ -109,6 +109,43 @@ def check_still_holds(policy: Policy) -> None:
                     )
 
 
+def check_settings_path(policy: Policy) -> None:
+    """Refuse a run that could change which folder Link's settings is (F6).
+
+    The path the verbs name it by (the line's --settings-via, else --settings) is
+    followed again (lnk_common.settings.locate, the one function every verb uses): it
+    must still lead to the folder the line was made for, and no link on the way may lie
+    in a folder this sandbox writes, or the program could put a folder of its own in the
+    link's place and every later stop, log, paused, resume and run would take it. The
+    real folders on the way need no check here: the mount plan pins each one a sandbox
+    could rename (lnk_wrap.bwrap._folders_to_pin)."""
+    from lnk_common.settings import SettingsError, locate
+
+    try:
+        found = locate(policy.settings_via or policy.settings)
+    except SettingsError as error:
+        raise LaunchError(str(error)) from None
+    if found.root != policy.settings:
+        raise LaunchError(
+            f"Link's settings folder {found.named} now leads to {found.root}, not to "
+            f"{policy.settings} as when the command line was made (a link on the way "
+            "changed); wrap the command again"
+        )
+    nothing_found = bwrap_plan.HostFacts(system_dirs=(), system_links=(), system_hidden=())
+    for link in found.links:
+        parent = os.path.dirname(link)
+        if bwrap_plan.access_at(policy, nothing_found, parent) != bwrap_plan.Access.WRITE:
+            continue
+        written = max((folder for folder in policy.write if bwrap_plan.inside(parent, folder)),
+                      key=len)
+        raise LaunchError(
+            f"Link's settings folder {found.root} is reached through the link {link} in "
+            f"{parent}, which this sandbox writes: it could put a folder of its own there, "
+            "and stop, log, paused, resume and later runs would take that one; set "
+            f"LNK_HOME={found.root} for every lnk-sandbox command, or do not write {written}"
+        )
+
+
 def ensure_settings_folder(path: str) -> None:
     """Make Link's settings folder (0700) if missing: a sandbox that writes its parent
     must never be the one to make it."""
@@ -181,6 +218,7 @@ def _read_info(fd: int) -> dict[str, int]:
 def launch(policy: Policy, command: list[str], env: Mapping[str, str]) -> int:
     bwrap = find_bwrap(env)
     check_still_holds(policy)
+    check_settings_path(policy)
     ensure_settings_folder(policy.settings)
     try:
         cwd = os.getcwd()
@@ -195,6 +233,11 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str]) -> int:
         found = dotfiles.find(policy, env, known)
     except dotfiles.DotFileError as error:
         raise LaunchError(str(error)) from None
+    from lnk_wrap.heldlinks import refusal as hard_link_refusal
+
+    hard_linked = hard_link_refusal(found.held)
+    if hard_linked is not None:  # F7: a held file must have no other name to write
+        raise LaunchError(hard_linked)
     notice_first_run(policy)
     # A run file only when this run may hold placeholders: ones it makes, or ones another
     # run made that it finds in place (it must hold them too, or that run's end would
