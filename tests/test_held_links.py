@@ -114,3 +114,34 @@ def test_F7_no_new_hard_link_to_a_held_file_can_be_made_during_a_run(
                      "link_envrc_by_fd": "EXDEV", "link_into_git": "EROFS",
                      "control_link_notes": "OK"}
     assert (work / ".envrc").stat().st_nlink == 1
+
+
+def test_F7_what_is_looked_at_in_a_held_folder(tmp_path: Path) -> None:
+    """Every file of a held folder, but git's data in a git directory (a folder named
+    `objects` elsewhere is looked at), and past MAX_FILES_LOOKED_AT the run is refused
+    rather than left unchecked."""
+    from lnk_wrap import heldlinks
+
+    git_dir = tmp_path / "work" / ".git"
+    for folder in ("objects/ab", "refs/heads", "logs", "hooks"):
+        (git_dir / folder).mkdir(parents=True)
+    (git_dir / "HEAD").write_text("ref: refs/heads/main\n")
+    outside = tmp_path / "outside"
+    outside.write_text("x")
+    for data in ("objects/ab/cd", "refs/heads/main", "logs/HEAD"):
+        (git_dir / data).hardlink_to(outside)
+    held = {str(git_dir): "folder"}
+    assert heldlinks.refusal(held) is None
+    vscode = tmp_path / "work" / ".vscode" / "objects"
+    vscode.mkdir(parents=True)
+    (vscode / "tasks.json").hardlink_to(outside)
+    assert heldlinks.refusal({**held, str(vscode.parent): "folder"}) == refusal(
+        vscode / "tasks.json", names=5).removeprefix("lnk-sandbox: ").removesuffix("\n")
+    many = tmp_path / "many"
+    many.mkdir()
+    for index in range(heldlinks.MAX_FILES_LOOKED_AT + 1):
+        (many / str(index)).touch()
+    assert heldlinks.refusal({str(many): "folder"}) == (
+        f"the held dot files hold more than {heldlinks.MAX_FILES_LOOKED_AT} files to look at "
+        f"for hard links (the last in {many}); open the folder's dot files with [files] "
+        "write_dot_files, or make it smaller")

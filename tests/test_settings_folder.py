@@ -222,3 +222,30 @@ def test_F6_locate_follows_links_and_names_each(tmp_path: Path) -> None:
     assert found.links == (str(tmp_path / "b"), str(tmp_path / "a"))
     plain = locate(str(tmp_path / "real" / "lnk"))
     assert (plain.root, plain.links) == (str(tmp_path / "real" / "lnk"), ())
+
+
+def test_F6_a_kept_line_whose_settings_path_now_leads_elsewhere_is_refused(
+    tmp_path: Path, write_spec: WriteSpec,
+) -> None:
+    """A harness keeps the line; the link on the way (outside every written folder) is
+    pointed at another folder since: the proxies would watch one folder and the verbs
+    write another, so the line is refused until wrapped again."""
+    home = tmp_path / "home"
+    env, link, real = _link_at("~/.config/lnk", home)
+    work = tmp_path / "work"
+    work.mkdir()
+    spec = write_spec(files_spec(write=(work,)))
+    line = json.loads(verb(env, "wrap", "--json", "--spec", str(spec), "--", "true").stdout)
+    assert line[line.index("--settings") + 1] == str(real)
+    assert line[line.index("--settings-via") + 1] == str(link)
+    elsewhere = home / "elsewhere"
+    elsewhere.mkdir()
+    link.unlink()
+    link.symlink_to(elsewhere)
+    kept = subprocess.run(line, env=env, capture_output=True, text=True, check=False,
+                          timeout=SANDBOX_TIMEOUT_SECONDS)
+    assert (kept.returncode, kept.stderr) == (
+        EXIT_SANDBOX_FAILED,
+        f"lnk-sandbox: Link's settings folder {link} now leads to {elsewhere}, not to {real} "
+        "as when the command line was made (a link on the way changed); wrap the command "
+        "again\n")
