@@ -10,6 +10,12 @@ writable at the other. Finding the other names would take a walk of every writte
 folder; the count of names (st_nlink) says at once that there is one. So a held regular
 file with more than one name refuses the run, saying which and how to fix it.
 
+A symbolic link inside a held folder is the same door by another name: the link is held,
+what it points at is not (`.vscode/tasks.json -> ../notes.txt`, `.husky/pre-commit ->
+../scripts/hook`). One that leads to a place the sandbox could write refuses the run too;
+a hook that is a link has its target held (lnk_wrap.dotfiles), so it leads nowhere
+writable and passes.
+
 During a run no new name can be made: a held file is a mount of its own, and link(2)
 never crosses mounts (EXDEV), by path or through /proc/self/fd; a name made inside a held
 folder is on a read-only mount (EROFS). So the look at launch is enough (tested).
@@ -27,7 +33,7 @@ import stat
 
 TYPE_CHECKING = False  # the typing module costs an import at every start
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Callable, Iterator, Mapping
 
 __all__ = ["GIT_DATA_FOLDERS", "MAX_FILES_LOOKED_AT", "refusal"]
 
@@ -40,35 +46,43 @@ GIT_DATA_FOLDERS = frozenset(("objects", "refs", "logs", "lfs", "annex"))
 MAX_FILES_LOOKED_AT = 10_000
 
 
-def refusal(held: Mapping[str, str]) -> str | None:
+def refusal(held: Mapping[str, str], writable: Callable[[str], bool]) -> str | None:
     """The one line that refuses the run, or None: the first held regular file (or file
-    in a held folder) that has more than one name."""
+    in a held folder) that has more than one name, or link in a held folder that leads
+    where `writable` says the sandbox could write (the launcher's judgement, with what
+    is held counted as read only)."""
     looked_at = 0
     for path in sorted(held):
-        for file, names in _files(path):
+        for entry, info in _entries(path):
             looked_at += 1
             if looked_at > MAX_FILES_LOOKED_AT:
                 return (f"the held dot files hold more than {MAX_FILES_LOOKED_AT} files to "
                         f"look at for hard links (the last in {path}); open the folder's dot "
                         "files with [files] write_dot_files, or make it smaller")
-            if names > 1:
-                return (f"{file} is held read only but has {names} names (hard links); "
-                        "writing another name would change it. Give it a name of its own "
-                        f"(cp -p {file} {file}.copy && mv {file}.copy {file}), or open the "
-                        "folder's dot files with [files] write_dot_files")
+            if stat.S_ISLNK(info.st_mode):
+                target = os.path.realpath(entry)
+                if writable(target):
+                    return (f"{entry} is held read only but is a link to {target}, which the "
+                            "sandbox writes: writing there would change what it reads. "
+                            "Replace the link by what it points at, or open the folder's dot "
+                            "files with [files] write_dot_files")
+            elif info.st_nlink > 1:
+                return (f"{entry} is held read only but has {info.st_nlink} names (hard "
+                        "links); writing another name would change it. Give it a name of its "
+                        f"own (cp -p {entry} {entry}.copy && mv {entry}.copy {entry}), or "
+                        "open the folder's dot files with [files] write_dot_files")
     return None
 
 
-def _files(path: str) -> Iterator[tuple[str, int]]:
-    """(file, its count of names) for `path` if a regular file, else for every regular
-    file below it; links are not followed (a hook that is a link has its target held
-    on its own, lnk_wrap.dotfiles)."""
+def _entries(path: str) -> Iterator[tuple[str, os.stat_result]]:
+    """(path, lstat) of `path` if a regular file, else of every regular file and link
+    below it, git's data aside; links are not followed."""
     try:
         info = os.lstat(path)
     except OSError:
         return
     if stat.S_ISREG(info.st_mode):
-        yield path, info.st_nlink
+        yield path, info
         return
     if not stat.S_ISDIR(info.st_mode):
         return
@@ -89,5 +103,5 @@ def _files(path: str) -> Iterator[tuple[str, int]]:
             if stat.S_ISDIR(entry_info.st_mode):
                 if not (git_dir and entry.name in GIT_DATA_FOLDERS):
                     pending.append(entry.path)
-            elif stat.S_ISREG(entry_info.st_mode):
-                yield entry.path, entry_info.st_nlink
+            elif stat.S_ISREG(entry_info.st_mode) or stat.S_ISLNK(entry_info.st_mode):
+                yield entry.path, entry_info

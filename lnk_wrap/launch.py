@@ -39,7 +39,7 @@ from lnk_wrap.system import gather, runtime_paths
 TYPE_CHECKING = False  # the typing module costs an import at every start
 if TYPE_CHECKING:
     import signal
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from lnk_common.endpoints import Listener
 else:
@@ -146,6 +146,18 @@ def check_settings_path(policy: Policy) -> None:
         )
 
 
+def _writable_with(policy: Policy, held: tuple[str, ...]) -> Callable[[str], bool]:
+    """Whether a sandbox of `policy` could write `path` once `held` is held read only
+    (the mount plan's own judgement; the machine's folders play no part in it)."""
+    facts = bwrap_plan.HostFacts(system_dirs=(), system_links=(), system_hidden=())
+
+    def writable(path: str) -> bool:
+        return (bwrap_plan.access_at(policy, facts, path) == bwrap_plan.Access.WRITE
+                and not any(bwrap_plan.inside(path, folder) for folder in held))
+
+    return writable
+
+
 def ensure_settings_folder(path: str) -> None:
     """Make Link's settings folder (0700) if missing: a sandbox that writes its parent
     must never be the one to make it."""
@@ -235,7 +247,8 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str]) -> int:
         raise LaunchError(str(error)) from None
     from lnk_wrap.heldlinks import refusal as hard_link_refusal
 
-    hard_linked = hard_link_refusal(found.held)
+    hard_linked = hard_link_refusal(
+        found.held, _writable_with(policy, (*found.held, *found.placeholders)))
     if hard_linked is not None:  # F7: a held file must have no other name to write
         raise LaunchError(hard_linked)
     notice_first_run(policy)

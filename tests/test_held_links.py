@@ -11,6 +11,7 @@ hard-links, are not a reason to refuse.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -131,17 +132,46 @@ def test_F7_what_is_looked_at_in_a_held_folder(tmp_path: Path) -> None:
     for data in ("objects/ab/cd", "refs/heads/main", "logs/HEAD"):
         (git_dir / data).hardlink_to(outside)
     held = {str(git_dir): "folder"}
-    assert heldlinks.refusal(held) is None
+    assert heldlinks.refusal(held, lambda path: True) is None
     vscode = tmp_path / "work" / ".vscode" / "objects"
     vscode.mkdir(parents=True)
     (vscode / "tasks.json").hardlink_to(outside)
-    assert heldlinks.refusal({**held, str(vscode.parent): "folder"}) == refusal(
+    assert heldlinks.refusal({**held, str(vscode.parent): "folder"}, lambda path: True) == refusal(
         vscode / "tasks.json", names=5).removeprefix("lnk-sandbox: ").removesuffix("\n")
     many = tmp_path / "many"
     many.mkdir()
     for index in range(heldlinks.MAX_FILES_LOOKED_AT + 1):
         (many / str(index)).touch()
-    assert heldlinks.refusal({str(many): "folder"}) == (
+    assert heldlinks.refusal({str(many): "folder"}, lambda path: True) == (
         f"the held dot files hold more than {heldlinks.MAX_FILES_LOOKED_AT} files to look at "
         f"for hard links (the last in {many}); open the folder's dot files with [files] "
         "write_dot_files, or make it smaller")
+
+
+@pytest.mark.parametrize("inside", [".vscode/tasks.json", ".husky/pre-commit",
+                                    ".git/info/attributes"])
+def test_F7_a_link_in_a_held_folder_to_a_written_file_refuses_later_runs(
+    tmp_path: Path, write_spec: WriteSpec, run_sandbox: RunSandbox, inside: str,
+) -> None:
+    """The same door by a symbolic link: the link is held, what it points at is written."""
+    work = make_repository(tmp_path / "work")
+    opened_spec = write_spec(files_spec(write=(work,)) + f"write_dot_files = {toml_list(work)}\n")
+    link, innocent = work / inside, work / "notes.txt"
+    first = run_sandbox(opened_spec, "/bin/sh", "-c",
+                        f"mkdir -p {Q(str(link.parent))} && touch {Q(str(innocent))} && "
+                        f"ln -s {Q(os.path.relpath(innocent, link.parent))} {Q(str(link))}")
+    assert first.returncode == 0, first.stderr
+    held_spec = write_spec(files_spec(write=(work,)))
+    second = run_sandbox(held_spec, "/bin/sh", "-c", f"echo evil > {Q(str(innocent))}")
+    assert (second.returncode, second.stderr) == (
+        EXIT_SANDBOX_FAILED,
+        f"lnk-sandbox: {link} is held read only but is a link to {innocent}, which the "
+        "sandbox writes: writing there would change what it reads. Replace the link by what "
+        "it points at, or open the folder's dot files with [files] write_dot_files\n")
+    assert innocent.read_text() == ""
+    # A link to what the sandbox cannot write is no door: the run goes on.
+    outside = tmp_path / "outside.json"
+    outside.write_text("{}")
+    link.unlink()
+    link.symlink_to(outside)
+    assert run_sandbox(held_spec, "true").returncode == 0
