@@ -8,13 +8,17 @@ options (lnk_common.policy): no file descriptor, no process of ours is assumed.
 Order of operations:
 1. Read the policy from argv (strict; an error is exit 125).
 2. Check it still holds on this machine: every granted path is still what it was when
-   the spec was read (no link swapped in since), Link's settings folder exists (made
-   0700 if not, so a sandbox cannot make it), no hidden path is missing where the
-   program could create it. A working directory the sandbox does not see is said in
-   one line and the program starts in / instead.
-3. Find the dot files of written folders to hold read only (lnk_wrap.dotfiles), and put
-   placeholders where missing ones go, listed with this run (lnk_common.placeholders).
-   A spec whose write_dot_files opens folders says so on its first run.
+   the spec was read (no link swapped in since), the path to Link's settings folder
+   still leads there and no link on it lies where this sandbox writes (F6:
+   check_settings_path), the folder exists (made 0700 if not, so a sandbox cannot make
+   it), no hidden path is missing where the program could create it. A working
+   directory the sandbox does not see is said in one line and the program starts in /
+   instead.
+3. Find the dot files of written folders to hold read only (lnk_wrap.dotfiles), refuse
+   any with a second name the sandbox could write it by (F7: lnk_wrap.heldlinks), and
+   put placeholders where missing ones go, listed with this run
+   (lnk_common.placeholders). A spec whose write_dot_files opens folders says so on its
+   first run.
 4. Build bubblewrap's argv from typed options (lnk_wrap.bwrap.plan) and the init's.
 5. Start bubblewrap, learn the sandbox's pid from --info-fd, pass on the signals it is
    sent (bubblewrap itself does not), and exit with the program's status.
