@@ -96,12 +96,13 @@ def _entries(path: str) -> Iterator[tuple[str, os.stat_result]]:
         names = {entry.name for entry in entries}
         git_dir = "HEAD" in names and "objects" in names
         for entry in entries:
+            if git_dir and entry.name in GIT_DATA_FOLDERS:
+                continue  # a folder, or a link to one (Android's repo links objects away)
             try:
                 entry_info = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
             if stat.S_ISDIR(entry_info.st_mode):
-                if not (git_dir and entry.name in GIT_DATA_FOLDERS):
-                    pending.append(entry.path)
+                pending.append(entry.path)
             elif stat.S_ISREG(entry_info.st_mode) or stat.S_ISLNK(entry_info.st_mode):
                 yield entry.path, entry_info

@@ -131,6 +131,7 @@ def test_F7_what_is_looked_at_in_a_held_folder(tmp_path: Path) -> None:
     outside.write_text("x")
     for data in ("objects/ab/cd", "refs/heads/main", "logs/HEAD"):
         (git_dir / data).hardlink_to(outside)
+    (git_dir / "lfs").symlink_to(outside)  # a link in git's data's place is data too
     held = {str(git_dir): "folder"}
     assert heldlinks.refusal(held, lambda path: True) is None
     vscode = tmp_path / "work" / ".vscode" / "objects"
