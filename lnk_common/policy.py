@@ -22,8 +22,8 @@ class PolicyArgvError(Exception):
 
 
 _PATH_OPTIONS = ("--read", "--write", "--hide", "--reopen", "--write-dot-files", "--run")
-_VALUE_OPTIONS = ("--settings", "--name", "--spec", "--learn", "--network", "--site-packages",
-                  "--calls-per-minute", "--pause")
+_VALUE_OPTIONS = ("--settings", "--settings-via", "--name", "--spec", "--learn", "--network",
+                  "--site-packages", "--calls-per-minute", "--pause")
 _TEXT_LIST_OPTIONS = ("--host", "--endpoint", "--lan", "--localhost-port")
 NETWORK_MODES = ("none", "proxy")
 # The seed's loose thresholds for pausing a wire (docs/SPEC.md [pause]): refusals and
@@ -55,8 +55,11 @@ class Policy:
     step (the helpers run isolated, with only our own packages on their path).
     learn: `lnk-sandbox learn` only: where the exec watch records every program run
     (a file in Link's settings), with every program open.
-    settings: Link's settings folder, hidden in every sandbox. spec: the file it came
-    from, for messages only. keep_session: a guest's terminal (no --new-session).
+    settings: Link's settings folder (its real path), hidden in every sandbox.
+    settings_via: the path the verbs name it by (LNK_HOME, XDG_CONFIG_HOME or HOME), set
+    only when links lie on it: the launcher refuses a run that could replace one (F6).
+    spec: the file it came from, for messages only. keep_session: a guest's terminal (no
+    --new-session).
 
     A plain slotted class rather than a dataclass: the launcher imports this at every
     sandbox start, and `dataclasses` alone cost 11-21 ms to import here.
@@ -64,12 +67,14 @@ class Policy:
 
     __slots__ = ("calls_per_minute", "commands", "endpoints", "hide", "hosts", "keep_session",
                  "lan", "learn", "localhost_ports", "name", "network", "pause", "read",
-                 "reopen", "settings", "site_packages", "spec", "write", "write_dot_files")
+                 "reopen", "settings", "settings_via", "site_packages", "spec", "write",
+                 "write_dot_files")
 
     def __init__(
         self,
         *,
         settings: str,
+        settings_via: str = "",
         read: tuple[str, ...] = (),
         write: tuple[str, ...] = (),
         hide: tuple[str, ...] = (),
@@ -89,7 +94,8 @@ class Policy:
         spec: str = "",
         keep_session: bool = False,
     ) -> None:
-        for path in (settings, *read, *write, *hide, *reopen, *write_dot_files, *commands,
+        for path in (settings, *((settings_via,) if settings_via else ()), *read, *write,
+                     *hide, *reopen, *write_dot_files, *commands,
                      *((learn,) if learn else ()), *((site_packages,) if site_packages else ())):
             if not path.startswith("/") or path.startswith("//") or "\0" in path:
                 raise PolicyArgvError(f"not an absolute path: {path!r}")
@@ -113,6 +119,7 @@ class Policy:
         if name.startswith("-") or spec.startswith("-"):
             raise PolicyArgvError(f"a name or spec may not start with '-': {name or spec!r}")
         self.settings = settings
+        self.settings_via = settings_via
         self.read = tuple(read)
         self.write = tuple(write)
         self.hide = tuple(hide)
@@ -135,7 +142,7 @@ class Policy:
         self.keep_session = keep_session
 
     def _fields(self) -> tuple[object, ...]:
-        return (self.settings, self.read, self.write, self.hide, self.reopen,
+        return (self.settings, self.settings_via, self.read, self.write, self.hide, self.reopen,
                 self.write_dot_files, self.commands, self.learn, self.network, self.hosts,
                 self.endpoints, self.lan, self.localhost_ports, self.site_packages,
                 self.calls_per_minute, self.pause, self.name, self.spec,
@@ -151,8 +158,9 @@ class Policy:
         return f"Policy{self._fields()!r}"
 
     def with_name(self, name: str) -> Policy:
-        return Policy(settings=self.settings, read=self.read, write=self.write, hide=self.hide,
-                      reopen=self.reopen, write_dot_files=self.write_dot_files,
+        return Policy(settings=self.settings, settings_via=self.settings_via, read=self.read,
+                      write=self.write, hide=self.hide, reopen=self.reopen,
+                      write_dot_files=self.write_dot_files,
                       commands=self.commands, learn=self.learn, network=self.network,
                       hosts=self.hosts, endpoints=self.endpoints, lan=self.lan,
                       localhost_ports=self.localhost_ports, site_packages=self.site_packages,
@@ -177,6 +185,8 @@ class Policy:
 
     def to_argv(self) -> list[str]:
         argv = ["--settings", self.settings]
+        if self.settings_via:
+            argv += ["--settings-via", self.settings_via]
         if self.name:
             argv += ["--name", self.name]
         if self.spec:
@@ -243,6 +253,7 @@ class Policy:
             )
         return cls(
             settings=values["--settings"],
+            settings_via=values.get("--settings-via", ""),
             name=values.get("--name", ""),
             spec=values.get("--spec", ""),
             keep_session="--keep-session" in flags,

@@ -312,7 +312,7 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
         settings = settings_folder(context.env)
     except SettingsError as error:
         raise SpecError(context.file, "", str(error)) from None
-    settings_root = os.path.realpath(settings.root)
+    settings_root = settings.root
 
     name = document.get("name", "")
     if name and not is_name(name):
@@ -442,6 +442,8 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
 
     return Policy(
         settings=settings_root,
+        # The path the verbs name it by, when links lie on it: the launcher judges each.
+        settings_via=settings.named if settings.links else "",
         name=name,
         spec=context.file,
         read=tuple(read),

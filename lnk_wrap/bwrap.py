@@ -311,13 +311,18 @@ def _folders_to_pin(policy: Policy, narrowed: list[str]) -> list[str]:
     reopened, or read-only), each bound onto itself. A mount point cannot be renamed
     (EBUSY); without this, a program could rename a parent of the narrowed path, make
     a decoy in its place, and the next sandbox of the same spec would narrow the decoy
-    and give the real one the written folder's access. They keep their access."""
+    and give the real one the written folder's access. They keep their access.
+
+    From the outermost written folder, not the nearest: a folder that holds a mount
+    point can itself be renamed (the mounts below move with it), so with a written
+    folder inside another, the folders between the two must be pinned as well (or
+    Link's settings folder in the inner one could be moved away and a decoy made)."""
     pinned: list[str] = []
     for path in narrowed:
         above = [written for written in policy.write if inside(path, written) and path != written]
         if not above:
             continue
-        top = max(above, key=_depth)
+        top = min(above, key=_depth)
         folder = path.rsplit("/", 1)[0]
         while folder != top and inside(folder, top):
             pinned.append(folder)

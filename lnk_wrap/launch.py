@@ -8,13 +8,17 @@ options (lnk_common.policy): no file descriptor, no process of ours is assumed.
 Order of operations:
 1. Read the policy from argv (strict; an error is exit 125).
 2. Check it still holds on this machine: every granted path is still what it was when
-   the spec was read (no link swapped in since), Link's settings folder exists (made
-   0700 if not, so a sandbox cannot make it), no hidden path is missing where the
-   program could create it. A working directory the sandbox does not see is said in
-   one line and the program starts in / instead.
-3. Find the dot files of written folders to hold read only (lnk_wrap.dotfiles), and put
-   placeholders where missing ones go, listed with this run (lnk_common.placeholders).
-   A spec whose write_dot_files opens folders says so on its first run.
+   the spec was read (no link swapped in since), the path to Link's settings folder
+   still leads there and no link on it lies where this sandbox writes (F6:
+   check_settings_path), the folder exists (made 0700 if not, so a sandbox cannot make
+   it), no hidden path is missing where the program could create it. A working
+   directory the sandbox does not see is said in one line and the program starts in /
+   instead.
+3. Find the dot files of written folders to hold read only (lnk_wrap.dotfiles), refuse
+   any with a second name the sandbox could write it by (F7: lnk_wrap.heldlinks), and
+   put placeholders where missing ones go, listed with this run
+   (lnk_common.placeholders). A spec whose write_dot_files opens folders says so on its
+   first run.
 4. Build bubblewrap's argv from typed options (lnk_wrap.bwrap.plan) and the init's.
 5. Start bubblewrap, learn the sandbox's pid from --info-fd, pass on the signals it is
    sent (bubblewrap itself does not), and exit with the program's status.
@@ -39,7 +43,7 @@ from lnk_wrap.system import gather, runtime_paths
 TYPE_CHECKING = False  # the typing module costs an import at every start
 if TYPE_CHECKING:
     import signal
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from lnk_common.endpoints import Listener
 else:
@@ -107,6 +111,55 @@ def check_still_holds(policy: Policy) -> None:
                         f"{granted}: it could be made while the program runs, and would "
                         "not be hidden; create it (mkdir) or remove the hide"
                     )
+
+
+def check_settings_path(policy: Policy) -> None:
+    """Refuse a run that could change which folder Link's settings is (F6).
+
+    The path the verbs name it by (the line's --settings-via, else --settings) is
+    followed again (lnk_common.settings.locate, the one function every verb uses): it
+    must still lead to the folder the line was made for, and no link on the way may lie
+    in a folder this sandbox writes, or the program could put a folder of its own in the
+    link's place and every later stop, log, paused, resume and run would take it. The
+    real folders on the way need no check here: the mount plan pins each one a sandbox
+    could rename (lnk_wrap.bwrap._folders_to_pin)."""
+    from lnk_common.settings import SettingsError, locate
+
+    try:
+        found = locate(policy.settings_via or policy.settings)
+    except SettingsError as error:
+        raise LaunchError(str(error)) from None
+    if found.root != policy.settings:
+        raise LaunchError(
+            f"Link's settings folder {found.named} now leads to {found.root}, not to "
+            f"{policy.settings} as when the command line was made (a link on the way "
+            "changed); wrap the command again"
+        )
+    nothing_found = bwrap_plan.HostFacts(system_dirs=(), system_links=(), system_hidden=())
+    for link in found.links:
+        parent = os.path.dirname(link)
+        if bwrap_plan.access_at(policy, nothing_found, parent) != bwrap_plan.Access.WRITE:
+            continue
+        written = max((folder for folder in policy.write if bwrap_plan.inside(parent, folder)),
+                      key=len)
+        raise LaunchError(
+            f"Link's settings folder {found.root} is reached through the link {link} in "
+            f"{parent}, which this sandbox writes: it could put a folder of its own there, "
+            "and stop, log, paused, resume and later runs would take that one; set "
+            f"LNK_HOME={found.root} for every lnk-sandbox command, or do not write {written}"
+        )
+
+
+def _writable_with(policy: Policy, held: tuple[str, ...]) -> Callable[[str], bool]:
+    """Whether a sandbox of `policy` could write `path` once `held` is held read only
+    (the mount plan's own judgement; the machine's folders play no part in it)."""
+    facts = bwrap_plan.HostFacts(system_dirs=(), system_links=(), system_hidden=())
+
+    def writable(path: str) -> bool:
+        return (bwrap_plan.access_at(policy, facts, path) == bwrap_plan.Access.WRITE
+                and not any(bwrap_plan.inside(path, folder) for folder in held))
+
+    return writable
 
 
 def ensure_settings_folder(path: str) -> None:
@@ -181,6 +234,7 @@ def _read_info(fd: int) -> dict[str, int]:
 def launch(policy: Policy, command: list[str], env: Mapping[str, str]) -> int:
     bwrap = find_bwrap(env)
     check_still_holds(policy)
+    check_settings_path(policy)
     ensure_settings_folder(policy.settings)
     try:
         cwd = os.getcwd()
@@ -195,6 +249,12 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str]) -> int:
         found = dotfiles.find(policy, env, known)
     except dotfiles.DotFileError as error:
         raise LaunchError(str(error)) from None
+    from lnk_wrap.heldlinks import refusal as hard_link_refusal
+
+    hard_linked = hard_link_refusal(
+        found.held, _writable_with(policy, (*found.held, *found.placeholders)))
+    if hard_linked is not None:  # F7: a held file must have no other name to write
+        raise LaunchError(hard_linked)
     notice_first_run(policy)
     # A run file only when this run may hold placeholders: ones it makes, or ones another
     # run made that it finds in place (it must hold them too, or that run's end would

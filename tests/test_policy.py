@@ -24,6 +24,7 @@ def policies(draw: st.DrawFn, names: st.SearchStrategy[str] = any_names) -> Poli
     network = draw(st.sampled_from(["none", "proxy"]))
     return Policy(
         settings=draw(paths),
+        settings_via=draw(st.one_of(st.just(""), paths)),
         read=draw(path_tuples),
         write=write,
         hide=draw(path_tuples),
@@ -64,8 +65,8 @@ def test_argv_with_command_splits_back_at_the_first_separator(
 
 _words = st.one_of(
     st.sampled_from([
-        "--settings", "--read", "--write", "--hide", "--reopen", "--name", "--spec",
-        "--keep-session", "--", "/", "/a", "/a/b", "//a", "/a/../b", "/a/./b", "/a/", "a",
+        "--settings", "--settings-via", "--read", "--write", "--hide", "--reopen", "--name",
+        "--spec", "--keep-session", "--", "/", "/a", "/a/b", "//a", "/a/../b", "/a/./b", "/a/", "a",
         "", "/a\0b", "--read=/a", "-r",
     ]),
     st.text(),
@@ -284,3 +285,12 @@ def test_write_dot_files_must_name_a_written_folder() -> None:
     assert str(caught.value) == "--write-dot-files /b is not a written folder (--write)"
     policy = Policy.from_argv(["--settings", "/s", "--write", "/a", "--write-dot-files", "/a"])
     assert policy.write_dot_files == ("/a",)
+
+
+def test_settings_via_must_be_absolute_and_normalised() -> None:
+    """The path the verbs name Link's settings by (F6: the launcher follows it again)."""
+    assert Policy.from_argv(["--settings", "/s", "--settings-via", "/l/lnk"]).settings_via == (
+        "/l/lnk")
+    for named in ("l/lnk", "/l/../lnk"):
+        with pytest.raises(PolicyArgvError):
+            Policy.from_argv(["--settings", "/s", "--settings-via", named])
