@@ -40,6 +40,7 @@ import stat
 from lnk_common.placeholders import FILE, FOLDER
 from lnk_common.policy import Policy
 from lnk_wrap.gitconfig import MAX_CONFIG_BYTES, GitConfigError, named_paths, parse
+from lnk_wrap.gitdiscovery import NotRegularFileError, discover, read_regular
 
 TYPE_CHECKING = False  # the typing module costs an import at every start
 if TYPE_CHECKING:
@@ -95,8 +96,8 @@ MAX_LINKS = 40
 MAX_HOOKS = 256
 # Enough of a hook to find which manager it runs; installed stubs are a few KiB.
 MAX_HOOK_BYTES = 64 * 1024
-# A `.git` file holds one `gitdir:` line; git itself refuses large ones.
-MAX_GITFILE_BYTES = 4096
+# A commondir file holds one path; PATH_MAX is enough for any git can use.
+MAX_COMMONDIR_BYTES = 4096
 
 
 class DotFileError(Exception):
@@ -237,46 +238,38 @@ class _Finder:
                 if os.path.lexists(path):
                     self.hold(path, kind)
 
-    def git_dir(self, top: str) -> tuple[str, str] | None:
-        """(gitdir, commondir) of the repository at `top`, held where writable."""
-        dot_git = f"{top}/.git"
-        try:
-            info = os.lstat(dot_git)
-        except OSError:
-            return None
-        if stat.S_ISDIR(info.st_mode):
-            git_dir: str | None = dot_git
-        elif stat.S_ISREG(info.st_mode):
-            with open(dot_git, "rb") as handle:
-                data = handle.read(MAX_GITFILE_BYTES + 1)
-            if len(data) > MAX_GITFILE_BYTES or not data.startswith(b"gitdir: "):
-                return None  # git refuses such a file: not a repository
-            pointer = os.fsdecode(data[len(b"gitdir: "):].rstrip())
-            git_dir = self.hold(os.path.join(top, pointer), FOLDER)
-        else:
-            return None
+    def git_dirs(self, found: str) -> tuple[str, str] | None:
+        """(git dir, common dir) of the repository whose git directory git found at
+        `found` (lnk_wrap.gitdiscovery), each held where writable."""
+        git_dir = self.hold(found, FOLDER)
         if git_dir is None:
             return None
-        common = git_dir
         try:
-            with open(f"{git_dir}/commondir", "rb") as handle:
-                named = os.fsdecode(handle.read(MAX_GITFILE_BYTES).rstrip(b"\n"))
+            data = read_regular(f"{git_dir}/commondir", MAX_COMMONDIR_BYTES, follow=True)
+        except NotRegularFileError as error:
+            if error.kind == "a folder":
+                return git_dir, git_dir
+            raise _not_regular(error) from None
         except OSError:
-            named = ""
-        if named:
-            common = self.hold(os.path.join(git_dir, named), FOLDER) or ""
-        return git_dir, common
+            return git_dir, git_dir
+        named = os.fsdecode(data.split(b"\0", 1)[0].rstrip(b"\r\n"))
+        if not named:
+            return git_dir, git_dir
+        return git_dir, self.hold(os.path.join(git_dir, named), FOLDER) or ""
 
     def settings_file(self, path: str, depth: int = 0) -> list[str]:
         """Hold a settings file git reads and what it names; returns its hooks folders
         as written (relative ones are taken from each work tree's top)."""
         real = self.hold(path, FILE)
-        if real is None or not os.path.isfile(real) or real in self.seen_files:
+        if real is None or real in self.seen_files:
             return []
         self.seen_files.add(real)
         try:
-            with open(real, "rb") as handle:
-                data = handle.read(MAX_CONFIG_BYTES + 1)
+            data = read_regular(real, MAX_CONFIG_BYTES + 1)
+        except NotRegularFileError as error:
+            if error.kind == "a folder":
+                return []  # git reads no settings from a folder (held whole as found)
+            raise _not_regular(error) from None
         except OSError:
             return []
         try:
@@ -317,24 +310,46 @@ class _Finder:
                 return None
         return os.path.join(home, rest)
 
-    def repository(self, top: str, personal_hooks: list[str], *, at_top: bool) -> None:
-        found = self.git_dir(top)
-        if found is None:
-            return
-        git_dir, common = found
+    def repository(self, found: tuple[str | None, str], personal_hooks: list[str], *,
+                   top: str | None) -> None:
+        """Hold what git reads for the repository it found: (work tree's top, or None
+        when bare; git directory as found). `top` is the written folder when that work
+        tree is the written folder itself (its hook managers' settings are held there)."""
+        work_tree, found_git_dir = found
+        if work_tree is None and found_git_dir in self.policy.write:
+            # A bare repository at the top of a written folder: its settings and hooks,
+            # not the whole folder, or the sandbox could not work in it at all.
+            git_dir, common = found_git_dir, found_git_dir
+            self.hold(f"{git_dir}/commondir", FILE)
+        else:
+            dirs = self.git_dirs(found_git_dir)
+            if dirs is None:
+                return
+            git_dir, common = dirs
         settings = [f"{common}/config"] if common else []
         if common != git_dir:
             settings.append(f"{git_dir}/config.worktree")
         hooks = list(personal_hooks)
         for path in settings:
             hooks += self.settings_file(path)
-        folders = [os.path.join(top, hook) for hook in hooks]
+        # Relative hooks folders are taken from the top of the work tree; in a bare
+        # repository, from the git directory (where git runs hooks).
+        base = work_tree if work_tree is not None else git_dir
+        folders = [os.path.join(base, hook) for hook in hooks]
         if common:
             folders.append(f"{common}/hooks")
         for folder in folders:
             real = self.hold(folder, FOLDER)
             if real is not None and os.path.isdir(real):
-                self.hooks(real, top if at_top else None)
+                self.husky_scripts(real)
+                self.hooks(real, top)
+
+    def husky_scripts(self, hooks_folder: str) -> None:
+        """husky (9) points git at `.husky/_`, whose stubs run the person's scripts in
+        `.husky` itself: held whole wherever it is, not only at a written folder's top."""
+        parent, name = os.path.split(hooks_folder)
+        if name == "_" and os.path.basename(parent) == ".husky":
+            self.hold(parent, FOLDER)
 
     def hooks(self, folder: str, top: str | None) -> None:
         try:
@@ -351,10 +366,9 @@ class _Finder:
             if real is None or top is None:
                 continue
             try:
-                with open(real, "rb") as handle:
-                    text = handle.read(MAX_HOOK_BYTES)
-            except OSError:
-                continue
+                text = read_regular(real, MAX_HOOK_BYTES)
+            except (NotRegularFileError, OSError):
+                continue  # git cannot run it either (a FIFO, a folder): no manager named
             for manager, marks in _MANAGER_MARKS.items():
                 if any(mark in text for mark in marks):
                     self.manager_settings(top, manager, text)
@@ -390,15 +404,30 @@ def _personal_settings(env: Mapping[str, str]) -> list[str]:
     return [path for path in files if os.path.isabs(path)]
 
 
-def _enclosing_repository(folder: str) -> str | None:
-    """The work tree git finds above `folder` when it has no .git of its own."""
-    current = os.path.dirname(folder)
-    while True:
-        if os.path.lexists(f"{current}/.git"):
-            return current
-        if current == "/":
-            return None
-        current = os.path.dirname(current)
+def _not_regular(error: NotRegularFileError) -> DotFileError:
+    return DotFileError(
+        f"{error}: git would wait on it forever, and so would this run; a sandbox may "
+        f"have left it (remove it: rm {error.path})"
+    )
+
+
+def _discovered(folder: str) -> list[tuple[str | None, str]]:
+    """The repositories git finds from the written folder `folder` and from the folder
+    above it, each as lnk_wrap.gitdiscovery decides it (as git does: a `.git` that is
+    not a valid git directory, another run's placeholder among them, is passed over).
+    The folder above too: git run anywhere else in an enclosing repository (its top)
+    uses that repository's hooks, wherever in it they lie, even when the written folder
+    is a repository of its own."""
+    found: list[tuple[str | None, str]] = []
+    starts = [folder] if folder == "/" else [folder, os.path.dirname(folder)]
+    for start in starts:
+        try:
+            repository = discover(start)
+        except NotRegularFileError as error:
+            raise _not_regular(error) from None
+        if repository is not None and repository not in found:
+            found.append(repository)
+    return found
 
 
 def find(policy: Policy, env: Mapping[str, str],
@@ -426,10 +455,7 @@ def find(policy: Policy, env: Mapping[str, str],
             if real is not None and os.path.isdir(real):
                 finder.hooks(real, None)
     for top in tops:
-        if os.path.lexists(f"{top}/.git"):
-            finder.repository(top, personal_hooks, at_top=True)
-        else:
-            enclosing = _enclosing_repository(top)
-            if enclosing is not None:
-                finder.repository(enclosing, personal_hooks, at_top=False)
+        for repository in _discovered(top):
+            finder.repository(repository, personal_hooks,
+                              top=top if repository[0] == top else None)
     return finder.found
