@@ -455,7 +455,15 @@ def find(policy: Policy, env: Mapping[str, str],
             if real is not None and os.path.isdir(real):
                 finder.hooks(real, None)
     for top in tops:
-        for repository in _discovered(top):
+        found = _discovered(top)
+        if not any(top in repository for repository in found):
+            # With no repository of its own (no .git, or one git passes over, such as a
+            # placeholder), git takes the folder itself for a bare repository once it
+            # holds HEAD, objects/ and refs/: a sandbox could make them, and a config
+            # whose core.pager or alias runs on the person's next `git log`. Its HEAD
+            # is held (an empty placeholder when missing: not a valid HEAD).
+            finder.hold(f"{top}/HEAD", FILE)
+        for repository in found:
             finder.repository(repository, personal_hooks,
                               top=top if repository[0] == top else None)
     return finder.found

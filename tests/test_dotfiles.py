@@ -703,3 +703,29 @@ def test_F8_a_written_repository_inside_another_still_has_the_outer_ones_hooks_h
     })
     assert opened(found) == []
     assert listing(project) == before
+
+
+def test_F4_a_written_folder_cannot_be_made_a_bare_repository_at_its_top(
+    tmp_path: Path, write_spec: WriteSpec, run_sandbox: RunSandbox
+) -> None:
+    # git, finding no valid .git in a folder (none, or a placeholder it passes over),
+    # takes the folder itself for a bare repository once it holds HEAD, objects/ and
+    # refs/, and runs what its config names (core.pager on the person's `git log`).
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    before = listing(folder)
+    f = Q(str(folder))
+    found = attack(run_sandbox, _write_spec_for(write_spec, folder), {
+        "plant a bare repository": (
+            f"mkdir -p {f}/objects {f}/refs && printf '[core]\\n\\tpager = touch pwned\\n' "
+            f"> {f}/config && echo 'ref: refs/heads/main' > {f}/HEAD"),
+    })
+    assert opened(found) == []
+    assert not (folder / "HEAD").exists()
+    found_by_git = subprocess.run(["git", "-C", str(folder), "rev-parse", "--absolute-git-dir"],
+                                  capture_output=True, text=True, check=False)
+    assert found_by_git.stdout.strip() != str(folder)
+    for name in ("objects", "refs"):  # what it could make: plain folders, git passes over
+        (folder / name).rmdir()
+    (folder / "config").unlink()
+    assert listing(folder) == before
