@@ -135,8 +135,9 @@ class HostFacts:
     watch_fd: the init's end of the socket to the exec watch (the "watched" filter), or
         None (the "plain" filter, no watch).
     block_fd: where the init waits for the launcher's go-ahead before running the
-        program, while the DNS helper makes the sandbox's listening sockets in its
-        network (a policy with a wire): the init's --go-fd.
+        program (while the DNS helper makes the sandbox's listening sockets in its
+        network, for a policy with a wire; and so that a stop signal before the start
+        means no start, for every policy): the init's --go-fd.
     data_files: (fd, path) pairs: a file made from what the fd holds, read only, at path
         (a sandbox with DNS: its own resolv.conf and hosts, lnk_wrap.dns_files).
     cwd: the working directory to keep.

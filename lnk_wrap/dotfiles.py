@@ -9,18 +9,22 @@ the folder; a missing one gets an empty placeholder for the run, so it cannot be
 (lnk_common.placeholders keeps the list of them).
 
 Runs in the launcher, outside, at every start: what the folders hold now decides, not
-what they held when the spec was read. Trust: the folders are written by the sandboxes
-this protects against, so every link on the way to something held is either one the
-program cannot replace (it is followed, as git would) or the run is refused; and every
-settings file is read as git reads it (lnk_wrap.gitconfig), or the run is refused.
+what they held when the spec was read. Every file is read with read_regular (never
+blocking on a FIFO a sandbox left; refused where git itself would wait on it).
+Trust: the folders are written by the sandboxes this protects against, so every link
+on the way to something held is either one the program cannot replace (it is followed,
+as git would) or the run is refused; and every settings file is read as git reads it
+(lnk_wrap.gitconfig), or the run is refused.
 
 Order of operations, for each written folder whose dot files are not opened:
 1. The fixed names at its top (TOP_NAMES): held when there, a placeholder when missing
    (not for .envrc: a new one runs nothing until the person allows it with direnv).
-2. The repository git finds there: the folder's own (.git, a `gitdir:` file, its
-   `commondir`) and, when the folder lies inside another repository, that one too.
-   Every folder git reads settings or hooks from is held whole where a sandbox could
-   write it.
+2. The repositories git finds from the folder and from the folder above it, decided
+   as git decides (lnk_wrap.gitdiscovery: a `.git` that is not a valid git directory,
+   another run's placeholder among them, is passed over): a `.git` folder, a `gitdir:`
+   file, its `commondir`, a bare repository. Every folder git reads settings or hooks
+   from is held whole where a sandbox could write it. A folder with no repository of
+   its own has its HEAD held, so that it cannot be made a bare repository.
 3. The settings files git reads for it (the repository's, `config.worktree`, the
    person's own and the system's), and every hooks folder and included file they name,
    resolved as git does (relative includes from the including file's folder, relative
