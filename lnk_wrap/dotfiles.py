@@ -251,7 +251,7 @@ class _Finder:
         try:
             data = read_regular(f"{git_dir}/commondir", MAX_COMMONDIR_BYTES, follow=True)
         except NotRegularFileError as error:
-            if error.kind == "a folder":
+            if _read_without_waiting(error):
                 return git_dir, git_dir
             raise _not_regular(error) from None
         except OSError:
@@ -271,8 +271,8 @@ class _Finder:
         try:
             data = read_regular(real, MAX_CONFIG_BYTES + 1)
         except NotRegularFileError as error:
-            if error.kind == "a folder":
-                return []  # git reads no settings from a folder (held whole as found)
+            if _read_without_waiting(error):
+                return []  # no settings in a folder; none that a sandbox made in a device
             raise _not_regular(error) from None
         except OSError:
             return []
@@ -406,6 +406,13 @@ def _personal_settings(env: Mapping[str, str]) -> list[str]:
         if home:
             files.append(f"{home}/.gitconfig")
     return [path for path in files if os.path.isabs(path)]
+
+
+def _read_without_waiting(error: NotRegularFileError) -> bool:
+    """What git reads past without waiting: a folder (git reads no settings from it) or
+    a device file (GIT_CONFIG_GLOBAL=/dev/null is common; a sandbox cannot make one).
+    A FIFO git would wait on forever, and a socket it cannot open: the run is refused."""
+    return error.kind in ("a folder", "a device file")
 
 
 def _not_regular(error: NotRegularFileError) -> DotFileError:

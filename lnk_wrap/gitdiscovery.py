@@ -82,8 +82,12 @@ def read_regular(path: str, limit: int, *, follow: bool = False) -> bytes:
     try:
         fd = os.open(path, flags)
     except OSError as error:
-        if error.errno == errno.ENXIO:  # ENXIO: a unix socket (or a device without its driver)
-            raise NotRegularFileError(path, "a unix socket") from None
+        if error.errno == errno.ENXIO:  # a unix socket, or a device without its driver
+            try:
+                mode = os.stat(path, follow_symlinks=follow).st_mode
+            except OSError:
+                raise error from None
+            raise NotRegularFileError(path, _kind(mode)) from None
         raise
     try:
         mode = os.fstat(fd).st_mode

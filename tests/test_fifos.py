@@ -154,3 +154,16 @@ def test_F8_a_fifo_left_in_a_written_folder_never_hangs_a_later_run(
         what = "a FIFO (named pipe)" if kind == "fifo" else "a unix socket"
         assert f"{path} is {what} where git reads a file" in lines[0]
         assert f"rm {path}" in lines[0]
+
+
+def test_F8_a_device_where_git_reads_settings_is_read_as_git_reads_it(
+    tmp_path: Path, write_spec: WriteSpec, run_sandbox: RunSandbox,
+    sandbox_env: dict[str, str],
+) -> None:
+    # GIT_CONFIG_GLOBAL=/dev/null is common (CI, scripts): git reads it as empty, and
+    # so does the launcher, without a word; only what would hang is refused.
+    written = make_repository(tmp_path / "project")
+    env = {**sandbox_env, "GIT_CONFIG_GLOBAL": "/dev/null"}
+    result = run_sandbox(write_spec(files_spec(write=(written,))), "true", env=env,
+                         cwd=written)
+    assert (result.returncode, result.stderr) == (0, "")
