@@ -223,6 +223,27 @@ def _on_signal(signum: int, _frame: object) -> None:
         state.stop = signum
 
 
+# How often the launcher looks for the sandbox's init before its go-ahead: bubblewrap
+# reports its pid before it has made the mounts and started the init (some ms), and the
+# init's own interpreter start (some 8 ms) hides this wait.
+INIT_POLL_SECONDS = 0.0002
+
+
+def _wait_for_init(sandbox_pid: int | None, child: int) -> None:
+    """Until the sandbox's init exists (bubblewrap's first process inside has its
+    child), a stop signal came, or bubblewrap ended. The go-ahead is given only then: a
+    signal passed on before the init exists would find no one to take it, and the
+    program would start after it was dropped."""
+    if sandbox_pid is None:
+        return
+    import time
+
+    while not _SIGNALS.stop and _program_pid(sandbox_pid) is None:
+        if os.waitid(os.P_PID, child, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+            return
+        time.sleep(INIT_POLL_SECONDS)
+
+
 def _go_ahead_unless_stopped(go_write: int, sandbox_pid: int | None) -> int:
     """Write the init's go-ahead, unless a stop signal came first: returns that signal
     (0 when the program may start). The stop signals are blocked from the decision to
@@ -375,6 +396,7 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
             for channel in wire.channels.values():
                 os.close(channel)
     # The program may start: its ways out exist (else no one reads it: a broken pipe).
+    _wait_for_init(sandbox_pid, child)
     stopped = _go_ahead_unless_stopped(go_write, sandbox_pid)
     if stopped:
         _kill_sandbox(sandbox_pid, child)

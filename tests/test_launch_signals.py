@@ -63,6 +63,30 @@ sys.exit(os.waitstatus_to_exitcode(status) & 0xFF)
 """
 
 
+# Holds bubblewrap before it starts the init (its own --block-fd, which it reads before
+# it forks the init) until the launcher has written the go-ahead (the init's --go-fd
+# turns readable) or a second has passed; signals the launcher; then lets bubblewrap go
+# on. A launcher that gave its go-ahead before the init existed drops the signal (no
+# one to pass it to) and the program runs.
+SIGNAL_BEFORE_THE_INIT_EXISTS = """#!{python}
+import os, select, signal, sys
+args = sys.argv[1:]
+info = int(args[args.index("--info-fd") + 1])
+go = int(args[args.index("--go-fd") + 1])
+block_read, block_write = os.pipe()
+os.set_inheritable(block_read, True)
+pid = os.posix_spawn("{bwrap}", ["{bwrap}", "--block-fd", str(block_read), *args],
+                     os.environ)
+os.close(block_read)
+os.close(info)
+select.select([go], [], [], 1.0)
+os.kill(os.getppid(), signal.{signal})
+os.write(block_write, b"x")
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status) & 0xFF)
+"""
+
+
 def _wrapper(tmp_path: Path, text: str, signum: signal.Signals) -> dict[str, str]:
     wrapper = tmp_path / "bwrap-wrapper"
     wrapper.write_text(text.format(signal=signum.name.removeprefix("SIG") if "{python}"
@@ -118,6 +142,22 @@ def test_a_stop_signal_once_the_sandbox_exists_means_the_program_never_runs(
     assert run.returncode == 143, stderr
     assert not marker.exists()
     time.sleep(0.2)  # a program that slipped through would have touched it by now
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("network", ["", "proxy"])
+def test_a_stop_signal_after_the_sandbox_is_known_but_before_its_init_exists_is_not_lost(
+    tmp_path: Path, write_spec: WriteSpec, sandbox_env: dict[str, str], network: str,
+) -> None:
+    spec, marker = _spec(write_spec, tmp_path, network)
+    env = {**sandbox_env,
+           **_wrapper(tmp_path, SIGNAL_BEFORE_THE_INIT_EXISTS, signal.SIGTERM)}
+    run = _run(spec, env, marker)
+    try:
+        _, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    finally:
+        end_run(run)
+    assert run.returncode == 143, stderr
     assert not marker.exists()
 
 
