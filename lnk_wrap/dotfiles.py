@@ -416,9 +416,10 @@ def _read_without_waiting(error: NotRegularFileError) -> bool:
 
 
 def _not_regular(error: NotRegularFileError) -> DotFileError:
+    effect = ("git would wait on it forever, and so would this run"
+              if error.kind.startswith("a FIFO") else "git cannot read it")
     return DotFileError(
-        f"{error}: git would wait on it forever, and so would this run; a sandbox may "
-        f"have left it (remove it: rm {error.path})"
+        f"{error}: {effect}; a sandbox may have left it (remove it: rm {error.path})"
     )
 
 
