@@ -23,6 +23,7 @@ from lnk_common.syscalls import prctl, syscall
 __all__ = [
     "ACCESS_FS_READ",
     "ACCESS_FS_READ_EXECUTE",
+    "ACCESS_FS_TEMP",
     "ACCESS_FS_WRITE",
     "ACCESS_RIGHTS",
     "LandlockError",
@@ -69,13 +70,22 @@ _FS_FILE_ONLY = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV
 
 ACCESS_FS_READ = READ_FILE | READ_DIR
 ACCESS_FS_READ_EXECUTE = ACCESS_FS_READ | EXECUTE
-ACCESS_FS_WRITE = _FS_ALL
+# FIFOs and device files: a FIFO left where the person's tools read a file (.gitignore,
+# a hook, an included settings file) hangs their git, prompt and editor after the run
+# (F8); a device file has no use in a folder the person works in. The private temp
+# folders keep them (make's jobserver, shells' and test runners' FIFOs live there);
+# unix sockets are kept everywhere (a server in a written folder must work).
+MAKE_SPECIAL = MAKE_FIFO | MAKE_CHAR | MAKE_BLOCK
+ACCESS_FS_WRITE = _FS_ALL & ~MAKE_SPECIAL
+ACCESS_FS_TEMP = _FS_ALL
 
 # The named kinds of access a sandbox gives a path; the bwrap plan writes these names on
 # the init's command line, the init turns them into rights.
 ACCESS_RIGHTS = {
     "read": ACCESS_FS_READ_EXECUTE,
     "write": ACCESS_FS_WRITE,
+    # The private /tmp, /var/tmp and /dev/shm: everything, FIFOs and device files too.
+    "temp": ACCESS_FS_TEMP,
     # /dev: read and write the device nodes bwrap put there (null, tty, urandom …) and
     # their ioctls (a terminal needs TCGETS); no making of files, no execution.
     "devices": READ_FILE | WRITE_FILE | READ_DIR | IOCTL_DEV,
@@ -85,6 +95,7 @@ ACCESS_RIGHTS = {
     # execute right on the file exec is given and on a script's or program's interpreter.
     "read-no-exec": ACCESS_FS_READ,
     "write-no-exec": ACCESS_FS_WRITE & ~EXECUTE,
+    "temp-no-exec": ACCESS_FS_TEMP & ~EXECUTE,
     "run": ACCESS_FS_READ_EXECUTE,
 }
 

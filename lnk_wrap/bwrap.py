@@ -50,11 +50,14 @@ class Access:
 
     READ = "read"
     WRITE = "write"
+    # The private temp folders: what WRITE gives, and FIFOs and device files.
+    TEMP = "temp"
     DEVICES = "devices"
     PROC = "proc"
     # With [commands]: grants without the right to run, and what may run.
     READ_NO_EXEC = "read-no-exec"
     WRITE_NO_EXEC = "write-no-exec"
+    TEMP_NO_EXEC = "temp-no-exec"
     RUN = "run"
 
 
@@ -132,8 +135,9 @@ class HostFacts:
     watch_fd: the init's end of the socket to the sandbox's watch (every sandbox has
         one: it judges unix sockets; with [commands], programs too).
     block_fd: where the init waits for the launcher's go-ahead before running the
-        program, while the DNS helper makes the sandbox's listening sockets in its
-        network (a policy with a wire): the init's --go-fd.
+        program (while the DNS helper makes the sandbox's listening sockets in its
+        network, for a policy with a wire; and so that a stop signal before the start
+        means no start, for every policy): the init's --go-fd.
     data_files: (fd, path) pairs: a file made from what the fd holds, read only, at path
         (a sandbox with DNS: its own resolv.conf and hosts, lnk_wrap.dns_files).
     cwd: the working directory to keep.
@@ -366,9 +370,9 @@ def plan(policy: Policy, facts: HostFacts) -> Plan:
     rules = [InitRule(Access.READ, path) for path in facts.system_dirs]
     rules += [
         InitRule(Access.DEVICES, "/dev"),
-        InitRule(Access.WRITE, "/dev/shm"),
+        InitRule(_temp_access(policy, "/dev/shm"), "/dev/shm"),
         InitRule(Access.PROC, "/proc"),
-        *(InitRule(Access.WRITE, path) for path in _PRIVATE_TMP),
+        *(InitRule(_temp_access(policy, path), path) for path in _PRIVATE_TMP),
         *(InitRule(Access.READ, path) for _, path in facts.data_files),
     ]
 
@@ -446,7 +450,20 @@ def plan(policy: Policy, facts: HostFacts) -> Plan:
                 filter_args=filter_args, go_args=go_args)
 
 
+def _temp_access(policy: Policy, temp: str) -> str:
+    """A private temp folder's rule: TEMP (FIFOs and device files may be made), but
+    WRITE where a written folder lies beneath it. Landlock's rights along a path are a
+    union, and its walk goes up across mount points: a written folder bound at
+    /tmp/x/W inside gets whatever the rule on the private /tmp gives, so a FIFO could
+    be made in it there. The refusal is kept for the written folder; the private temp
+    folder above it loses FIFOs in that sandbox (docs/ARCHITECTURE.md, the residue)."""
+    if any(inside(written, temp) for written in policy.write):
+        return Access.WRITE
+    return Access.TEMP
+
+
 def _without_execute(rule: InitRule) -> InitRule:
     """Where [commands] lists programs, no grant runs what it holds."""
-    access = {Access.READ: Access.READ_NO_EXEC, Access.WRITE: Access.WRITE_NO_EXEC}
+    access = {Access.READ: Access.READ_NO_EXEC, Access.WRITE: Access.WRITE_NO_EXEC,
+              Access.TEMP: Access.TEMP_NO_EXEC}
     return InitRule(access.get(rule.access, rule.access), rule.path)

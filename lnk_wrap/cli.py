@@ -194,8 +194,9 @@ def _dispatch(arguments: Mapping[str, object], env: Mapping[str, str]) -> int:
             print(shlex.join(line))
         return 0
     if arguments["run"]:
-        from lnk_wrap.launch import LaunchError, launch
+        from lnk_wrap.launch import LaunchError, launch, record_signals
 
+        record_signals()  # a stop signal from here on means the program never starts
         policy = _policy(arguments, env)
         try:
             return launch(policy, command, env)

