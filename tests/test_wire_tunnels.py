@@ -352,3 +352,42 @@ def test_the_keep_alive_retry_keeps_its_new_connection_and_leaks_none(
     retried = [line for line in log_lines(env)
                if line[0] == "ended" and "error=" in line[2]]
     assert len(retried) == 21, log_lines(env)
+
+
+# An endpoint on port 80 (a name the sandbox's DNS gives an address of its own) is a
+# tunnel to port 80 too: served as HTTP, its Host held to the endpoint's name.
+_ENDPOINT = _CLIENT + r'''
+import socket
+address = socket.getaddrinfo("allowed.lnkt", 80, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+def direct(then):
+    s = socket.create_connection((address, 80), timeout=10)
+    s.sendall(then)
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return head.split(b"\r\n")[0].decode(), body.decode().strip()
+print({
+    "same host": direct(b"GET /ok HTTP/1.1\r\nHost: allowed.lnkt\r\nConnection: close\r\n\r\n"),
+    "another host": direct(b"GET /ok HTTP/1.1\r\nHost: other.lnkt\r\n\r\n"),
+})
+'''
+
+
+def test_N5_an_endpoint_on_port_80_carries_only_requests_to_its_name(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path,
+    sandbox_env: dict[str, str], names: CountingDNS,
+) -> None:
+    spec = write_spec(f'name = "{WIRE}"\n[files]\nread = {toml_list(testnet)}\n'
+                      '[tcp]\nendpoints = ["allowed.lnkt:80"]\n')
+    env = {**sandbox_env, "LNK_SANDBOX_DNS": f"127.0.0.1:{names.port}"}
+    found = run_python(run_sandbox, (spec, env), _ENDPOINT)
+    assert found == {
+        "same host": ("HTTP/1.1 200 OK", "fine"),
+        "another host": ("HTTP/1.1 400 Bad Request", "the Host header names another host "
+                         "than the tunnel's (allowed.lnkt:80)"),
+    }, found
+    allowed = [line for line in log_lines(env)
+               if line[0] == "allowed" and "kind=dns" not in line[2]]
+    assert [line[1] for line in allowed] == ["allowed.lnkt:80"], allowed
+    assert "kind=http" in allowed[0][2], allowed
