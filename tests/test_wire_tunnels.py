@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -391,3 +392,50 @@ def test_N5_an_endpoint_on_port_80_carries_only_requests_to_its_name(
                if line[0] == "allowed" and "kind=dns" not in line[2]]
     assert [line[1] for line in allowed] == ["allowed.lnkt:80"], allowed
     assert "kind=http" in allowed[0][2], allowed
+
+
+# -- N3: this machine as it is now, not as it was when the proxy started ------------------------
+
+# Run in a network namespace of the test's own (`unshare -rn`: as root and as an ordinary
+# user alike): a standalone proxy is started, asked for two addresses while they are no
+# one's, then this namespace gains an interface holding one of them (10.99.0.1/24), and
+# the proxy is asked again.
+_NEW_ADDRESS = r'''
+set -u
+ip link set lo up
+ip link add lnkm0 type veth peer name lnkm1
+"$1" --settings "$2" --wire renumbered --host 10.99.0.1 --host 10.99.0.7 \
+    --listen 127.0.0.1:3128 &
+proxy=$!
+tries=0
+until curl -s -o /dev/null http://127.0.0.1:3128/; do
+    tries=$((tries + 1)); [ $tries -lt 400 ] || exit 3; sleep 0.05
+done
+ask() { curl -s -m 10 -x http://127.0.0.1:3128 -w '|%{http_code}\n' "$1"; }
+ask http://10.99.0.1/
+ask http://10.99.0.7/
+ip addr add 10.99.0.1/24 dev lnkm0
+ip link set lnkm1 up
+ip link set lnkm0 up
+ask http://10.99.0.1/
+ask http://10.99.0.7/
+kill $proxy
+'''
+
+
+def test_N3_an_address_this_machine_gains_after_the_proxy_started_is_refused(
+    tmp_path: Path,
+) -> None:
+    settings = tmp_path / "settings"
+    settings.mkdir()
+    proxy = str(Path(LNK_SANDBOX).with_name("lnk-sandbox-proxy"))
+    done = subprocess.run(["unshare", "-rn", "/bin/sh", "-c", _NEW_ADDRESS, "sh", proxy,
+                           str(settings)], capture_output=True, text=True,
+                          timeout=SANDBOX_TIMEOUT_SECONDS, check=False)
+    answers = [[reply, code] for reply, code
+               in re.findall(r"(.*?)\n\|([0-9]{3})\n", done.stdout, re.DOTALL)]
+    assert len(answers) == 4, done
+    for reply, _code in answers[:2]:  # no one's yet: nothing to connect to
+        assert "could not be reached" in reply, done
+    assert answers[2:] == [["10.99.0.1 is this machine", "403"],
+                           ["10.99.0.7 is on one of this machine's own networks", "403"]], done
