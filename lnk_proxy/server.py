@@ -43,7 +43,7 @@ from lnk_proxy.head import HeadError, RequestHead, check_head, head_end
 from lnk_proxy.target import Target, TargetError, parse_absolute, parse_connect
 from lnk_proxy.wire import Refused, Wire, no_delay
 
-__all__ = ["HEAD_SECONDS", "IDLE_SECONDS", "Proxy"]
+__all__ = ["HEAD_SECONDS", "HTTP_PORT", "IDLE_SECONDS", "UPGRADES", "Proxy"]
 
 # A client has this long to send a whole head (slowloris: a head dribbled a byte at a
 # time holds a connection and its memory for nothing).
@@ -93,11 +93,22 @@ _HOP_FIELDS = frozenset({b"connection", b"proxy-connection", b"proxy-authorizati
                          b"keep-alive", b"te", b"trailer", b"upgrade"})
 
 
+# The protocols a request may ask to switch to, default deny. After a 101 the bytes are
+# relayed unread, so only a protocol that carries no further requests may be: a WebSocket
+# talks to the resource it was opened on. h2c is not (HTTP/2 in clear would carry any
+# number of requests, each with an :authority of its own, past every check: the "h2c
+# smuggling" of proxies that let it through); an Upgrade field naming anything else is
+# not sent on, and the server answers as HTTP/1.1.
+UPGRADES = frozenset({b"websocket"})
+
+
 def _asks_to_upgrade(headers: Sequence[tuple[bytes, bytes]]) -> bool:
-    """A request with an Upgrade field that its Connection field names (RFC 9110 7.8)."""
+    """A request with an Upgrade field that its Connection field names (RFC 9110 7.8),
+    naming one protocol, of UPGRADES."""
     tokens = {token.strip().lower() for name, value in headers if name.lower() == b"connection"
               for token in value.split(b",")}
-    return b"upgrade" in tokens and any(name.lower() == b"upgrade" for name, _ in headers)
+    asked = [value.strip().lower() for name, value in headers if name.lower() == b"upgrade"]
+    return b"upgrade" in tokens and len(asked) == 1 and asked[0] in UPGRADES
 
 
 def _host_matches(hosts: list[str], target: Target) -> bool:
@@ -401,6 +412,16 @@ class Proxy(Wire):
         same host and port (its address was checked when it was opened; the hooks and
         the name are checked again here, and the call counted); `kept` holds it between
         requests. After a 101 the two connections are relayed as they are."""
+        client = h11.Connection(h11.SERVER)
+        client.receive_data(raw + rest)
+        try:  # h11 may refuse what the head check admitted: nothing is sent on then
+            request = client.next_event()
+        except h11.RemoteProtocolError as error:
+            await self._refuse(writer, tunnel.authority if tunnel else "-",
+                               Refused(400, f"the request is not HTTP/1.1 as h11 reads it "
+                                            f"({error})"))
+            return False, b""
+        assert isinstance(request, h11.Request)
         found = await self._where(head, writer, tunnel)
         if found is None:
             return False, b""
@@ -425,10 +446,6 @@ class Proxy(Wire):
         call = next(self.ids)
         self.log.write("allowed", target.authority, f"id={call} kind=http")
         started = time.monotonic()
-        client = h11.Connection(h11.SERVER)
-        client.receive_data(raw + rest)
-        request = client.next_event()
-        assert isinstance(request, h11.Request)
         upgrade = _asks_to_upgrade(request.headers)
         fields = [(name, value) for name, value in request.headers
                   if name.lower() not in _HOP_FIELDS and name.lower() != b"expect"]
