@@ -177,6 +177,7 @@ class Proxy(Wire):
         """Requests one after another; `tunnel`: the port-80 tunnel they all travel in
         (every Host must name its host), else absolute-form requests to the proxy."""
         while True:
+            where = tunnel.authority if tunnel is not None else "-"  # for a bad head
             if not buffer:
                 try:  # between requests a client may idle; within a head it may not
                     buffer = await asyncio.wait_for(reader.read(65536), IDLE_SECONDS)
@@ -188,17 +189,17 @@ class Proxy(Wire):
                 raw, buffer = await asyncio.wait_for(self._read_head(reader, buffer),
                                                      HEAD_SECONDS)
             except TimeoutError:
-                await self._refuse(writer, "-", Refused(408, "the request head took too long"))
+                await self._refuse(writer, where, Refused(408, "the request head took too long"))
                 return
             except HeadError as error:
-                await self._refuse(writer, "-", Refused(400, str(error)))
+                await self._refuse(writer, where, Refused(400, str(error)))
                 return
             if raw is None:
                 return
             try:
                 head = check_head(raw)
             except HeadError as error:
-                await self._refuse(writer, "-", Refused(400, str(error)))
+                await self._refuse(writer, where, Refused(400, str(error)))
                 return
             if head.method == "CONNECT":
                 if tunnel is not None:

@@ -144,8 +144,12 @@ print({
 
 
 def test_N5_every_request_in_a_port_80_tunnel_passes_the_head_check_and_names_its_host(
-    run_sandbox: RunSandbox, tunnels: Wire
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path,
+    sandbox_env: dict[str, str], names: CountingDNS, tmp_path: Path,
 ) -> None:
+    # Ten refusals in a row: the pause's threshold is set above them.
+    tunnels = spec_with(write_spec, testnet, sandbox_env, names, tmp_path,
+                        "[pause]\nrefusals = 100\ntargets = 100\n")
     found = run_python(run_sandbox, tunnels, _INSIDE)
     bad = "HTTP/1.1 400 Bad Request"
     assert found == {
@@ -165,6 +169,9 @@ def test_N5_every_request_in_a_port_80_tunnel_passes_the_head_check_and_names_it
         "HTTP/1.0 without Host": [(bad, "an HTTP/1.0 request without Host")],
         "CONNECT in the tunnel": [(bad, "a CONNECT inside a tunnel")],
     }, found
+    refused = [line for line in log_lines(tunnels[1]) if line[0] == "refused"]
+    assert len(refused) == 10 and all(line[1] == "allowed.lnkt:80" for line in refused), refused
+    assert ["refused", "allowed.lnkt:80", "reason=the request head has a bare LF"] in refused
 
 
 _PIPELINED = _CLIENT + r'''
