@@ -258,7 +258,8 @@ class Proxy(Wire):
         return rule
 
     async def decide(self, target: Target, *, counted: bool = True) -> Address:
-        """The address to connect to, or Refused: controls, name, lookup, every address."""
+        """The address to connect to, or Refused: controls, name, lookup, every address.
+        `counted` False: not a call (a port-80 tunnel, whose requests are decided again)."""
         rule = self.check_name(target, counted=counted)
         if target.address is None:
             try:
@@ -295,7 +296,8 @@ class Proxy(Wire):
                        writer: asyncio.StreamWriter, kept: list[_Upstream | None]
                        ) -> Target | None:
         """A CONNECT: decided, answered, then relayed; or, to port 80, the tunnel whose
-        requests the caller serves next (returned, its upstream connection in `kept`)."""
+        requests the caller serves next (returned; the connection `kept` from requests
+        before it is closed)."""
         try:
             target = parse_connect(raw_target)
         except TargetError as error:
@@ -304,16 +306,21 @@ class Proxy(Wire):
         if kept[0] is not None:
             kept[0].writer.close()
             kept[0] = None
-        port_80 = target.port == HTTP_PORT
-        try:  # to port 80 the tunnel is no call: each request in it is one
-            _address, up_reader, up_writer = await self._open(target, counted=not port_80)
+        try:
+            if target.port == HTTP_PORT:
+                # Decided now, so a tunnel that could never go is refused as it is asked
+                # for; but no call, and no connection: each request in it is a call, and
+                # opens (or reuses) its upstream connection as an absolute-form one does,
+                # so nothing reaches the host that is not on the log.
+                await self.decide(target, counted=False)
+            else:
+                _address, up_reader, up_writer = await self._open(target)
         except Refused as refusal:
             await self._refuse(writer, target.authority, refusal)
             return None
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         await writer.drain()
-        if port_80:
-            kept[0] = _Upstream(target.authority, up_reader, up_writer, h11.Connection(h11.CLIENT))
+        if target.port == HTTP_PORT:
             return target
         await self._tunnel(target, early, reader, writer, up_reader, up_writer, "connect")
         return None
@@ -373,19 +380,20 @@ class Proxy(Wire):
             self.count_refusal(f"{address}:{port}", refusal)
             return
         target = Target(host, port, ipaddress.ip_address(host) if host == address else None)
-        port_80 = port == HTTP_PORT
         try:
-            _address, up_reader, up_writer = await self._open(target, counted=not port_80)
+            if port == HTTP_PORT:  # as a CONNECT to port 80: decided, then served as HTTP
+                await self.decide(target, counted=False)
+            else:
+                _address, up_reader, up_writer = await self._open(target)
         except Refused as refusal:
             self.log.write("refused", target.authority, f"reason={refusal.reason}")
             self.count_refusal(target.authority, refusal)
             return
-        if not port_80:
+        if port != HTTP_PORT:
             await self._tunnel(target, b"", reader, writer, up_reader, up_writer, "endpoint")
             return
-        kept: list[_Upstream | None] = [
-            _Upstream(target.authority, up_reader, up_writer, h11.Connection(h11.CLIENT))]
-        try:  # served as HTTP, as a CONNECT to port 80 is
+        kept: list[_Upstream | None] = [None]
+        try:
             await self._requests(reader, writer, b"", kept, target)
         finally:
             if kept[0] is not None:

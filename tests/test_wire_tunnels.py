@@ -7,6 +7,7 @@ its own (the log, calls a minute, the pause), and after a 101 the bytes are rela
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -452,3 +453,55 @@ def test_N3_an_address_this_machine_gains_after_the_proxy_started_is_refused(
         assert "could not be reached" in reply, done
     assert answers[2:] == [["10.99.0.1 is this machine", "403"],
                            ["10.99.0.7 is on one of this machine's own networks", "403"]], done
+
+
+# A port-80 tunnel with no request in it: decided, but no connection to the host (one
+# would reach it with no call on the log).
+_IDLE_TUNNEL = _CLIENT + r'''
+import os, sys, time
+s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+s.sendall(CONNECT)
+print(s.recv(100))
+open(os.path.join(sys.argv[1], "open"), "w").close()
+while not os.path.exists(os.path.join(sys.argv[1], "open.go")):
+    time.sleep(0.02)
+'''
+
+
+def _connections_to(pid: int, address: str, port: int) -> int:
+    """The TCP connections of process `pid` whose other end is address:port (its socket
+    descriptors matched with its network namespace's table by inode)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[len("socket:["):-1])
+    peer = f"{bytes(reversed(ipaddress.IPv4Address(address).packed)).hex().upper()}:{port:04X}"
+    rows = Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]
+    return sum(1 for row in rows if row.split()[2] == peer and row.split()[9] in inodes)
+
+
+def test_N5_a_port_80_tunnel_opens_no_connection_before_a_request(
+    tunnels: Wire, tmp_path: Path
+) -> None:
+    spec, env = tunnels
+    marks = tmp_path / "marks"
+    run = subprocess.Popen(
+        [LNK_SANDBOX, "run", "--spec", str(spec), "--", PYTHON, "-I", "-c", _IDLE_TUNNEL,
+         str(marks)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        proxy = _find_child(run.pid, b"proxy")
+        deadline = time.monotonic() + SANDBOX_TIMEOUT_SECONDS
+        while not (marks / "open").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        connections = _connections_to(proxy, ORIGIN_ADDRESS, 80)
+        (marks / "open.go").touch()
+        stdout, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    finally:
+        end_run(run)
+    assert stdout == "b'HTTP/1.1 200 Connection established\\r\\n\\r\\n'\n", stderr
+    assert connections == 0
+    assert log_lines(env) == []
