@@ -8,7 +8,8 @@
 All live in Link's settings, which no sandbox reads or writes: there is no process to
 signal and nothing a sandbox can undo. Writers write whole files atomically (a
 temporary file renamed over); readers take the safe answer from anything they cannot
-read: a stop or pause file that is empty, malformed or unreadable still stops or pauses.
+read: a stop or pause file that is empty, malformed or unreadable still stops or pauses,
+and so does one whose folder cannot be read (only "no such file" reads as off).
 """
 
 from __future__ import annotations
@@ -91,7 +92,16 @@ def clear_stop(settings: str) -> bool:
 
 
 def is_stopped(settings: str) -> bool:
-    return os.path.lexists(stop_path(settings))
+    """Whether the kill switch is on: when its file is there, and when whether it is there
+    cannot be told (a folder on the way unreadable, a link loop, a file where a folder
+    is): only a file known to be absent lets calls go."""
+    try:
+        os.lstat(stop_path(settings))
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 # -- pauses -----------------------------------------------------------------------------------

@@ -6,9 +6,13 @@ every address: lnk_proxy.decide), connect to the very address checked, then eith
 tunnel (CONNECT; to port 443 only after the ClientHello names the same host) or forward
 absolute-form requests one after another on a client's connection kept alive (h11 on
 both sides; each request checked afresh; the upstream connection kept for the next
-request to the same host and port). Everything else is refused with a status and a one-line
-reason, in the response and in the wire's log. `/_link/…` is the verbs' namespace: no
-verb is enabled yet, so each answers 404.
+request to the same host and port). A tunnel to port 80 (a CONNECT, or an endpoint's
+address) is not relayed unread: the client speaks first, so its bytes are served as
+HTTP by the same loop, each request admitted by the same head check, its Host held to
+the tunnel's host, and counted as a call of its own; after a `101 Switching Protocols`
+(WebSocket) the bytes are relayed as they are. Everything else is refused with a status
+and a one-line reason, in the response and in the wire's log. `/_link/…` is the verbs'
+namespace: no verb is enabled yet, so each answers 404.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import ipaddress
 import math
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import h11
 
@@ -39,7 +43,7 @@ from lnk_proxy.head import HeadError, RequestHead, check_head, head_end
 from lnk_proxy.target import Target, TargetError, parse_absolute, parse_connect
 from lnk_proxy.wire import Refused, Wire, no_delay
 
-__all__ = ["HEAD_SECONDS", "IDLE_SECONDS", "Proxy"]
+__all__ = ["HEAD_SECONDS", "HTTP_PORT", "IDLE_SECONDS", "UPGRADES", "Proxy"]
 
 # A client has this long to send a whole head (slowloris: a head dribbled a byte at a
 # time holds a connection and its memory for nothing).
@@ -79,9 +83,35 @@ async def _next_event(connection: h11.Connection, reader: asyncio.StreamReader) 
         connection.receive_data(await asyncio.wait_for(reader.read(CHUNK), IDLE_SECONDS))
 
 
+# The port whose tunnels are served as HTTP: the client speaks first there, so there is
+# every reason to read it (a tunnel relayed unread carried any Host, and any number of
+# requests as one call).
+HTTP_PORT = 80
+# Hop-by-hop fields (RFC 9110 7.6.1), never sent on; `upgrade` and `connection` are
+# sent on only for a request that asks to switch protocols (WebSocket).
+_HOP_FIELDS = frozenset({b"connection", b"proxy-connection", b"proxy-authorization",
+                         b"keep-alive", b"te", b"trailer", b"upgrade"})
+
+
+# The protocols a request may ask to switch to, default deny. After a 101 the bytes are
+# relayed unread, so only a protocol that carries no further requests may be: a WebSocket
+# talks to the resource it was opened on. h2c is not (HTTP/2 in clear would carry any
+# number of requests, each with an :authority of its own, past every check: the "h2c
+# smuggling" of proxies that let it through); an Upgrade field naming anything else is
+# not sent on, and the server answers as HTTP/1.1.
+UPGRADES = frozenset({b"websocket"})
+
+
+def _asks_to_upgrade(headers: Sequence[tuple[bytes, bytes]]) -> bool:
+    """A request with an Upgrade field that its Connection field names (RFC 9110 7.8),
+    naming one protocol, of UPGRADES."""
+    tokens = {token.strip().lower() for name, value in headers if name.lower() == b"connection"
+              for token in value.split(b",")}
+    asked = [value.strip().lower() for name, value in headers if name.lower() == b"upgrade"]
+    return b"upgrade" in tokens and len(asked) == 1 and asked[0] in UPGRADES
+
+
 def _host_matches(hosts: list[str], target: Target) -> bool:
-    if not hosts:
-        return True  # HTTP/1.0 without Host: the URL alone says where
     try:
         named = parse_connect(hosts[0] if ":" in hosts[0].rsplit("]", 1)[-1]
                               else f"{hosts[0]}:{target.port}")
@@ -142,8 +172,12 @@ class Proxy(Wire):
                 kept[0].writer.close()
 
     async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                        buffer: bytes, kept: list[_Upstream | None]) -> None:
+                        buffer: bytes, kept: list[_Upstream | None],
+                        tunnel: Target | None = None) -> None:
+        """Requests one after another; `tunnel`: the port-80 tunnel they all travel in
+        (every Host must name its host), else absolute-form requests to the proxy."""
         while True:
+            where = tunnel.authority if tunnel is not None else "-"  # for a bad head
             if not buffer:
                 try:  # between requests a client may idle; within a head it may not
                     buffer = await asyncio.wait_for(reader.read(65536), IDLE_SECONDS)
@@ -155,22 +189,29 @@ class Proxy(Wire):
                 raw, buffer = await asyncio.wait_for(self._read_head(reader, buffer),
                                                      HEAD_SECONDS)
             except TimeoutError:
-                await self._refuse(writer, "-", Refused(408, "the request head took too long"))
+                await self._refuse(writer, where, Refused(408, "the request head took too long"))
                 return
             except HeadError as error:
-                await self._refuse(writer, "-", Refused(400, str(error)))
+                await self._refuse(writer, where, Refused(400, str(error)))
                 return
             if raw is None:
                 return
             try:
                 head = check_head(raw)
             except HeadError as error:
-                await self._refuse(writer, "-", Refused(400, str(error)))
+                await self._refuse(writer, where, Refused(400, str(error)))
                 return
             if head.method == "CONNECT":
-                await self._connect(head.target, buffer, reader, writer)
-                return
-            keep, buffer = await self._forward(head, raw, buffer, reader, writer, kept)
+                if tunnel is not None:
+                    await self._refuse(writer, tunnel.authority,
+                                       Refused(400, "a CONNECT inside a tunnel"))
+                    return
+                tunnel = await self._connect(head.target, buffer, reader, writer, kept)
+                if tunnel is None:
+                    return
+                continue  # the tunnel's own requests, from what followed the CONNECT
+            keep, buffer = await self._forward(head, raw, buffer, reader, writer, kept,
+                                               tunnel)
             if not keep:
                 return
 
@@ -202,11 +243,12 @@ class Proxy(Wire):
 
     # -- the decision -------------------------------------------------------------------
 
-    def check_name(self, target: Target) -> HostRule:
+    def check_name(self, target: Target, *, counted: bool = True) -> HostRule:
         """The first steps of every decision: the wire's controls (the kill switch, its
         pause, calls a minute), then the name (or the address literal) against the
-        rules (hosts, endpoints, [lan]), before any lookup; the rule that allows it."""
-        self.gate()
+        rules (hosts, endpoints, [lan]), before any lookup; the rule that allows it.
+        `counted` False: not a call of its own (a port-80 tunnel, whose requests are)."""
+        self.gate(counted=counted)
         if target.address is not None and target.address in METADATA_ADDRESSES:
             raise Refused(403, f"{target.address} is a cloud metadata service", metadata=True)
         rule = matching_rule(self.rules, target.host, target.port)
@@ -215,9 +257,10 @@ class Proxy(Wire):
             raise Refused(403, f"{named} is not in this sandbox's hosts")
         return rule
 
-    async def decide(self, target: Target) -> Address:
-        """The address to connect to, or Refused: controls, name, lookup, every address."""
-        rule = self.check_name(target)
+    async def decide(self, target: Target, *, counted: bool = True) -> Address:
+        """The address to connect to, or Refused: controls, name, lookup, every address.
+        `counted` False: not a call (a port-80 tunnel, whose requests are decided again)."""
+        rule = self.check_name(target, counted=counted)
         if target.address is None:
             try:
                 addresses = await self.resolver(target.host, target.port)
@@ -230,13 +273,14 @@ class Proxy(Wire):
         for address in addresses:
             why = address_refusal(address, self.machine, lan=rule.lan)
             if why:
-                raise Refused(403, f"{target.host} resolves to {why}",
+                raise Refused(403, why if target.address is not None
+                              else f"{target.host} resolves to {why}",
                               metadata=address in METADATA_ADDRESSES)
         return addresses[0]
 
-    async def _open(self, target: Target) -> tuple[Address, asyncio.StreamReader,
-                                                   asyncio.StreamWriter]:
-        address = await self.decide(target)
+    async def _open(self, target: Target, *, counted: bool = True
+                    ) -> tuple[Address, asyncio.StreamReader, asyncio.StreamWriter]:
+        address = await self.decide(target, counted=counted)
         try:
             upstream = await asyncio.wait_for(
                 asyncio.open_connection(str(address), target.port, limit=CHUNK),
@@ -249,20 +293,37 @@ class Proxy(Wire):
     # -- CONNECT ------------------------------------------------------------------------
 
     async def _connect(self, raw_target: str, early: bytes, reader: asyncio.StreamReader,
-                       writer: asyncio.StreamWriter) -> None:
+                       writer: asyncio.StreamWriter, kept: list[_Upstream | None]
+                       ) -> Target | None:
+        """A CONNECT: decided, answered, then relayed; or, to port 80, the tunnel whose
+        requests the caller serves next (returned; the connection `kept` from requests
+        before it is closed)."""
         try:
             target = parse_connect(raw_target)
         except TargetError as error:
             await self._refuse(writer, "-", Refused(400, str(error)))
-            return
+            return None
+        if kept[0] is not None:
+            kept[0].writer.close()
+            kept[0] = None
         try:
-            _address, up_reader, up_writer = await self._open(target)
+            if target.port == HTTP_PORT:
+                # Decided now, so a tunnel that could never go is refused as it is asked
+                # for; but no call, and no connection: each request in it is a call, and
+                # opens (or reuses) its upstream connection as an absolute-form one does,
+                # so nothing reaches the host that is not on the log.
+                await self.decide(target, counted=False)
+            else:
+                _address, up_reader, up_writer = await self._open(target)
         except Refused as refusal:
             await self._refuse(writer, target.authority, refusal)
-            return
+            return None
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         await writer.drain()
+        if target.port == HTTP_PORT:
+            return target
         await self._tunnel(target, early, reader, writer, up_reader, up_writer, "connect")
+        return None
 
     async def _tunnel(self, target: Target, early: bytes, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter, up_reader: asyncio.StreamReader,
@@ -279,9 +340,12 @@ class Proxy(Wire):
                 named = None
             if named != target.host:
                 up_writer.close()
-                self.log.write("refused", target.authority,
-                               "reason=the tunnel's TLS ClientHello names "
-                               + (f"another host ({named})" if named else "no host"))
+                # Counted as any refusal: a burst of tunnels fronting another name is an
+                # anomaly like a burst of refused names.
+                refusal = Refused(403, "the tunnel's TLS ClientHello names "
+                                  + (f"another host ({named})" if named else "no host"))
+                self.log.write("refused", target.authority, f"reason={refusal.reason}")
+                self.count_refusal(target.authority, refusal)
                 return
         self.log.write("allowed", target.authority, f"id={call} kind={kind}")
         started = time.monotonic()
@@ -317,12 +381,23 @@ class Proxy(Wire):
             return
         target = Target(host, port, ipaddress.ip_address(host) if host == address else None)
         try:
-            _address, up_reader, up_writer = await self._open(target)
+            if port == HTTP_PORT:  # as a CONNECT to port 80: decided, then served as HTTP
+                await self.decide(target, counted=False)
+            else:
+                _address, up_reader, up_writer = await self._open(target)
         except Refused as refusal:
             self.log.write("refused", target.authority, f"reason={refusal.reason}")
             self.count_refusal(target.authority, refusal)
             return
-        await self._tunnel(target, b"", reader, writer, up_reader, up_writer, "endpoint")
+        if port != HTTP_PORT:
+            await self._tunnel(target, b"", reader, writer, up_reader, up_writer, "endpoint")
+            return
+        kept: list[_Upstream | None] = [None]
+        try:
+            await self._requests(reader, writer, b"", kept, target)
+        finally:
+            if kept[0] is not None:
+                kept[0].writer.close()
 
     async def _client_hello(self, reader: asyncio.StreamReader, data: bytes) -> bytes:
         while True:
@@ -337,32 +412,29 @@ class Proxy(Wire):
 
     async def _forward(self, head: RequestHead, raw: bytes, rest: bytes,
                        reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                       kept: list[_Upstream | None]) -> tuple[bool, bytes]:
-        """One absolute-form request and its response; (whether the client's connection
-        goes on to another request, the bytes it already sent of that one). The upstream
-        connection of the last request is used again when this one goes to the same host
-        and port (its address was checked when it was opened; the hooks and the name are
-        checked again here); `kept` holds it between requests."""
-        path_here = head.target if head.target.startswith("/") else _own_path(head.target)
-        if path_here is not None:
-            if path_here.startswith("/_link/") or path_here == "/_link":
-                await self._refuse(writer, "-", Refused(404, "verb not enabled"))
-            else:
-                await self._refuse(writer, "-", Refused(400, "the proxy takes absolute-form "
-                                                             "requests (http://host/…) and "
-                                                             "CONNECT"))
+                       kept: list[_Upstream | None], tunnel: Target | None = None
+                       ) -> tuple[bool, bytes]:
+        """One request and its response; (whether the client's connection goes on to
+        another request, the bytes it already sent of that one). An absolute-form request
+        to the proxy, or, in a port-80 `tunnel`, a request to the tunnel's host. The
+        upstream connection of the last request is used again when this one goes to the
+        same host and port (its address was checked when it was opened; the hooks and
+        the name are checked again here, and the call counted); `kept` holds it between
+        requests. After a 101 the two connections are relayed as they are."""
+        client = h11.Connection(h11.SERVER)
+        client.receive_data(raw + rest)
+        try:  # h11 may refuse what the head check admitted: nothing is sent on then
+            request = client.next_event()
+        except h11.RemoteProtocolError as error:
+            await self._refuse(writer, tunnel.authority if tunnel else "-",
+                               Refused(400, f"the request is not HTTP/1.1 as h11 reads it "
+                                            f"({error})"))
             return False, b""
-        try:
-            target, path = parse_absolute(head.target)
-        except TargetError as error:
-            await self._refuse(writer, "-", Refused(400, str(error)))
+        assert isinstance(request, h11.Request)
+        found = await self._where(head, writer, tunnel)
+        if found is None:
             return False, b""
-        if not _host_matches(head.get("host"), target):
-            # A CDN routes by Host: a URL of a listed host with another Host is fronting.
-            await self._refuse(writer, target.authority,
-                               Refused(400, "the Host header names another host than the "
-                                            "request's URL"))
-            return False, b""
+        target, path = found
         previous = kept[0]
         kept[0] = None
         try:
@@ -383,21 +455,19 @@ class Proxy(Wire):
         call = next(self.ids)
         self.log.write("allowed", target.authority, f"id={call} kind=http")
         started = time.monotonic()
-        client = h11.Connection(h11.SERVER)
-        client.receive_data(raw + rest)
-        request = client.next_event()
-        assert isinstance(request, h11.Request)
-        hop = {b"connection", b"proxy-connection", b"proxy-authorization", b"keep-alive",
-               b"te", b"trailer", b"upgrade"}
+        upgrade = _asks_to_upgrade(request.headers)
         fields = [(name, value) for name, value in request.headers
-                  if name.lower() not in hop and name.lower() != b"expect"]
+                  if name.lower() not in _HOP_FIELDS and name.lower() != b"expect"]
+        if upgrade:  # the switch is asked of the upstream, as the client asked it
+            fields += [(b"connection", b"upgrade")] + [
+                (name, value) for name, value in request.headers if name.lower() == b"upgrade"]
         if client.they_are_waiting_for_100_continue:
             # The proxy takes the body itself and streams it on: no client waits a second
             # for a 100 that would otherwise come only after the upstream's answer.
             writer.write(client.send(h11.InformationalResponse(status_code=100, headers=[])))
         sent = received = 0
         failure = ""
-        responded = False
+        responded = switched = False
         reused = previous is not None and upstream is previous.conn
         try:
             up_writer.write(upstream.send(h11.Request(method=request.method, target=path,
@@ -415,11 +485,16 @@ class Proxy(Wire):
             while True:  # the response
                 event = await _next_event(upstream, up_reader)
                 if isinstance(event, h11.InformationalResponse):
+                    if event.status_code == 101:  # h11 admits it only when asked for
+                        responded = switched = True
+                        writer.write(client.send(h11.InformationalResponse(
+                            status_code=101, headers=event.headers, reason=event.reason)))
+                        break
                     continue
                 if isinstance(event, h11.Response):
                     responded = True
                     headers = [(name, value) for name, value in event.headers
-                               if name.lower() not in hop]
+                               if name.lower() not in _HOP_FIELDS]
                     writer.write(client.send(h11.Response(status_code=event.status_code,
                                                           headers=headers,
                                                           reason=event.reason)))
@@ -434,6 +509,14 @@ class Proxy(Wire):
                     await writer.drain()
                     break
                 break
+            if switched:  # what each side sent after the switch goes first, then all else
+                early_up, early_down = client.trailing_data[0], upstream.trailing_data[0]
+                up_writer.write(early_up)
+                writer.write(early_down)
+                more_sent, more_received = await self.relay(reader, writer, up_reader,
+                                                            up_writer)
+                sent += len(early_up) + more_sent
+                received += len(early_down) + more_received
         except (h11.ProtocolError, ConnectionError, TimeoutError) as error:
             failure = f" error={type(error).__name__}"
         finally:  # an ended line for every allowed one, even when the proxy is stopping
@@ -452,8 +535,9 @@ class Proxy(Wire):
                            f"seconds={time.monotonic() - started:.3f}{failure}")
         if failure and reused and not responded and sent == 0:
             # The kept connection was closed by the server meanwhile: a request with no
-            # body is sent again, once, on a new connection (checked afresh).
-            return await self._forward(head, raw, rest, reader, writer, [None])
+            # body is sent again, once, on a new connection (checked afresh), which is
+            # then kept in `kept` as any other (and closed with the client's).
+            return await self._forward(head, raw, rest, reader, writer, kept, tunnel)
         if failure or client.our_state is not h11.DONE or client.their_state is not h11.DONE:
             return False, b""
         try:
@@ -461,3 +545,48 @@ class Proxy(Wire):
         except h11.LocalProtocolError:
             return False, b""  # the client or the server asked to close
         return True, client.trailing_data[0]
+
+    async def _where(self, head: RequestHead, writer: asyncio.StreamWriter,
+                     tunnel: Target | None) -> tuple[Target, str] | None:
+        """Where a request goes and the path to send, or None once refused (the
+        response written): absolute-form to the proxy, origin-form (or absolute-form to
+        the same host) in a tunnel; its Host must name that very host (a CDN routes by
+        Host: another one is domain fronting)."""
+        if tunnel is None:
+            path_here = (head.target if head.target.startswith("/")
+                         else _own_path(head.target))
+            if path_here is not None:
+                if path_here.startswith("/_link/") or path_here == "/_link":
+                    await self._refuse(writer, "-", Refused(404, "verb not enabled"))
+                else:
+                    await self._refuse(writer, "-", Refused(
+                        400, "the proxy takes absolute-form requests (http://host/…) and "
+                             "CONNECT"))
+                return None
+        where = tunnel.authority if tunnel is not None else "-"
+        if tunnel is not None and head.target.startswith("/"):
+            target, path = tunnel, head.target
+        else:
+            try:
+                target, path = parse_absolute(head.target)
+            except TargetError as error:
+                await self._refuse(writer, where, Refused(400, str(error)))
+                return None
+            if tunnel is not None and target.authority != tunnel.authority:
+                await self._refuse(writer, tunnel.authority, Refused(
+                    400, f"a request in the tunnel to {tunnel.authority} names another "
+                         f"host ({target.authority})"))
+                return None
+        hosts = head.get("host")
+        if not hosts:
+            # h11 sends on HTTP/1.1, which needs a Host; and there is nothing to check.
+            await self._refuse(writer, target.authority,
+                               Refused(400, f"an {head.version} request without Host"))
+            return None
+        if not _host_matches(hosts, target):
+            await self._refuse(writer, target.authority, Refused(
+                400, "the Host header names another host than the request's URL"
+                if tunnel is None else
+                f"the Host header names another host than the tunnel's ({tunnel.authority})"))
+            return None
+        return target, path

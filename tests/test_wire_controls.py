@@ -4,8 +4,10 @@ clients against the real test hosts (tests/testnet.py)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -235,3 +237,89 @@ def test_on_stop_registrations_listed_and_removed(sandbox_env: dict[str, str]) -
     assert lnk(sandbox_env, "on-stop", "--remove", "agent-main").returncode == 0
     assert lnk(sandbox_env, "on-stop", "--list").stdout == ""
     assert lnk(sandbox_env, "on-stop", "--remove", "agent-main").returncode == 1
+
+
+# -- N9, N10: the switches fail closed when they cannot be read ---------------------------------
+
+_UNREADABLE = ("a link loop", "a file where the folder is", "an unreadable folder")
+
+
+def _make_unreadable(folder: Path, how: str) -> None:
+    """`folder` made so that nothing under it can be looked at, in a way that holds for
+    root too (root passes over file modes; not over a link loop or a file)."""
+    if how == "a link loop":
+        folder.symlink_to(folder.name)
+    elif how == "a file where the folder is":
+        folder.write_text("")
+    else:
+        folder.mkdir()
+        folder.chmod(0)
+
+
+def _read_switches(settings: Path, wire: str) -> tuple[bool, object]:
+    """is_stopped and paused as read by a process that may not pass file modes: as root,
+    a child made the nobody user (root reads any folder whatever its mode)."""
+    import sys
+
+    from tests.conftest import ROOT
+
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from lnk_common import wirestate; "
+            "print(repr((wirestate.is_stopped(sys.argv[2]), "
+            "wirestate.paused(sys.argv[2], sys.argv[3]))))")
+    nobody = 65534 if os.geteuid() == 0 else None
+    done = subprocess.run([sys.executable, "-I", "-c", code, str(ROOT), str(settings), wire],
+                          capture_output=True, text=True, check=True, cwd="/", user=nobody,
+                          group=nobody, extra_groups=[] if nobody else None)
+    found: tuple[bool, object] = eval(done.stdout)  # noqa: S307 (its own repr)
+    return found
+
+
+@pytest.fixture
+def open_folder() -> Iterator[Path]:
+    """A folder every user can pass through (pytest's own are its user's alone), so that
+    the nobody user's refusal is the one the test makes, not an ancestor's."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="lnk-switches-"))
+    folder.chmod(0o755)
+    yield folder
+    for inner in folder.rglob("*"):
+        if inner.is_dir() and not inner.is_symlink():
+            inner.chmod(0o700)
+    shutil.rmtree(folder)
+
+
+@pytest.mark.parametrize("how", _UNREADABLE)
+def test_N9_a_kill_switch_that_cannot_be_looked_at_is_on(open_folder: Path, how: str) -> None:
+    from lnk_common import wirestate
+
+    settings = open_folder / "settings"
+    settings.mkdir()
+    settings.chmod(0o755)
+    assert wirestate.is_stopped(str(settings)) is False  # no folder at all: off
+    _make_unreadable(settings / "sandbox", how)
+    try:
+        assert _read_switches(settings, "w")[0] is True
+        assert wirestate.is_stopped(str(settings)) is (how != "an unreadable folder"
+                                                       or os.geteuid() != 0)
+    finally:
+        if how == "an unreadable folder":
+            (settings / "sandbox").chmod(0o700)
+
+
+@pytest.mark.parametrize("how", _UNREADABLE)
+def test_N10_a_pause_that_cannot_be_looked_at_pauses(open_folder: Path, how: str) -> None:
+    from lnk_common import wirestate
+
+    settings = open_folder / "settings"
+    (settings / "sandbox" / "wires").mkdir(parents=True)
+    for folder in (settings, settings / "sandbox", settings / "sandbox" / "wires"):
+        folder.chmod(0o755)
+    assert wirestate.paused(str(settings), "w") is None  # not there: not paused
+    _make_unreadable(settings / "sandbox" / "wires" / "w", how)
+    try:
+        assert _read_switches(settings, "w") == (False, {})
+    finally:
+        if how == "an unreadable folder":
+            (settings / "sandbox" / "wires" / "w").chmod(0o700)

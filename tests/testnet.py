@@ -6,7 +6,9 @@
 An origin namespace (10.212.0.2) reached through a router namespace, so that its network
 is not one of this machine's own (this machine's own networks are refused by the
 proxy), serving HTTP on 80 and HTTPS on 443 (a self-signed certificate the clients are
-told to trust) from a folder of test files, a plain TCP echo on 7, a "bulk" source on 9
+told to trust) from a folder of test files (and two paths of its own: `/upgrade` with an
+Upgrade field answers 101 and echoes every byte after; `/drop-next` answers, then closes
+its connection unanswered at the next request on it), a plain TCP echo on 7, a "bulk" source on 9
 (send a byte count and a newline, get that many zeros), a DNS server on 53 (UDP and TCP,
 answering from STATE/dns/zone.json: tests/testservers.py) and PostgreSQL 15 on 5432
 (trust authentication; database `lnkt`, table `greeting` holding 'hello-from-origin').
@@ -54,6 +56,31 @@ class Handler(http.server.SimpleHTTPRequestHandler):
     disable_nagle_algorithm = True
     def log_message(self, *args):
         pass
+    def do_GET(self):
+        if getattr(self, "drop_next", False):
+            # The request after /drop-next: the connection is closed unanswered, as a
+            # server does that timed out a kept-alive connection meanwhile.
+            self.close_connection = True
+            return
+        if self.path == "/drop-next":
+            self.drop_next = True
+            reply = b"the next request on this connection is dropped\n"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+            return
+        if self.path == "/upgrade" and self.headers.get("Upgrade"):
+            # A WebSocket-style switch: 101, then every byte echoed as it comes.
+            self.send_response(101)
+            self.send_header("Upgrade", self.headers["Upgrade"])
+            self.send_header("Connection", "Upgrade")
+            self.end_headers()
+            self.close_connection = True
+            while data := self.rfile.read1(65536):
+                self.wfile.write(data)
+            return
+        super().do_GET()
     def do_POST(self):
         length = int(self.headers.get("Content-Length", 0))
         body = self.rfile.read(length)
