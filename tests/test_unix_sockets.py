@@ -310,43 +310,80 @@ def test_N1_unix_sockets_made_inside_keep_working(
     assert "refused" not in _log(lnk_home)
 
 
-def test_N1_postgresql_serves_its_own_socket_inside(
-    tmp_path: Path, write_spec: WriteSpec, run_sandbox: RunSandbox,
-) -> None:
-    """A real server inside: initdb, postgres on a unix socket only, psql through it.
-    PostgreSQL will not run as root: run by root, the sandbox is run as the postgres
-    user, in a folder of its own."""
-    bin_folder = Path("/usr/lib/postgresql/15/bin")
-    assert (bin_folder / "postgres").exists(), "PostgreSQL 15 is needed (bin/setup --tests)"
-    base = Path(tempfile.mkdtemp(prefix="lnk-pg-")) if os.geteuid() == 0 else tmp_path
+def _run_as_a_person(script: str, run_sandbox: RunSandbox, tmp_path: Path
+                     ) -> subprocess.CompletedProcess[str]:
+    """`script` (sh, FOLDER in it replaced by a folder the sandbox writes) in a sandbox of
+    an ordinary user: PostgreSQL and sshd will not run as root. Run by root, that is the
+    postgres user, in a folder of its own; run by anyone else, themselves."""
+    as_root = os.geteuid() == 0
+    base = Path(tempfile.mkdtemp(prefix="lnk-person-")) if as_root else tmp_path
     try:
         os.chmod(base, 0o755)  # noqa: S103 (the postgres user must reach it)
-        written = base / "pg"
+        written = base / "work"
         written.mkdir()
         spec = base / "spec.toml"
         spec.write_text(f"[files]\nwrite = {toml_list(written)}\n")
         spec.chmod(0o644)
-        script = (
-            f"set -e; {bin_folder}/initdb -D {written}/data -A trust -U lnk >/dev/null; "
-            f"{bin_folder}/pg_ctl -D {written}/data -o \"-k {written} -c listen_addresses=''\" "
-            f"-l {written}/log -w start >/dev/null; "
-            f"psql -h {written} -U lnk -d postgres -tAc 'select 40 + 2'; "
-            f"{bin_folder}/pg_ctl -D {written}/data -m immediate stop >/dev/null")
-        command = [LNK_SANDBOX, "run", "--spec", str(spec), "--", "/bin/sh", "-c", script]
-        if os.geteuid() == 0:
-            (base / "lnk").mkdir(mode=0o700)
-            for owned in (written, base / "lnk"):
-                shutil.chown(owned, "postgres")
-            command = ["runuser", "-u", "postgres", "--", "env", f"LNK_HOME={base}/lnk",
-                       *command]
-            result = subprocess.run(command, capture_output=True, text=True, cwd="/",
-                                    timeout=SANDBOX_TIMEOUT_SECONDS * 2, check=False)
-        else:
-            result = run_sandbox(spec, "/bin/sh", "-c", script)
-        assert result.stdout == "42\n", result
+        script = script.replace("FOLDER", str(written))
+        if not as_root:
+            return run_sandbox(spec, "/bin/sh", "-c", script,
+                               env={**os.environ, "LNK_HOME": str(base / "lnk"),
+                                    "HOME": str(written)})
+        (base / "lnk").mkdir(mode=0o700)
+        for owned in (written, base / "lnk"):
+            shutil.chown(owned, "postgres")
+        return subprocess.run(
+            ["runuser", "-u", "postgres", "--", "env", f"LNK_HOME={base}/lnk",
+             f"HOME={written}", LNK_SANDBOX, "run", "--spec", str(spec), "--",
+             "/bin/sh", "-c", script],
+            capture_output=True, text=True, cwd="/", timeout=SANDBOX_TIMEOUT_SECONDS * 2,
+            check=False)
     finally:
-        if base != tmp_path:
+        if as_root:
             shutil.rmtree(base, ignore_errors=True)
+
+
+PG = Path("/usr/lib/postgresql/15/bin")
+
+
+def test_N1_postgresql_serves_its_own_socket_inside(
+    tmp_path: Path, run_sandbox: RunSandbox,
+) -> None:
+    """A real server inside: initdb, postgres on a unix socket only, psql through it."""
+    assert (PG / "postgres").exists(), "PostgreSQL 15 is needed (bin/setup --tests)"
+    result = _run_as_a_person(
+        f"set -e; {PG}/initdb -D FOLDER/data -A trust -U lnk >/dev/null; "
+        f"{PG}/pg_ctl -D FOLDER/data -o \"-k FOLDER -c listen_addresses=''\" "
+        f"-l FOLDER/log -w start >/dev/null; "
+        f"psql -h FOLDER -U lnk -d postgres -tAc 'select 40 + 2'; "
+        f"{PG}/pg_ctl -D FOLDER/data -m immediate stop >/dev/null", run_sandbox, tmp_path)
+    assert result.stdout == "42\n", result
+
+
+SSH = ("ssh -F /dev/null -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
+       "-o LogLevel=ERROR -o ControlPath=FOLDER/master.sock")
+
+
+def test_N1_an_ssh_control_master_inside_serves_its_clients(
+    tmp_path: Path, run_sandbox: RunSandbox,
+) -> None:
+    """ssh -o ControlMaster inside: the master's socket in a written folder, a second
+    ssh through it. The server is sshd in inetd mode, as the master's ProxyCommand (no
+    network needed)."""
+    assert Path("/usr/sbin/sshd").exists(), "openssh-server is needed (bin/setup --tests)"
+    script = (
+        "set -e; cd FOLDER; ssh-keygen -q -t ed25519 -N '' -f hostkey; "
+        "ssh-keygen -q -t ed25519 -N '' -f userkey; cp userkey.pub authorized_keys; "
+        "printf 'HostKey FOLDER/hostkey\\nAuthorizedKeysFile FOLDER/authorized_keys\\n"
+        "UsePAM no\\nStrictModes no\\nPidFile none\\n' > sshd_config; "
+        f"{SSH} -i userkey -o ProxyCommand='/usr/sbin/sshd -i -f FOLDER/sshd_config' "
+        "-o ControlMaster=yes -o ControlPersist=30 -fN lnk-test; "
+        f"{SSH} -O check lnk-test 2>&1; {SSH} lnk-test echo through-the-master; "
+        f"{SSH} -O exit lnk-test 2>&1")
+    result = _run_as_a_person(script, run_sandbox, tmp_path)
+    assert "Master running" in result.stdout, result
+    assert "through-the-master\n" in result.stdout, result
+    assert "refused" not in result.stderr
 
 
 def test_N1_check_lists_unix_sockets_among_the_protections(
