@@ -13,6 +13,7 @@ folder), and marks interpreters, which run any code they are given.
 from __future__ import annotations
 
 import os
+import sys
 
 from lnk_common.policy import Policy
 from lnk_execwatch.judge import is_interpreter, offer
@@ -47,7 +48,13 @@ def learn(policy: Policy, command: list[str], env: Mapping[str, str]
             lines = handle.read().splitlines()
     finally:
         os.unlink(record)
-    seen = [line.split("\t")[1] for line in lines if "\t" in line]
+    seen = [line.split("\t")[1] for line in lines
+            if "\t" in line and not line.startswith("unrecorded\t")]
+    for line in lines:
+        if line.startswith("unrecorded\t"):
+            print(f"lnk-sandbox: learn: the record was full (a program ran thousands of new "
+                  f"files); {line.split(chr(9))[1]} programs run after were not recorded",
+                  file=sys.stderr)
     offered, refused = offer(seen, listed=policy.commands,
                              replaceable=(*policy.write, *TEMP_FOLDERS))
     return status, offered, refused
