@@ -11,9 +11,11 @@ a DNS query), so every log has a size limit and repeated lines are folded:
   rotated it meanwhile; then it opens the new one and tries again). So no line goes to
   a file already renamed, and a reader that finds PATH replaced has only to read the
   rest of the file it holds (lnk_wrap.wirelog_view, `log --follow`).
-- `Folds` (sans IO): the first line of a kind opens a window of FOLD_SECONDS; the lines
-  like it within the window are counted, not written, and the count is written as one
-  line ("… and N more like this") when the window ends, or when the process ends. What
+- `Folds` (sans IO): the first line of a kind opens a window of FOLD_SECONDS; the first
+  FOLD_AFTER lines of it in the window are written whole (ordinary work, a few refused
+  names, is seen name by name), the rest like them are counted, not written, and the
+  count is written as one line ("… and N more like this") when the window ends, or when
+  the process ends. What
   "like this" means is the caller's key (an event, a reason's class, a kind: never the
   exact target, since a flood uses a new name every time). Nothing is dropped silently:
   a line is written or counted in a line that is.
@@ -32,8 +34,8 @@ from __future__ import annotations
 import fcntl
 import os
 
-__all__ = ["FOLD_SECONDS", "MAX_FOLDS", "MAX_LINE_BYTES", "MAX_LOG_BYTES", "BoundedLog",
-           "Folds", "clip", "printable", "rotated_path"]
+__all__ = ["FOLD_AFTER", "FOLD_SECONDS", "MAX_FOLDS", "MAX_LINE_BYTES", "MAX_LOG_BYTES",
+           "BoundedLog", "Folds", "clip", "printable", "rotated_path"]
 
 # A log's size before it is rotated: a log and its older file hold at most twice this.
 # 1 MiB keeps some 7,000 calls of ordinary work (two lines of ~75 bytes each) in each
@@ -43,6 +45,8 @@ MAX_LOG_BYTES = 1 << 20
 # How long a fold is open: a flood costs two lines of each kind in this time (the first
 # and the count), and a person following the log sees the count this long after.
 FOLD_SECONDS = 10.0
+# Lines of a kind written whole in a fold's window before the rest are counted.
+FOLD_AFTER = 10
 # Kinds folded at once; past this a line of a new kind is written whole (never dropped).
 MAX_FOLDS = 256
 # A line longer than this is cut (saying how much was cut): a path may be 4,096 bytes,
@@ -133,7 +137,7 @@ class Folds:
 
     def __init__(self, seconds: float = FOLD_SECONDS) -> None:
         self.seconds = seconds
-        # key -> [when its window ends, lines counted in it]
+        # key -> [when its window ends, lines written in it, lines counted in it]
         self.open: dict[str, list[float]] = {}
         self.next_due = float("inf")
 
@@ -142,11 +146,14 @@ class Folds:
         `due(now)` first, so that an ended window's count comes before a new line."""
         entry = self.open.get(key)
         if entry is not None and now < entry[0]:
-            entry[1] += 1
+            if entry[1] < FOLD_AFTER:
+                entry[1] += 1
+                return True
+            entry[2] += 1
             return False
         if entry is None and len(self.open) >= MAX_FOLDS:
             return True
-        self.open[key] = [now + self.seconds, 0.0]
+        self.open[key] = [now + self.seconds, 1.0, 0.0]
         self.next_due = min(self.next_due, now + self.seconds)
         return True
 
@@ -155,14 +162,15 @@ class Folds:
         windows are closed (the next line of such a kind is written and opens another)."""
         if now < self.next_due:
             return []
-        ended = [key for key, (ends, _) in self.open.items() if ends <= now]
-        found = [(key, int(self.open.pop(key)[1])) for key in ended]
-        self.next_due = min((ends for ends, _ in self.open.values()), default=float("inf"))
+        ended = [key for key, (ends, _, _) in self.open.items() if ends <= now]
+        found = [(key, int(self.open.pop(key)[2])) for key in ended]
+        self.next_due = min((ends for ends, _, _ in self.open.values()),
+                            default=float("inf"))
         return [(key, count) for key, count in found if count]
 
     def all(self) -> list[tuple[str, int]]:
         """Every count not yet written (at exit), and every window closed."""
-        found = [(key, int(count)) for key, (_, count) in self.open.items() if count]
+        found = [(key, int(count)) for key, (_, _, count) in self.open.items() if count]
         self.open.clear()
         self.next_due = float("inf")
         return found
