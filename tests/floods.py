@@ -5,7 +5,10 @@ bench/logflood. Each prints one JSON line: what it sent, what came back, and how
 - EXEC: execve of programs not in [commands], each path ~1,000 bytes of control
   characters (each written \\xNN in programs.log), 64 distinct names in turn.
 - DNS: A queries for distinct 253-byte names nobody listed, over UDP (one after
-  another) or TCP (one connection, one query after another).
+  another) or TCP (one connection, one query after another); or ("malformed") queries
+  that do not parse; or ("wildcard") distinct 253-byte names under a `*.lnkt`
+  endpoint, each given an address of the sandbox's own (allowed, so never folded:
+  bounded by the log's rotation and the addresses there are to give).
 - CONNECT: CONNECT to distinct 253-byte names not in hosts, a connection each.
 """
 
@@ -43,13 +46,17 @@ print(json.dumps({"sent": count, "refused": refused, "seconds": time.monotonic()
 DNS = r"""
 import json, socket, struct, sys, time
 transport, count = sys.argv[1], int(sys.argv[2])
+style = sys.argv[3] if len(sys.argv) > 3 else "unlisted"
 
 def name(index):
-    labels = [f"{index:010d}" + "x" * 53, "y" * 63, "z" * 63, "w" * 61]
-    return ".".join(labels)  # 253 bytes
+    if style == "wildcard":  # under a `*.lnkt` endpoint: each given an address here
+        return ".".join([f"{index:010d}" + "x" * 53, "y" * 63, "z" * 63, "w" * 56, "lnkt"])
+    return ".".join([f"{index:010d}" + "x" * 53, "y" * 63, "z" * 63, "w" * 61])  # 253 bytes
 
 def query(index):
     head = struct.pack(">HHHHHH", index & 0xFFFF, 0x0100, 1, 0, 0, 0)
+    if style == "malformed":  # a header, then bytes that are no question
+        return head + bytes([63]) + bytes(range(64, 127)) + b"\xff" * 200
     wire = b"".join(bytes([len(label)]) + label.encode() for label in name(index).split("."))
     return head + wire + b"\0" + struct.pack(">HH", 1, 1)
 
