@@ -181,6 +181,30 @@ def test_N10_N11_a_flood_of_refused_dns_names_pauses_the_wire_and_stays_bounded(
     assert settings_bytes(lnk_home) - before < 64 * 1024  # before: ~1.1 MiB here
 
 
+def test_N11_distinct_allowed_names_rotate_the_log_at_its_bound(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, tmp_path: Path, lnk_home: Path,
+    net: tuple[Path, dict[str, str]],  # noqa: F811
+) -> None:
+    """Names under a `*.lnkt` endpoint are each allowed and given an address here, and
+    an allowed answer of a new name is never folded: the log's rotation alone bounds
+    them (10,000 lines of ~320 bytes: some 3 MiB written, at most twice the limit kept)."""
+    _, env = net
+    path = endpoint_spec(write_spec, tmp_path, '[tcp]\nendpoints = ["*.lnkt:5432"]\n')
+    before = settings_bytes(lnk_home)
+    sent = 10_000
+    found, _ = _inside(run_sandbox, path, tmp_path, DNS, "udp", str(sent), "wildcard",
+                       env=env)
+    assert found["rcodes"] == {"0": sent}
+    wires = lnk_home / "sandbox" / "wires" / "ep"
+    assert (wires / "log.1").stat().st_size <= MAX_LOG_BYTES
+    assert (wires / "log").stat().st_size <= MAX_LOG_BYTES
+    assert settings_bytes(lnk_home) - before <= FOLDER_BOUND
+    lines = _lines(wires / "log")
+    assert all(parse_line(line) is not None for line in lines)
+    # The newest lines are kept, the last one the last name asked.
+    assert lines[-1].split("\t")[2].startswith(f"{sent - 1:010d}")
+
+
 def test_N10_a_resolver_workload_with_retries_and_search_lists_never_pauses(
     run_sandbox: RunSandbox, write_spec: WriteSpec, tmp_path: Path, lnk_home: Path,
     net: tuple[Path, dict[str, str]],  # noqa: F811
