@@ -252,6 +252,40 @@ def test_N11_a_flood_of_refused_connects_to_long_names_stays_bounded(
     assert settings_bytes(lnk_home) - before < 64 * 1024  # before: ~1.2 MiB here
 
 
+_LEARN_FLOOD = r"""
+import os, shutil
+true = os.path.realpath("/usr/bin/true")
+paths = []
+for index in range(800):
+    name = ("\x1b[2J\x07" * 60 + f"{index:03d}")[-250:]
+    folder = f"/tmp/learn/{name}/{name}"
+    os.makedirs(folder, exist_ok=True)
+    path = folder + "/" + ("\x1b]0;x\x07" * 40)[:200]
+    shutil.copy(true, path)
+    paths.append(path)
+for path in paths * 2:
+    os.waitpid(os.posix_spawn(path, [path], {}), 0)
+print("ran", len(paths) * 2)
+"""
+
+
+def test_N11_a_learn_run_of_thousands_of_new_programs_keeps_its_record_bounded(
+    write_spec: WriteSpec, run_sandbox: RunSandbox, tmp_path: Path,
+) -> None:
+    """`learn` records each program once, and at most MAX_LEARN_BYTES (~1.5 KiB a line
+    here: some 700 fit), then counts the rest and says so."""
+    script = tmp_path / "learnflood.py"
+    script.write_text(_LEARN_FLOOD)
+    spec = write_spec(f"[files]\nread = {toml_list(tmp_path)}\n")
+    learned = run_sandbox(spec, PYTHON, str(script), verb="learn")
+    assert "ran 1600" in learned.stdout, learned.stderr[-2000:]
+    said = [line for line in learned.stderr.splitlines() if "the record was full" in line]
+    assert len(said) == 1, learned.stderr[-2000:]
+    unrecorded = int(said[0].split("; ")[1].split()[0])
+    not_offered = [line for line in learned.stderr.splitlines() if "not offered: /tmp/" in line]
+    assert len(not_offered) + unrecorded // 2 == 800  # each recorded once, each run twice
+
+
 # -- the window file --------------------------------------------------------------------------
 
 
