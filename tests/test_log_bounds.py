@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -24,12 +25,20 @@ import pytest
 from lnk_common.boundedlog import FOLD_AFTER, MAX_LINE_BYTES, MAX_LOG_BYTES, Folds, clip
 from lnk_common.wirelog import fold_key, parse_line
 from lnk_proxy.controls import DNS_NAMES_PER_TARGET, MAX_TRACKED_NAMES, Controls
-from tests.conftest import LNK_SANDBOX, SANDBOX_TIMEOUT_SECONDS, RunSandbox, WriteSpec, toml_list
+from tests.conftest import (
+    LNK_SANDBOX,
+    SANDBOX_TIMEOUT_SECONDS,
+    RunSandbox,
+    WriteSpec,
+    end_run,
+    toml_list,
+)
 from tests.floods import CONNECT, DNS, EXEC, folded, settings_bytes
 from tests.test_endpoints import net  # noqa: F401  (a fixture)
 from tests.test_endpoints import spec as endpoint_spec
 
 PYTHON = os.path.realpath("/usr/bin/python3")
+DASH = os.path.realpath("/bin/sh")
 # What a flood may grow Link's settings by: a log and its one older file, for each log a
 # sandbox can reach (its wire's, programs.log), and the window file.
 FOLDER_BOUND = 2 * (2 * MAX_LOG_BYTES) + (1 << 20)
@@ -284,6 +293,44 @@ def test_N11_a_learn_run_of_thousands_of_new_programs_keeps_its_record_bounded(
     unrecorded = int(said[0].split("; ")[1].split()[0])
     not_offered = [line for line in learned.stderr.splitlines() if "not offered: /tmp/" in line]
     assert len(not_offered) + unrecorded // 2 == 800  # each recorded once, each run twice
+
+
+def test_N11_a_fold_count_is_written_when_its_window_ends_while_the_sandbox_runs(
+    write_spec: WriteSpec, tmp_path: Path, lnk_home: Path, sandbox_env: dict[str, str],
+    net: tuple[Path, dict[str, str]],  # noqa: F811
+) -> None:
+    """Not only at exit: the exec watch and the proxy each write a fold's count once its
+    window ends, while the flood's sandbox is still running (the test reads the logs
+    from outside while the program sleeps, then ends it)."""
+    _, env = net
+    exec_flood, dns_flood = tmp_path / "exec.py", tmp_path / "dns.py"
+    exec_flood.write_text(EXEC)
+    dns_flood.write_text(DNS)
+    spec = write_spec(f'name = "ep"\n[files]\nread = {toml_list(tmp_path)}\n'
+                      f"[commands]\nrun = {toml_list(PYTHON, '/usr/bin/sleep', DASH)}\n"
+                      '[tcp]\nendpoints = ["db.lnkt:5432"]\n')
+    script = (f"{PYTHON} {exec_flood} 100 >/dev/null && {PYTHON} {dns_flood} udp 50 "
+              f">/dev/null && echo flooded "
+              f"&& exec /usr/bin/sleep {SANDBOX_TIMEOUT_SECONDS}")
+    run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", DASH, "-c", script],
+                           env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        assert run.stdout is not None
+        assert "flooded" in run.stdout.readline()
+        programs = lnk_home / "sandbox" / "programs.log"
+        wire = lnk_home / "sandbox" / "wires" / "ep" / "log"
+        while not (folded(_lines(programs)) and folded(_lines(wire))):
+            assert run.poll() is None, run.communicate()
+            time.sleep(0.2)
+        assert run.poll() is None  # written by the window's end, not by the exit
+        named = [line for line in _lines(programs) if "\trefused to run /tmp/flood/" in line]
+        assert len(named) + folded(_lines(programs)) == 100
+        refused = [line for line in _lines(wire) if "\trefused\t" in line
+                   and "more=" not in line]
+        assert len(refused) + folded(_lines(wire)) == 50
+    finally:
+        end_run(run)
 
 
 # -- the window file --------------------------------------------------------------------------
