@@ -66,12 +66,12 @@ def rotated_path(path: str) -> str:
     return path + ".1"
 
 
-def clip(line: str) -> str:
-    """`line` (no newline) cut to MAX_LINE_BYTES in UTF-8, saying how much was cut."""
+def clip(line: str, limit: int = MAX_LINE_BYTES) -> str:
+    """`line` (no newline) cut to `limit` bytes of UTF-8, saying how much was cut."""
     data = line.encode("utf-8", "surrogateescape")
-    if len(data) <= MAX_LINE_BYTES:
+    if len(data) <= limit:
         return line
-    kept = data[:MAX_LINE_BYTES - 40].decode("utf-8", "ignore")
+    kept = data[:max(0, limit - 40)].decode("utf-8", "ignore")
     return f"{kept}… ({len(data) - len(kept.encode())} bytes cut)"
 
 

@@ -40,7 +40,14 @@ import os
 import re
 import time
 
-from lnk_common.boundedlog import FOLD_SECONDS, BoundedLog, Folds, clip, printable
+from lnk_common.boundedlog import (
+    FOLD_SECONDS,
+    MAX_LINE_BYTES,
+    BoundedLog,
+    Folds,
+    clip,
+    printable,
+)
 
 __all__ = ["EVENTS", "REASON_CLASS_CHARS", "WireLog", "fold_key", "log_path", "parse_line",
            "printable", "reason_class"]
@@ -116,7 +123,9 @@ class WireLog:
         self._append(now, event, target, detail)
 
     def _append(self, now: float, event: str, target: str, detail: str) -> None:
-        line = clip(f"{_stamp(now)}\t{event}\t{printable(target)}\t{printable(detail)}")
+        # Each field cut on its own, so a line cut to its limit still has its four.
+        head = f"{_stamp(now)}\t{event}\t{clip(printable(target), MAX_LINE_BYTES // 2)}\t"
+        line = head + clip(printable(detail), MAX_LINE_BYTES - len(head.encode()))
         self.file.append((line + "\n").encode("utf-8", "surrogateescape"))
 
     def _write_counts(self, counts: list[tuple[str, int]], now: float) -> None:

@@ -18,12 +18,20 @@ import os
 import subprocess
 import sys
 import time
+from collections import deque
 from pathlib import Path
 
 import pytest
 
-from lnk_common.boundedlog import FOLD_AFTER, MAX_LINE_BYTES, MAX_LOG_BYTES, Folds, clip
-from lnk_common.wirelog import fold_key, parse_line
+from lnk_common.boundedlog import (
+    FOLD_AFTER,
+    MAX_FOLDS,
+    MAX_LINE_BYTES,
+    MAX_LOG_BYTES,
+    Folds,
+    clip,
+)
+from lnk_common.wirelog import WireLog, fold_key, parse_line
 from lnk_proxy.controls import DNS_NAMES_PER_TARGET, MAX_TRACKED_NAMES, Controls
 from tests.conftest import (
     LNK_SANDBOX,
@@ -78,6 +86,31 @@ def test_N11_folds_write_the_first_lines_of_a_kind_then_count_the_rest() -> None
     assert folds.all() == [("refused dns", 4)]
 
 
+def test_N11_past_max_folds_kinds_a_new_kind_is_written_whole_never_dropped() -> None:
+    folds = Folds(seconds=10)
+    assert all(folds.admit(f"kind {index}", 0.0) for index in range(MAX_FOLDS))
+    assert [folds.admit("one kind too many", 0.0) for _ in range(FOLD_AFTER + 5)] \
+        == [True] * (FOLD_AFTER + 5)
+
+
+def test_N10_dns_names_pause_at_exactly_their_threshold_and_repeats_count_once() -> None:
+    controls = Controls(calls_per_minute=0, pause=(30, 20, 60))
+    threshold = 20 * DNS_NAMES_PER_TARGET
+    for index in range(threshold - 1):
+        assert controls.dns_refusal(float(index) / 100, f"name{index}.example.com") is None
+        # The same name again (a retry, AAAA beside A, a trailing dot, another case).
+        assert controls.dns_refusal(float(index) / 100, f"NAME{index}.example.com.") is None
+    assert controls.dns_refusal(2.0, "one-more.example.com") == (
+        f"{threshold} different names refused by the sandbox's DNS within 60 s "
+        f"(the threshold is {threshold}: {DNS_NAMES_PER_TARGET} times [pause] targets)")
+    # Refused names do not count toward the calls' thresholds, nor the other way.
+    assert controls.refused == deque() and controls.refused_targets == {}
+    later = Controls(calls_per_minute=0, pause=(30, 20, 60))
+    for index in range(threshold - 1):
+        later.dns_refusal(0.0, f"old{index}")
+    assert later.dns_refusal(60.0, "new") is None  # the old ones left the window
+
+
 def test_N11_the_fold_key_is_the_kind_and_the_reason_class_never_the_name() -> None:
     one = fold_key("refused", "a" * 253, f"kind=dns type=A reason={'a' * 253} is not a name "
                                          "this sandbox may reach")
@@ -130,6 +163,17 @@ def test_N11_a_line_is_cut_to_its_limit_saying_how_much() -> None:
     assert clip("\\x1b" * 5000) == "\\x1b" * kept + f"… ({20000 - 4 * kept} bytes cut)"
     assert len(clip("\\x1b" * 5000).encode()) <= MAX_LINE_BYTES
     assert clip("short") == "short"
+
+
+def test_N11_a_wire_log_line_cut_to_its_limit_keeps_its_four_fields(tmp_path: Path) -> None:
+    log = WireLog(str(tmp_path), "cut")
+    log.write("allowed", "\x1b" * 3000 + ":443", "id=1 kind=connect " + "\n" * 3000)
+    log.close()
+    (line,) = _lines(tmp_path / "sandbox" / "wires" / "cut" / "log")
+    assert len(line.encode()) <= MAX_LINE_BYTES
+    entry = parse_line(line)
+    assert entry is not None and entry["event"] == "allowed" and entry["id"] == "1"
+    assert entry["target"].endswith("bytes cut)")
 
 
 # -- floods from inside a real sandbox ---------------------------------------------------------
