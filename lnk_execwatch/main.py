@@ -404,8 +404,7 @@ class Watch:
 
     def end(self) -> None:
         """At the end: every count still held is written."""
-        with_counts = self.folds.all()
-        self.write_counts(with_counts)
+        self.write_counts(self.folds.all())
         if self.unrecorded:
             self.write_record(f"unrecorded\t{self.unrecorded}\n")
         if self.log_file is not None:

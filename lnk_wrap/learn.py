@@ -48,13 +48,14 @@ def learn(policy: Policy, command: list[str], env: Mapping[str, str]
             lines = handle.read().splitlines()
     finally:
         os.unlink(record)
-    seen = [line.split("\t")[1] for line in lines
-            if "\t" in line and not line.startswith("unrecorded\t")]
+    seen: list[str] = []
     for line in lines:
-        if line.startswith("unrecorded\t"):
+        kind, _, rest = line.partition("\t")
+        if kind == "unrecorded":  # the watch's record was full (MAX_LEARN_BYTES)
             print(f"lnk-sandbox: learn: the record was full (a program ran thousands of new "
-                  f"files); {line.split(chr(9))[1]} programs run after were not recorded",
-                  file=sys.stderr)
+                  f"files); {rest} programs run after were not recorded", file=sys.stderr)
+        elif rest:
+            seen.append(rest.split("\t")[0])
     offered, refused = offer(seen, listed=policy.commands,
                              replaceable=(*policy.write, *TEMP_FOLDERS))
     return status, offered, refused
