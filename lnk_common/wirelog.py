@@ -66,7 +66,9 @@ REASON_CLASS_CHARS = 80
 # The keys of DETAIL that say what kind of line it is (the others say which call: its
 # id, its answer, its bytes).
 _KIND_KEYS = ("kind", "type")
-_QUOTED = re.compile(r"'[^']*'?|\"[^\"]*\"?|\([^)]*\)?")
+# Quoted text (closed: an apostrophe, as in "sandbox's", is no quote) and parenthesised
+# text (to the end when not closed): where a reason quotes what it was sent.
+_QUOTED = re.compile(r"'[^'\s]*'|'[^']*'(?=[\s:;,.)]|$)|\"[^\"]*\"|\([^)]*\)?")
 _NUMBERS = re.compile(r"[0-9]+")
 
 
