@@ -391,7 +391,76 @@ def test_N11_the_window_holds_digests_and_counts_whatever_the_thresholds() -> No
     assert all(len(key) == 16 for key in controls.refused_targets)
 
 
-# -- log --follow across rotations --------------------------------------------------------------
+# -- log --follow across rotations ------------------------------------------------------------
+
+_FOLLOWED_FLOOD = r"""
+import socket, struct, sys
+batches, per = int(sys.argv[1]), int(sys.argv[2])
+sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+sock.settimeout(5)
+sock.connect(("127.0.0.1", 53))
+for batch in range(batches):
+    for index in range(batch * per, (batch + 1) * per):
+        name = ".".join([f"{index:010d}" + "x" * 53, "y" * 63, "z" * 63, "w" * 56, "lnkt"])
+        question = b"".join(bytes([len(label)]) + label.encode() for label in name.split("."))
+        sock.send(struct.pack(">HHHHHH", index & 0xFFFF, 0x0100, 1, 0, 0, 0) + question
+                  + b"\0" + struct.pack(">HH", 1, 1))
+        assert sock.recv(4096)[3] & 0xF == 0
+    print(name, flush=True)
+    sys.stdin.readline()  # the test says when the follower has shown this batch
+"""
+
+
+def test_N11_log_follow_follows_a_real_sandbox_flood_across_rotations(
+    tmp_path: Path, lnk_home: Path, sandbox_env: dict[str, str], write_spec: WriteSpec,
+    net: tuple[Path, dict[str, str]],  # noqa: F811
+) -> None:
+    """A real `lnk-sandbox log ep --follow` while a real sandbox's DNS flood (distinct
+    names under a `*.lnkt` endpoint, each allowed, never folded) rotates the wire's log
+    three times. Each batch is less than a file and waits until the follower has shown
+    its last name, so the follower never falls a whole file behind; every name must be
+    shown once, in order."""
+    _, env = net
+    script = tmp_path / "followed.py"
+    script.write_text(_FOLLOWED_FLOOD)
+    spec = endpoint_spec(write_spec, tmp_path, '[tcp]\nendpoints = ["*.lnkt:5432"]\n')
+    wire_log = lnk_home / "sandbox" / "wires" / "ep" / "log"
+    wire_log.parent.mkdir(parents=True)
+    wire_log.write_text("")
+    batches, per = 5, 2000  # 2,000 lines of ~310 bytes a batch: 0.6 MiB; 3 MiB in all
+    follower = subprocess.Popen([LNK_SANDBOX, "log", "ep", "--follow"], env=sandbox_env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    flood = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", PYTHON,
+                              str(script), str(batches), str(per)], env=env, cwd=tmp_path,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    shown: list[str] = []
+    try:
+        assert flood.stdin is not None and flood.stdout is not None
+        assert follower.stdout is not None
+        for _ in range(batches):
+            last = flood.stdout.readline().strip()
+            assert last, flood.communicate()
+            while not shown or shown[-1] != last:
+                line = follower.stdout.readline()
+                assert line, follower.communicate()
+                if " allowed " in line:
+                    shown.append(line.split()[3])
+            flood.stdin.write("go\n")
+            flood.stdin.flush()
+        assert flood.wait(timeout=SANDBOX_TIMEOUT_SECONDS) == 0
+    finally:
+        end_run(flood)
+        follower.terminate()
+        _, errors = follower.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    assert (wire_log.parent / "log.1").exists()
+    names = [".".join([f"{index:010d}" + "x" * 53, "y" * 63, "z" * 63, "w" * 56, "lnkt"])
+             for index in range(batches * per)]
+    assert shown == names  # each once, in order, across the rotations
+    assert "may be missing" not in errors
+
+
+# -- log --follow across rotations, written by processes of one wire --------------------
 
 
 _WIRE_WRITER = r"""
