@@ -356,9 +356,11 @@ def test_N11_a_fold_count_is_written_when_its_window_ends_while_the_sandbox_runs
     script = (f"{PYTHON} {exec_flood} 100 >/dev/null && {PYTHON} {dns_flood} udp 50 "
               f">/dev/null && echo flooded "
               f"&& exec /usr/bin/sleep {SANDBOX_TIMEOUT_SECONDS}")
+    # stderr to a file: a pipe nobody reads would hold the watch (and the flood) once full.
+    said = (tmp_path / "stderr").open("w")
     run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", DASH, "-c", script],
-                           env=env, cwd=tmp_path, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
+                           env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=said,
+                           text=True)
     try:
         assert run.stdout is not None
         assert "flooded" in run.stdout.readline()
@@ -375,6 +377,7 @@ def test_N11_a_fold_count_is_written_when_its_window_ends_while_the_sandbox_runs
         assert len(refused) + folded(_lines(wire)) == 50
     finally:
         end_run(run)
+        said.close()
 
 
 # -- the window file --------------------------------------------------------------------------
