@@ -15,18 +15,17 @@ a DNS query), so every log has a size limit and repeated lines are folded:
   FOLD_AFTER lines of it in the window are written whole (ordinary work, a few refused
   names, is seen name by name), the rest like them are counted, not written, and the
   count is written as one line ("… and N more like this") when the window ends, or when
-  the process ends. What
-  "like this" means is the caller's key (an event, a reason's class, a kind: never the
-  exact target, since a flood uses a new name every time). Nothing is dropped silently:
-  a line is written or counted in a line that is.
+  the process ends. What "like this" means is the caller's key (an event, a reason's
+  class, a kind: never the exact target, since a flood uses a new name every time).
+  Nothing is dropped silently: a line is written or counted in a line that is.
 
 Each process folds its own lines (a fold shared through a file would cost a lock and a
 read per line); two processes of a wire each write their first line and their count.
 Order of a write: fold → flock the open file → reopen if PATH is another file → rotate
 if the line would pass the limit → write → unlock.
 
-Kept light (the exec watch starts with every sandbox that lists [commands]): os, time
-and fcntl only.
+Kept light (the exec watch starts with every sandbox that lists [commands]): os and
+fcntl only.
 """
 
 from __future__ import annotations
