@@ -16,15 +16,41 @@ TIME is UTC; EVENT one of allowed, ended, refused, paused (the wire paused by it
 TARGET "-", the reason in DETAIL); TARGET host:port (an IPv6 address in
 brackets, "-" when the head was refused before a target was read); DETAIL key=value
 pairs, the reason last and whole. Tabs, newlines and other control characters in any
-field are written as \\xNN.
+field are written as \\xNN; a line is at most MAX_LINE_BYTES.
+
+The log is bounded (lnk_common.boundedlog): rotated to `log.1` at MAX_LOG_BYTES, and
+repeated lines folded. Folded, within FOLD_SECONDS, are refusals of one kind (`fold_key`:
+the same EVENT, the same `kind=`/`type=`, the same class of reason: the reason with the
+target's name taken out and every number, quoted text and the tail past
+REASON_CLASS_CHARS left out; never the exact target, since a flood uses a new name each
+time) and repeats of one DNS answer given here (the same name and type). Their count is
+one line when the fold's window ends, or when the process ends:
+
+    2026-11-30T06:40:10.001Z  refused  *  kind=dns type=A more=4172 seconds=10
+        reason=… and 4172 more like this: <name> is not a name this sandbox may reach
+    (one line, here cut in two)
+
+An allowed call and its ended line are never folded (each is a call out, with its
+bytes), nor a pause, nor an SRV/TXT asked outside (each is a call).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import time
 
-__all__ = ["EVENTS", "WireLog", "log_path", "parse_line", "printable"]
+from lnk_common.boundedlog import (
+    FOLD_SECONDS,
+    MAX_LINE_BYTES,
+    BoundedLog,
+    Folds,
+    clip,
+    printable,
+)
+
+__all__ = ["EVENTS", "REASON_CLASS_CHARS", "WireLog", "fold_key", "log_path", "parse_line",
+           "printable", "reason_class"]
 
 EVENTS = ("allowed", "ended", "refused", "paused")
 
@@ -33,35 +59,95 @@ def log_path(settings: str, wire: str) -> str:
     return os.path.join(settings, "sandbox", "wires", wire, "log")
 
 
-def printable(text: str) -> str:
-    """`text` from a sandbox made safe for a terminal and a one-line record: control
-    characters (a tab or newline forging a field or a line, an escape driving the
-    terminal) shown as \\xNN."""
-    return "".join(char if char.isprintable() else f"\\x{ord(char) & 0xFF:02x}"
-                   for char in text)
+# A reason's class is told by this many characters of it (after the target's name, the
+# numbers and quoted text are taken out): enough to tell our reasons apart, and what
+# follows is where a reason quotes what it was sent.
+REASON_CLASS_CHARS = 80
+# The keys of DETAIL that say what kind of line it is (the others say which call: its
+# id, its answer, its bytes).
+_KIND_KEYS = ("kind", "type")
+# Quoted text (closed: an apostrophe, as in "sandbox's", is no quote) and parenthesised
+# text (to the end when not closed): where a reason quotes what it was sent.
+_QUOTED = re.compile(r"'[^'\s]*'|'[^']*'(?=[\s:;,.)]|$)|\"[^\"]*\"|\([^)]*\)?")
+_NUMBERS = re.compile(r"[0-9]+")
+
+
+def _stamp(now: float) -> str:
+    return (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now))
+            + f".{int(now % 1 * 1000):03d}Z")
+
+
+def reason_class(reason: str, target: str) -> str:
+    """What refusals "like this" share: the reason without the target's name (nor its
+    address or port), numbers, quoted or parenthesised text, cut to REASON_CLASS_CHARS."""
+    host = target.rpartition(":")[0] if target.count(":") == 1 or target.startswith("[") \
+        else target
+    host = host.strip("[]")
+    found = reason
+    for name in {target, host} - {"", "-", "*"}:
+        found = found.replace(name, "<name>")
+    found = _QUOTED.sub("…", found)
+    return _NUMBERS.sub("#", found)[:REASON_CLASS_CHARS]
+
+
+def _kinds(detail: str) -> str:
+    head = detail.partition("reason=")[0]
+    return " ".join(pair for pair in head.split() if pair.partition("=")[0] in _KIND_KEYS)
+
+
+def fold_key(event: str, target: str, detail: str) -> str | None:
+    """The kind of line this is, for folding (None: never folded)."""
+    if event == "refused":
+        reason = detail.partition("reason=")[2]
+        return f"refused\t*\t{_kinds(detail)}\t{reason_class(reason, target)}"
+    if event == "allowed" and "kind=dns" in detail and "outside=" not in detail:
+        return f"allowed\t{printable(target)}\t{_kinds(detail)}\t"
+    return None
 
 
 class WireLog:
-    """Appends lines; each line one write(2) on an O_APPEND file, so lines of processes
-    sharing a wire never interleave."""
+    """Appends lines to a wire's bounded log, folding repeated ones. Each line is one
+    write(2) under the log's flock, so lines of processes sharing a wire never
+    interleave, and a rotation by one never loses another's."""
 
-    __slots__ = ("fd",)
+    __slots__ = ("file", "folds")
 
     def __init__(self, settings: str, wire: str) -> None:
-        path = log_path(settings, wire)
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
-                          | os.O_CLOEXEC, 0o600)
+        self.file = BoundedLog(log_path(settings, wire))
+        self.folds = Folds()
 
     def write(self, event: str, target: str, detail: str) -> None:
         now = time.time()
-        stamp = (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now))
-                 + f".{int(now % 1 * 1000):03d}Z")
-        line = f"{stamp}\t{event}\t{printable(target)}\t{printable(detail)}\n"
-        os.write(self.fd, line.encode("utf-8", "surrogateescape"))
+        self._write_counts(self.folds.due(now), now)
+        key = fold_key(event, target, detail)
+        if key is not None and not self.folds.admit(key, now):
+            return
+        self._append(now, event, target, detail)
+
+    def _append(self, now: float, event: str, target: str, detail: str) -> None:
+        # Each field cut on its own, so a line cut to its limit still has its four.
+        head = f"{_stamp(now)}\t{event}\t{clip(printable(target), MAX_LINE_BYTES // 2)}\t"
+        line = head + clip(printable(detail), MAX_LINE_BYTES - len(head.encode()))
+        self.file.append((line + "\n").encode("utf-8", "surrogateescape"))
+
+    def _write_counts(self, counts: list[tuple[str, int]], now: float) -> None:
+        for key, count in counts:
+            event, target, kinds, reason = key.split("\t", 3)
+            detail = f"{kinds} more={count} seconds={FOLD_SECONDS:g}".lstrip()
+            if event == "refused":
+                detail += f" reason=… and {count} more like this: {reason}"
+            self._append(now, event, target, detail)
+
+    def flush_due(self) -> None:
+        """Write the counts of folds whose window has ended (called a few times a
+        second by the process's watch, so a count is never held much past its window)."""
+        now = time.time()
+        self._write_counts(self.folds.due(now), now)
 
     def close(self) -> None:
-        os.close(self.fd)
+        """Write every count still held, then close."""
+        self._write_counts(self.folds.all(), time.time())
+        self.file.close()
 
 
 def parse_line(line: str) -> dict[str, str] | None:

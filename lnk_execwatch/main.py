@@ -13,10 +13,13 @@ is gone (the listener hangs up):
   the call is still pending (ID_VALID), resolve the path inside the sandbox's own root
   (/proc/PID/root: the sandbox's mounts, its links followed there), and judge it, and a
   script's interpreter, against [commands]. A refused one is named on the sandbox's
-  stderr and in Link's settings (sandbox/programs.log). The call always goes on:
+  stderr and in Link's settings (sandbox/programs.log, bounded: lnk_common.boundedlog;
+  refusals of one kind within FOLD_SECONDS are folded into "… and N more like this",
+  on stderr as in the log). The call always goes on:
   Landlock alone decides (the seed: naming is advice; CONTINUE is racy, a decision on
   it would not be). A loader run directly is named with the program it is handed: the
-  loader gap, reported, not hidden. With --learn, every program run is recorded instead.
+  loader gap, reported, not hidden. With --learn, every program run is recorded instead
+  (each once, and at most MAX_LEARN_BYTES of them, then a line saying more were run).
 - memfd_create without MFD_NOEXEC_SEAL: make the memory file here with the seal added
   and put it into the program as the call's answer (ADDFD + SEND): it can write, seal
   and map it executable, never run it. (MFD_HUGETLB got EINVAL in the filter itself.)
@@ -35,9 +38,9 @@ import stat
 import sys
 import time
 
+from lnk_common.boundedlog import FOLD_SECONDS, BoundedLog, Folds, clip, printable
 from lnk_common.fdpass import receive_fds
 from lnk_common.syscalls import libc
-from lnk_common.wirelog import printable
 from lnk_execwatch import notify, sockets
 from lnk_execwatch.judge import (
     SHEBANG_BYTES,
@@ -80,6 +83,10 @@ MAX_SCRIPT_DEPTH = 4
 SYSTEM_PREFIXES = ("/usr/", "/etc/", "/bin/", "/sbin/", "/lib/", "/lib64/", "/lib32/")
 # Paths remembered; a build runs a few hundred distinct programs at most.
 MAX_CACHED = 4096
+# A learn record holds each program once, and at most this much: a build runs a few
+# hundred programs (some 30 KiB of paths); a program that runs thousands of files of new
+# names is not something to list, and must not fill Link's settings.
+MAX_LEARN_BYTES = 1 << 20
 
 
 class _IoVec(ctypes.Structure):
@@ -229,7 +236,8 @@ def read_head_inside(pid: int, path: str) -> bytes | None:
 
 
 class Watch:
-    __slots__ = ("cache", "commands", "learn", "listener", "log", "say", "sockets", "spec",
+    __slots__ = ("cache", "commands", "folds", "learn", "learned", "learned_bytes",
+                 "listener", "log", "log_file", "say", "sockets", "spec", "unrecorded",
                  "written")
 
     def __init__(self, listener: int, commands: Commands | None, *, spec: str, log: str,
@@ -243,16 +251,32 @@ class Watch:
         self.commands = commands
         self.spec = spec
         self.log = log
+        self.log_file: BoundedLog | None = None  # opened at the first refusal
+        self.folds = Folds()
         self.learn = learn
+        self.learned: set[str] = set()
+        self.learned_bytes = 0
+        self.unrecorded = 0
         self.say = say
 
     def serve(self) -> None:
+        try:
+            self._serve()
+        finally:
+            self.end()
+
+    def _serve(self) -> None:
         import select
 
         poller = select.poll()
         poller.register(self.listener, _POLLIN)
         while True:
-            events = poller.poll()
+            # Wake when a fold's window ends, to write its count even if nothing follows.
+            wait = self.folds.next_due - time.time()
+            events = poller.poll(None if wait == float("inf") else max(0, int(wait * 1000) + 1))
+            self.write_counts(self.folds.due(time.time()))
+            if not events:
+                continue
             if any(event & _POLLHUP for _, event in events):
                 return  # every process of the sandbox is gone
             try:
@@ -341,38 +365,76 @@ class Watch:
         elif self.commands is not None and not self.commands.allows(resolved):
             what = f"{resolved}, the interpreter of {script}," if script else resolved
             if notify.id_valid(self.listener, call.id):
-                self.refused(f"refused to run {what}: not in [commands] of {self.spec}")
+                self.refused("interpreter" if script else "program",
+                             f"refused to run {what}: not in [commands] of {self.spec}")
             return
         elif self.commands is not None and self.commands.is_loader(resolved) and not script:
             program = program_given_to_loader(self.loader_argv(call))
             if program is not None and notify.id_valid(self.listener, call.id):
-                self.refused(f"the loader {resolved} was run directly on {program}: "
+                self.refused("loader", f"the loader {resolved} was run directly on {program}: "
                              "[commands] cannot judge what the loader is handed "
                              "(a stated gap; `lnk-sandbox check`)")
         interpreter = interpreter_of(head)
         if interpreter is not None and depth < MAX_SCRIPT_DEPTH:
             self.judge(call, interpreter, depth=depth + 1, script=resolved)
 
-    def refused(self, message: str) -> None:
-        message = printable(message)
+    def refused(self, kind: str, message: str) -> None:
+        """Name a refusal on stderr and in programs.log, or count it: refusals of one
+        `kind` (a program, an interpreter, a loader run directly: never the program's
+        name, which a flood changes every time) within a fold's window are one count."""
+        now = time.time()
+        self.write_counts(self.folds.due(now))
+        if not self.folds.admit(f"{kind}\t{self.spec}", now):
+            return
+        message = clip(printable(message))
         self.say(f"lnk-sandbox: {message}")
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-        try:
-            fd = os.open(self.log, flags, 0o600)
-        except FileNotFoundError:
-            os.makedirs(os.path.dirname(self.log), mode=0o700, exist_ok=True)
-            fd = os.open(self.log, flags, 0o600)
-        try:
-            stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-            os.write(fd, f"{stamp}\t{self.spec}\t{message}\n".encode("utf-8", "surrogateescape"))
-        finally:
-            os.close(fd)
+        self.append(f"{self.spec}\t{message}")
+
+    def append(self, line: str) -> None:
+        if self.log_file is None:
+            self.log_file = BoundedLog(self.log)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        self.log_file.append(clip(f"{stamp}\t{line}").encode("utf-8", "surrogateescape")
+                             + b"\n")
+
+    def write_counts(self, counts: list[tuple[str, int]]) -> None:
+        for key, count in counts:
+            kind, spec = key.split("\t", 1)
+            what = {"program": "programs refused", "interpreter": "interpreters refused",
+                    "loader": "loaders run directly",
+                    "socket": "unix sockets outside refused"}[kind]
+            where = spec if kind == "socket" else f"[commands] of {spec}"
+            message = (f"… and {count} more like this within {FOLD_SECONDS:g} s "
+                       f"({what}, {where})")
+            self.say(f"lnk-sandbox: {message}")
+            self.append(f"{spec}\t{message}")
+
+    def end(self) -> None:
+        """At the end: every count still held is written."""
+        self.write_counts(self.folds.all())
+        if self.unrecorded:
+            self.write_record(f"unrecorded\t{self.unrecorded}\n")
+        if self.log_file is not None:
+            self.log_file.close()
+            self.log_file = None
 
     def record(self, path: str, script: str) -> None:
+        """Each program (and interpreter) once; past MAX_LEARN_BYTES only counted, and
+        the count is the record's last line (learn says so)."""
+        path, script = printable(path), printable(script)
+        line = clip(f"interpreter\t{path}\t{script}" if script else f"program\t{path}") + "\n"
+        if line in self.learned:
+            return
+        if self.learned_bytes + len(line) > MAX_LEARN_BYTES:
+            self.unrecorded += 1
+            return
+        self.learned.add(line)
+        self.learned_bytes += len(line)
+        self.write_record(line)
+
+    def write_record(self, line: str) -> None:
         fd = os.open(self.learn, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
-            path, script = printable(path), printable(script)
-            line = f"interpreter\t{path}\t{script}\n" if script else f"program\t{path}\n"
             os.write(fd, line.encode("utf-8", "surrogateescape"))
         finally:
             os.close(fd)

@@ -191,7 +191,7 @@ class SocketGuard:
 
     def __init__(self, listener: int, diag: int, *,
                  read_memory: Callable[[int, int, int], bytes],
-                 refused: Callable[[str], None]) -> None:
+                 refused: Callable[[str, str], None]) -> None:
         self.listener = listener
         self.diag = diag
         self.read_memory = read_memory
@@ -281,7 +281,8 @@ class SocketGuard:
             raise
         if not inside:
             os.close(work.pin)
-            self.refused(f"refused to {'connect' if call.nr == CONNECT else 'send'} to "
+            self.refused("socket",
+                         f"refused to {'connect' if call.nr == CONNECT else 'send'} to "
                          f"the unix socket {os.fsdecode(target.name)}: it was not made "
                          "inside this sandbox (the sandbox's one way out is its wire)")
             self._answer(call.id, -errno.EACCES)

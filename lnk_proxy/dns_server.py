@@ -13,9 +13,12 @@ Every query is on the wire's log, TARGET being the name asked:
     allowed  db.example.com  kind=dns type=A answer=127.53.0.1
     allowed  _mongodb._tcp.c.example.net  kind=dns type=SRV outside=NOERROR answers=3
     refused  other.com       kind=dns type=A reason=other.com is not a name this sandbox …
-A refused query does not count toward pausing the wire: resolvers ask for names on
-their own (search lists, AAAA beside A, connectivity checks), and a refused name leaks
-nothing. The kill switch and a pause refuse every query (REFUSED).
+A refused name counts toward pausing the wire, on a threshold of its own, looser than a
+call's (lnk_proxy.controls.DNS_NAMES_PER_TARGET): resolvers ask for names on their own
+(search lists, AAAA beside A, retries), so only distinct names count, and many of them;
+a flood of new names (data sent out in them, to whoever runs the domain's DNS, or to
+fill the log) pauses. The log folds refusals of one kind (lnk_common.wirelog). The kill
+switch and a pause refuse every query (REFUSED).
 """
 
 from __future__ import annotations
@@ -235,6 +238,8 @@ class DnsService:
                 event, detail = "allowed", f"{kind} {decision.note}".rstrip()
                 records = decision.records
             log.write(event, name, detail)
+            if event == "refused":
+                self.proxy.count_dns_refusal(name)
             answer = self._reply(query, decision.rcode, records, udp)
             if len(self.answered) >= MAX_KEPT_ANSWERS:
                 self.answered.clear()

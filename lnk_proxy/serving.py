@@ -119,6 +119,12 @@ def run_wire(wire: Wire, start: Callable[[], Awaitable[Closer]]) -> None:
         has the loop cancel every open call."""
         while True:
             time.sleep(SWITCH_SECONDS)
+            # The log's folded counts are written by the loop (which writes every line),
+            # once their window has ended even if no line follows.
+            try:
+                loop.call_soon_threadsafe(wire.log.flush_due)
+            except RuntimeError:
+                return  # the loop has ended: the process is ending
             if wire.open and wire.closed():
                 wire.sever()
                 loop.call_soon_threadsafe(wire.close_all)
@@ -140,4 +146,7 @@ def run_wire(wire: Wire, start: Callable[[], Awaitable[Closer]]) -> None:
     except KeyboardInterrupt:
         pass
     finally:
-        os._exit(0)
+        try:
+            wire.log.close()  # writes the counts still held: nothing folded goes unsaid
+        finally:
+            os._exit(0)

@@ -210,6 +210,13 @@ class Wire:
             if why:
                 self._pause_now(why)
 
+    def count_dns_refusal(self, name: str) -> None:
+        """A name the sandbox's DNS refused: pauses the wire when too many distinct
+        names were (a threshold of its own, looser than a call's: lnk_proxy.controls)."""
+        why = self.controls.dns_refusal(time.time(), name)
+        if why:
+            self._pause_now(why)
+
     async def hold(self, writer: asyncio.StreamWriter, work: Awaitable[None]) -> None:
         """Serve one client connection (`work`) as an open call: counted among the open
         calls, which close_all cancels; its socket closed at the end, whatever happens."""

@@ -13,6 +13,7 @@ folder), and marks interpreters, which run any code they are given.
 from __future__ import annotations
 
 import os
+import sys
 
 from lnk_common.policy import Policy
 from lnk_execwatch.judge import is_interpreter, offer
@@ -48,7 +49,14 @@ def learn(policy: Policy, command: list[str], env: Mapping[str, str]
             lines = handle.read().splitlines()
     finally:
         os.unlink(record)
-    seen = [line.split("\t")[1] for line in lines if "\t" in line]
+    seen: list[str] = []
+    for line in lines:
+        kind, _, rest = line.partition("\t")
+        if kind == "unrecorded":  # the watch's record was full (MAX_LEARN_BYTES)
+            print(f"lnk-sandbox: learn: the record was full (a program ran thousands of new "
+                  f"files); {rest} programs run after were not recorded", file=sys.stderr)
+        elif rest:
+            seen.append(rest.split("\t")[0])
     offered, refused = offer(seen, listed=policy.commands,
                              replaceable=(*policy.write, *TEMP_FOLDERS))
     return status, offered, refused

@@ -1,4 +1,13 @@
-"""lnk-sandbox log: a wire's log, for a person (or --json, a line of JSON per call)."""
+"""lnk-sandbox log: a wire's log, for a person (or --json, a line of JSON per call).
+
+A wire's log is rotated (lnk_common.boundedlog): `log` becomes `log.1` past its limit
+and a new `log` begins. Shown: `log.1`, then `log`. `--follow` keeps reading the file it
+holds and, once `log` names another file, reads the rest of the one held (no process
+writes to a file after it was renamed: each line is written under the file's lock,
+after checking it is still the one at `log`), then the new one from its start: no line
+lost, none shown twice. Only if the log was rotated twice between two looks (a whole
+file written in FOLLOW_SECONDS) may lines be missing between; that is said on stderr.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +15,15 @@ import os
 import sys
 import time
 
+from lnk_common.boundedlog import rotated_path
 from lnk_common.wirelog import log_path, parse_line
 
 __all__ = ["FOLLOW_SECONDS", "show_log"]
 
 # How often --follow looks for new lines.
 FOLLOW_SECONDS = 0.25
+# Read at once from a log (a log is at most a few MiB; this keeps each look short).
+_READ_BYTES = 1 << 16
 
 
 def _wires(settings: str) -> list[str]:
@@ -35,26 +47,125 @@ def _render(wire: str, line: str, as_json: bool) -> str | None:
     return f"{entry['time']}  {wire}  {entry['event']:7}  {entry['target']}  {detail}"
 
 
+def _open(path: str) -> tuple[int, tuple[int, int]] | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    info = os.fstat(fd)
+    return fd, (info.st_dev, info.st_ino)
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        info = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+class _Reader:
+    """A wire's log read a whole line at a time, across its rotations."""
+
+    __slots__ = ("fd", "identity", "partial", "path", "wire")
+
+    def __init__(self, path: str, wire: str) -> None:
+        self.path = path
+        self.wire = wire
+        self.partial = b""
+        self.fd: int | None = None
+        self.identity: tuple[int, int] | None = None
+
+    def start(self) -> list[str]:
+        """What is there now: the older file, then the current one."""
+        while True:
+            older, current = _open(rotated_path(self.path)), _open(self.path)
+            if older is None or _identity(rotated_path(self.path)) == older[1]:
+                break  # no rotation between the two opens
+            os.close(older[0])
+            if current is not None:
+                os.close(current[0])
+        lines = []
+        if older is not None:
+            lines = self._whole(older[0])
+            os.close(older[0])
+        if current is not None:
+            self.fd, self.identity = current
+            lines += self._read()
+        return lines
+
+    def _read(self) -> list[str]:
+        """The whole lines added to the file held (a line being written waits)."""
+        assert self.fd is not None
+        chunks = []
+        while chunk := os.read(self.fd, _READ_BYTES):
+            chunks.append(chunk)
+        data = self.partial + b"".join(chunks)
+        *lines, self.partial = data.split(b"\n")
+        return [line.decode("utf-8", "replace") + "\n" for line in lines]
+
+    def _whole(self, fd: int) -> list[str]:
+        data = b""
+        while chunk := os.read(fd, _READ_BYTES):
+            data += chunk
+        return [line.decode("utf-8", "replace") + "\n" for line in data.split(b"\n") if line]
+
+    def follow(self) -> list[str]:
+        """The lines added since the last look, across a rotation."""
+        if self.fd is None:
+            opened = _open(self.path)
+            if opened is None:
+                return []
+            self.fd, self.identity = opened
+        lines = self._read()
+        now = _identity(self.path)
+        if now is None or now == self.identity:
+            return lines
+        # Rotated: the file held is final (no writer writes to it once renamed).
+        held = self.identity
+        lines += self._read()
+        if self.partial:
+            lines.append(self.partial.decode("utf-8", "replace") + "\n")
+        self.partial = b""
+        older, opened = _open(rotated_path(self.path)), _open(self.path)
+        os.close(self.fd)
+        self.fd, self.identity = None, None
+        if older is not None:
+            if older[1] != held:
+                # Rotated again since: the older file came after the one held, and
+                # another may have come between and gone.
+                print(f"lnk-sandbox: the log of {self.wire} was rotated more than once "
+                      f"between two looks; lines between may be missing", file=sys.stderr)
+                lines += self._whole(older[0])
+            os.close(older[0])
+        if opened is not None:
+            self.fd, self.identity = opened
+            lines += self._read()
+        return lines
+
+
 def show_log(settings: str, wire: str | None, *, follow: bool, as_json: bool) -> int:
     wires = [wire] if wire else _wires(settings)
     if wire and not os.path.isfile(log_path(settings, wire)):
         print(f"lnk-sandbox: no log for a wire named {wire!r} "
               f"(known: {', '.join(_wires(settings)) or 'none'})", file=sys.stderr)
         return 1
-    handles = {name: open(log_path(settings, name), encoding="utf-8",  # noqa: SIM115
-                          errors="replace") for name in wires}
+    readers = [_Reader(log_path(settings, name), name) for name in wires]
     try:
+        found = [(reader.wire, reader.start()) for reader in readers]
         while True:
-            for name, handle in handles.items():
-                for line in handle:
+            for name, lines in found:
+                for line in lines:
                     shown = _render(name, line, as_json)
                     if shown is not None:
                         print(shown, flush=follow)
             if not follow:
                 return 0
             time.sleep(FOLLOW_SECONDS)
+            found = [(reader.wire, reader.follow()) for reader in readers]
     except KeyboardInterrupt:
         return 0
     finally:
-        for handle in handles.values():
-            handle.close()
+        for reader in readers:
+            if reader.fd is not None:
+                os.close(reader.fd)

@@ -106,6 +106,28 @@ def test_N1_a_unix_socket_outside_is_refused_by_its_path(
     assert outside.reached == 0
 
 
+def test_N11_a_flood_of_refused_unix_connects_is_folded_not_written_whole(
+    outside: Listener, write_spec: WriteSpec, run_sandbox: RunSandbox, lnk_home: Path,
+) -> None:
+    """Each refusal is named, but a flood of them is folded: the first few lines, then
+    '… and N more like this' (never silently dropped)."""
+    spec = write_spec(f"[files]\nread = {toml_list(outside.path.parent)}\n")
+    program = ("import socket, sys\n"
+               "for _ in range(500):\n"
+               "    try:\n        socket.socket(socket.AF_UNIX).connect(sys.argv[1])\n"
+               "    except PermissionError:\n        pass\n")
+    result = run_sandbox(spec, PYTHON, "-c", program, str(outside.path))
+    assert result.returncode == 0, result
+    log = _log(lnk_home)
+    named = log.count(f"refused to connect to the unix socket {outside.path}")
+    folded = [line for line in log.splitlines() if "more like this" in line]
+    assert 1 <= named <= 20, log
+    assert folded and "unix sockets outside refused" in folded[-1], log
+    counted = sum(int(line.split("… and ", 1)[1].split()[0]) for line in folded)
+    assert named + counted == 500, log
+    assert outside.reached == 0
+
+
 def test_N1_a_link_made_inside_to_an_outside_socket_is_refused(
     outside: Listener, write_spec: WriteSpec, run_sandbox: RunSandbox, tmp_path: Path,
 ) -> None:
