@@ -268,13 +268,25 @@ class Watch:
     def _serve(self) -> None:
         import select
 
+        if self.commands is None and not self.learn:
+            # Only sockets are handed over: the caller waits for each answer, and a
+            # synchronous wake-up runs this watch on the caller's CPU at once (Linux
+            # 6.6; TCP connects +57 µs to +21-36 µs here). Not where execs are handed
+            # over: there it made a loop of execs slower (below, in the docs).
+            notify.prefer_synchronous_wakeups(self.listener)
+
         poller = select.poll()
         poller.register(self.listener, _POLLIN)
+        folds = self.folds
         while True:
-            # Wake when a fold's window ends, to write its count even if nothing follows.
-            wait = self.folds.next_due - time.time()
-            events = poller.poll(None if wait == float("inf") else max(0, int(wait * 1000) + 1))
-            self.write_counts(self.folds.due(time.time()))
+            # Wake when a fold's window ends, to write its count even if nothing follows
+            # (and look at the clock only while a window is open: every connect passes).
+            if folds.next_due == float("inf"):
+                events = poller.poll()
+            else:
+                wait = folds.next_due - time.time()
+                events = poller.poll(max(0, int(wait * 1000) + 1))
+                self.write_counts(folds.due(time.time()))
             if not events:
                 continue
             if any(event & _POLLHUP for _, event in events):

@@ -117,7 +117,9 @@ _process_vm_readv.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong,
 
 
 def _signed(value: int) -> int:
-    return int.from_bytes((value & 0xFFFFFFFF).to_bytes(4, "little"), "little", signed=True)
+    """A system call's int argument (the low 32 bits of its register), signed."""
+    value &= 0xFFFFFFFF
+    return value - 0x100000000 if value & 0x80000000 else value
 
 
 def _failed() -> OSError:  # after a ctypes call made with use_errno
@@ -186,8 +188,8 @@ class _Call:
 class SocketGuard:
     """Answers `connect` and `sendto`-with-an-address notifications of one sandbox."""
 
-    __slots__ = ("counting", "diag", "idle", "listener", "pidfds", "queue", "read_memory",
-                 "refused", "scratch", "sequence", "workers")
+    __slots__ = ("counting", "diag", "idle", "listener", "pidfds", "poller", "queue",
+                 "read_memory", "refused", "scratch", "sequence", "workers")
 
     def __init__(self, listener: int, diag: int, *,
                  read_memory: Callable[[int, int, int], bytes],
@@ -197,6 +199,7 @@ class SocketGuard:
         self.read_memory = read_memory
         self.refused = refused
         self.scratch = _Scratch()
+        self.poller = select.poll()
         self.pidfds: dict[int, int] = {}
         self.sequence = 0
         self.queue: queue.SimpleQueue[_Call] | None = None
@@ -363,7 +366,10 @@ class SocketGuard:
         if blocking:
             fcntl.fcntl(work.fd, _F_SETFL, flags)
             if code == errno.EINPROGRESS:
-                if not _writable(work.fd, CONNECT_WAIT_MS):
+                self.poller.register(work.fd, select.POLLOUT)
+                connected = self.poller.poll(CONNECT_WAIT_MS)
+                self.poller.unregister(work.fd)
+                if not connected:
                     work.flags = -1  # a connect to wait for, in a worker
                     self._hand_to_worker(work)
                     return
@@ -373,10 +379,9 @@ class SocketGuard:
 
     def _send(self, work: _Call) -> None:
         result = self._sendto(work, work.flags | _MSG_DONTWAIT)
-        may_wait = not (work.flags & _MSG_DONTWAIT
-                        or fcntl.fcntl(work.fd, _F_GETFL) & os.O_NONBLOCK)
-        if result == -errno.EAGAIN and may_wait:
-            self._hand_to_worker(work)
+        if result == -errno.EAGAIN and not (work.flags & _MSG_DONTWAIT or fcntl.fcntl(
+                work.fd, _F_GETFL) & os.O_NONBLOCK):
+            self._hand_to_worker(work)  # a blocking send that would wait: a worker waits
             return
         work.close()
         self._answer(work.id, result)
