@@ -74,6 +74,8 @@ _MSG_DONTWAIT = 0x40
 _F_GETFL = 3
 _F_SETFL = 4
 _SO_ERROR = 4
+_SO_SNDTIMEO = 21
+_TIMEVAL_BYTES = 16
 
 # The kernel copies at most a sockaddr_storage; a longer address is EINVAL.
 SOCKADDR_MAX = 128
@@ -107,6 +109,9 @@ _sendto = libc["sendto"]  # its own function object: argtypes are per object
 _sendto.restype = ctypes.c_ssize_t
 _sendto.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int,
                     ctypes.c_char_p, ctypes.c_uint32]
+_setsockopt = libc["setsockopt"]  # its own function object: argtypes are per object
+_setsockopt.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_char_p,
+                        ctypes.c_uint32]
 _getsockopt = libc["getsockopt"]  # its own function object: argtypes are per object
 _getsockopt.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
                         ctypes.c_void_p]
@@ -131,8 +136,8 @@ class _Scratch:
     """Buffers made once: every connect in the sandbox passes here, and building ctypes
     objects for each would be most of its cost."""
 
-    __slots__ = ("address", "local", "option", "option_size", "remote", "size_at",
-                 "value_at")
+    __slots__ = ("address", "local", "option", "option_size", "remote", "saved",
+                 "saved_size", "size_at", "value_at", "wait")
 
     def __init__(self) -> None:
         self.address = ctypes.create_string_buffer(SOCKADDR_MAX)
@@ -142,6 +147,19 @@ class _Scratch:
         self.option_size = ctypes.c_uint32(4)
         self.value_at = ctypes.byref(self.option)
         self.size_at = ctypes.byref(self.option_size)
+        self.saved = ctypes.create_string_buffer(_TIMEVAL_BYTES)
+        self.saved_size = ctypes.c_uint32(_TIMEVAL_BYTES)
+        self.wait = (0).to_bytes(8, "little") + (CONNECT_WAIT_MS * 1000).to_bytes(8, "little")
+
+    def bound_connect_wait(self, fd: int) -> None:
+        """Keep the socket's send timeout (a blocking connect's), and set ours."""
+        self.saved_size.value = _TIMEVAL_BYTES
+        if (_getsockopt(fd, _SOL_SOCKET, _SO_SNDTIMEO, self.saved, ctypes.byref(self.saved_size))
+                < 0 or _setsockopt(fd, _SOL_SOCKET, _SO_SNDTIMEO, self.wait, _TIMEVAL_BYTES) < 0):
+            raise _failed()
+
+    def restore_connect_wait(self, fd: int) -> None:
+        _setsockopt(fd, _SOL_SOCKET, _SO_SNDTIMEO, self.saved, _TIMEVAL_BYTES)
 
     def socket_option(self, fd: int, option: int) -> int:
         self.option_size.value = 4
@@ -188,8 +206,8 @@ class _Call:
 class SocketGuard:
     """Answers `connect` and `sendto`-with-an-address notifications of one sandbox."""
 
-    __slots__ = ("counting", "diag", "idle", "listener", "pidfds", "poller", "queue",
-                 "read_memory", "refused", "scratch", "sequence", "workers")
+    __slots__ = ("counting", "diag", "idle", "listener", "pidfds", "queue", "read_memory",
+                 "refused", "scratch", "sequence", "workers")
 
     def __init__(self, listener: int, diag: int, *,
                  read_memory: Callable[[int, int, int], bytes],
@@ -199,7 +217,6 @@ class SocketGuard:
         self.read_memory = read_memory
         self.refused = refused
         self.scratch = _Scratch()
-        self.poller = select.poll()
         self.pidfds: dict[int, int] = {}
         self.sequence = 0
         self.queue: queue.SimpleQueue[_Call] | None = None
@@ -352,28 +369,26 @@ class SocketGuard:
 
     def _connect(self, work: _Call) -> None:
         """An inet (or other non-unix) connect, done here without ever blocking this
-        loop: on a blocking socket it is started non-blocking (the flag is the socket's,
-        set for the microseconds of the call), and when it is still in progress a worker
-        waits for it. Inside its own network a sandbox reaches only local addresses, so
+        loop for long: on a blocking socket the connect waits at most CONNECT_WAIT_MS
+        (SO_SNDTIMEO, the socket's own connect timeout, set for the call and put back),
+        and one still in progress then (EINPROGRESS) is waited for by a worker. Inside
+        its own network a sandbox reaches only local addresses, made in microseconds, so
         that is rare: a listener whose queue is full."""
-        flags = fcntl.fcntl(work.fd, _F_GETFL)
-        blocking = not flags & os.O_NONBLOCK
+        blocking = not fcntl.fcntl(work.fd, _F_GETFL) & os.O_NONBLOCK
         if blocking:
-            fcntl.fcntl(work.fd, _F_SETFL, flags | os.O_NONBLOCK)
+            self.scratch.bound_connect_wait(work.fd)
         ctypes.set_errno(0)
         result = _connect(work.fd, work.address, len(work.address))
         code = 0 if result == 0 else ctypes.get_errno() or errno.EIO
         if blocking:
-            fcntl.fcntl(work.fd, _F_SETFL, flags)
+            self.scratch.restore_connect_wait(work.fd)
             if code == errno.EINPROGRESS:
-                self.poller.register(work.fd, select.POLLOUT)
-                connected = self.poller.poll(CONNECT_WAIT_MS)
-                self.poller.unregister(work.fd)
-                if not connected:
-                    work.flags = -1  # a connect to wait for, in a worker
-                    self._hand_to_worker(work)
-                    return
-                code = self.scratch.socket_option(work.fd, _SO_ERROR)
+                # A connect to wait for, in a worker, as long as the program's own
+                # timeout (none: for as long as it takes).
+                work.flags = -1
+                work.data = self.scratch.saved.raw
+                self._hand_to_worker(work)
+                return
         work.close()
         self._answer(work.id, -code)
 
@@ -397,9 +412,14 @@ class SocketGuard:
         """In a worker: the call as the program made it, waiting as it would."""
         if work.nr == SENDTO:
             result = self._sendto(work, work.flags)
-        elif work.flags == -1:  # an inet connect in progress
-            _writable(work.fd, -1)
-            result = -_Scratch().socket_option(work.fd, _SO_ERROR)
+        elif work.flags == -1:  # an inet connect in progress; data: the program's timeout
+            seconds = int.from_bytes(work.data[:8], "little")
+            micros = int.from_bytes(work.data[8:16], "little")
+            timeout = seconds * 1000 + micros // 1000 if seconds or micros else -1
+            if _writable(work.fd, timeout):
+                result = -_Scratch().socket_option(work.fd, _SO_ERROR)
+            else:
+                result = -errno.EINPROGRESS  # the program's own timeout, as the kernel says
         else:
             ctypes.set_errno(0)
             result = int(_connect(work.fd, work.address, len(work.address)))

@@ -408,6 +408,62 @@ def test_N1_an_ssh_control_master_inside_serves_its_clients(
     assert "refused" not in result.stderr
 
 
+SLOW_CONNECT = r"""
+import ctypes, errno, socket, struct, threading, time
+libc = ctypes.CDLL(None, use_errno=True)
+full = socket.socket(); full.bind(("127.0.0.1", 0)); full.listen(0)
+address = full.getsockname()
+queued = []
+for _ in range(8):  # fill the accept queue: a blocking connect then waits in SYN_SENT
+    extra = socket.socket(); extra.setblocking(False)
+    try:
+        extra.connect(address)
+    except BlockingIOError:
+        pass
+    queued.append(extra)
+time.sleep(0.2)
+def connect_blocking(sock, timeout_ms):
+    if timeout_ms:
+        tv = struct.pack("qq", 0, timeout_ms * 1000)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+    raw = struct.pack("!HH4s8x", socket.AF_INET, address[1], socket.inet_aton(address[0]))
+    raw = struct.pack("=H", socket.AF_INET) + raw[2:]
+    started = time.monotonic()
+    result = libc.connect(sock.fileno(), raw, len(raw))
+    return (0 if result == 0 else ctypes.get_errno()), time.monotonic() - started
+other = socket.socket(); other.bind(("127.0.0.1", 0)); other.listen(8)
+meanwhile = []
+def quick():
+    time.sleep(0.1)
+    started = time.monotonic()
+    socket.create_connection(other.getsockname()).close()
+    meanwhile.append(time.monotonic() - started)
+threading.Thread(target=quick).start()
+code, took = connect_blocking(socket.socket(), 600)
+timed_out = code == errno.EINPROGRESS and 0.5 < took < 5
+print("timeout" if timed_out else f"timeout? {code} {took:.2f}")
+print("not blocked" if meanwhile and meanwhile[0] < 0.3 else f"blocked {meanwhile}")
+def accept_later():
+    time.sleep(0.5)
+    while True:
+        full.accept()
+threading.Thread(target=accept_later, daemon=True).start()
+code, took = connect_blocking(socket.socket(), 0)
+print("connected" if code == 0 and took > 0.2 else f"connected? {code} {took:.2f}")
+"""
+
+
+def test_N1_a_blocking_connect_that_waits_is_waited_for_as_the_program_asked(
+    write_spec: WriteSpec, run_sandbox: RunSandbox,
+) -> None:
+    """A blocking connect to a listener whose queue is full waits (SYN retried), as the
+    kernel's would: up to the socket's own timeout (then EINPROGRESS), or until the
+    listener takes it; and the watch answers the sandbox's other calls meanwhile."""
+    spec = write_spec("[files]\nread = []\n")
+    result = run_sandbox(spec, PYTHON, "-c", SLOW_CONNECT)
+    assert result.stdout == "timeout\nnot blocked\nconnected\n", result
+
+
 def test_N1_check_lists_unix_sockets_among_the_protections(
     sandbox_env: dict[str, str],
 ) -> None:
