@@ -236,12 +236,17 @@ class SocketGuard:
             return
         if work is None:
             os.close(taken)
-        elif work.family == AF_UNIX:
-            self._hand_to_worker(work)  # rare, and a unix peer may make a caller wait
-        elif work.nr == CONNECT:
-            self._connect(work)
-        else:
-            self._send(work)
+            return
+        try:
+            if work.family == AF_UNIX:
+                self._hand_to_worker(work)  # rare, and a unix peer may make a caller wait
+            elif work.nr == CONNECT:
+                self._connect(work)
+            else:
+                self._send(work)
+        except OSError as error:  # the socket refused an option: the call fails, said so
+            work.close()
+            self._answer(work.id, -(error.errno or errno.EINVAL))
 
     # -- what the call is ---------------------------------------------------------------
 

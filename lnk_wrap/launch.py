@@ -522,9 +522,9 @@ def _start_watch(policy: Policy, loaders: tuple[str, ...]) -> tuple[int, int]:
         try:
             # The terminal's signals are the program's (the launcher passes them on);
             # the watch ends with the sandbox, or with the launcher (PDEATHSIG).
-            for signum in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTERM,
-                           signal.SIGUSR1, signal.SIGUSR2):
-                signal.signal(signum, signal.SIG_IGN)
+            for signum in FORWARDED_SIGNALS:
+                ignored = signum not in (signal.SIGWINCH, signal.SIGCONT)
+                signal.signal(signum, signal.SIG_IGN if ignored else signal.SIG_DFL)
             from lnk_common.syscalls import libc
 
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
