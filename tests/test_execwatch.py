@@ -169,3 +169,25 @@ def test_learn_never_offers_what_the_sandbox_could_replace() -> None:
 def test_printable_escapes_control_characters() -> None:
     assert printable("/tmp/a\nb\x1b[2J") == "/tmp/a\\x0ab\\x1b[2J"
     assert printable("/tmp/é") == "/tmp/é"
+
+
+def test_a_watch_that_stops_says_so_on_stderr_and_in_the_log(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    # A listener that is not one (a closed descriptor): the first ioctl fails and the
+    # watch cannot go on. It ends (its listener closes: every call fails with ENOSYS),
+    # and says why, once, in both places.
+    (tmp_path / "sandbox").mkdir()
+    code = ("from lnk_execwatch.main import main; "
+            f"main(['--socket-fd', '0', '--settings', {str(tmp_path)!r}, '--spec', 's.toml', "
+            "'--commands'], (900, 901))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=False, timeout=60)
+    assert done.returncode == 1, done
+    said = [line for line in done.stderr.splitlines() if line]
+    assert len(said) == 1 and said[0].startswith("lnk-sandbox: the exec watch stopped ("), said
+    assert said[0].endswith("the sandbox's programs can no longer start nor connect "
+                            "(their calls fail with ENOSYS)"), said
+    log = (tmp_path / "sandbox" / "programs.log").read_text()
+    assert log.count("\n") == 1 and "\ts.toml\tthe exec watch stopped (" in log
