@@ -11,8 +11,11 @@ is gone (the listener hangs up):
 
 - execve / execveat: read the path the program gave (its memory, /proc/PID/mem), check
   the call is still pending (ID_VALID), resolve the path inside the sandbox's own root
-  (/proc/PID/root: the sandbox's mounts, its links followed there), and judge it, and a
-  script's interpreter, against [commands]. A refused one is named on the sandbox's
+  (/proc/PID/root: the sandbox's mounts, its links followed there), pin the file (O_PATH)
+  and judge it by identity, as Landlock does, against [commands] as pinned at the first
+  call (the init's exec, before anything of the sandbox's own runs). Only an allowed
+  program's first bytes are read (for its #! line), and only on a disk or memory file
+  system, with the sandbox's own rights (read_head). A refused one is named on the sandbox's
   stderr and in Link's settings (sandbox/programs.log, bounded: lnk_common.boundedlog;
   refusals of one kind within FOLD_SECONDS are folded into "… and N more like this",
   on stderr as in the log). The call always goes on:
@@ -24,9 +27,11 @@ is gone (the listener hangs up):
   and put it into the program as the call's answer (ADDFD + SEND): it can write, seal
   and map it executable, never run it. (MFD_HUGETLB got EINVAL in the filter itself.)
 
-If this watch dies, the listener closes and every notifying call fails with ENOSYS:
-nothing runs that was not seen. It asks the kernel to kill it when its parent (the
-launcher) goes, so no watch outlives its sandbox.
+A fault on one call refuses that call (EACCES) and is said; a fault that stops this
+watch is said (stderr and programs.log), then the listener closes and every notifying
+call fails with ENOSYS: nothing runs that was not seen, and the person is told why.
+It asks the kernel to kill it when its parent (the launcher) goes, so no watch
+outlives its sandbox.
 """
 
 from __future__ import annotations
