@@ -154,3 +154,23 @@ def test_learn_goes_on_past_a_nul_in_a_shebang(
     assert any(line.strip().startswith('"/usr/bin/id",') for line in lines), learned
     # The script was recorded too (not offered: it lies in the private /tmp).
     assert f"not offered: {script}: lies in /tmp" in learned.stderr, learned
+
+
+def test_F2_P1_a_script_in_a_hidden_folder_is_never_read_by_the_watch(
+    tmp_path: Path, write_spec: WriteSpec, run_sandbox: RunSandbox
+) -> None:
+    # The folder that holds the hidden one is listed, and the hidden script names an
+    # existing, unlisted interpreter: were the watch to read the script past the hide,
+    # it would name that interpreter on the sandbox's stderr.
+    tools = tmp_path / "tools"
+    hidden = tools / "hidden"
+    hidden.mkdir(parents=True)
+    (tools / "the-hidden-first-line").write_text("")
+    script = hidden / "script"
+    script.write_bytes(f"#!{tools}/the-hidden-first-line\n".encode())
+    script.chmod(0o755)
+    spec = write_spec(f"[files]\nread = {toml_list(tools)}\nhide = {toml_list(hidden)}\n"
+                      f"[commands]\nrun = {toml_list(DASH, str(tools))}\n")
+    result = run_sandbox(spec, DASH, "-c", f"{Q(str(script))}; echo status=$?")
+    assert "status=127" in result.stdout, result  # not there, as the kernel says
+    assert "the-hidden-first-line" not in result.stdout + result.stderr, result
