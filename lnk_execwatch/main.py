@@ -294,7 +294,8 @@ class SandboxRights:
         try:
             return os.open(reopen, flags)
         finally:
-            # Put back, or stop: a watch that cannot restore its own rights is broken.
+            # Put back. Should this fail, the thread keeps less than it had, never more:
+            # later reads and connects fail closed (and are not named), none opens wider.
             syscall(_SYS_CAPSET, ctypes.byref(self.header), self.raised)
 
 
