@@ -11,8 +11,11 @@ is gone (the listener hangs up):
 
 - execve / execveat: read the path the program gave (its memory, /proc/PID/mem), check
   the call is still pending (ID_VALID), resolve the path inside the sandbox's own root
-  (/proc/PID/root: the sandbox's mounts, its links followed there), and judge it, and a
-  script's interpreter, against [commands]. A refused one is named on the sandbox's
+  (/proc/PID/root: the sandbox's mounts, its links followed there), pin the file (O_PATH)
+  and judge it by identity, as Landlock does, against [commands] as pinned at the first
+  call (the init's exec, before anything of the sandbox's own runs). Only an allowed
+  program's first bytes are read (for its #! line), and only on a disk or memory file
+  system, with the sandbox's own rights (read_head). A refused one is named on the sandbox's
   stderr and in Link's settings (sandbox/programs.log, bounded: lnk_common.boundedlog;
   refusals of one kind within FOLD_SECONDS are folded into "… and N more like this",
   on stderr as in the log). The call always goes on:
@@ -24,9 +27,11 @@ is gone (the listener hangs up):
   and put it into the program as the call's answer (ADDFD + SEND): it can write, seal
   and map it executable, never run it. (MFD_HUGETLB got EINVAL in the filter itself.)
 
-If this watch dies, the listener closes and every notifying call fails with ENOSYS:
-nothing runs that was not seen. It asks the kernel to kill it when its parent (the
-launcher) goes, so no watch outlives its sandbox.
+A fault on one call refuses that call (EACCES) and is said; a fault that stops this
+watch is said (stderr and programs.log), then the listener closes and every notifying
+call fails with ENOSYS: nothing runs that was not seen, and the person is told why.
+It asks the kernel to kill it when its parent (the launcher) goes, so no watch
+outlives its sandbox.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from lnk_execwatch import notify, sockets
 from lnk_execwatch.judge import (
     SHEBANG_BYTES,
     Commands,
+    FileId,
     interpreter_of,
     program_given_to_loader,
 )
@@ -142,23 +148,30 @@ def read_pointers(pid: int, address: int, count: int) -> list[int]:
     return found
 
 
-def resolve_inside(pid: int, path: str) -> str | None:
-    """`path` (absolute, as the sandbox sees it) with every link followed inside the
-    sandbox's root, or None when it does not lead to anything there.
+# A file reached inside the sandbox: its path there, an O_PATH descriptor of it, and the
+# identities of the folders it was reached through, from the root down.
+Reached = tuple[str, int, tuple[FileId, ...]]
+
+
+def open_inside(pid: int, path: str) -> Reached | None:
+    """The file `path` (absolute, as the sandbox sees it) leads to inside the sandbox's
+    root, every link followed there, pinned (O_PATH: opened for nothing, not even
+    read), or None when it leads to nothing there or to a folder.
 
     Walked one name at a time from file descriptors (lstat and open relative to the
     folder reached, never a path through /proc/PID/root that the kernel would walk on
     this side), `..` taken off the walked names and never above the root: the program
     can swap a folder for a link at any moment, and this watch must not follow one to
-    the person's files, not even to learn whether they exist."""
+    the person's files, not even to learn whether they exist. The folders walked are
+    those Landlock's walk goes up through, so their identities say whether a listed
+    folder holds the file."""
     try:
         root = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return None
-    walked: list[tuple[str, int]] = [("", root)]
+    walked: list[tuple[str, int, FileId]] = [("", root, (0, 0))]
     pending = [part for part in reversed(path.split("/")) if part]
     links = 0
-    found: str | None = None
     try:
         while pending:
             part = pending.pop()
@@ -168,7 +181,7 @@ def resolve_inside(pid: int, path: str) -> str | None:
                 if len(walked) > 1:
                     os.close(walked.pop()[1])
                 continue
-            folder, folder_fd = walked[-1]
+            folder, folder_fd, _ = walked[-1]
             info = os.lstat(part, dir_fd=folder_fd)
             if stat.S_ISLNK(info.st_mode):
                 links += 1
@@ -181,53 +194,123 @@ def resolve_inside(pid: int, path: str) -> str | None:
                 pending += [name for name in reversed(target.split("/")) if name]
                 continue
             if not pending:
-                found = f"{folder}/{part}"
-                break
+                pinned = os.open(part, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                 dir_fd=folder_fd)
+                return (f"{folder}/{part}", pinned,
+                        tuple(identity for _, _, identity in walked[1:]))
             walked.append((f"{folder}/{part}", os.open(
                 part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                dir_fd=folder_fd)))
-        return found if found is not None else (walked[-1][0] or "/")
-    except OSError:
+                dir_fd=folder_fd), (info.st_dev, info.st_ino)))
+        return None  # the root, or a path ending in `..`: a folder
+    except (OSError, ValueError):  # ValueError: a NUL in a name, which no file has
         return None
     finally:
-        for _, fd in walked:
+        for _, fd, _ in walked:
             os.close(fd)
 
 
-class _OpenHow(ctypes.Structure):
-    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64),
-                ("resolve", ctypes.c_uint64)]
+_fstatfs = libc.fstatfs
+_fstatfs.restype = ctypes.c_int
+_fstatfs.argtypes = [ctypes.c_int, ctypes.c_char_p]
+# struct statfs is 120 bytes on x86-64; its first field, a long, is the type.
+_STATFS_SIZE = 120
+
+# The file systems whose regular files the watch reads the first bytes of: disks and
+# memory, where reading a file has no effect and returns at once. Everything else is
+# never read (default deny): procfs, sysfs, debugfs, tracefs, securityfs, cgroup, bpf,
+# configfs, efivarfs and the like, where a "regular file" is the kernel's code (reading
+# /proc/kmsg takes the kernel's log from the machine's log reader), and network and
+# user-space file systems (NFS, FUSE, 9p), where a read waits on a server. A script
+# there is not judged: Landlock still decides.
+READABLE_FILE_SYSTEMS = {
+    0xEF53: "ext2/ext3/ext4",
+    0x58465342: "xfs",
+    0x9123683E: "btrfs",
+    0xF2F52010: "f2fs",
+    0x2FC12FC1: "zfs",
+    0xCA451A4E: "bcachefs",
+    0x73717368: "squashfs",
+    0xE0F5E1E2: "erofs",
+    0x794C7630: "overlayfs",
+    0x01021994: "tmpfs",
+    0x858458F6: "ramfs",
+}
 
 
-_SYS_OPENAT2 = 437
-_RESOLVE_NO_MAGICLINKS = 0x02
-_RESOLVE_IN_ROOT = 0x10
+def file_system_type(fd: int) -> int:
+    buffer = ctypes.create_string_buffer(_STATFS_SIZE)
+    ctypes.set_errno(0)
+    if _fstatfs(fd, buffer) < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    return int.from_bytes(buffer.raw[:8], "little", signed=True) & 0xFFFFFFFF
 
 
-def read_head_inside(pid: int, path: str) -> bytes | None:
-    """The first bytes of the regular file at `path` inside the sandbox, opened with
-    every link resolved inside its root (openat2 RESOLVE_IN_ROOT): the program may swap
-    a folder for a link at any moment, and a plain open through /proc/PID/root would
-    follow an absolute link on this side, to a file of the person's. Non-blocking, and
-    only a regular file is read (a FIFO or a device is not opened for reading here)."""
-    from lnk_common.syscalls import syscall
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
 
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+_SYS_CAPGET = 125
+_SYS_CAPSET = 126
+_CAPABILITY_VERSION_3 = 0x20080522
+# What root has and the sandbox (no capabilities, even run by root) has not, for
+# opening a file: reading past its mode (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH).
+_CAP_DAC_BITS = (1 << 1) | (1 << 2)
+
+
+class SandboxRights:
+    """Opens a file for reading with no more rights than the sandbox has: the watch runs
+    as the sandbox's user (the launcher's fork) and groups, so the kernel's own checks,
+    modes and ACLs, judge it as they judge the sandbox, once the capabilities the
+    sandbox lacks are off. Run by root, this thread's CAP_DAC_* are taken out of its
+    effective set for the open and put back after (capabilities are per thread: the
+    socket workers are not touched)."""
+
+    __slots__ = ("header", "lowered", "raised")
+
+    def __init__(self) -> None:
+        from lnk_common.syscalls import syscall
+
+        self.header = _CapHeader(_CAPABILITY_VERSION_3, 0)
+        self.raised = (_CapData * 2)()
+        syscall(_SYS_CAPGET, ctypes.byref(self.header), self.raised)
+        self.lowered = (_CapData * 2)()
+        ctypes.memmove(self.lowered, self.raised, ctypes.sizeof(self.raised))
+        self.lowered[0].effective &= ~_CAP_DAC_BITS & 0xFFFFFFFF
+
+    def open_for_reading(self, pinned: int) -> int:
+        from lnk_common.syscalls import syscall
+
+        reopen = f"/proc/self/fd/{pinned}"
+        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+        if not self.raised[0].effective & _CAP_DAC_BITS:
+            return os.open(reopen, flags)
+        syscall(_SYS_CAPSET, ctypes.byref(self.header), self.lowered)
+        try:
+            return os.open(reopen, flags)
+        finally:
+            # Put back. Should this fail, the thread keeps less than it had, never more:
+            # later reads and connects fail closed (and are not named), none opens wider.
+            syscall(_SYS_CAPSET, ctypes.byref(self.header), self.raised)
+
+
+def read_head(pinned: int, rights: SandboxRights) -> bytes | None:
+    """The first bytes of the regular file `pinned` (an O_PATH descriptor), when it lies
+    on a file system of READABLE_FILE_SYSTEMS and the sandbox itself could read it; None
+    otherwise (nothing is then read). Reopened from the pin, not by its path: the file
+    judged is the file read."""
     try:
-        root = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        how = _OpenHow(os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, 0,
-                       _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
-        fd = syscall(_SYS_OPENAT2, ctypes.c_int(root), os.fsencode(path.lstrip("/") or "."),
-                     ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))
-    except OSError:
-        return None
-    finally:
-        os.close(root)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        if file_system_type(pinned) not in READABLE_FILE_SYSTEMS:
             return None
+        fd = rights.open_for_reading(pinned)
+    except OSError:
+        return None
+    try:
         return os.read(fd, SHEBANG_BYTES)
     except OSError:
         return None
@@ -235,10 +318,14 @@ def read_head_inside(pid: int, path: str) -> bytes | None:
         os.close(fd)
 
 
+# (the file a path leads to, allowed by [commands], a loader, its first bytes or None)
+Seen = tuple[str, bool, bool, bytes | None]
+
+
 class Watch:
     __slots__ = ("cache", "commands", "folds", "learn", "learned", "learned_bytes",
-                 "listener", "log", "log_file", "say", "sockets", "spec", "unrecorded",
-                 "written")
+                 "listener", "log", "log_file", "pinned", "rights", "say", "sockets", "spec",
+                 "unrecorded", "written")
 
     def __init__(self, listener: int, commands: Commands | None, *, spec: str, log: str,
                  learn: str, say: Callable[[str], None], written: tuple[str, ...] = (),
@@ -247,8 +334,10 @@ class Watch:
         self.sockets = sockets.SocketGuard(listener, diag, read_memory=read_memory,
                                            refused=self.refused)
         self.written = written
-        self.cache: dict[str, tuple[str, bytes]] = {}
+        self.cache: dict[str, Seen] = {}
         self.commands = commands
+        self.pinned = commands is None
+        self.rights = SandboxRights()
         self.spec = spec
         self.log = log
         self.log_file: BoundedLog | None = None  # opened at the first refusal
@@ -297,6 +386,11 @@ class Watch:
                 if error.errno in (errno.ENOENT, errno.EINTR):
                     continue  # the caller went away before its call was read
                 raise
+            if not self.pinned:
+                # The first call comes from the init, right after it applied Landlock
+                # and before anything of the sandbox's own runs: [commands] is pinned
+                # now, from the sandbox's root, as the init opened it for Landlock.
+                self.pin(call.pid)
             try:
                 if call.nr in (sockets.CONNECT, sockets.SENDTO):
                     self.sockets.handle(call)
@@ -307,6 +401,44 @@ class Watch:
             except notify.NotifyError as error:
                 if error.errno != errno.ENOENT:
                     raise
+            except Exception as error:  # a fault of this watch, on one call
+                self.failed_on(call, error)
+
+    def failed_on(self, call: notify.Notification, error: Exception) -> None:
+        """A fault of this watch on one call (a bug: every parser here returns rather than
+        raises): the call is refused (EACCES), the person told in one line on stderr and
+        in programs.log, and the watch goes on serving the rest. Closed, never silent."""
+        what = {_EXECVE: "execve", _EXECVEAT: "execveat", _MEMFD_CREATE: "memfd_create",
+                sockets.CONNECT: "connect", sockets.SENDTO: "sendto"}.get(call.nr, str(call.nr))
+        message = clip(printable(
+            f"the exec watch failed on a {what} call ({type(error).__name__}: {error}); "
+            "that call was refused (EACCES), the watch goes on"))
+        self.say(f"lnk-sandbox: {message}")
+        self.append(f"{self.spec}\t{message}")
+        try:  # noqa: SIM105 (contextlib is one more import at every start)
+            notify.answer_error(self.listener, call.id, errno.EACCES)
+        except notify.NotifyError:
+            pass  # the caller is gone
+
+    def pin(self, pid: int) -> None:
+        """The identities of the listed files and folders, and the loaders, inside the
+        sandbox (a path that leads to nothing there is not pinned: the init refused to
+        start with it already)."""
+        assert self.commands is not None
+        self.pinned = True
+
+        def identities(paths: tuple[str, ...]) -> frozenset[FileId]:
+            found = set()
+            for path in paths:
+                reached = open_inside(pid, path)
+                if reached is None:
+                    continue
+                info = os.fstat(reached[1])
+                os.close(reached[1])
+                found.add((info.st_dev, info.st_ino))
+            return frozenset(found)
+
+        self.commands.pin(identities(self.commands.run), identities(self.commands.loaders))
 
     # -- exec ---------------------------------------------------------------------------
 
@@ -338,24 +470,43 @@ class Watch:
         return [os.fsdecode(read_string(call.pid, pointer, PATH_MAX))
                 for pointer in read_pointers(call.pid, argv_at, MAX_LOADER_ARGS)]
 
-    def look(self, pid: int, path: str) -> tuple[str, bytes] | None:
-        """(the file `path` leads to inside the sandbox, its first bytes), or None. What
-        lies in the system folders, which no sandbox writes, is remembered: most programs
-        run are there, and each look costs a dozen system calls through /proc."""
+    def look(self, pid: int, path: str) -> Seen | None:
+        """What `path` leads to inside the sandbox: (the file there, whether [commands]
+        allows it, whether it is a loader, its first bytes or None), or None where it
+        leads to no regular file (the kernel says so itself).
+
+        Judged by identity (the file and the folders it was reached through, against
+        those pinned: Landlock's judgement). Read only when allowed (a refused program is
+        named without reading it), and then only as read_head says: on a disk or memory
+        file system, with the sandbox's own rights. What lies in the system folders,
+        which no sandbox writes, is remembered: most programs run are there, and each
+        look costs a dozen system calls through /proc."""
         cacheable = self.cacheable(path)
         if cacheable and path in self.cache:
             return self.cache[path]
-        resolved = resolve_inside(pid, path)
-        if resolved is None:
-            return None  # no such file: the kernel says so itself
-        head = read_head_inside(pid, resolved)
-        if head is None:
-            return None  # a folder, or not readable: the kernel refuses with its own error
+        reached = open_inside(pid, path)
+        if reached is None:
+            return None
+        resolved, pinned, folders = reached
+        try:
+            info = os.fstat(pinned)
+            if not stat.S_ISREG(info.st_mode):
+                return None  # a folder, a device, a FIFO: the kernel refuses it itself
+            identity = (info.st_dev, info.st_ino)
+            if self.commands is None:  # learn: every program may start
+                allowed, loader = True, False
+            else:
+                allowed = self.commands.allows(identity, folders)
+                loader = self.commands.is_loader(identity)
+            head = read_head(pinned, self.rights) if allowed else None
+        finally:
+            os.close(pinned)
+        seen = (resolved, allowed, loader, head)
         if cacheable and self.cacheable(resolved):
             if len(self.cache) >= MAX_CACHED:
                 self.cache.clear()
-            self.cache[path] = (resolved, head)
-        return resolved, head
+            self.cache[path] = seen
+        return seen
 
     def cacheable(self, path: str) -> bool:
         return (path.startswith(SYSTEM_PREFIXES) and "/." not in path
@@ -367,28 +518,31 @@ class Watch:
         seen = self.look(call.pid, path)
         if seen is None:
             return
-        resolved, head = seen
+        resolved, allowed, loader, head = seen
         # What is said or recorded is said only of a call still pending (ID_VALID): its
         # memory was then read from the process that made it, not from one that took its
         # pid since. A call let go on in silence needs no such check.
         if self.learn:
             if notify.id_valid(self.listener, call.id):
                 self.record(resolved, script)
-        elif self.commands is not None and not self.commands.allows(resolved):
+        elif not allowed:
             what = f"{resolved}, the interpreter of {script}," if script else resolved
             if notify.id_valid(self.listener, call.id):
                 self.refused("interpreter" if script else "program",
                              f"refused to run {what}: not in [commands] of {self.spec}")
             return
-        elif self.commands is not None and self.commands.is_loader(resolved) and not script:
+        elif loader and not script:
             program = program_given_to_loader(self.loader_argv(call))
             if program is not None and notify.id_valid(self.listener, call.id):
                 self.refused("loader", f"the loader {resolved} was run directly on {program}: "
                              "[commands] cannot judge what the loader is handed "
                              "(a stated gap; `lnk-sandbox check`)")
-        interpreter = interpreter_of(head)
+        interpreter = None if head is None else interpreter_of(head)
         if interpreter is not None and depth < MAX_SCRIPT_DEPTH:
-            self.judge(call, interpreter, depth=depth + 1, script=resolved)
+            name = os.fsdecode(interpreter)
+            if not name.startswith("/"):  # the kernel opens it from the caller's folder
+                name = f"{os.readlink(f'/proc/{call.pid}/cwd').rstrip('/')}/{name}"
+            self.judge(call, name, depth=depth + 1, script=resolved)
 
     def refused(self, kind: str, message: str) -> None:
         """Name a refusal on stderr and in programs.log, or count it: refusals of one
@@ -529,19 +683,33 @@ def main(argv: list[str] | None = None, received: tuple[int, int] | None = None)
     def say(message: str) -> None:
         os.write(2, (message + "\n").encode("utf-8", "surrogateescape"))
 
+    spec = (options["--spec"] or ["the policy"])[0]
+    log = os.path.join(settings, "sandbox", "programs.log")
     try:
         if received is None:
             received = _receive_listener(int(options["--socket-fd"][0]))
         if received is None:
             return
         listener, diag = received
-        Watch(listener, commands, diag=diag, spec=(options["--spec"] or ["the policy"])[0],
-              log=os.path.join(settings, "sandbox", "programs.log"),
+        Watch(listener, commands, diag=diag, spec=spec, log=log,
               learn=(options["--learn"] or [""])[0], say=say,
               written=tuple(options["--written"])).serve()
-    except (OSError, notify.NotifyError) as error:
-        say(f"lnk-sandbox-exec-watch: {error}; the sandbox's programs can no longer start "
-            "nor connect")
+    except Exception as error:  # whatever stops the watch is said
+        # This process ends, its listener closes, and every call the filter hands over
+        # fails with ENOSYS from now on: closed. The person is told, once, here and in
+        # the log (the fork that runs this swallows what escapes it).
+        message = clip(printable(
+            f"the exec watch stopped ({type(error).__name__}: {error}); the sandbox's "
+            "programs can no longer start nor connect (their calls fail with ENOSYS)"))
+        say(f"lnk-sandbox: {message}")
+        try:
+            stopped = BoundedLog(log)
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+            stopped.append(clip(f"{stamp}\t{spec}\t{message}").encode(
+                "utf-8", "surrogateescape") + b"\n")
+            stopped.close()
+        except OSError:
+            pass  # said on stderr; the log's folder is gone
         sys.exit(1)
 
 

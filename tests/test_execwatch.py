@@ -3,52 +3,145 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
+
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from lnk_common.wirelog import printable
 from lnk_execwatch.judge import (
+    SHEBANG_BYTES,
     Commands,
     interpreter_of,
     is_interpreter,
     offer,
     program_given_to_loader,
 )
-from lnk_execwatch.main import read_head_inside, resolve_inside
+from lnk_execwatch.main import SandboxRights, open_inside, read_head
 
 DASH = os.path.realpath("/bin/sh")
+FUZZ = settings(max_examples=int(os.environ.get("LNK_FUZZ_EXAMPLES", "300")), deadline=None,
+                suppress_health_check=[HealthCheck.too_slow])
 
 
-def test_resolve_inside_follows_links_and_never_climbs_above_the_root() -> None:
-    me = os.getpid()
-    assert resolve_inside(me, "/bin/sh") == DASH
-    assert resolve_inside(me, "/../../../bin/sh") == DASH
-    assert resolve_inside(me, "/usr/bin/../../bin/./sh") == DASH
-    assert resolve_inside(me, "/usr/bin") == "/usr/bin"
-    assert resolve_inside(me, "/no/such/file") is None
-    assert resolve_inside(me, "/") == "/"
+def _reached(path: str) -> tuple[str, tuple[int, int], tuple[tuple[int, int], ...]] | None:
+    reached = open_inside(os.getpid(), path)
+    if reached is None:
+        return None
+    resolved, pinned, folders = reached
+    info = os.fstat(pinned)
+    os.close(pinned)
+    return resolved, (info.st_dev, info.st_ino), folders
 
 
-def test_read_head_inside_reads_regular_files_only() -> None:
-    me = os.getpid()
-    assert read_head_inside(me, DASH)[:4] == b"\x7fELF"  # type: ignore[index]
-    assert read_head_inside(me, "/usr/bin") is None
-    assert read_head_inside(me, "/dev/null") is None
-    assert read_head_inside(me, "/no/such") is None
+def _identity(path: str) -> tuple[int, int]:
+    info = os.stat(path)
+    return info.st_dev, info.st_ino
 
 
-def test_the_judge_allows_listed_files_folders_and_the_loader() -> None:
+def test_open_inside_follows_links_and_never_climbs_above_the_root() -> None:
+    for path in ("/bin/sh", "/../../../bin/sh", "/usr/bin/../../bin/./sh"):
+        found = _reached(path)
+        assert found is not None and found[0] == DASH and found[1] == _identity(DASH), path
+    assert _reached("/no/such/file") is None
+    assert _reached("/") is None  # a folder: never an exec's file
+    assert _reached("/usr/bin/..") is None
+    found = _reached(DASH)
+    assert found is not None
+    # The folders walked are the file's real folders, from the root down.
+    assert found[2] == tuple(_identity(os.path.dirname(DASH).rsplit("/", depth)[0] or "/")
+                             for depth in reversed(range(DASH.count("/") - 1)))
+
+
+def test_read_head_reads_disk_files_only_with_the_sandboxs_rights(tmp_path: Path) -> None:
+    rights = SandboxRights()
+
+    def head(path: str) -> bytes | None:
+        pinned = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        try:
+            return read_head(pinned, rights)
+        finally:
+            os.close(pinned)
+
+    assert (head(DASH) or b"")[:4] == b"\x7fELF"
+    # procfs and sysfs are never read, whatever the mode says.
+    assert head("/proc/self/status") is None
+    assert head("/proc/self/cmdline") is None
+    if os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"):
+        assert head("/sys/kernel/mm/transparent_hugepage/enabled") is None
+    # A file the sandbox cannot read (no capability survives, even for root) is not read.
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"#!/the/secret/interpreter\n")
+    secret.chmod(0o000)
+    assert head(str(secret)) is None
+    secret.chmod(0o400)
+    assert head(str(secret)) == b"#!/the/secret/interpreter\n"
+    # The watch's own rights are whole again after.
+    secret.chmod(0o000)
+    if os.geteuid() == 0:
+        assert secret.read_bytes() == b"#!/the/secret/interpreter\n"
+
+
+def test_the_judge_allows_listed_files_folders_and_the_loader_by_identity() -> None:
     commands = Commands(("/usr/bin/git", "/opt/tools"), ("/lib/ld.so",))
-    assert commands.allows("/usr/bin/git")
-    assert commands.allows("/opt/tools/x/y")
-    assert commands.allows("/lib/ld.so")
-    assert not commands.allows("/usr/bin/gitk")
-    assert not commands.allows("/opt/toolsx")
+    git, tools, loader, other, bin_folder = (1, 10), (1, 20), (1, 30), (1, 40), (1, 50)
+    commands.pin(frozenset({git, tools}), frozenset({loader}))
+    assert commands.allows(git, ((1, 2), bin_folder))
+    assert commands.allows(other, ((1, 2), tools, (1, 21)))
+    assert commands.allows(loader, ())
+    assert commands.is_loader(loader) and not commands.is_loader(git)
+    assert not commands.allows(other, ((1, 2), bin_folder))
+    # Before it is pinned, nothing is allowed: no path is trusted.
+    assert not Commands(("/usr/bin/git",), ()).allows(git, ())
+
+
+# (the first bytes of a file, the interpreter the kernel runs it with, or None: ENOEXEC)
+SHEBANGS: list[tuple[bytes, bytes | None]] = [
+    (b"#!/bin/sh\necho", b"/bin/sh"),
+    (b"#! \t/usr/bin/env python3 -u\n", b"/usr/bin/env"),
+    (b"#!/bin/sh   \t\n", b"/bin/sh"),
+    (b"#!/bin/sh\targ\n", b"/bin/sh"),
+    (b"#!\n", None),
+    (b"#!   \t \n", None),
+    (b"#!", None),
+    (b"#", None),
+    (b"", None),
+    (b"\x7fELF", None),
+    (b"#!/bin/sh", b"/bin/sh"),  # no newline, the file ends: NULs follow in the buffer
+    (b"#!/bi\0n/sh\n", b"/bi"),  # a NUL ends the name (and hides the newline after it)
+    (b"#!\0/bin/sh\n", None),  # the name is empty
+    (b"#! \0\n", None),
+    (b"#!/bin/sh\0 -x\n", b"/bin/sh"),
+    (b"#!/a\rb\n", b"/a\rb"),  # only blanks and tabs separate; \r is part of the name
+    (b"#!" + b"/x" * 127, None),  # no newline and no end within the buffer: cut short
+    (b"#!" + b"/x" * 126 + b" y", b"/x" * 126),
+    (b"#!" + b" " * 254, None),
+    (b"#!" + b"/" * 253 + b" ", b"/" * 253),
+    (b"#!" + b"/" * 254, None),  # the name fills the buffer: may go on, ENOEXEC
+    (b"#!" + b"/" * 253 + b"\n", b"/" * 253),
+    (b"#!/bin/sh" + b" " * 300 + b"\n", b"/bin/sh"),
+]
 
 
 def test_interpreter_of_reads_the_shebang_as_the_kernel_does() -> None:
-    assert interpreter_of(b"#!/bin/sh\necho") == "/bin/sh"
-    assert interpreter_of(b"#! \t/usr/bin/env python3 -u\n") == "/usr/bin/env"
-    assert interpreter_of(b"#!\n") is None
-    assert interpreter_of(b"\x7fELF") is None
+    for head, expected in SHEBANGS:
+        assert interpreter_of(head) == expected, head
+
+
+@FUZZ
+@given(st.binary(max_size=SHEBANG_BYTES + 40).map(lambda tail: b"#!" + tail))
+@example(b"#!/bin/\0sh\n")
+def test_interpreter_of_never_raises_and_never_names_a_nul_or_blank(head: bytes) -> None:
+    found = interpreter_of(head)
+    if found is not None:
+        assert found and b"\0" not in found and b" " not in found and b"\t" not in found
+        assert head.startswith(b"#!") and len(found) <= SHEBANG_BYTES - 3
+
+
+@FUZZ
+@given(st.binary(max_size=SHEBANG_BYTES * 2))
+def test_interpreter_of_never_raises_on_any_bytes(head: bytes) -> None:
+    interpreter_of(head)
 
 
 def test_program_given_to_loader_skips_its_options() -> None:
@@ -76,3 +169,25 @@ def test_learn_never_offers_what_the_sandbox_could_replace() -> None:
 def test_printable_escapes_control_characters() -> None:
     assert printable("/tmp/a\nb\x1b[2J") == "/tmp/a\\x0ab\\x1b[2J"
     assert printable("/tmp/é") == "/tmp/é"
+
+
+def test_a_watch_that_stops_says_so_on_stderr_and_in_the_log(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    # A listener that is not one (a closed descriptor): the first ioctl fails and the
+    # watch cannot go on. It ends (its listener closes: every call fails with ENOSYS),
+    # and says why, once, in both places.
+    (tmp_path / "sandbox").mkdir()
+    code = ("from lnk_execwatch.main import main; "
+            f"main(['--socket-fd', '0', '--settings', {str(tmp_path)!r}, '--spec', 's.toml', "
+            "'--commands'], (900, 901))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=False, timeout=60)
+    assert done.returncode == 1, done
+    said = [line for line in done.stderr.splitlines() if line]
+    assert len(said) == 1 and said[0].startswith("lnk-sandbox: the exec watch stopped ("), said
+    assert said[0].endswith("the sandbox's programs can no longer start nor connect "
+                            "(their calls fail with ENOSYS)"), said
+    log = (tmp_path / "sandbox" / "programs.log").read_text()
+    assert log.count("\n") == 1 and "\ts.toml\tthe exec watch stopped (" in log
