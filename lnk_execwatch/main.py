@@ -3,11 +3,15 @@
     lnk-sandbox-exec-watch --socket-fd N --settings DIR [--spec FILE] [--learn FILE]
                            [--commands] [--run PATH]… [--loader PATH]… [--written PATH]…
 
-Started by the launcher where [commands] lists programs (and for `learn`), before the
-sandbox. The init, first thing inside, installs the "watched" filter and sends its
-listener over the inherited socket N; this watch acknowledges with one byte (the init
-runs nothing before it has it) and then answers every notification until the sandbox
-is gone (the listener hangs up):
+Started by the launcher for every sandbox (a fork of it, `lnk-watch`), before the
+sandbox. The init, first thing inside, installs the filter ("sockets", or "programs"
+where [commands] lists programs and for `learn`) and sends its listener and a sock_diag
+socket of the sandbox's network over the inherited socket N; this watch acknowledges
+with one byte (the init runs nothing before it has it) and then answers every
+notification until the sandbox is gone (the listener hangs up):
+
+- connect, and sendto with an address: lnk_execwatch.sockets (a unix socket by path
+  only when made inside this sandbox; the call done here, on the socket taken).
 
 - execve / execveat: read the path the program gave (its memory, /proc/PID/mem), check
   the call is still pending (ID_VALID), resolve the path inside the sandbox's own root
