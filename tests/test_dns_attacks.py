@@ -2,6 +2,14 @@
 and for lookups a search domain would turn into another name (item 6), from inside real
 sandboxes (real bwrap, the proxy's real sockets, the test net's DNS server).
 
+Item 6: the proxy looked listed names up as they were written, so glibc tried a name that
+does not exist again under resolv.conf's search domain, reaching a host the policy never
+named. The proxy is run in a mount namespace of the test's (`unshare -rm`) whose
+/etc/resolv.conf names the test net's DNS server and a search domain whose zone holds
+`missing.lnkt.<search domain>`; a sandbox that lists `missing.lnkt` must be told it does
+not exist, by the system's resolver and through LNK_SANDBOX_DNS alike, and the DNS server
+must never be asked for the name under the search domain (SRV and TXT asked outside too).
+
 Item 3: a reply kept under the whole query let 4,000 queries of 60 KB (padded with an
 EDNS option or extra records) take the proxy from 23 MB to 260 MB. Now a query longer than
 MAX_QUERY_BYTES gets FORMERR unread, a kept reply is keyed by what it depends on, the kept
@@ -15,6 +23,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from lnk_dns.message import MAX_QUERY_BYTES
 from lnk_proxy.dns_server import MAX_TCP_CONNECTIONS
 from tests.conftest import (
@@ -24,12 +34,14 @@ from tests.conftest import (
     end_run,
 )
 from tests.test_endpoints import (
+    CONNECT,
     PYTHON,
     logged,
     net,  # noqa: F401  (a fixture)
     spec,
     wire_log,
 )
+from tests.testservers import DNS_SERVER, INITIAL_ZONE, PG_HOST_ADDRESS, dns_queries, set_zone
 
 # What the proxy may grow by under the floods below: "a few MiB above idle", with a margin
 # for the allocator's own slack (before the fix: some 240 MiB).
@@ -184,3 +196,47 @@ def test_N11_padded_query_flood_over_udp_and_tcp_keeps_the_proxy_memory_bounded(
     assert any(f"{MAX_TCP_CONNECTIONS} TCP connections" in reason for reason in reasons)
     assert any("more=" in reason for reason in reasons)
     assert "kind=dns type=A answer=127.53.0.1" in logged(env, "allowed", "db.lnkt")
+
+
+# The search domain of the proxy's resolv.conf, and the internal host under it that a
+# search list would reach for `missing.lnkt` (the test host's echo server on port 7).
+SEARCH_DOMAIN = "corp.lnkt"
+INTERNAL_NAME = f"missing.lnkt.{SEARCH_DOMAIN}"
+
+
+@pytest.mark.parametrize("lookups", ["system resolver", "LNK_SANDBOX_DNS"])
+def test_N3_a_listed_name_that_does_not_exist_is_never_tried_under_a_search_domain(
+    write_spec: WriteSpec, tmp_path: Path, net: tuple[Path, dict[str, str]],  # noqa: F811
+    lookups: str,
+) -> None:
+    testnet, env = net
+    set_zone(testnet, {**INITIAL_ZONE,
+                       INTERNAL_NAME: {"A": [PG_HOST_ADDRESS], "TXT": ["internal-only"]},
+                       f"_echo._tcp.{INTERNAL_NAME}": {"SRV": [[0, 0, 7, INTERNAL_NAME]]}})
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text(f"nameserver {DNS_SERVER.rpartition(':')[0]}\nsearch {SEARCH_DOMAIN}\n")
+    if lookups == "system resolver":
+        env = {name: value for name, value in env.items() if name != "LNK_SANDBOX_DNS"}
+    path = spec(write_spec, tmp_path, '[tcp]\nendpoints = ["missing.lnkt:7"]\n')
+    probe = tmp_path / "connect.py"
+    probe.write_text(CONNECT)
+    inside = (f"{PYTHON} {probe} missing.lnkt 7;"
+              " dig TXT missing.lnkt | grep -o 'status: [A-Z]*';"
+              " dig SRV _echo._tcp.missing.lnkt | grep -o 'status: [A-Z]*';"
+              " dig +short TXT missing.lnkt")
+    # The proxy (started by the launcher) sees the test's resolv.conf at /etc/resolv.conf.
+    result = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", 'mount --bind "$0" /etc/resolv.conf && exec "$@"',
+         str(resolv), LNK_SANDBOX, "run", "--spec", str(path), "--", "sh", "-c", inside],
+        env=env, capture_output=True, text=True, timeout=SANDBOX_TIMEOUT_SECONDS)
+    lines = result.stdout.splitlines()
+    # Never a connection to the internal host: closed at once, said why.
+    assert lines[:3] == ["closed", "status: NXDOMAIN", "status: NXDOMAIN"], result
+    assert "internal-only" not in result.stdout
+    refusals = logged(env, "refused", "missing.lnkt:7")
+    assert refusals == ["reason=missing.lnkt does not exist or has no address"
+                        " (looked up as an absolute name: no search domain)"], wire_log(env)
+    assert not logged(env, "allowed", "missing.lnkt:7")
+    asked = dns_queries(testnet)
+    assert ("missing.lnkt", "TXT") in asked and ("_echo._tcp.missing.lnkt", "SRV") in asked
+    assert not [query for query in asked if query[0].endswith(SEARCH_DOMAIN)], asked

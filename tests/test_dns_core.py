@@ -9,6 +9,7 @@ They run 300 examples each by default; LNK_FUZZ=deep runs 20 times as many
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import struct
 from collections.abc import Callable
@@ -52,6 +53,7 @@ from lnk_dns.message import (
     tcp_frame,
     tcp_frames,
 )
+from lnk_proxy.resolver import absolute, hosts_file_addresses
 
 # Examples per property: 300 for every run, 20 times as many when LNK_FUZZ=deep.
 FUZZ_EXAMPLES = 300 * (20 if os.environ.get("LNK_FUZZ") == "deep" else 1)
@@ -1038,3 +1040,27 @@ def test_a_query_is_refused_past_max_query_bytes_exactly() -> None:
     assert refusal(over) == (f"a query of {MAX_QUERY_BYTES + 1} bytes"
                              " (a stub resolver's is at most 512)")
     assert answer_key(over) is None
+
+
+# --- lnk_proxy.resolver: absolute lookups (issue 19, item 6) --------------------------------
+
+
+def test_a_name_is_looked_up_absolute() -> None:
+    assert absolute("db.example.com") == "db.example.com."
+    assert absolute("db.example.com.") == "db.example.com."
+    assert absolute("single") == "single."
+
+
+def test_hosts_file_is_read_by_the_name_without_its_dot() -> None:
+    text = ("127.0.0.1 localhost\n"
+            "10.0.0.5  NAS.example.lan nas  # the person's own\n"
+            "# 10.0.0.6 nas.example.lan\n"
+            "fe80::1%eth0 nas.example.lan\n"
+            "not-an-address nas.example.lan\n"
+            "10.0.0.5 nas.example.lan.\n")
+    assert hosts_file_addresses(text, "nas.example.lan") == [
+        ipaddress.ip_address("10.0.0.5"), ipaddress.ip_address("fe80::1")]
+    assert hosts_file_addresses(text, "nas.example.lan.") == hosts_file_addresses(
+        text, "nas.example.lan")
+    assert hosts_file_addresses(text, "example.lan") == []
+    assert hosts_file_addresses(text, "") == []
