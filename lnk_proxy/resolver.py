@@ -37,8 +37,15 @@ Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 def absolute(name: str) -> str:
-    """`name` as an absolute name (one trailing dot), so no search domain is added to it."""
-    return name.rstrip(".") + "."
+    """`name` as an absolute name (one trailing dot), so no search domain is added to it;
+    an IPv4 address in any spelling getaddrinfo takes as one (`127.1`, `0x7f000001`)
+    stays as it is (it is never looked up, and a dot would make it a name), so that it is
+    checked, and refused, as the address it is."""
+    try:
+        socket.inet_aton(name)
+    except OSError:
+        return name.rstrip(".") + "."
+    return name
 
 
 def hosts_file_addresses(text: str, name: str) -> list[Address]:

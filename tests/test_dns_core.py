@@ -1049,6 +1049,8 @@ def test_a_name_is_looked_up_absolute() -> None:
     assert absolute("db.example.com") == "db.example.com."
     assert absolute("db.example.com.") == "db.example.com."
     assert absolute("single") == "single."
+    for spelling in ("127.1", "0x7f000001", "2130706433", "10.0.0.1"):
+        assert absolute(spelling) == spelling  # an address, never a name
 
 
 def test_hosts_file_is_read_by_the_name_without_its_dot() -> None:
