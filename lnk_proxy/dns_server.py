@@ -19,6 +19,11 @@ call's (lnk_proxy.controls.DNS_NAMES_PER_TARGET): resolvers ask for names on the
 a flood of new names (data sent out in them, to whoever runs the domain's DNS, or to
 fill the log) pauses. The log folds refusals of one kind (lnk_common.wirelog). The kill
 switch and a pause refuse every query (REFUSED).
+
+What a sandbox can make this hold is bounded: a query longer than MAX_QUERY_BYTES gets
+FORMERR unread; replies are kept under answer_key (never the query's padding) within
+MAX_KEPT_BYTES; a TCP connection reads into one query's buffer, at most
+MAX_TCP_CONNECTIONS at once; at most MAX_WAITING queries wait for the DNS outside.
 """
 
 from __future__ import annotations
