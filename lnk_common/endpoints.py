@@ -24,6 +24,7 @@ from __future__ import annotations
 __all__ = [
     "DNS_PORT",
     "MAX_GIVEN_NAMES",
+    "MAX_KEPT_NAMES",
     "PROXY_ADDRESS",
     "PROXY_PORT",
     "AddressBook",
@@ -48,6 +49,12 @@ DNS_PORT = 53
 # 127.53.255.254. A program that looks up endless names under a `*.` endpoint gets
 # SERVFAIL past this many, rather than growing the proxy's table without end.
 MAX_GIVEN_NAMES = 65534
+# Names given addresses in one sandbox, at most: each is kept for the sandbox's life (a
+# connection to its address must still find it), some 360 bytes of the proxy's memory a
+# name. 8,192 (~3 MiB) is far more hosts of one domain than a program reaches; a flood of
+# new names under a `*.` endpoint gets SERVFAIL there, rather than making the proxy hold
+# ~24 MiB for the whole address range (measured by bench/dnsmemory).
+MAX_KEPT_NAMES = 8192
 _OWN_PREFIX = "127.53."
 
 
@@ -251,7 +258,7 @@ class AddressBook:
         """`name`'s address, given now if it has none; None when none is left."""
         found = self._addresses.get(name)
         if found is None:
-            if len(self._names) >= MAX_GIVEN_NAMES:
+            if len(self._names) >= MAX_KEPT_NAMES:
                 return None
             found = own_address(len(self._names))
             self._names.append(name)

@@ -20,6 +20,7 @@ __all__ = [
     "EDNS_PAYLOAD_SIZE",
     "MAX_MESSAGE_BYTES",
     "MAX_NAME_CHARS",
+    "MAX_QUERY_BYTES",
     "MAX_TTL_SECONDS",
     "MIN_MESSAGE_BYTES",
     "RCODES",
@@ -27,6 +28,7 @@ __all__ = [
     "DnsFormatError",
     "Query",
     "Record",
+    "answer_key",
     "error_reply",
     "header_id",
     "outside_query",
@@ -35,11 +37,19 @@ __all__ = [
     "reply",
     "reply_for_size",
     "tcp_frame",
+    "tcp_frame_length",
     "tcp_frames",
 ]
 
 # A DNS message's length is a 16-bit field over TCP; nothing longer is a DNS message.
 MAX_MESSAGE_BYTES = 65535
+# The longest query a sandbox may send, over UDP and TCP alike. What a stub resolver sends
+# is the header (12), one question (a name of at most 255 bytes on the wire, its type and
+# class: 4) and at most one OPT record (11, and its options: a cookie is 8-40 bytes); 512 is
+# also RFC 1035's UDP message size, which EDNS raises only for replies. A longer "query" is
+# padding (extra records, long EDNS options), which a sandbox could use to make its proxy
+# read and hold more: it gets FORMERR, unread.
+MAX_QUERY_BYTES = 512
 # The fixed header alone is 12 bytes; anything shorter cannot even say what it is.
 MIN_MESSAGE_BYTES = 12
 # RFC 1035's limit on a name in text form without the trailing dot (255 on the wire).
@@ -70,6 +80,10 @@ _QR_BIT = 0x8000
 _OPCODE_SHIFT = 11
 _OPCODE_MASK = 0xF
 _OPT = 41
+# A question's type and class, after its name.
+_QUESTION_TAIL_BYTES = 4
+# An OPT record's name (the root, 1), type (2), class (2), TTL (4) and RDLENGTH (2).
+_OPT_FIXED_BYTES = 11
 _CLASS_IN = 1
 _CNAME = "CNAME"
 
@@ -157,14 +171,19 @@ def parse_query(data: bytes) -> Query:
         raise DnsFormatError(f"opcode {opcode} is not QUERY")
     if qdcount != 1:
         raise DnsFormatError(f"{qdcount} questions; a query asks exactly one")
+    if len(data) > MAX_QUERY_BYTES:
+        raise DnsFormatError(
+            f"a query of {len(data)} bytes (a stub resolver's is at most {MAX_QUERY_BYTES})")
     if ancount or nscount:
         raise DnsFormatError("a query with answer or authority records")
     record = _parse(data)
     question = record.questions[0]
     name = _name(question.qname, "the question's name")
     opts = [rr for rr in record.ar if int(rr.rtype) == _OPT]
-    if len(opts) > 1:
-        raise DnsFormatError(f"{len(opts)} OPT records; a message has at most one")
+    if len(record.ar) > 1 or len(opts) != len(record.ar):
+        # Default deny: a stub resolver's additional section is its one OPT record; other
+        # records (TSIG, SIG(0)) are nothing this resolver reads.
+        raise DnsFormatError("a query's additional section holds more than its one OPT record")
     udp_size = UDP_MIN_PAYLOAD
     if opts:
         udp_size = min(max(int(opts[0].rclass), UDP_MIN_PAYLOAD), EDNS_PAYLOAD_SIZE)
@@ -177,6 +196,47 @@ def parse_query(data: bytes) -> Query:
         udp_size=udp_size,
         record=record,
     )
+
+
+def answer_key(data: bytes) -> bytes | None:
+    """What the reply to the query `data` depends on, but its id: the flags, the question
+    as sent (its name's case is echoed), and whether it has an OPT record and that record's
+    fixed fields (the UDP size decides truncation), never the OPT's options. So that a reply
+    kept for a query serves every query that differs only in id or options (a cookie, or
+    padding), and a kept key is at most some 270 bytes whatever was sent.
+
+    None when `data` is not in the one shape a stub resolver sends (header, one question
+    with an uncompressed name, nothing else or one OPT record, nothing after): such a query
+    is parsed in full (and refused by `parse_query` when it must be) and its reply not kept.
+    """
+    if not MIN_MESSAGE_BYTES <= len(data) <= MAX_QUERY_BYTES:
+        return None
+    _, _flags, qdcount, ancount, nscount, arcount = _HEADER.unpack_from(data)
+    if qdcount != 1 or ancount or nscount or arcount > 1:
+        return None
+    offset = _HEADER.size
+    while True:
+        if offset >= len(data):
+            return None
+        length = data[offset]
+        offset += 1
+        if length == 0:
+            break
+        if length > MAX_LABEL_BYTES:
+            return None  # a compression pointer, or an extended label: not the plain shape
+        offset += length
+    question_end = offset + _QUESTION_TAIL_BYTES
+    if arcount == 0:
+        return data[2:question_end] + b"-" if question_end == len(data) else None
+    # The OPT record: the root name (one zero byte), type 41, then CLASS (the UDP size),
+    # TTL (extended rcode, version, flags), RDLENGTH and the options.
+    fixed_end = question_end + _OPT_FIXED_BYTES
+    if fixed_end > len(data) or data[question_end : question_end + 3] != b"\x00\x00\x29":
+        return None
+    (rdlength,) = _LENGTH.unpack_from(data, fixed_end - _LENGTH.size)
+    if fixed_end + rdlength != len(data):
+        return None
+    return data[2:question_end] + b"+" + data[question_end + 3 : fixed_end - _LENGTH.size]
 
 
 def reply(query: Query, rcode: str, records: list[Record]) -> bytes:
@@ -217,6 +277,14 @@ def tcp_frames(buffer: bytes) -> tuple[list[bytes], bytes]:
         messages.append(bytes(buffer[offset + _LENGTH.size : end]))
         offset = end
     return messages, bytes(buffer[offset:])
+
+
+def tcp_frame_length(buffer: bytes | bytearray | memoryview) -> int | None:
+    """The length a DNS-over-TCP frame at the start of `buffer` announces, or None when
+    its two length bytes are not all there yet."""
+    if len(buffer) < _LENGTH.size:
+        return None
+    return int(_LENGTH.unpack_from(buffer)[0])
 
 
 def tcp_frame(message: bytes) -> bytes:

@@ -19,6 +19,11 @@ call's (lnk_proxy.controls.DNS_NAMES_PER_TARGET): resolvers ask for names on the
 a flood of new names (data sent out in them, to whoever runs the domain's DNS, or to
 fill the log) pauses. The log folds refusals of one kind (lnk_common.wirelog). The kill
 switch and a pause refuse every query (REFUSED).
+
+What a sandbox can make this hold is bounded: a query longer than MAX_QUERY_BYTES gets
+FORMERR unread; replies are kept under answer_key (never the query's padding) within
+MAX_KEPT_BYTES; a TCP connection reads into one query's buffer, at most
+MAX_TCP_CONNECTIONS at once; at most MAX_WAITING queries wait for the DNS outside.
 """
 
 from __future__ import annotations
@@ -29,9 +34,11 @@ import socket
 from lnk_dns.answer import Local, Outside, Refuse, decide
 from lnk_dns.message import (
     MAX_MESSAGE_BYTES,
+    MAX_QUERY_BYTES,
     DnsFormatError,
     Query,
     Record,
+    answer_key,
     error_reply,
     header_id,
     outside_query,
@@ -40,13 +47,15 @@ from lnk_dns.message import (
     reply,
     reply_for_size,
     tcp_frame,
+    tcp_frame_length,
     tcp_frames,
 )
 from lnk_proxy.decide import HostRule
 from lnk_proxy.server import Proxy
 from lnk_proxy.wire import Refused
 
-__all__ = ["OUTSIDE_SECONDS", "TCP_IDLE_SECONDS", "DnsService", "system_server"]
+__all__ = ["MAX_KEPT_BYTES", "MAX_TCP_CONNECTIONS", "OUTSIDE_SECONDS", "TCP_IDLE_SECONDS",
+           "DnsService", "system_server"]
 
 # The real DNS has this long to answer an SRV or TXT query (then SERVFAIL).
 OUTSIDE_SECONDS = 5.0
@@ -55,9 +64,24 @@ TCP_IDLE_SECONDS = 10.0
 # Queries asked outside at once; more wait (a program that floods its resolver slows
 # itself, not the proxy's other calls).
 MAX_PENDING = 64
-# Answers given here kept for a repeat of the same query (a resolver asks A and AAAA of
-# a name at every connection); past this many, the table starts again.
-MAX_KEPT_ANSWERS = 4096
+# Queries that may wait for the DNS outside (asked or waiting their turn); more get
+# SERVFAIL at once, so that a flood of SRV queries holds no more than these in memory.
+MAX_WAITING = 256
+# Answers given here kept for a repeat (a resolver asks A and AAAA of a name at every
+# connection), counted in bytes, so that what a sandbox can make its proxy hold is
+# bounded whatever it asks: each reply is kept under `answer_key` (at most ~270 bytes,
+# never the query's padding) with its reply (a few hundred bytes) and its log line. Past
+# this, the oldest go. 1 MiB keeps some 1,000-3,000 answers, hundreds of times the names
+# a program looks up.
+MAX_KEPT_BYTES = 1 << 20
+# What one kept answer costs beyond its bytes: the dict's slot and the objects' headers.
+KEPT_ENTRY_OVERHEAD_BYTES = 400
+# TCP connections to the sandbox's DNS open at once; more are closed at once (a stub
+# resolver uses one at a time, for a reply that was truncated over UDP). Each holds at
+# most one query (MAX_QUERY_BYTES) and, before it stops reading, a few of its replies.
+MAX_TCP_CONNECTIONS = 32
+# Replies waiting for a TCP client to read them; past this, the connection is not read.
+TCP_WRITE_BUFFER_BYTES = 8192
 
 
 def system_server() -> tuple[str, int]:
@@ -128,6 +152,123 @@ class _Datagrams(asyncio.DatagramProtocol):
             self.transport.sendto(answer, addr)
 
 
+def _kept_size(key: tuple[bool, bytes], entry: tuple[str, str, str, bytes]) -> int:
+    event, name, detail, answer = entry
+    return (len(key[1]) + len(event) + len(name) + len(detail) + len(answer)
+            + KEPT_ENTRY_OVERHEAD_BYTES)
+
+
+class _Stream(asyncio.BufferedProtocol):
+    """One TCP connection to the sandbox's DNS (RFC 7766 framing: a 2-byte length, then
+    the message). Read into one buffer of a query's most (MAX_QUERY_BYTES and its length)
+    and never further: a frame that announces more gets FORMERR once its id is in, and
+    the connection is closed unread (a 60 KB "query" is never held); while a query is
+    asked outside, or the client does not read its replies, nothing more is read. So a
+    connection holds a bounded amount, whatever is sent on it."""
+
+    def __init__(self, service: DnsService) -> None:
+        self.service = service
+        self.buffer = bytearray(2 + MAX_QUERY_BYTES)
+        self.filled = 0
+        self.transport: asyncio.Transport | None = None
+        self.idle: asyncio.TimerHandle | None = None
+        self.busy = False  # a query of this connection is being asked outside
+        self.blocked = False  # the client does not read its replies
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)  # a stream's, by create_server
+        self.transport = transport
+        if len(self.service.streams) >= MAX_TCP_CONNECTIONS:
+            self.service.proxy.log.write(
+                "refused", "-", f"kind=dns reason={MAX_TCP_CONNECTIONS} TCP connections"
+                " to the sandbox's DNS are open already")
+            transport.close()
+            return
+        self.service.streams.add(self)
+        transport.set_write_buffer_limits(high=TCP_WRITE_BUFFER_BYTES)
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.service.streams.discard(self)
+        if self.idle is not None:
+            self.idle.cancel()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def _arm(self) -> None:
+        if self.idle is not None:
+            self.idle.cancel()
+        self.idle = asyncio.get_running_loop().call_later(TCP_IDLE_SECONDS, self.close)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return memoryview(self.buffer)[self.filled:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.filled += nbytes
+        self._arm()
+        self._take()
+
+    def pause_writing(self) -> None:
+        self.blocked = True
+        self._reading()
+
+    def resume_writing(self) -> None:
+        self.blocked = False
+        self._reading()
+        self._take()
+
+    def _reading(self) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        if self.busy or self.blocked:
+            self.transport.pause_reading()
+        else:
+            self.transport.resume_reading()
+
+    def _take(self) -> None:
+        """Answer each whole query in the buffer, in order, while not busy or blocked."""
+        while (not self.busy and not self.blocked and self.transport is not None
+               and not self.transport.is_closing()):
+            length = tcp_frame_length(self.buffer[:self.filled])
+            if length is None:
+                return
+            if length > MAX_QUERY_BYTES:
+                if self.filled < 4:
+                    return  # its id is not in yet
+                answer = self.service.refuse_oversized(self.buffer[2:4], length)
+                if answer is not None:
+                    self.transport.write(tcp_frame(answer))
+                self.transport.close()
+                return
+            if self.filled < 2 + length:
+                return
+            frame = bytes(self.buffer[2 : 2 + length])
+            rest = self.filled - 2 - length
+            self.buffer[:rest] = self.buffer[2 + length : self.filled]
+            self.filled = rest
+            answered = self.service.answer_here(frame, udp=False)
+            if answered is None:
+                self.transport.close()
+                return
+            if isinstance(answered, _Pending):
+                self.busy = True
+                self._reading()
+                self.service.spawn(self._answer_later(answered))
+                return
+            self.transport.write(tcp_frame(answered))
+
+    async def _answer_later(self, pending: _Pending) -> None:
+        answer = await self.service.answer_outside(pending)
+        self.busy = False
+        if self.transport is None or self.transport.is_closing():
+            return
+        self.transport.write(tcp_frame(answer))
+        self._reading()
+        self._take()
+
+
 class _Pending:
     """A query whose answer is asked outside."""
 
@@ -148,7 +289,11 @@ class DnsService:
         self.closers: list[asyncio.BaseTransport | asyncio.Server] = []
         self.tasks: set[asyncio.Task[None]] = set()
         self.pending = asyncio.Semaphore(MAX_PENDING)
+        self.waiting = 0  # queries asked outside or waiting their turn
+        self.streams: set[_Stream] = set()
+        # answer_key (and whether over UDP) -> (event, name, detail, reply); oldest first.
         self.answered: dict[tuple[bool, bytes], tuple[str, str, str, bytes]] = {}
+        self.kept_bytes = 0
 
     def allowed(self, name: str) -> bool:
         return any(rule.matches_name(name) for rule in self.rules)
@@ -168,30 +313,13 @@ class DnsService:
                                                                sock=sock)
             self.closers.append(transport)
         else:
-            self.closers.append(await asyncio.start_server(self._stream, sock=sock))
+            self.closers.append(await loop.create_server(lambda: _Stream(self), sock=sock))
 
     def close(self) -> None:
         for closer in self.closers:
             closer.close()
-
-    async def _stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        buffer = b""
-        try:
-            while True:
-                chunk = await asyncio.wait_for(reader.read(65536), TCP_IDLE_SECONDS)
-                if not chunk:
-                    return
-                frames, buffer = tcp_frames(buffer + chunk)
-                for frame in frames:
-                    answer = await self.answer(frame, udp=False)
-                    if answer is None:
-                        return
-                    writer.write(tcp_frame(answer))
-                    await writer.drain()
-        except (ConnectionError, TimeoutError, ValueError):
-            pass
-        finally:
-            writer.close()
+        for stream in list(self.streams):
+            stream.close()
 
     async def answer(self, data: bytes, *, udp: bool) -> bytes | None:
         """The reply to one query (None: nothing to answer, not even an id)."""
@@ -203,7 +331,10 @@ class DnsService:
     def answer_here(self, data: bytes, *, udp: bool) -> bytes | _Pending | None:
         """The reply, when it is given here (or None: not even an id to answer); a
         _Pending when it must be asked outside."""
-        cached = self.answered.get((udp, data[2:]))
+        if len(data) > MAX_QUERY_BYTES:
+            return self.refuse_oversized(data, len(data))
+        key = answer_key(data)
+        cached = self.answered.get((udp, key)) if key is not None else None
         if cached is not None:
             event, name, detail, answer = cached
             try:
@@ -241,16 +372,38 @@ class DnsService:
             if event == "refused":
                 self.proxy.count_dns_refusal(name)
             answer = self._reply(query, decision.rcode, records, udp)
-            if len(self.answered) >= MAX_KEPT_ANSWERS:
-                self.answered.clear()
-            self.answered[(udp, data[2:])] = (event, name, detail, answer)
+            if key is not None:
+                self._keep((udp, key), (event, name, detail, answer))
             return answer
+        if self.waiting >= MAX_WAITING:
+            log.write("refused", name, f"{kind} reason={self.waiting} queries already wait"
+                      " for the DNS outside")
+            return self._reply(query, "SERVFAIL", [], udp)
         try:
             self.proxy.gate()  # asking outside is a call: it counts toward calls a minute
         except Refused as refusal:
             log.write("refused", name, f"{kind} reason={refusal.reason}")
             return self._reply(query, "REFUSED", [], udp)
+        self.waiting += 1
         return _Pending(query, decision, udp)
+
+    def refuse_oversized(self, data: bytes | bytearray, length: int) -> bytes | None:
+        """FORMERR (RFC 1035: "unable to interpret the query") for a query longer than
+        MAX_QUERY_BYTES, read no further than its id; logged (and folded) as any refusal."""
+        self.proxy.log.write("refused", "-", f"kind=dns reason=a query of {length} bytes"
+                             f" (a stub resolver's is at most {MAX_QUERY_BYTES})")
+        query_id = header_id(bytes(data[:2]))
+        return None if query_id is None else error_reply(query_id, "FORMERR")
+
+    def _keep(self, key: tuple[bool, bytes], entry: tuple[str, str, str, bytes]) -> None:
+        """Keep a reply for repeats of its query, the oldest going past MAX_KEPT_BYTES."""
+        if key in self.answered:
+            return
+        self.answered[key] = entry
+        self.kept_bytes += _kept_size(key, entry)
+        while self.kept_bytes > MAX_KEPT_BYTES:
+            oldest = next(iter(self.answered))
+            self.kept_bytes -= _kept_size(oldest, self.answered.pop(oldest))
 
     @staticmethod
     def _reply(query: Query, rcode: str, records: list[Record], udp: bool) -> bytes:
@@ -263,16 +416,18 @@ class DnsService:
         query, decision = pending.query, pending.decision
         name, kind = query.name or ".", f"kind=dns type={query.qtype}"
         loop = asyncio.get_running_loop()
-        async with self.pending:
-            try:
+        try:
+            async with self.pending:
                 rcode, records = await asyncio.wait_for(
                     loop.run_in_executor(None, _exchange, self.server, decision.name,
                                          decision.qtype), OUTSIDE_SECONDS * 2)
-            except (OSError, TimeoutError, DnsFormatError) as error:
-                self.proxy.log.write("refused", name,
-                                     f"{kind} reason=the DNS outside did not answer "
-                                     f"({type(error).__name__}: {error})")
-                return self._reply(query, "SERVFAIL", [], pending.udp)
+        except (OSError, TimeoutError, DnsFormatError) as error:
+            self.proxy.log.write("refused", name,
+                                 f"{kind} reason=the DNS outside did not answer "
+                                 f"({type(error).__name__}: {error})")
+            return self._reply(query, "SERVFAIL", [], pending.udp)
+        finally:
+            self.waiting -= 1
         self.proxy.log.write("allowed", name, f"{kind} outside={rcode} answers={len(records)}")
         return self._reply(query, rcode if rcode in ("NOERROR", "NXDOMAIN") else "SERVFAIL",
                            records, pending.udp)

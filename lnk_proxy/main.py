@@ -41,8 +41,8 @@ def serve(listeners: list[tuple[int, str]], options: dict[str, list[str]]) -> No
     from lnk_common.wirelog import WireLog
     from lnk_proxy.decide import parse_hosts
     from lnk_proxy.machine import Machine
-    from lnk_proxy.resolver import dns_resolver, from_environment
-    from lnk_proxy.server import Proxy, system_resolver
+    from lnk_proxy.resolver import dns_resolver, from_environment, system_resolver
+    from lnk_proxy.server import Proxy
 
     server_address = from_environment()
     settings, wire = options["--settings"][0], options["--wire"][0]

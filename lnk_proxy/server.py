@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import ipaddress
 import math
-import socket
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -40,6 +39,7 @@ from lnk_proxy.decide import (
     matching_rule,
 )
 from lnk_proxy.head import HeadError, RequestHead, check_head, head_end
+from lnk_proxy.resolver import system_resolver
 from lnk_proxy.target import Target, TargetError, parse_absolute, parse_connect
 from lnk_proxy.wire import Refused, Wire, no_delay
 
@@ -118,17 +118,6 @@ def _host_matches(hosts: list[str], target: Target) -> bool:
     except TargetError:
         return False
     return (named.host, named.port) == (target.host, target.port)
-
-
-async def system_resolver(host: str, port: int) -> list[Address]:
-    loop = asyncio.get_running_loop()
-    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    found: list[Address] = []
-    for _family, _type, _proto, _name, sockaddr in infos:
-        address = ipaddress.ip_address(sockaddr[0])
-        if address not in found:
-            found.append(address)
-    return found
 
 
 class _Upstream:
@@ -267,7 +256,8 @@ class Proxy(Wire):
             except OSError as error:
                 raise Refused(502, f"{target.host} could not be looked up ({error})") from None
             if not addresses:
-                raise Refused(502, f"{target.host} has no address")
+                raise Refused(502, f"{target.host} does not exist or has no address"
+                              " (looked up as an absolute name: no search domain)")
         else:
             addresses = [target.address]
         for address in addresses:

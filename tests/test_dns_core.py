@@ -9,6 +9,7 @@ They run 300 examples each by default; LNK_FUZZ=deep runs 20 times as many
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import struct
 from collections.abc import Callable
@@ -36,10 +37,12 @@ from hypothesis import strategies as st
 from lnk_dns.answer import OWN_TTL_SECONDS, Local, Outside, Refuse, decide, service_host
 from lnk_dns.message import (
     EDNS_PAYLOAD_SIZE,
+    MAX_QUERY_BYTES,
     MAX_TTL_SECONDS,
     DnsFormatError,
     Query,
     Record,
+    answer_key,
     error_reply,
     header_id,
     outside_query,
@@ -50,6 +53,7 @@ from lnk_dns.message import (
     tcp_frame,
     tcp_frames,
 )
+from lnk_proxy.resolver import absolute, hosts_file_addresses
 
 # Examples per property: 300 for every run, 20 times as many when LNK_FUZZ=deep.
 FUZZ_EXAMPLES = 300 * (20 if os.environ.get("LNK_FUZZ") == "deep" else 1)
@@ -465,8 +469,15 @@ def pointer_chain(header: bytes, links: int) -> bytes:
 
 def test_parse_query_refuses_a_long_pointer_chain() -> None:
     header = struct.pack("!HHHHHH", 1, 0x0100, 1, 0, 0, 2)
-    assert parse_query(pointer_chain(header, 10)).name == "a"
-    assert "parse" in refusal(pointer_chain(header, 3000))
+    # Records beside the OPT are refused, and so is a query longer than MAX_QUERY_BYTES,
+    # before dnslib reads any of it.
+    assert "additional section" in refusal(pointer_chain(header, 10))
+    assert "a query of 6" in refusal(pointer_chain(header, 3000))
+    # dnslib's recursion on a long chain is still one error type (in a reply, which may
+    # be long).
+    reply_header = struct.pack("!HHHHHH", 1, 0x8100, 1, 0, 0, 2)
+    with pytest.raises(DnsFormatError, match="parse"):
+        parse_outside_reply(pointer_chain(reply_header, 3000), 1, "a", "TXT")
 
 
 # --- message.reply, reply_for_size, error_reply ---------------------------------------------
@@ -972,3 +983,86 @@ def test_seeds_parse_unmutated() -> None:
     ]
     for query_id, name, qtype, data in SEED_REPLIES:
         assert parse_outside_reply(data, query_id, name, qtype)[1]
+
+
+# --- message.answer_key, MAX_QUERY_BYTES (issue 19, item 3) ----------------------------------
+
+
+def with_option(data: bytes, code: int, value: bytes) -> bytes:
+    """`data` (a query with an OPT record last) with one more EDNS option."""
+    (rdlength,) = struct.unpack_from("!H", data, len(data) - 2)
+    assert rdlength == 0, "only for a query whose OPT has no options yet"
+    option = struct.pack("!HH", code, len(value)) + value
+    return data[:-2] + struct.pack("!H", len(option)) + option
+
+
+def test_answer_key_leaves_out_the_id_and_the_edns_options() -> None:
+    plain = query_bytes("db.example.com", edns=1232)
+    key = answer_key(plain)
+    assert key is not None and len(key) < 300
+    assert answer_key(query_bytes("db.example.com", edns=1232, query_id=7)) == key
+    assert answer_key(with_option(plain, 10, os.urandom(8))) == key  # a cookie
+    assert answer_key(with_option(plain, 12, bytes(300))) == key  # padding (RFC 7830)
+
+
+def test_answer_key_keeps_what_the_reply_depends_on() -> None:
+    keys = {answer_key(data) for data in (
+        query_bytes("db.example.com"),
+        query_bytes("DB.example.com"),  # the question is echoed as asked
+        query_bytes("db.example.com", "AAAA"),
+        query_bytes("db.example.com", rd=False),
+        query_bytes("db.example.com", edns=512),
+        query_bytes("db.example.com", edns=1232),  # truncation depends on the size
+    )}
+    assert None not in keys and len(keys) == 6
+
+
+def test_answer_key_is_none_for_any_other_shape() -> None:
+    plain = query_bytes("db.example.com", edns=1232)
+    assert answer_key(plain + b"x") is None  # trailing bytes
+    assert answer_key(plain[:-1]) is None
+    pointer = struct.pack("!HHHHHH", 1, 0x0100, 1, 0, 0, 0) + b"\xc0\x0c" + bytes(4)
+    assert answer_key(pointer) is None
+    extra = bytearray(query_bytes("db.example.com"))
+    extra[11] = 1  # ARCOUNT 1 with a TXT record, not an OPT
+    extra += b"\x00" + struct.pack("!HHIH", 16, 1, 0, 2) + b"\x01x"
+    assert answer_key(bytes(extra)) is None
+    assert "additional section" in refusal(bytes(extra))
+
+
+def test_a_query_is_refused_past_max_query_bytes_exactly() -> None:
+    plain = query_bytes("db.example.com", edns=1232)
+    at_limit = with_option(plain, 12, bytes(MAX_QUERY_BYTES - len(plain) - 4))
+    assert len(at_limit) == MAX_QUERY_BYTES
+    assert parse_query(at_limit).name == "db.example.com"
+    assert answer_key(at_limit) == answer_key(plain)
+    over = with_option(plain, 12, bytes(MAX_QUERY_BYTES - len(plain) - 3))
+    assert refusal(over) == (f"a query of {MAX_QUERY_BYTES + 1} bytes"
+                             " (a stub resolver's is at most 512)")
+    assert answer_key(over) is None
+
+
+# --- lnk_proxy.resolver: absolute lookups (issue 19, item 6) --------------------------------
+
+
+def test_a_name_is_looked_up_absolute() -> None:
+    assert absolute("db.example.com") == "db.example.com."
+    assert absolute("db.example.com.") == "db.example.com."
+    assert absolute("single") == "single."
+    for spelling in ("127.1", "0x7f000001", "2130706433", "10.0.0.1"):
+        assert absolute(spelling) == spelling  # an address, never a name
+
+
+def test_hosts_file_is_read_by_the_name_without_its_dot() -> None:
+    text = ("127.0.0.1 localhost\n"
+            "10.0.0.5  NAS.example.lan nas  # the person's own\n"
+            "# 10.0.0.6 nas.example.lan\n"
+            "fe80::1%eth0 nas.example.lan\n"
+            "not-an-address nas.example.lan\n"
+            "10.0.0.5 nas.example.lan.\n")
+    assert hosts_file_addresses(text, "nas.example.lan") == [
+        ipaddress.ip_address("10.0.0.5"), ipaddress.ip_address("fe80::1")]
+    assert hosts_file_addresses(text, "nas.example.lan.") == hosts_file_addresses(
+        text, "nas.example.lan")
+    assert hosts_file_addresses(text, "example.lan") == []
+    assert hosts_file_addresses(text, "") == []

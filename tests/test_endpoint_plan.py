@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from lnk_common.endpoints import (
     MAX_GIVEN_NAMES,
+    MAX_KEPT_NAMES,
     AddressBook,
     EndpointError,
     Listener,
@@ -123,8 +124,11 @@ def test_the_book_gives_fixed_names_first_and_keeps_what_it_gave() -> None:
 
 def test_the_book_stops_giving_at_its_limit() -> None:
     book = AddressBook([])
-    book._names = ["x"] * MAX_GIVEN_NAMES  # as if full
+    for number in range(MAX_KEPT_NAMES):
+        assert book.give(f"n{number}.y") == own_address(number)
     assert book.give("one-more.y") is None
+    assert book.give("n0.y") == own_address(0)  # a name given is kept
+    assert MAX_KEPT_NAMES <= MAX_GIVEN_NAMES
 
 
 def test_policy_argv_round_trip_with_endpoints_lan_and_ports() -> None:

@@ -31,6 +31,7 @@ from lnk_common.boundedlog import (
     Folds,
     clip,
 )
+from lnk_common.endpoints import MAX_KEPT_NAMES
 from lnk_common.wirelog import WireLog, fold_key, parse_line
 from lnk_proxy.controls import DNS_NAMES_PER_TARGET, MAX_TRACKED_NAMES, Controls
 from tests.conftest import (
@@ -240,11 +241,12 @@ def test_N11_distinct_allowed_names_rotate_the_log_at_its_bound(
 ) -> None:
     """Names under a `*.lnkt` endpoint are each allowed and given an address here, and
     an allowed answer of a new name is never folded: the log's rotation alone bounds
-    them (10,000 lines of ~320 bytes: some 3 MiB written, at most twice the limit kept)."""
+    them (8,192 lines of ~320 bytes, as many names as a sandbox is given addresses for:
+    some 2.5 MiB written, at most twice the limit kept)."""
     _, env = net
     path = endpoint_spec(write_spec, tmp_path, '[tcp]\nendpoints = ["*.lnkt:5432"]\n')
     before = settings_bytes(lnk_home)
-    sent = 10_000
+    sent = MAX_KEPT_NAMES
     found, _ = _inside(run_sandbox, path, tmp_path, DNS, "udp", str(sent), "wildcard",
                        env=env)
     assert found["rcodes"] == {"0": sent}
@@ -420,9 +422,9 @@ def test_N11_log_follow_follows_a_real_sandbox_flood_across_rotations(
 ) -> None:
     """A real `lnk-sandbox log ep --follow` while a real sandbox's DNS flood (distinct
     names under a `*.lnkt` endpoint, each allowed, never folded) rotates the wire's log
-    three times. Each batch is less than a file and waits until the follower has shown
-    its last name, so the follower never falls a whole file behind; every name must be
-    shown once, in order."""
+    twice (as many names as a sandbox is given addresses for). Each batch is less than a
+    file and waits until the follower has shown its last name, so the follower never
+    falls a whole file behind; every name must be shown once, in order."""
     _, env = net
     script = tmp_path / "followed.py"
     script.write_text(_FOLLOWED_FLOOD)
@@ -430,7 +432,7 @@ def test_N11_log_follow_follows_a_real_sandbox_flood_across_rotations(
     wire_log = lnk_home / "sandbox" / "wires" / "ep" / "log"
     wire_log.parent.mkdir(parents=True)
     wire_log.write_text("")
-    batches, per = 5, 2000  # 2,000 lines of ~310 bytes a batch: 0.6 MiB; 3 MiB in all
+    batches, per = 4, MAX_KEPT_NAMES // 4  # 2,048 lines of ~310 bytes a batch: 0.6 MiB
     follower = subprocess.Popen([LNK_SANDBOX, "log", "ep", "--follow"], env=sandbox_env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     flood = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", PYTHON,
