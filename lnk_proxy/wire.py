@@ -226,7 +226,12 @@ class Wire:
                                f"`lnk-sandbox resume {self.wire}` lifts it", counts=False)
         if not counted:
             return
-        wait = self.controls.admit(time.time())
+        try:
+            wait = self.controls.admit(time.time())
+        except OSError as error:  # the wire's window could not be opened: no call goes
+            raise Refused(503, OUT_OF_DESCRIPTORS if is_out_of_descriptors(error) else
+                          f"the wire's window of calls cannot be read ({error.strerror})",
+                          counts=False) from None
         if wait is not None:
             raise Refused(429, f"more than {self.controls.calls_per_minute} calls in a minute "
                                f"on this wire; try again in {int(wait)} s", counts=False,
@@ -278,7 +283,12 @@ class Wire:
         if refusal.metadata:
             self._pause_now(f"an attempt at a cloud metadata service ({target})")
         elif refusal.counts:
-            why = self.controls.refusal(time.time(), target)
+            try:
+                why = self.controls.refusal(time.time(), target)
+            except OSError as error:  # the window file could not be opened: said, once
+                self.report("refusal not counted", "a refusal could not be counted toward a "
+                            f"pause: the wire's window cannot be opened ({error.strerror})")
+                return
             if why:
                 self._pause_now(why)
 
