@@ -390,11 +390,21 @@ class Wire:
                 _settle(done[index], 0)
             for fd in (client_fd, upstream_fd):
                 _SHUTDOWN(fd, socket.SHUT_RDWR)
-            if not all(future.done() for future in done):
-                await asyncio.wait(done)
+            # The threads end at once now; wait for them whatever comes meanwhile: the
+            # watch cancels open calls again every SWITCH_SECONDS, and a cancel taken
+            # here once left both descriptors open and in `tunnel_fds` (where `sever`
+            # would shut down whatever socket later took their numbers).
+            cancelled = False
+            while not all(future.done() for future in done):
+                try:
+                    await asyncio.wait(done)
+                except asyncio.CancelledError:
+                    cancelled = True
             with self.tunnel_lock:
                 self.tunnel_fds.difference_update((client_fd, upstream_fd))
                 os.close(client_fd)
                 os.close(upstream_fd)
             up_writer.close()
+            if cancelled:
+                raise asyncio.CancelledError
         return sent, received
