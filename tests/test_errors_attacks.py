@@ -207,6 +207,17 @@ def test_N9_a_stop_closing_1000_open_calls_prints_no_traceback(
     assert stdout.split() == ["1000", "1000"], (stdout, stderr[-3000:])
     assert "Traceback" not in stderr, stderr[-3000:]
     assert len(stderr.splitlines()) <= MOST_STDERR_LINES, stderr[-3000:]
+    _assert_relayed_calls_ended_with_their_bytes(sandbox_env, holding_server.port)
+
+
+def _assert_relayed_calls_ended_with_their_bytes(sandbox_env: dict[str, str],
+                                                 port: int) -> None:
+    """Each relayed call moved its ping both ways before it was closed: its ended line
+    says so (a call cut by the switch is still on the log with what it carried)."""
+    log = _log_lines(Path(sandbox_env["LNK_HOME"]))
+    ended = [line[3] for line in log if line[1:3] == ["ended", f"localhost:{port}"]]
+    assert len(ended) == _THOUSAND[2]
+    assert [detail for detail in ended if " sent=4 received=4 " not in detail] == []
 
 
 def test_N10_a_pause_closing_1000_open_calls_prints_its_one_line_and_no_traceback(
@@ -225,6 +236,7 @@ def test_N10_a_pause_closing_1000_open_calls_prints_its_one_line_and_no_tracebac
         f"lnk-sandbox: the wire {WIRE} is paused: an attempt at a cloud metadata service "
         f"(169.254.169.254:80); the program keeps running with no way out; "
         f"`lnk-sandbox resume {WIRE}` lifts it"], stderr[-3000:]
+    _assert_relayed_calls_ended_with_their_bytes(sandbox_env, holding_server.port)
 
 
 def test_N9_a_call_the_switch_closes_ends_as_ordinary_work_not_as_a_cancelled_task(
