@@ -21,6 +21,11 @@ __all__ = ["clear_stop", "is_stopped", "on_stop_commands", "pause", "pause_path"
            "paused_wires", "register_on_stop", "remove_on_stop", "resume", "stop",
            "stop_path"]
 
+# errno's EMFILE and ENFILE (Linux), named here rather than importing errno on the
+# launcher's start path: this process, or the machine, has no descriptor left.
+_EMFILE = 24
+_ENFILE = 23
+
 
 def _sandbox(settings: str, *parts: str) -> str:
     return os.path.join(settings, "sandbox", *parts)
@@ -60,7 +65,17 @@ def _read(path: str) -> dict[str, str] | None:
             data = handle.read(65536)
     except FileNotFoundError:
         return None
-    except OSError:
+    except OSError as error:
+        if error.errno in (_EMFILE, _ENFILE):
+            # No descriptor left to open it with (a burst of calls took them all): that
+            # says nothing of the file, so ask whether it is there, which needs none.
+            # Absent (ENOENT) is off; there, or unknown, is on, as any unreadable file.
+            try:
+                os.lstat(path)
+            except FileNotFoundError:
+                return None
+            except OSError:
+                return {}
         return {}
     try:
         import orjson

@@ -41,7 +41,7 @@ from lnk_proxy.decide import (
 from lnk_proxy.head import HeadError, RequestHead, check_head, head_end
 from lnk_proxy.resolver import system_resolver
 from lnk_proxy.target import Target, TargetError, parse_absolute, parse_connect
-from lnk_proxy.wire import Refused, Wire, no_delay
+from lnk_proxy.wire import OUT_OF_DESCRIPTORS, Refused, Wire, is_out_of_descriptors, no_delay
 
 __all__ = ["HEAD_SECONDS", "HTTP_PORT", "IDLE_SECONDS", "UPGRADES", "Proxy"]
 
@@ -220,7 +220,7 @@ class Proxy(Wire):
         body = (refusal.reason + "\n").encode("utf-8", "replace")
         phrase = {400: "Bad Request", 403: "Forbidden", 404: "Not Found",
                   408: "Request Timeout", 429: "Too Many Requests",
-                  502: "Bad Gateway"}.get(refusal.status, "Refused")
+                  502: "Bad Gateway", 503: "Service Unavailable"}.get(refusal.status, "Refused")
         retry = (f"Retry-After: {math.ceil(refusal.retry_after)}\r\n"
                  if refusal.retry_after is not None else "")
         writer.write(f"HTTP/1.1 {refusal.status} {phrase}\r\nContent-Type: text/plain\r\n"
@@ -275,7 +275,11 @@ class Proxy(Wire):
             upstream = await asyncio.wait_for(
                 asyncio.open_connection(str(address), target.port, limit=CHUNK),
                 CONNECT_SECONDS)
-        except (OSError, TimeoutError) as error:
+        except OSError as error:
+            if is_out_of_descriptors(error):
+                raise Refused(503, OUT_OF_DESCRIPTORS, counts=False) from None
+            raise Refused(502, f"{target.authority} could not be reached ({error})") from None
+        except TimeoutError as error:
             raise Refused(502, f"{target.authority} could not be reached ({error})") from None
         no_delay(upstream[1])
         return address, *upstream
@@ -337,13 +341,19 @@ class Proxy(Wire):
                 self.log.write("refused", target.authority, f"reason={refusal.reason}")
                 self.count_refusal(target.authority, refusal)
                 return
+        try:
+            if first:
+                up_writer.write(first)
+            ends = await self.splice_ends(reader, writer, up_reader, up_writer)
+        except Refused as refusal:  # out of descriptors: the call never went
+            up_writer.close()
+            self.log.write("refused", target.authority, f"reason={refusal.reason}")
+            return
         self.log.write("allowed", target.authority, f"id={call} kind={kind}")
         started = time.monotonic()
         counted = [0, 0]
         try:
-            if first:
-                up_writer.write(first)
-            counted[:] = await self.relay(reader, writer, up_reader, up_writer)
+            counted[:] = await self.relay(ends, up_writer)
         finally:  # an ended line for every allowed one, even when the proxy is stopping
             self.log.write("ended", target.authority,
                            f"id={call} sent={counted[0] + len(first)} received={counted[1]} "
@@ -503,12 +513,14 @@ class Proxy(Wire):
                 early_up, early_down = client.trailing_data[0], upstream.trailing_data[0]
                 up_writer.write(early_up)
                 writer.write(early_down)
-                more_sent, more_received = await self.relay(reader, writer, up_reader,
-                                                            up_writer)
+                ends = await self.splice_ends(reader, writer, up_reader, up_writer)
+                more_sent, more_received = await self.relay(ends, up_writer)
                 sent += len(early_up) + more_sent
                 received += len(early_down) + more_received
         except (h11.ProtocolError, ConnectionError, TimeoutError) as error:
             failure = f" error={type(error).__name__}"
+        except Refused:  # no descriptor left for the switched connection's relay
+            failure = " error=out-of-descriptors"
         finally:  # an ended line for every allowed one, even when the proxy is stopping
             reusable = (not failure and upstream.our_state is h11.DONE
                         and upstream.their_state is h11.DONE)

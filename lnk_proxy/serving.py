@@ -118,8 +118,11 @@ def run_wire(wire: Wire, start: Callable[[], Awaitable[Closer]]) -> None:
     end when the kill switch or a pause says so; at the end they get DRAIN_SECONDS to
     write their ended lines. Never returns."""
     import asyncio
+    import contextlib
     import threading
     import time
+
+    from lnk_proxy.wire import is_out_of_descriptors
 
     def watch_switches(loop: asyncio.AbstractEventLoop) -> None:
         """A thread of its own, not a task: the event loop may wait long for the GIL
@@ -133,28 +136,65 @@ def run_wire(wire: Wire, start: Callable[[], Awaitable[Closer]]) -> None:
                 loop.call_soon_threadsafe(wire.log.flush_due)
             except RuntimeError:
                 return  # the loop has ended: the process is ending
-            if wire.open and wire.closed():
+            wire.flush_reports()
+            if not wire.open:
+                continue
+            try:
+                closing = wire.closed()
+            except Exception as error:  # fails closed, and says so
+                wire.report_error("the switches could not be read, open calls closed",
+                                  error)
+                closing = True
+            if closing:
                 wire.sever()
-                loop.call_soon_threadsafe(wire.close_all)
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(wire.close_all)
+
+    def on_loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
+        """asyncio's report of what no task handled: a cancelled or severed call is
+        ordinary work and says nothing; anything else is one line, folded (asyncio's
+        own handler printed some 20 lines of traceback for each)."""
+        error = context.get("exception")
+        if isinstance(error, (asyncio.CancelledError, ConnectionError)):
+            return
+        if isinstance(error, OSError) and is_out_of_descriptors(error):
+            wire.report("out of descriptors", "out of descriptors: a connection waits in "
+                        "the listening queue until one is free (the open-file limit is "
+                        "reached)")
+            return
+        message = str(context.get("message", "error"))
+        if isinstance(error, BaseException):
+            wire.report_error(message, error)
+        else:
+            wire.report(message[:80], message[:300].replace("\n", " "))
+
+    def on_thread_error(hook: threading.ExceptHookArgs) -> None:
+        if hook.exc_value is None or isinstance(hook.exc_value, ConnectionError):
+            return
+        name = hook.thread.name if hook.thread is not None else "a thread"
+        wire.report_error(f"{name.split(' ')[0]} ended on an error", hook.exc_value)
 
     async def run() -> None:
         import signal
 
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(on_loop_error)
         stop_serving = await start()
         stopping = asyncio.Event()
-        loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, stopping.set)
         threading.Thread(target=watch_switches, args=(loop,), daemon=True).start()
         await stopping.wait()
         stop_serving()
         await wire.drain(DRAIN_SECONDS)
 
+    threading.excepthook = on_thread_error
     try:
         asyncio.run(run())
     except KeyboardInterrupt:
         pass
     finally:
         try:
+            wire.flush_reports(every=True)
             wire.log.close()  # writes the counts still held: nothing folded goes unsaid
         finally:
             os._exit(0)

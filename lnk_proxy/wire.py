@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import errno
+import fcntl
 import itertools
 import os
 import socket
@@ -20,11 +22,13 @@ import time
 from collections.abc import Awaitable, Callable
 
 from lnk_common import wirestate
+from lnk_common.boundedlog import FOLD_SECONDS, Folds
 from lnk_common.policy import DEFAULT_PAUSE
 from lnk_common.wirelog import WireLog
 from lnk_proxy.controls import Controls, SharedControls
 
-__all__ = ["Refused", "Wire", "no_delay", "notify_desktop"]
+__all__ = ["OUT_OF_DESCRIPTORS", "Refused", "Wire", "is_out_of_descriptors", "no_delay",
+           "notify_desktop"]
 
 # shutdown(2) called with the GIL held (PyDLL): `sever` shuts hundreds of sockets in one
 # sweep rather than waiting for the GIL again after each.
@@ -37,19 +41,19 @@ _F_SETPIPE_SZ = 1031
 
 
 def _splice_thread(loop: asyncio.AbstractEventLoop, done: asyncio.Future[int], source: int,
-                   sink: int, held: bytes) -> None:
+                   sink: int, held: bytes, pipe: tuple[int, int]) -> None:
     total = 0
     try:
         if held:
             os.write(sink, held)
             total += len(held)
-        total += _splice(source, sink)
+        total += _splice(source, sink, pipe)
     except OSError:
-        pass
+        pass  # a socket shut down or reset: the normal end of a tunnel
     finally:
-        with contextlib.suppress(OSError):
-            socket.socket(fileno=os.dup(sink)).shutdown(socket.SHUT_WR)
-        loop.call_soon_threadsafe(_settle, done, total)
+        _SHUTDOWN(sink, socket.SHUT_WR)  # no descriptor needed, even when none is left
+        with contextlib.suppress(RuntimeError):  # the loop has ended: the process is ending
+            loop.call_soon_threadsafe(_settle, done, total)
 
 
 def _settle(done: asyncio.Future[int], total: int) -> None:
@@ -57,12 +61,10 @@ def _settle(done: asyncio.Future[int], total: int) -> None:
         done.set_result(total)
 
 
-def _splice(source: int, sink: int) -> int:
-    import fcntl
-
-    read_end, write_end = os.pipe()
-    with contextlib.suppress(OSError):
-        fcntl.fcntl(write_end, _F_SETPIPE_SZ, PIPE_BYTES)
+def _splice(source: int, sink: int, pipe: tuple[int, int]) -> int:
+    """source → pipe → sink until the source ends; the pipe (made by the loop before
+    the call was allowed, so that no call on the log lacks one) is closed here."""
+    read_end, write_end = pipe
     moved = 0
     try:
         while True:
@@ -76,6 +78,36 @@ def _splice(source: int, sink: int) -> int:
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+# The reason a call is refused when the process has no descriptor left for it (its
+# open-file limit, or the machine's): said as such, never as the target's fault.
+OUT_OF_DESCRIPTORS = "out of descriptors (the wire's open-file limit is reached)"
+
+
+def is_out_of_descriptors(error: OSError) -> bool:
+    return error.errno in (errno.EMFILE, errno.ENFILE)
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+class Splice:
+    """What a tunnel's two splice threads need, made before the call is allowed: a
+    blocking duplicate of each socket and a pipe each way. Made whole or not at all."""
+
+    __slots__ = ("client_fd", "client_held", "pipes", "upstream_fd", "upstream_held")
+
+    def __init__(self, client_fd: int, client_held: bytes, upstream_fd: int,
+                 upstream_held: bytes, pipes: tuple[tuple[int, int], tuple[int, int]]) -> None:
+        self.client_fd = client_fd
+        self.client_held = client_held
+        self.upstream_fd = upstream_fd
+        self.upstream_held = upstream_held
+        self.pipes = pipes
 
 
 def notify_desktop(title: str, body: str) -> None:
@@ -134,6 +166,46 @@ class Wire:
         # closed, and its number maybe reused, only once it is out of the set).
         self.tunnel_fds: set[int] = set()
         self.tunnel_lock = threading.Lock()
+        # What went wrong that is not a call's ordinary end, said on stderr one line a
+        # kind, folded as the log folds (from any thread: the loop's and the splices').
+        self.faults = Folds()
+        self.fault_lock = threading.Lock()
+
+    # -- what is not ordinary work --------------------------------------------------------
+
+    def report(self, kind: str, message: str) -> None:
+        """One line on stderr for what is not a call's ordinary end (a bug, a resource
+        gone): the first lines of a kind whole, the rest counted (`flush_reports`)."""
+        now = time.time()
+        with self.fault_lock:
+            due = self.faults.due(now)
+            admitted = self.faults.admit(kind, now)
+        self._say_counts(due)
+        if admitted:
+            self.say(f"lnk-sandbox: wire {self.wire or '-'}: {message}")
+
+    def flush_reports(self, *, every: bool = False) -> None:
+        """Say the counts of folded reports whose window ended (`every`: all, at exit)."""
+        with self.fault_lock:
+            due = self.faults.all() if every else self.faults.due(time.time())
+        self._say_counts(due)
+
+    def _say_counts(self, counts: list[tuple[str, int]]) -> None:
+        for kind, count in counts:
+            self.say(f"lnk-sandbox: wire {self.wire or '-'}: … and {count} more like this "
+                     f"within {FOLD_SECONDS:g} s: {kind}")
+
+    def report_error(self, where: str, error: BaseException) -> None:
+        """An exception nothing expected: one line (its type, text and where it was
+        raised), folded by type and place; never a traceback, never silent."""
+        frame = error.__traceback__
+        while frame is not None and frame.tb_next is not None:
+            frame = frame.tb_next
+        place = (f" at {os.path.basename(frame.tb_frame.f_code.co_filename)}:{frame.tb_lineno}"
+                 if frame is not None else "")
+        kind = f"{where}: {type(error).__name__}{place}"
+        text = str(error).replace("\n", " ")[:200]
+        self.report(kind, f"{kind}: {text}" if text else kind)
 
     # -- the wire's controls ------------------------------------------------------------
 
@@ -154,7 +226,12 @@ class Wire:
                                f"`lnk-sandbox resume {self.wire}` lifts it", counts=False)
         if not counted:
             return
-        wait = self.controls.admit(time.time())
+        try:
+            wait = self.controls.admit(time.time())
+        except OSError as error:  # the wire's window could not be opened: no call goes
+            raise Refused(503, OUT_OF_DESCRIPTORS if is_out_of_descriptors(error) else
+                          f"the wire's window of calls cannot be read ({error.strerror})",
+                          counts=False) from None
         if wait is not None:
             raise Refused(429, f"more than {self.controls.calls_per_minute} calls in a minute "
                                f"on this wire; try again in {int(wait)} s", counts=False,
@@ -206,7 +283,12 @@ class Wire:
         if refusal.metadata:
             self._pause_now(f"an attempt at a cloud metadata service ({target})")
         elif refusal.counts:
-            why = self.controls.refusal(time.time(), target)
+            try:
+                why = self.controls.refusal(time.time(), target)
+            except OSError as error:  # the window file could not be opened: said, once
+                self.report("refusal not counted", "a refusal could not be counted toward a "
+                            f"pause: the wire's window cannot be opened ({error.strerror})")
+                return
             if why:
                 self._pause_now(why)
 
@@ -227,49 +309,103 @@ class Wire:
         try:
             await work
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
+            pass  # the other side closed, or went quiet: the normal end of a call
+        except asyncio.CancelledError:
+            # Closed by the kill switch, a pause or the helper's end: ordinary work, and
+            # the task ends as any other (a cancelled one printed a traceback of its own
+            # in asyncio's stream callback, one for each of a stop's open calls).
             pass
+        except Refused as refusal:  # a refusal raised past its call's own handling
+            self.log.write("refused", "-", f"reason={refusal.reason}")
+        except OSError as error:
+            if is_out_of_descriptors(error):
+                self.log.write("refused", "-", f"reason={OUT_OF_DESCRIPTORS}")
+            else:
+                self.report_error("a call ended on an error", error)
+        except Exception as error:  # a bug: said in one line, the call closed, others go on
+            self.report_error("a call ended on an unexpected error", error)
         finally:
             writer.close()
             if task is not None:
                 self.open.discard(task)
 
-    async def relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                     up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter
-                     ) -> tuple[int, int]:
-        """Both directions of a tunnel, each by splice(2) in a thread of its own: the bytes
-        go socket → pipe → socket inside the kernel, never through Python (asyncio streams
-        managed a third of a direct connection's throughput here). The streams' transports
-        are paused first; what their buffers already hold is sent on first."""
+    async def splice_ends(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                          up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter
+                          ) -> Splice:
+        """Ready a tunnel for `relay`, before its call is allowed: the streams'
+        transports paused (what their buffers hold is sent on first by the threads), a
+        blocking duplicate of each socket and a pipe each way. Out of descriptors: every
+        one made is closed again and the call refused (with the reason), so that a call
+        on the log as allowed is one that goes, and a failure leaks nothing."""
+        made: list[int] = []
+        try:
+            held = []
+            for stream_reader, stream_writer in ((reader, writer), (up_reader, up_writer)):
+                stream_writer.transport.pause_reading()  # type: ignore[attr-defined]
+                await stream_writer.drain()
+                held.append(bytes(stream_reader._buffer))  # type: ignore[attr-defined]
+                stream_reader._buffer.clear()  # type: ignore[attr-defined]
+                made.append(os.dup(stream_writer.get_extra_info("socket").fileno()))
+                os.set_blocking(made[-1], True)
+            pipes = []
+            for _ in range(2):
+                pipe = os.pipe()
+                made.extend(pipe)
+                with contextlib.suppress(OSError):
+                    fcntl.fcntl(pipe[1], _F_SETPIPE_SZ, PIPE_BYTES)
+                pipes.append(pipe)
+        except OSError as error:
+            _close_all(made)
+            if is_out_of_descriptors(error):
+                raise Refused(503, OUT_OF_DESCRIPTORS, counts=False) from None
+            raise
+        except BaseException:
+            _close_all(made)
+            raise
+        return Splice(made[0], held[0], made[1], held[1], (pipes[0], pipes[1]))
+
+    async def relay(self, ends: Splice, up_writer: asyncio.StreamWriter) -> tuple[int, int]:
+        """Both directions of a tunnel readied by `splice_ends`, each by splice(2) in a
+        thread of its own: the bytes go socket → pipe → socket inside the kernel, never
+        through Python (asyncio streams managed a third of a direct connection's
+        throughput here). A cancel (the kill switch, a pause, the end) ends the tunnel
+        as its close would: both sockets shut down, the threads waited for, the counts
+        returned."""
         loop = asyncio.get_running_loop()
-        ends = []
-        for stream_reader, stream_writer in ((reader, writer), (up_reader, up_writer)):
-            stream_writer.transport.pause_reading()  # type: ignore[attr-defined]
-            await stream_writer.drain()
-            held = bytes(stream_reader._buffer)  # type: ignore[attr-defined]
-            stream_reader._buffer.clear()  # type: ignore[attr-defined]
-            fd = os.dup(stream_writer.get_extra_info("socket").fileno())
-            os.set_blocking(fd, True)
-            ends.append((fd, held))
-        (client_fd, client_held), (upstream_fd, upstream_held) = ends
+        client_fd, upstream_fd = ends.client_fd, ends.upstream_fd
         with self.tunnel_lock:
             self.tunnel_fds.update((client_fd, upstream_fd))
         done: list[asyncio.Future[int]] = [loop.create_future(), loop.create_future()]
-        for index, (source, sink, held) in enumerate(
-            ((client_fd, upstream_fd, client_held), (upstream_fd, client_fd, upstream_held))
-        ):
-            threading.Thread(target=_splice_thread, daemon=True,
-                             args=(loop, done[index], source, sink, held)).start()
+        directions = ((client_fd, upstream_fd, ends.client_held, ends.pipes[0]),
+                      (upstream_fd, client_fd, ends.upstream_held, ends.pipes[1]))
+        started = 0
         try:
-            sent, received = await asyncio.gather(*done)
+            for index, (source, sink, held, pipe) in enumerate(directions):
+                threading.Thread(target=_splice_thread, daemon=True,
+                                 args=(loop, done[index], source, sink, held, pipe)).start()
+                started += 1
+            await asyncio.wait(done)  # not gather: a cancel here leaves the counts be
+        except asyncio.CancelledError:
+            pass  # closed by the kill switch, a pause or the helper's end: it ends here
         finally:
+            # A thread that could not start never closes its pipe: closed here.
+            _close_all([fd for _, _, _, pipe in directions[started:] for fd in pipe])
+            for index in range(started, 2):
+                _settle(done[index], 0)
             for fd in (client_fd, upstream_fd):
-                with contextlib.suppress(OSError):
-                    socket.socket(fileno=os.dup(fd)).shutdown(socket.SHUT_RDWR)
-            if not all(future.done() for future in done):
-                await asyncio.wait(done)
+                _SHUTDOWN(fd, socket.SHUT_RDWR)
+            # The threads end at once now; wait for them whatever comes meanwhile: the
+            # watch cancels open calls again every SWITCH_SECONDS, and a cancel taken
+            # here once left both descriptors open and in `tunnel_fds` (where `sever`
+            # would shut down whatever socket later took their numbers).
+            while not all(future.done() for future in done):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait(done)
             with self.tunnel_lock:
                 self.tunnel_fds.difference_update((client_fd, upstream_fd))
                 os.close(client_fd)
                 os.close(upstream_fd)
             up_writer.close()
-        return sent, received
+        # The bytes each way, also of a call the switch closed: its `ended` line says
+        # what it moved (a cancel through gather lost them: sent=0 received=0).
+        return done[0].result(), done[1].result()

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 
 from lnk_common.wirelog import WireLog
-from lnk_proxy.controls import SharedControls
-from lnk_proxy.wire import Refused, Wire, no_delay
+from lnk_proxy.controls import Controls, SharedControls
+from lnk_proxy.wire import OUT_OF_DESCRIPTORS, Refused, Wire, is_out_of_descriptors, no_delay
 
 __all__ = ["CONNECT_SECONDS", "Relay"]
 
@@ -22,7 +21,7 @@ class Relay(Wire):
     to inside, as the launcher's sockets are made)."""
 
     def __init__(self, *, log: WireLog, settings: str, wire: str,
-                 controls: SharedControls, say: Callable[[str], None],
+                 controls: Controls | SharedControls, say: Callable[[str], None],
                  to_port: int | None = None) -> None:
         super().__init__(log=log, settings=settings, wire=wire, controls=controls, say=say)
         self.to_port = to_port
@@ -35,29 +34,38 @@ class Relay(Wire):
         port = self.to_port or came_to[1]
         target = f"localhost:{port}"
         order = ("::1", "127.0.0.1") if ":" in came_to[0] else ("127.0.0.1", "::1")
+        up_writer = None
         try:
             self.gate()
             upstream = None
             for address in order:
-                with contextlib.suppress(OSError, TimeoutError):
+                try:
                     upstream = await asyncio.wait_for(
                         asyncio.open_connection(address, port), CONNECT_SECONDS)
                     break
+                except OSError as error:
+                    if is_out_of_descriptors(error):  # said as such: not the port's fault
+                        raise Refused(503, OUT_OF_DESCRIPTORS, counts=False) from None
+                except TimeoutError:
+                    pass
             if upstream is None:
                 raise Refused(502, f"nothing listens on port {port} of this machine's "
                                    "loopback")
+            up_reader, up_writer = upstream
+            no_delay(up_writer)
+            ends = await self.splice_ends(reader, writer, up_reader, up_writer)
         except Refused as refusal:
+            if up_writer is not None:
+                up_writer.close()
             self.log.write("refused", target, f"reason={refusal.reason}")
             self.count_refusal(target, refusal)
             return
-        up_reader, up_writer = upstream
-        no_delay(up_writer)
         call = next(self.ids)
         self.log.write("allowed", target, f"id={call} kind=relay")
         started = time.monotonic()
         counted = [0, 0]
         try:
-            counted[:] = await self.relay(reader, writer, up_reader, up_writer)
+            counted[:] = await self.relay(ends, up_writer)
         finally:
             self.log.write("ended", target,
                            f"id={call} sent={counted[0]} received={counted[1]} "

@@ -654,7 +654,9 @@ def _start_served(helper: str, policy: Policy, options: list[str],
     served_end, launcher_end = (end.detach() for end in
                                 _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET))
     start = helper_argv(helper)
-    if policy.site_packages and helper == "proxy":
+    # Both read the wire's JSON files (the pause, the window) with orjson; the relay
+    # without it could not see a pause (its watch thread died on the import).
+    if policy.site_packages and helper in ("proxy", "relay"):
         start[4:4] = ["--site-packages", policy.site_packages]
     argv = [*start, "--socket-fd", str(served_end), *options]
     return _spawn_helper(argv, env, given=served_end, kept=launcher_end), launcher_end
