@@ -34,7 +34,10 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def serve(listeners: list[tuple[int, str]], options: dict[str, list[str]]) -> None:
+    # concurrent.futures.thread: the lookups' threads, imported now rather than by the
+    # first lookup, which may run with no descriptor left to read the module with.
     import asyncio
+    import concurrent.futures.thread  # noqa: F401
     import socket
 
     from lnk_common import endpoints

@@ -254,6 +254,8 @@ class Proxy(Wire):
             try:
                 addresses = await self.resolver(target.host, target.port)
             except OSError as error:
+                if is_out_of_descriptors(error):  # the lookup's own files or thread
+                    raise Refused(503, OUT_OF_DESCRIPTORS, counts=False) from None
                 raise Refused(502, f"{target.host} could not be looked up ({error})") from None
             if not addresses:
                 raise Refused(502, f"{target.host} does not exist or has no address"
