@@ -11,6 +11,9 @@ Usage:
   lnk-sandbox on-stop (--list | --remove=NAME)
   lnk-sandbox paused [--json]
   lnk-sandbox resume WIRE
+  lnk-sandbox secret set NAME
+  lnk-sandbox secret list [--json]
+  lnk-sandbox secret remove NAME
   lnk-sandbox (-h | --help)
   lnk-sandbox --version
 
@@ -32,6 +35,11 @@ Verbs:
           what is registered, --remove takes one off.
   paused  Every paused wire, why and since when (--json for `lnk agent status`).
   resume  Lift the pause of WIRE.
+  secret  The store of secrets in Link's settings (hidden in every sandbox): `set`
+          reads the value of NAME from standard input (never an argument; one
+          trailing newline is taken off) and keeps it in a file only you can read;
+          `list` prints the names only, never a value; `remove` deletes one. NAME is
+          letters, digits, '-' and '_'. No verb uses a secret yet.
   check   What this machine gives (bubblewrap, user namespaces, Landlock, seccomp) and
           which protections are therefore in force; the stated gaps, as open.
 
@@ -112,6 +120,7 @@ def wrap_line(policy: Policy, command: list[str]) -> list[str]:
 _RUN_DEFAULTS: dict[str, object] = {
     "wrap": False, "run": True, "learn": False, "check": False, "log": False,
     "stop": False, "on-stop": False, "paused": False, "resume": False,
+    "secret": False, "set": False, "list": False, "remove": False, "NAME": None,
     "--spec": None, "--wire": None, "--json": False, "--follow": False, "--clear": False,
     "--name": None, "--list": False, "--remove": None, "-h": False, "--help": False,
     "--version": False, "--": False, "WIRE": None, "COMMAND": [],
@@ -168,7 +177,15 @@ def main(argv: list[str] | None = None) -> None:
         try:
             arguments = docopt(__doc__, argv=arguments_list, version=VERSION)
         except DocoptExit as error:
-            print(str(error), file=sys.stderr)
+            if "secret" in arguments_list:
+                # docopt's message repeats the words it could not place, and a word left
+                # over after `secret set NAME` is a value typed where it must not be.
+                print(error.usage, file=sys.stderr)
+                print("lnk-sandbox: secret set reads the value from standard input, never "
+                      "from an argument (the words given are not repeated here); nothing "
+                      "was done", file=sys.stderr)
+            else:
+                print(str(error), file=sys.stderr)
             sys.exit(EXIT_USAGE)
     env = os.environ
     try:
@@ -240,6 +257,15 @@ def _dispatch(arguments: Mapping[str, object], env: Mapping[str, str]) -> int:
         wire = arguments["WIRE"]
         return show_log(settings, wire if isinstance(wire, str) else None,
                         follow=bool(arguments["--follow"]), as_json=bool(arguments["--json"]))
+    if arguments["secret"]:
+        from lnk_common.secrets import SecretError
+        from lnk_common.settings import SettingsError, settings_folder
+        from lnk_wrap.secrets_view import secrets
+
+        try:
+            return secrets(settings_folder(env).root, arguments)
+        except (SecretError, SettingsError) as error:
+            raise CliError(str(error)) from None
     if arguments["check"]:
         from lnk_wrap.check import report, show
 

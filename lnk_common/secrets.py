@@ -1,0 +1,323 @@
+"""The store of secrets in Link's settings folder: `sandbox/secrets/<name>`, one file each.
+
+Job: keep a person's secrets (a hosted model's key, a bot's token) where no sandbox can
+read them, and hand a verb the current value at each call, so a rotated key takes effect
+at once. Writers are `lnk-sandbox secret set/remove`; readers will be the proxy's verbs
+(none reads yet). Link's settings folder is hidden in every sandbox, so a sandboxed
+program can neither read a secret nor plant a file or link here.
+
+Trust: the settings root is the real folder `lnk_common.settings.settings_folder` found
+(no link on it). Below it nothing is trusted: `sandbox/` and `secrets/` are opened one
+name at a time with O_NOFOLLOW and O_DIRECTORY, so a link planted at either is refused,
+never followed; the secrets folder must be ours and 0700; a secret must be a regular
+file, ours, exactly 0600, opened with O_NOFOLLOW (a link at its name is refused).
+
+Order of a write: the name checked (sans-IO) → the folders opened (made 0700 when
+missing) → a temp file made beside the secret with O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600
+(umask can only take bits away, and fchmod sets 0600 again) → written whole, fsync →
+what sits at the name checked (absent or a regular file, never a link or folder) →
+rename over it (rename never follows a link at its target) → the folder fsync-ed. A
+reader therefore sees the old value or the new one whole, never a part, and the value is
+never readable by another user at any moment. Two writers of one name each use their own
+temp file: the last rename wins, whole.
+
+The value never appears in a message: every error names the secret (a name the grammar
+allowed) or the path, never the bytes. A name the grammar refuses is not echoed either: a
+key pasted where the name goes (`secret set AIza…`) must not land on a terminal or a log.
+
+Sans-IO core: `name_problem` and `value_problem`. One error type: `SecretError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import stat
+
+__all__ = [
+    "MAX_NAME_LENGTH",
+    "MAX_SECRET_BYTES",
+    "SECRETS_FOLDER",
+    "SecretError",
+    "list_secrets",
+    "name_problem",
+    "read_secret",
+    "remove_secret",
+    "secret_path",
+    "value_problem",
+    "write_secret",
+]
+
+# Long enough for any service's name ("anthropic", "openrouter", "github-work"); short
+# enough that a key pasted where the name goes is refused rather than stored as a name
+# and printed by `secret list` (Gemini's keys are 39 characters, GitHub's tokens 40,
+# Anthropic's and OpenAI's over 100).
+MAX_NAME_LENGTH = 32
+# Keys and tokens are under 1 KiB; an RSA-4096 private key in PEM is about 3.3 KiB. A
+# bound far above both still stops a mistaken pipe of a whole file from being stored and
+# then read at every call of a verb.
+MAX_SECRET_BYTES = 64 * 1024
+# Under the settings root, as docs/ARCHITECTURE.md ("Link's settings folder") lays out.
+SECRETS_FOLDER = ("sandbox", "secrets")
+
+# Letters, digits, '-' and '_', starting with a letter or digit: no '/', no '.', so no
+# '..', no hidden or temp file name, nothing a shell, a path or a URL reads specially.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*\Z")
+_TEMP_PREFIX = ".tmp-"
+_FOLDER_MODE = 0o700
+_FILE_MODE = 0o600
+_OPEN_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class SecretError(Exception):
+    """A secret cannot be named, stored, read or removed; the message never holds a value."""
+
+
+# -- sans-IO ------------------------------------------------------------------------------
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` cannot name a secret, or None. The reason never repeats the name."""
+    if not name:
+        return "a secret's name cannot be empty"
+    if len(name) > MAX_NAME_LENGTH or not name.isascii() or _NAME.match(name) is None:
+        return (f"a secret's name is 1 to {MAX_NAME_LENGTH} ASCII letters, digits, '-' or "
+                "'_', starting with a letter or digit (the name given is not repeated here, "
+                "in case it was the value)")
+    return None
+
+
+def value_problem(value: bytes) -> str | None:
+    """Why `value` cannot be stored, or None. The reason never repeats the value."""
+    if not value:
+        return "the value is empty"
+    if b"\0" in value:
+        return "the value holds a NUL byte"
+    if len(value) > MAX_SECRET_BYTES:
+        return f"the value is longer than {MAX_SECRET_BYTES} bytes"
+    return None
+
+
+def _checked_name(name: str) -> str:
+    problem = name_problem(name)
+    if problem:
+        raise SecretError(problem)
+    return name
+
+
+# -- the folder -----------------------------------------------------------------------------
+
+
+def secret_path(settings_root: str, name: str) -> str:
+    """Where the secret `name` lives (for messages and docs; every access goes by folder
+    descriptor, never by this path)."""
+    return os.path.join(settings_root, *SECRETS_FOLDER, _checked_name(name))
+
+
+def _open_folder(parent: int, name: str, shown: str, *, make: bool) -> int:
+    """Open `name` in the folder `parent` as a folder, never through a link."""
+    if make:
+        try:
+            os.mkdir(name, _FOLDER_MODE, dir_fd=parent)
+        except FileExistsError:
+            pass
+        except OSError as error:
+            raise SecretError(f"cannot make {shown}: {error.strerror}") from None
+    try:
+        return os.open(name, _OPEN_FOLDER, dir_fd=parent)
+    except FileNotFoundError:
+        raise
+    except OSError as error:
+        # ELOOP: a link (O_NOFOLLOW); ENOTDIR: a file, or a link on some kernels.
+        raise SecretError(f"{shown} is not a folder (a link or a file is there); refused, "
+                          f"nothing followed: {error.strerror}") from None
+
+
+def _secrets_folder(settings_root: str, *, make: bool) -> int | None:
+    """A descriptor of the secrets folder, checked ours and 0700; None when it does not
+    exist and `make` is false."""
+    if make:
+        try:
+            os.makedirs(settings_root, mode=_FOLDER_MODE, exist_ok=True)
+        except OSError as error:
+            raise SecretError(f"cannot make Link's settings folder {settings_root}: "
+                              f"{error.strerror}") from None
+    try:
+        root = os.open(settings_root, _OPEN_FOLDER)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise SecretError(f"Link's settings folder {settings_root} cannot be opened: "
+                          f"{error.strerror}") from None
+    shown = settings_root
+    try:
+        folder = root
+        for part in SECRETS_FOLDER:
+            shown = os.path.join(shown, part)
+            try:
+                opened = _open_folder(folder, part, shown, make=make)
+            except FileNotFoundError:
+                return None
+            if folder != root:
+                os.close(folder)
+            folder = opened
+    finally:
+        os.close(root)
+    info = os.fstat(folder)
+    if info.st_uid != os.geteuid() or stat.S_IMODE(info.st_mode) & 0o077:
+        os.close(folder)
+        raise SecretError(f"{shown} must be yours and 0700 (it is "
+                          f"{stat.S_IMODE(info.st_mode):04o}, owner {info.st_uid}); refused")
+    return folder
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+def read_secret(settings_root: str, name: str) -> bytes:
+    """The value of the secret `name`, read now (a rotated key takes effect at once).
+
+    Refused: a bad name, a missing secret, a link, anything but a regular file, a file not
+    the user's or not exactly 0600, a folder on the way that is a link or not 0700, an
+    empty or oversized value."""
+    _checked_name(name)
+    folder = _secrets_folder(settings_root, make=False)
+    if folder is None:
+        raise SecretError(f"no secret named {name} (set it with: lnk-sandbox secret set {name})")
+    try:
+        try:
+            # O_NONBLOCK: a FIFO planted at the name must not hang the reader before the
+            # regular-file check below refuses it.
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                         dir_fd=folder)
+        except FileNotFoundError:
+            raise SecretError(f"no secret named {name} (set it with: lnk-sandbox secret set "
+                              f"{name})") from None
+        except OSError as error:
+            raise SecretError(f"the secret {name} cannot be opened (a link is refused): "
+                              f"{error.strerror}") from None
+    finally:
+        os.close(folder)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise SecretError(f"the secret {name} is not a regular file; refused")
+        if info.st_uid != os.geteuid() or stat.S_IMODE(info.st_mode) != _FILE_MODE:
+            raise SecretError(f"the secret {name} must be yours and 0600 (it is "
+                              f"{stat.S_IMODE(info.st_mode):04o}, owner {info.st_uid}); refused")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_SECRET_BYTES:
+            chunk = os.read(fd, MAX_SECRET_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as error:
+        raise SecretError(f"the secret {name} cannot be read: {error.strerror}") from None
+    finally:
+        os.close(fd)
+    value = b"".join(chunks)
+    problem = value_problem(value)
+    if problem:
+        raise SecretError(f"the secret {name} cannot be used: {problem}")
+    return value
+
+
+def list_secrets(settings_root: str) -> list[str]:
+    """The names of the stored secrets, sorted; entries that are not a regular file with a
+    valid name (a temp file, a link, a folder) are not secrets and are left out."""
+    folder = _secrets_folder(settings_root, make=False)
+    if folder is None:
+        return []
+    try:
+        names = []
+        for entry in os.listdir(folder):
+            if name_problem(entry) is not None:
+                continue
+            try:
+                info = os.stat(entry, dir_fd=folder, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISREG(info.st_mode):
+                names.append(entry)
+    finally:
+        os.close(folder)
+    return sorted(names)
+
+
+# -- writing ---------------------------------------------------------------------------------
+
+
+def write_secret(settings_root: str, name: str, value: bytes) -> None:
+    """Store `value` as the secret `name`, atomically, 0600 in a 0700 folder (see the
+    module's order of a write)."""
+    _checked_name(name)
+    problem = value_problem(value)
+    if problem:
+        raise SecretError(f"the secret {name} is not stored: {problem}")
+    folder = _secrets_folder(settings_root, make=True)
+    if folder is None:  # made just now, then gone: someone else is at work here
+        raise SecretError("the secrets folder vanished while it was made; nothing was stored")
+    temporary = f"{_TEMP_PREFIX}{name}-{os.urandom(8).hex()}"
+    try:
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, _FILE_MODE, dir_fd=folder)
+        except OSError as error:
+            raise SecretError(f"the secret {name} is not stored: cannot make a temp file: "
+                              f"{error.strerror}") from None
+        try:
+            try:
+                os.fchmod(fd, _FILE_MODE)
+                view = memoryview(value)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            _refuse_other_than_file(folder, name)
+            os.rename(temporary, name, src_dir_fd=folder, dst_dir_fd=folder)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary, dir_fd=folder)
+            raise
+        os.fsync(folder)
+    except OSError as error:
+        raise SecretError(f"the secret {name} is not stored: {error.strerror}") from None
+    finally:
+        os.close(folder)
+
+
+def _refuse_other_than_file(folder: int, name: str) -> None:
+    """What sits at `name` now must be nothing or a regular file: a planted link is
+    refused, not replaced silently (rename would replace the link itself, never follow
+    it, so a race after this check cannot reach the link's target either)."""
+    try:
+        info = os.stat(name, dir_fd=folder, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(info.st_mode):
+        raise SecretError(f"the secret {name} is not stored: what is at its name is not a "
+                          "regular file (a link or a folder); refused, nothing followed")
+
+
+def remove_secret(settings_root: str, name: str) -> bool:
+    """Remove the secret `name`; False when there is none. Unlinking never follows a
+    link: one planted at the name goes, its target stays."""
+    _checked_name(name)
+    folder = _secrets_folder(settings_root, make=False)
+    if folder is None:
+        return False
+    try:
+        try:
+            os.unlink(name, dir_fd=folder)
+        except FileNotFoundError:
+            return False
+        except OSError as error:
+            raise SecretError(f"the secret {name} cannot be removed: {error.strerror}") from None
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+    return True
