@@ -268,6 +268,8 @@ _REFUSED_SURFACES: tuple[tuple[str, str], ...] = (
     ("/files", "the Files API is refused (stores data at the provider, outside the sandbox)"),
     ("/batches", "batches are refused (run later, outside this call and its rules)"),
     ("/batch", "batches are refused (run later, outside this call and its rules)"),
+    (":batchGenerateContent", "batches are refused (run later, outside this call and its "
+                              "rules)"),
     ("/fine_tuning", "fine-tuning is refused (trains on uploaded data)"),
     ("/fine-tunes", "fine-tuning is refused (trains on uploaded data)"),
     ("/tunedModels", "tuned models are refused (train on uploaded data)"),
@@ -515,7 +517,10 @@ def rewrite(provider: str, admitted: Route, body: dict[str, Any], *, server_tool
     if not isinstance(body, dict):
         raise ModelRequestError(400, "the body is not a JSON object")
     _refuse_deep(body)
-    out: dict[str, Any] = orjson.loads(orjson.dumps(body))  # a copy we own, same JSON types
+    try:
+        out: dict[str, Any] = orjson.loads(orjson.dumps(body))  # a copy we own, JSON types only
+    except (orjson.JSONEncodeError, orjson.JSONDecodeError):
+        raise ModelRequestError(400, "the body holds a value JSON cannot carry") from None
     api = admitted.api
     if api == "anthropic":
         _anthropic(provider, out, server_tools)
@@ -670,6 +675,12 @@ def _drop_server_fields(api: str, body: dict[str, Any], provider: str) -> None:
         body.pop("plugins", None)
 
 
+def _text(value: Any) -> str | None:
+    """A JSON value as a string, or None: a list or object where a name belongs is no name
+    (and must not reach a set look-up, where it would raise TypeError)."""
+    return value if isinstance(value, str) else None
+
+
 def _tool_name(tool: dict[str, Any]) -> str | None:
     name = tool.get("name")
     if name is None and isinstance(tool.get("function"), dict):
@@ -688,7 +699,7 @@ def _anthropic(provider: str, body: dict[str, Any], server_tools: bool) -> None:
         client = _CHAT_CLIENT_TOOLS if provider == "openrouter" else _ANTHROPIC_CLIENT_TOOLS
         kept: list[dict[str, Any]] = []
         for tool in tools:
-            kind = tool.get("type", "custom")  # absent means a custom (client) tool
+            kind = _text(tool.get("type", "custom"))  # absent means a custom (client) tool
             if kind in client and (provider != "openrouter" or kind == "custom"):
                 kept.append(tool)
                 name = _tool_name(tool)
@@ -704,14 +715,14 @@ def _anthropic(provider: str, body: dict[str, Any], server_tools: bool) -> None:
         return
     if not isinstance(choice, dict):
         raise ModelRequestError(400, "tool_choice must be an object")
-    kind = choice.get("type")
+    kind = _text(choice.get("type"))
     if kind in ("auto", "none"):
         return
     if kind == "any":
         if not kept_names and removed:
             raise _choice_refused()
         return
-    if kind == "tool" and choice.get("name") in kept_names:
+    if kind == "tool" and _text(choice.get("name")) in kept_names:
         return
     raise _choice_refused()
 
@@ -729,7 +740,8 @@ def _fix_allowed_callers(tool: dict[str, Any], kept_callers: frozenset[str]) -> 
     callers = tool["allowed_callers"]
     if not isinstance(callers, list):
         raise ModelRequestError(400, "allowed_callers must be a list")
-    fixed = [caller for caller in callers if caller in kept_callers]
+    fixed = [caller for caller in callers
+             if isinstance(caller, str) and caller in kept_callers]
     if not fixed:
         raise ModelRequestError(400, "a tool's allowed_callers names only server-side tools, "
                                      "which this sandbox removes")
@@ -753,11 +765,11 @@ def _chat(provider: str, body: dict[str, Any], server_tools: bool) -> None:
     if tools is not None:
         kept: list[dict[str, Any]] = []
         for tool in tools:
-            kind = tool.get("type")
+            kind = _text(tool.get("type"))
             if kind in _CHAT_CLIENT_TOOLS:
                 kept.append(tool)
                 body_of_kind = tool.get(kind)
-                name = body_of_kind.get("name") if isinstance(body_of_kind, dict) else None
+                name = _text(body_of_kind.get("name")) if isinstance(body_of_kind, dict) else None
                 if isinstance(name, str):
                     kept_names.add((kind, name))
             else:
@@ -775,10 +787,10 @@ def _chat_tool_choice(choice: Any, kept_names: set[tuple[str, str]], removed: bo
         return
     if not isinstance(choice, dict):
         raise _choice_refused()
-    kind = choice.get("type")
+    kind = _text(choice.get("type"))
     if kind in _CHAT_CLIENT_TOOLS:
         named = choice.get(kind)
-        if isinstance(named, dict) and (kind, named.get("name")) in kept_names:
+        if isinstance(named, dict) and (kind, _text(named.get("name"))) in kept_names:
             return
     if kind == "allowed_tools":
         allowed = choice.get("allowed_tools")
@@ -787,9 +799,9 @@ def _chat_tool_choice(choice: Any, kept_names: set[tuple[str, str]], removed: bo
             for entry in entries:
                 if not isinstance(entry, dict):
                     raise _choice_refused()
-                entry_kind = entry.get("type")
+                entry_kind = _text(entry.get("type"))
                 named = entry.get(entry_kind) if isinstance(entry_kind, str) else None
-                if not (isinstance(named, dict) and (entry_kind, named.get("name"))
+                if not (isinstance(named, dict) and (entry_kind, _text(named.get("name")))
                         in kept_names):
                     raise _choice_refused()
             return
@@ -797,7 +809,7 @@ def _chat_tool_choice(choice: Any, kept_names: set[tuple[str, str]], removed: bo
 
 
 def _responses_tool_kept(tool: dict[str, Any], provider: str) -> bool:
-    kind = tool.get("type")
+    kind = _text(tool.get("type"))
     if provider == "openrouter":
         return kind in _CHAT_CLIENT_TOOLS
     if kind not in _RESPONSES_CLIENT_TOOLS:
@@ -808,7 +820,7 @@ def _responses_tool_kept(tool: dict[str, Any], provider: str) -> bool:
         return isinstance(environment, dict) and environment.get("type") == "local"
     if kind == "namespace":
         inner = _tool_list(tool)
-        return inner is not None and all(entry.get("type") in _CHAT_CLIENT_TOOLS
+        return inner is not None and all(_text(entry.get("type")) in _CHAT_CLIENT_TOOLS
                                          for entry in inner)
     return True
 
@@ -847,9 +859,9 @@ def _responses_choice_entry_kept(entry: Any, kept_names: set[tuple[str, str]],
                                  kept_kinds: set[str]) -> bool:
     if not isinstance(entry, dict):
         return False
-    kind = entry.get("type")
+    kind = _text(entry.get("type"))
     if kind in ("function", "custom"):
-        return (kind, entry.get("name")) in kept_names
+        return (kind, _text(entry.get("name"))) in kept_names
     # A hosted-kind choice (apply_patch, shell, computer...) is fine only if that tool was kept.
     return isinstance(kind, str) and kind in kept_kinds and kind in _RESPONSES_CLIENT_TOOLS
 
@@ -928,7 +940,7 @@ def _refuse_fetched_urls(provider: str, body: dict[str, Any]) -> None:
         for key, child in node.items():
             if key in _OPAQUE_KEYS:
                 continue
-            if key == "input" and node.get("type") in _ANTHROPIC_CALL_BLOCKS:
+            if key == "input" and _text(node.get("type")) in _ANTHROPIC_CALL_BLOCKS:
                 continue
             if key == "response" and ("name" in node or "id" in node) and not (
                     isinstance(child, list)):
