@@ -268,8 +268,8 @@ def test_key_header_per_provider(provider: str, header: tuple[bytes, bytes]) -> 
 @pytest.mark.parametrize("key", [b"", b"k\r\nx-evil: 1", b"k y", b"k\x00", "ké".encode()])
 def test_key_header_refuses_a_key_that_is_not_a_header_value(key: bytes) -> None:
     error = _refusal(lambda: m.key_header("openai", key))
-    assert error.status == 500 and "k" not in error.reason.split("key")[0][-3:]
-    assert key.decode("latin-1") not in error.reason or not key
+    assert error.status == 500 and "not a valid header value" in error.reason
+    assert not key or key.decode("latin-1") not in error.reason
 
 
 # --- the rewriter: refusals ---
