@@ -437,7 +437,7 @@ class SearchModels:
         self.patterns = patterns
 
     def refuses(self, model: str) -> bool:
-        name = model.lower()
+        name = model.strip().lower()  # a front end that trims must not see another name
         # Gemini names come as "models/x" in bodies; OpenRouter adds ":variant".
         candidates = {name, name.removeprefix("models/"), name.split(":", 1)[0]}
         return any(fnmatch.fnmatchcase(candidate, pattern)
@@ -582,7 +582,7 @@ def _check_models(provider: str, admitted: Route, body: dict[str, Any],
     if provider == "openrouter":
         # ':online' is the web plugin by another name (PROVIDERS.md §4): always refused.
         for name in names:
-            if name.lower().endswith(":online"):
+            if ":online" in name.lower():  # also "x:online:free", "x:ONLINE ", …
                 raise ModelRequestError(400, "an OpenRouter ':online' model searches the web "
                                              "and is refused")
 

@@ -362,6 +362,8 @@ REFUSED_BODIES: list[tuple[str, str, dict[str, Any], str]] = [
                              "models": ["anthropic/claude-sonnet-4.5", "perplexity/sonar"]},
      "fallbacks"),
     ("openrouter", OR_CHAT, {"model": "openai/gpt-4.1:online"}, ":online"),
+    ("openrouter", OR_CHAT, {"model": "openai/gpt-4.1:ONLINE:free "}, ":online"),
+    ("openrouter", OR_CHAT, {"model": " Perplexity/Sonar-Pro "}, "searches the web"),
     ("openrouter", OR_CHAT, {"model": "x", "models": ["openai/gpt-4.1:online"]}, ":online"),
     ("openrouter", OR_CHAT, {"model": "x", "models": [{"weird": 1}]}, "entry of models"),
     ("openrouter", OR_CHAT, {"model": "x", "models": ["a"] * (m.MAX_FALLBACK_MODELS + 1)},
