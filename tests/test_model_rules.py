@@ -1,0 +1,619 @@
+"""The model verb's sans-IO rules (lnk_proxy/model_rules.py): router, credentials, rewriter.
+
+Golden bodies per API (tests/golden/model_*.json), a table of every route allowed and refused
+and of the path attacks, and Hypothesis over random tool lists, nested content and targets.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lnk_proxy import model_rules as m
+from lnk_proxy.model_rules import ModelRequestError
+
+GOLDEN = Path(__file__).parent / "golden"
+SEARCH = m.read_search_models()
+DEEP = os.environ.get("LNK_FUZZ") == "deep"
+EXAMPLES = 2000 if DEEP else 200
+
+
+def _route(provider: str, method: str, target: str) -> m.Route:
+    return m.route(provider, method.encode(), target.encode())
+
+
+def _refusal(call: Any) -> ModelRequestError:
+    with pytest.raises(ModelRequestError) as caught:
+        call()
+    error = caught.value
+    assert error.reason and "\n" not in error.reason and "\r" not in error.reason
+    return error
+
+
+# --- golden bodies ---
+
+@pytest.mark.parametrize("name", ["anthropic", "openai_chat", "openai_responses", "gemini",
+                                  "openrouter"])
+def test_golden_body_before_and_after(name: str) -> None:
+    case = orjson.loads((GOLDEN / f"model_{name}.json").read_bytes())
+    admitted = _route(case["provider"], case["method"], case["path"])
+    raw = orjson.dumps(case["before"])
+    out = m.rewrite_body(case["provider"], admitted, raw, server_tools=case["server_tools"],
+                         search_models=SEARCH)
+    assert orjson.loads(out) == case["after"]
+    # server_tools on: tools and server fields pass untouched.
+    kept = m.rewrite(case["provider"], admitted, case["before"], server_tools=True,
+                     search_models=SEARCH)
+    assert kept == case["before"]
+
+
+# --- the router ---
+
+ALLOWED = [
+    ("anthropic", "POST", "/v1/messages", "messages"),
+    ("anthropic", "POST", "/v1/messages?beta=true", "messages"),
+    ("anthropic", "POST", "/v1/messages/count_tokens", "count_tokens"),
+    ("anthropic", "GET", "/v1/models", "models.list"),
+    ("anthropic", "GET", "/v1/models?limit=20&after_id=claude-3", "models.list"),
+    ("anthropic", "GET", "/v1/models/claude-sonnet-4-5-20250929", "models.get"),
+    ("openai", "POST", "/v1/chat/completions", "chat.completions"),
+    ("openai", "POST", "/v1/responses", "responses"),
+    ("openai", "POST", "/v1/embeddings", "embeddings"),
+    ("openai", "GET", "/v1/models", "models.list"),
+    ("openai", "GET", "/v1/models/ft:gpt-4o-mini:org:x:abc", "models.get"),
+    ("gemini", "POST", "/v1beta/models/gemini-2.5-flash:generateContent", "generateContent"),
+    ("gemini", "POST", "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
+     "streamGenerateContent"),
+    ("gemini", "POST", "/v1beta/models/gemini-2.5-flash:countTokens", "countTokens"),
+    ("gemini", "POST", "/v1beta/models/text-embedding-004:embedContent", "embedContent"),
+    ("gemini", "POST", "/v1beta/models/text-embedding-004:batchEmbedContents",
+     "batchEmbedContents"),
+    ("gemini", "GET", "/v1beta/models", "models.list"),
+    ("gemini", "GET", "/v1beta/models?pageSize=50", "models.list"),
+    ("gemini", "GET", "/v1beta/models/gemini-2.5-flash", "models.get"),
+    ("openrouter", "POST", "/api/v1/chat/completions", "chat.completions"),
+    ("openrouter", "POST", "/api/v1/responses", "responses"),
+    ("openrouter", "POST", "/api/v1/messages", "messages"),
+    ("openrouter", "POST", "/api/v1/embeddings", "embeddings"),
+    ("openrouter", "GET", "/api/v1/models", "models.list"),
+]
+
+
+@pytest.mark.parametrize(("provider", "method", "target", "name"), ALLOWED)
+def test_route_allows_inference_paths(provider: str, method: str, target: str,
+                                      name: str) -> None:
+    admitted = _route(provider, method, target)
+    assert admitted.name == name
+    assert admitted.path == target.partition("?")[0]
+    assert admitted.query == ("?" + target.partition("?")[2] if "?" in target else "")
+
+
+REFUSED = [
+    # not inference: files, batches, fine-tuning, admin, realtime/live, interactions, caches
+    ("anthropic", "POST", "/v1/files", 404, "Files API"),
+    ("anthropic", "POST", "/v1/messages/batches", 404, "batches"),
+    ("anthropic", "GET", "/v1/organizations/api_keys", 404, "admin"),
+    ("anthropic", "POST", "/v1/skills", 404, "skills"),
+    ("openai", "POST", "/v1/files", 404, "Files API"),
+    ("openai", "POST", "/v1/batches", 404, "batches"),
+    ("openai", "POST", "/v1/fine_tuning/jobs", 404, "fine-tuning"),
+    ("openai", "GET", "/v1/organization/admin_api_keys", 404, "admin"),
+    ("openai", "GET", "/v1/realtime", 404, "realtime"),
+    ("openai", "POST", "/v1/realtime/sessions", 404, "realtime"),
+    ("openai", "POST", "/v1/vector_stores", 404, "vector stores"),
+    ("openai", "POST", "/v1/assistants", 404, "assistants"),
+    ("openai", "POST", "/v1/containers", 404, "containers"),
+    ("openai", "POST", "/v1/completions", 404, "inference calls"),
+    ("openai", "GET", "/v1/responses/resp_123", 404, "inference calls"),
+    ("gemini", "POST", "/v1beta/interactions", 404, "Interactions"),
+    ("gemini", "POST", "/v1beta/cachedContents", 404, "cachedContents"),
+    ("gemini", "POST", "/upload/v1beta/files", 404, "Files API"),
+    ("gemini", "POST", "/v1beta/models/gemini-2.5-flash:batchGenerateContent", 404,
+     "batches"),
+    ("gemini", "POST", "/v1beta/tunedModels", 404, "tuned"),
+    ("gemini", "GET",
+     "/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent", 404,
+     "live"),
+    ("gemini", "POST", "/v1beta/agents", 404, "agents"),
+    ("gemini", "POST", "/v1/models/gemini-2.5-flash:generateContent", 404, "inference"),
+    ("openrouter", "GET", "/api/v1/keys", 404, "admin"),
+    ("openrouter", "GET", "/api/v1/credits", 404, "inference calls"),
+    # method compared exactly
+    ("anthropic", "GET", "/v1/messages", 404, "inference calls"),
+    ("openai", "DELETE", "/v1/models/gpt-4o", 404, "inference calls"),
+    ("gemini", "GET", "/v1beta/models/gemini-2.5-flash:generateContent", 404, "inference"),
+    ("openai", "post", "/v1/chat/completions", 404, "case included"),
+    # case: provider's path segments compared exactly
+    ("openai", "POST", "/V1/chat/completions", 404, "case included"),
+    ("openai", "POST", "/v1/Chat/completions", 404, "case included"),
+    ("gemini", "POST", "/v1beta/models/gemini-2.5-flash:GenerateContent", 404, "inference"),
+    ("anthropic", "POST", "/v1/messages/", 404, "inference calls"),
+    # encoded, relative, odd paths: refused, never decoded
+    ("anthropic", "POST", "/v1/%6dessages", 404, "encoded"),
+    ("openai", "POST", "/v1/%2e%2e/v1/files", 404, "encoded"),
+    ("openai", "POST", "/v1/chat%2fcompletions", 404, "encoded"),
+    ("openai", "POST", "/v1/chat/completions/../../files", 404, "'..'"),
+    ("openai", "POST", "/v1/../v1/files", 404, "'..'"),
+    ("openai", "POST", "/v1/./chat/completions", 404, "'.'"),
+    ("openai", "POST", "//v1/chat/completions", 404, "'//'"),
+    ("openai", "POST", "/v1//chat/completions", 404, "'//'"),
+    ("openai", "POST", "/v1\\chat\\completions", 404, "backslash"),
+    ("openai", "POST", "v1/chat/completions", 404, "start with"),
+    ("openai", "POST", "/v1/chat/completions#x", 404, "fragment"),
+    ("openai", "POST", "/v1/chat/completions;x=1", 404, "only letters"),
+    ("openai", "POST", "/v1/chat/completions\t", 404, "only letters"),
+    ("gemini", "POST", "/v1beta/models/..:generateContent", 404, "inference"),
+    ("gemini", "POST", "/v1beta/models/x%2F..%2Ffiles:generateContent", 404, "encoded"),
+    ("anthropic", "GET", "/v1/models/..", 404, "'..'"),
+    # providers: exact lowercase names
+    ("Anthropic", "POST", "/v1/messages", 404, "unknown model provider"),
+    ("OPENAI", "POST", "/v1/chat/completions", 404, "unknown model provider"),
+    ("openai%2f", "POST", "/v1/chat/completions", 404, "unknown model provider"),
+    ("azure", "POST", "/v1/chat/completions", 404, "unknown model provider"),
+    # query: only the call's own keys, nothing encoded
+    ("gemini", "POST", "/v1beta/models/g:streamGenerateContent?alt=json", 400, "takes only sse"),
+    ("gemini", "POST", "/v1beta/models/g:generateContent?alt=sse", 400, "none"),
+    ("gemini", "POST", "/v1beta/models/g:streamGenerateContent?alt=sse&alt=sse", 400, "twice"),
+    ("gemini", "POST", "/v1beta/models/g:streamGenerateContent?alt=%73se", 400, "encoded"),
+    ("openai", "POST", "/v1/chat/completions?api-version=1", 400, "none"),
+    ("anthropic", "POST", "/v1/messages?beta=false", 400, "takes only true"),
+    ("anthropic", "POST", "/v1/messages?beta", 400, "without a key and a value"),
+    ("anthropic", "POST", "/v1/messages?key=a b", 400, "character"),
+]
+
+
+@pytest.mark.parametrize(("provider", "method", "target", "status", "why"), REFUSED)
+def test_route_refuses(provider: str, method: str, target: str, status: int,
+                       why: str) -> None:
+    error = _refusal(lambda: _route(provider, method, target))
+    assert error.status == status
+    assert why in error.reason
+
+
+def test_route_takes_key_query_out_as_a_credential() -> None:
+    admitted = _route("gemini", "POST",
+                      "/v1beta/models/gemini-2.5-flash:streamGenerateContent?key=PLACE&alt=sse")
+    assert admitted.query == "?alt=sse"
+    assert admitted.query_credential == b"PLACE"
+    assert "PLACE" not in repr(admitted)
+
+
+def test_route_refusal_never_quotes_the_target() -> None:
+    planted = "sk-ant-SECRET0123456789"
+    for target in (f"/v1/files/{planted}", f"/v1/messages?key={planted}&x=1",
+                   f"/v1/%2e/{planted}", f"/v1/messages?beta={planted}"):
+        error = _refusal(lambda t=target: _route("anthropic", "POST", t))
+        assert planted not in error.reason
+
+
+def test_route_target_at_the_limit() -> None:
+    name = "a" * 120
+    assert _route("openai", "GET", f"/v1/models/{name}").name == "models.get"
+    long_target = "/v1/models/" + "a" * m.MAX_TARGET_BYTES
+    assert _refusal(lambda: _route("openai", "GET", long_target)).status == 414
+
+
+@settings(max_examples=EXAMPLES * 5, suppress_health_check=[HealthCheck.too_slow])
+@given(provider=st.sampled_from([*sorted(m.PROVIDERS), "Gemini", "x"]),
+       method=st.binary(max_size=8) | st.sampled_from([b"GET", b"POST"]),
+       target=st.binary(max_size=80) | st.builds(
+           lambda parts: b"/" + b"/".join(parts),
+           st.lists(st.sampled_from([b"v1", b"v1beta", b"api", b"models", b"messages", b"..",
+                                     b".", b"", b"%2e", b"chat", b"completions", b"g:countTokens",
+                                     b"files", b"?alt=sse", b"?key=k", b"V1"]), max_size=6)))
+def test_route_fuzzed_raises_only_its_error(provider: str, method: bytes,
+                                            target: bytes) -> None:
+    try:
+        admitted = m.route(provider, method, target)
+    except ModelRequestError as error:
+        assert error.reason and "\n" not in error.reason
+        return
+    # Anything admitted is one of the exact shapes: no '%', '..', '//' or backslash.
+    assert b"%" not in target and b"\\" not in target and b"//" not in target
+    assert "/../" not in admitted.path + "/" and "/./" not in admitted.path + "/"
+    assert "key=" not in admitted.query
+
+
+# --- credentials ---
+
+def test_strip_credentials_removes_every_inbound_form() -> None:
+    headers = [
+        (b"Host", b"127.0.0.1"), (b"X-Api-Key", b"P"), (b"Authorization", b"Bearer  P "),
+        (b"api-key", b"P"), (b"X-Goog-Api-Key", b"P"), (b"Proxy-Authorization", b"Basic eA=="),
+        (b"Cookie", b"s=1"), (b"x_api_key", b"P"), (b"OpenAI-Organization", b"org-x"),
+        (b"anthropic-version", b"2023-06-01"), (b"content-type", b"application/json"),
+    ]
+    kept, carried = m.strip_credentials(headers)
+    assert kept == [(b"Host", b"127.0.0.1"), (b"anthropic-version", b"2023-06-01"),
+                    (b"content-type", b"application/json")]
+    assert carried == [b"P", b"P", b"P", b"P", b"P"]
+    m.check_placeholder(carried, b"P")
+
+
+@pytest.mark.parametrize(("carried", "why"), [
+    ([], "carried no key"),
+    ([b"sk-real"], "not this sandbox's placeholder"),
+    ([b"P", b"sk-real"], "not this sandbox's placeholder"),
+    ([b"P", b""], "not this sandbox's placeholder"),
+    ([b"p"], "not this sandbox's placeholder"),
+])
+def test_check_placeholder_refuses_missing_wrong_or_extra(carried: list[bytes],
+                                                          why: str) -> None:
+    error = _refusal(lambda: m.check_placeholder(carried, b"P"))
+    assert error.status == 401 and why in error.reason
+    assert "sk-real" not in error.reason
+
+
+def test_basic_authorization_is_not_a_placeholder() -> None:
+    _kept, carried = m.strip_credentials([(b"authorization", b"Basic UDo=")])
+    assert _refusal(lambda: m.check_placeholder(carried, b"P")).status == 401
+
+
+@pytest.mark.parametrize(("provider", "header"), [
+    ("anthropic", (b"x-api-key", b"K-1")),
+    ("openai", (b"authorization", b"Bearer K-1")),
+    ("gemini", (b"x-goog-api-key", b"K-1")),
+    ("openrouter", (b"authorization", b"Bearer K-1")),
+])
+def test_key_header_per_provider(provider: str, header: tuple[bytes, bytes]) -> None:
+    assert m.key_header(provider, b"K-1") == header
+
+
+@pytest.mark.parametrize("key", [b"", b"k\r\nx-evil: 1", b"k y", b"k\x00", "ké".encode()])
+def test_key_header_refuses_a_key_that_is_not_a_header_value(key: bytes) -> None:
+    error = _refusal(lambda: m.key_header("openai", key))
+    assert error.status == 500 and "not a valid header value" in error.reason
+    assert not key or key.decode("latin-1") not in error.reason
+
+
+# --- the rewriter: refusals ---
+
+def _rewrite(provider: str, target: str, body: dict[str, Any],
+             server_tools: bool = False) -> dict[str, Any]:
+    return m.rewrite(provider, _route(provider, "POST", target), body,
+                     server_tools=server_tools, search_models=SEARCH)
+
+
+MSG = "/v1/messages"
+CHAT = "/v1/chat/completions"
+RESP = "/v1/responses"
+GEN = "/v1beta/models/gemini-2.5-flash:generateContent"
+OR_CHAT = "/api/v1/chat/completions"
+
+REFUSED_BODIES: list[tuple[str, str, dict[str, Any], str]] = [
+    ("anthropic", MSG, {"messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "url", "url": "https://x.example/a.png"}}]}]},
+     "URL source"),
+    ("anthropic", MSG, {"messages": [{"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t", "content": [
+            {"type": "document", "source": {"type": "url", "url": "https://x/a.pdf"}}]}]}]},
+     "URL source"),
+    ("anthropic", MSG, {"messages": [{"role": "user", "content": [
+        {"type": "document", "source": {"type": "content", "content": [
+            {"type": "image", "source": {"type": "url", "url": "https://x/a.png"}}]}}]}]},
+     "URL source"),
+    ("anthropic", MSG, {"system": [{"type": "text", "text": "x"}, {
+        "type": "document", "source": {"type": "url", "url": "https://x/a.pdf"}}]},
+     "URL source"),
+    ("anthropic", MSG, {"tools": [{"type": "web_search_20250305", "name": "web_search"}],
+                        "tool_choice": {"type": "tool", "name": "web_search"}}, "tool_choice"),
+    ("anthropic", MSG, {"tools": [{"type": "web_search_20250305", "name": "web_search"}],
+                        "tool_choice": {"type": "any"}}, "tool_choice"),
+    ("anthropic", MSG, {"tools": [{"name": "f", "input_schema": {},
+                                   "allowed_callers": ["code_execution_20250825"]}]},
+     "allowed_callers"),
+    ("anthropic", MSG, {"model": "claude-x", "fallbacks": ["o3-deep-research"]},
+     "searches the web"),
+    ("anthropic", MSG, {"tools": "web_search"}, "must be a list"),
+    ("anthropic", MSG, {"tools": [{"name": "f"}] * (m.MAX_TOOLS + 1)}, "MAX_TOOLS"),
+    ("openai", CHAT, {"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "https://x.example/a.png"}}]}]},
+     "image_url"),
+    ("openai", CHAT, {"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": " data:x"}}]}]}, "image_url"),
+    ("openai", CHAT, {"model": "gpt-4o-search-preview"}, "searches the web"),
+    ("openai", CHAT, {"model": "GPT-4o-Mini-Search-Preview-2025-03-11"}, "searches the web"),
+    ("openai", CHAT, {"model": 5}, "model must be a string"),
+    ("openai", CHAT, {"tools": [{"type": "web_search"}], "tool_choice": "required"},
+     "tool_choice"),
+    ("openai", CHAT, {"tools": [{"type": "function", "function": {"name": "f"}}],
+                      "tool_choice": {"type": "function", "function": {"name": "g"}}},
+     "tool_choice"),
+    ("openai", RESP, {"input": [{"role": "user", "content": [
+        {"type": "input_file", "file_url": "https://x.example/a.pdf"}]}]}, "file_url"),
+    ("openai", RESP, {"input": [{"type": "function_call_output", "call_id": "c", "output": [
+        {"type": "input_image", "image_url": "https://x.example/a.png"}]}]}, "image_url"),
+    ("openai", RESP, {"input": [{"type": "computer_call_output", "call_id": "c", "output": {
+        "type": "computer_screenshot", "image_url": "http://x.example/s.png"}}]}, "image_url"),
+    ("openai", RESP, {"prompt": {"id": "pmpt_1"}}, "stored prompt"),
+    ("openai", RESP, {"tools": [{"type": "web_search"}],
+                      "tool_choice": {"type": "web_search_preview"}}, "tool_choice"),
+    ("openai", RESP, {"tools": [{"type": "mcp", "server_label": "x"}],
+                      "tool_choice": {"type": "mcp", "server_label": "x"}}, "tool_choice"),
+    ("openai", RESP, {"model": "o4-mini-deep-research"}, "searches the web"),
+    ("openai", RESP, {"tools": [{"type": "shell", "environment": {"type": "local"},
+                                 "allowed_callers": ["programmatic"]}]}, "allowed_callers"),
+    ("gemini", GEN, {"contents": [{"parts": [{"fileData": {
+        "fileUri": "https://x.example/a.pdf"}}]}]}, "fileUri"),
+    ("gemini", GEN, {"contents": [{"parts": [{"file_data": {
+        "file_uri": "gs://bucket/a.pdf"}}]}]}, "fileUri"),
+    ("gemini", GEN, {"contents": [{"parts": [{"fileData": {
+        "fileUri": "https://generativelanguage.googleapis.com/v1beta/files/a/../../x"}}]}]},
+     "fileUri"),
+    ("gemini", GEN, {"contents": [{"parts": [{"fileData": {
+        "fileUri": "https://www.youtube.com/watch?v=x"}}]}]}, "fileUri"),
+    ("gemini", GEN, {"contents": [{"parts": [{"functionResponse": {"name": "f", "parts": [
+        {"fileData": {"fileUri": "https://x.example/a.png"}}]}}]}]}, "fileUri"),
+    ("gemini", GEN, {"tools": [{"functionDeclarations": [], "function_declarations": []}]},
+     "both"),
+    ("gemini", GEN, {"cachedContent": "a", "cached_content": "b"}, "both"),
+    ("gemini", "/v1beta/models/gemini-2.5-flash:countTokens", {"generateContentRequest": {
+        "contents": [{"parts": [{"fileData": {"fileUri": "https://x.example/a"}}]}]}},
+     "fileUri"),
+    ("gemini", "/v1beta/models/deep-research-pro:generateContent", {}, "searches the web"),
+    ("openrouter", OR_CHAT, {"model": "perplexity/sonar-pro"}, "searches the web"),
+    ("openrouter", OR_CHAT, {"model": "openai/gpt-4.1",
+                             "models": ["anthropic/claude-sonnet-4.5", "perplexity/sonar"]},
+     "fallbacks"),
+    ("openrouter", OR_CHAT, {"model": "openai/gpt-4.1:online"}, ":online"),
+    ("openrouter", OR_CHAT, {"model": "openai/gpt-4.1:ONLINE:free "}, ":online"),
+    ("openrouter", OR_CHAT, {"model": " Perplexity/Sonar-Pro "}, "searches the web"),
+    ("openrouter", OR_CHAT, {"model": "x", "models": ["openai/gpt-4.1:online"]}, ":online"),
+    ("openrouter", OR_CHAT, {"model": "x", "models": [{"weird": 1}]}, "entry of models"),
+    ("openrouter", OR_CHAT, {"model": "x", "models": ["a"] * (m.MAX_FALLBACK_MODELS + 1)},
+     "MAX_FALLBACK_MODELS"),
+    ("openrouter", OR_CHAT, {"messages": [{"role": "user", "content": [{"type": "file", "file": {
+        "filename": "a.pdf", "file_data": "https://x.example/a.pdf"}}]}]}, "file_data"),
+    ("openrouter", OR_CHAT, {"tools": [{"type": "openrouter:web_search"}],
+                             "tool_choice": {"type": "openrouter:web_search"}}, "tool_choice"),
+]
+
+
+@pytest.mark.parametrize(("provider", "target", "body", "why"), REFUSED_BODIES)
+def test_rewrite_refuses(provider: str, target: str, body: dict[str, Any], why: str) -> None:
+    error = _refusal(lambda: _rewrite(provider, target, body))
+    assert error.status == 400
+    assert why in error.reason
+
+
+@pytest.mark.parametrize(("provider", "target", "body"), [
+    (p, t, b) for p, t, b, why in REFUSED_BODIES
+    if why in ("URL source", "image_url", "file_url", "fileUri", "file_data",
+               "searches the web", ":online")])
+def test_urls_and_search_models_are_refused_even_with_server_tools(
+        provider: str, target: str, body: dict[str, Any]) -> None:
+    assert _refusal(lambda: _rewrite(provider, target, body, server_tools=True)).status == 400
+
+
+def test_tool_choice_naming_a_kept_tool_passes() -> None:
+    body = {"tools": [{"type": "web_search_20250305", "name": "web_search"},
+                      {"name": "f", "input_schema": {}}],
+            "tool_choice": {"type": "any"}}
+    assert _rewrite("anthropic", MSG, body) == {"tools": [{"name": "f", "input_schema": {}}],
+                                                "tool_choice": {"type": "any"}}
+
+
+def test_all_tools_removed_drops_the_tools_key() -> None:
+    body = {"tools": [{"type": "googleSearch"}, {"googleSearch": {}}], "contents": []}
+    assert _rewrite("gemini", GEN, body) == {"contents": []}
+
+
+def test_function_parameter_named_like_a_url_field_passes() -> None:
+    body = {"tools": [{"type": "function", "name": "f", "parameters": {
+        "type": "object", "properties": {"image_url": {"type": "string"},
+                                         "file_url": {"type": "string"}}}}],
+            "input": [{"type": "function_call", "call_id": "c", "name": "f",
+                       "arguments": "{\"file_url\": \"https://x\"}"}]}
+    assert _rewrite("openai", RESP, body) == body
+
+
+# --- bodies: limits and parsing ---
+
+def test_body_size_limit_413() -> None:
+    admitted = _route("openai", "POST", CHAT)
+    at_limit = b'{"a":"' + b"x" * (m.MAX_BODY_BYTES - 8) + b'"}'
+    assert len(at_limit) == m.MAX_BODY_BYTES
+    m.rewrite_body("openai", admitted, at_limit, server_tools=False, search_models=SEARCH)
+    error = _refusal(lambda: m.rewrite_body("openai", admitted, at_limit + b" ",
+                                            server_tools=False, search_models=SEARCH))
+    assert error.status == 413 and "MAX_BODY_BYTES" in error.reason
+
+
+def test_nesting_depth_limit() -> None:
+    admitted = _route("openai", "POST", CHAT)
+
+    def nested(depth: int) -> bytes:
+        return b'{"a":' * (depth - 1) + b"{}" + b"}" * (depth - 1)
+
+    m.rewrite_body("openai", admitted, nested(m.MAX_NESTING_DEPTH), server_tools=False,
+                   search_models=SEARCH)
+    error = _refusal(lambda: m.rewrite_body("openai", admitted, nested(m.MAX_NESTING_DEPTH + 1),
+                                            server_tools=False, search_models=SEARCH))
+    assert error.status == 400 and "MAX_NESTING_DEPTH" in error.reason
+    assert _refusal(lambda: m.rewrite_body("openai", admitted, b"[" * 5000 + b"]" * 5000,
+                                           server_tools=False,
+                                           search_models=SEARCH)).status == 400
+
+
+@pytest.mark.parametrize("raw", [b"", b"[]", b"{", b'{"a":1}x', b"\xff", b'"x"', b"null"])
+def test_body_not_a_json_object(raw: bytes) -> None:
+    admitted = _route("anthropic", "POST", MSG)
+    assert _refusal(lambda: m.rewrite_body("anthropic", admitted, raw, server_tools=False,
+                                           search_models=SEARCH)).status == 400
+
+
+def test_duplicate_keys_are_resolved_by_reserialising() -> None:
+    admitted = _route("anthropic", "POST", MSG)
+    raw = (b'{"tools":[{"type":"web_search_20250305","name":"w"}],'
+           b'"tools":[{"type":"web_fetch_20250910","name":"x"}],"model":"m"}')
+    out = m.rewrite_body("anthropic", admitted, raw, server_tools=False, search_models=SEARCH)
+    assert out == b'{"model":"m"}'
+
+
+def test_get_route_takes_no_body() -> None:
+    admitted = _route("openai", "GET", "/v1/models")
+    assert m.rewrite_body("openai", admitted, b"", server_tools=False,
+                          search_models=SEARCH) == b""
+    assert _refusal(lambda: m.rewrite_body("openai", admitted, b"{}", server_tools=False,
+                                           search_models=SEARCH)).status == 400
+
+
+def test_search_model_list_file() -> None:
+    patterns = SEARCH.patterns
+    for pattern in ("*search-preview*", "*search-api*", "*deep-research*", "perplexity/sonar*"):
+        assert pattern in patterns
+    assert SEARCH.refuses("models/gemini-deep-research")
+    assert SEARCH.refuses("gpt-5-search-api-2025-10-14")
+    assert not SEARCH.refuses("gpt-4.1")
+    assert not SEARCH.refuses("claude-sonnet-4-5")
+    assert _refusal(lambda: m.parse_search_models("# only comments\n")).status == 500
+
+
+# --- Hypothesis: random tool lists and nested content ---
+
+_ANTHROPIC_TYPES = [*m._ANTHROPIC_CLIENT_TOOLS, "web_search_20250305", "web_fetch_20260318",
+                    "code_execution_20260521", "tool_search_tool_bm25", "advisor_20260301",
+                    "mcp_toolset", "bash_20990101", "Custom", "", "function"]
+_OPENAI_TYPES = [*m._RESPONSES_CLIENT_TOOLS, "web_search", "web_search_preview", "file_search",
+                 "code_interpreter", "image_generation", "mcp", "tool_search",
+                 "programmatic_tool_calling", "openrouter:web_search", "Function"]
+_GEMINI_KEYS = [*m._GEMINI_CLIENT_KEYS, "googleSearch", "google_search", "urlContext",
+                "url_context", "codeExecution", "googleMaps", "fileSearch", "mcpServers",
+                "retrieval", "enterpriseWebSearch", "FunctionDeclarations"]
+
+_tool_type = st.sampled_from(_ANTHROPIC_TYPES + _OPENAI_TYPES) | st.text(max_size=12)
+_tool = st.fixed_dictionaries(
+    {"name": st.sampled_from(["f", "g", "web_search", "bash"])},
+    optional={"type": _tool_type,
+              "environment": st.sampled_from([{"type": "local"}, {"type": "container_auto"}]),
+              "tools": st.lists(st.fixed_dictionaries({"type": _tool_type}), max_size=3)})
+_gemini_tool: st.SearchStrategy[dict[str, Any]] = st.dictionaries(
+    st.sampled_from(_GEMINI_KEYS), st.just({}), max_size=4)
+
+_URL = st.sampled_from(["https://x.example/a", "http://10.0.0.1/", "HTTPS://X/", "gs://b/o",
+                        "ftp://x/", "//x.example/a", "file:///etc/passwd"])
+_leaf = st.one_of(st.text(max_size=5), st.integers(-(2**63), 2**63 - 1), st.none(), _URL)
+_url_node = st.one_of(
+    st.builds(lambda u: {"type": "image", "source": {"type": "url", "url": u}}, _URL),
+    st.builds(lambda u: {"type": "document", "source": {"type": "url", "url": u}}, _URL),
+    st.builds(lambda u: {"type": "image_url", "image_url": {"url": u}}, _URL),
+    st.builds(lambda u: {"type": "input_image", "image_url": u}, _URL),
+    st.builds(lambda u: {"type": "input_file", "file_url": u}, _URL),
+    st.builds(lambda u: {"fileData": {"fileUri": u}}, _URL),
+    st.builds(lambda u: {"file_data": {"file_uri": u}}, _URL),
+    st.builds(lambda u: {"type": "file", "file": {"file_data": u}}, _URL),
+)
+_content = st.recursive(
+    _leaf | _url_node,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(
+        st.sampled_from(["content", "parts", "messages", "input", "output", "source",
+                         "text", "contents", "generateContentRequest", "type", "x"]),
+        children, max_size=4),
+    max_leaves=25)
+
+
+def _fetched_urls(node: Any) -> list[str]:
+    """Every URL the providers would fetch in `node`: an independent, simpler walker."""
+    found: list[str] = []
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            source = item.get("source")
+            if isinstance(source, dict) and source.get("type") == "url":
+                found.append("source")
+            image = item.get("image_url")
+            image = image.get("url") if isinstance(image, dict) else image
+            if isinstance(image, str) and not image.lower().startswith("data:"):
+                found.append(image)
+            if isinstance(item.get("file_url"), str):
+                found.append(item["file_url"])
+            data = item.get("file_data")
+            if isinstance(data, str) and "://" in data:
+                found.append(data)
+            for key in ("fileData", "file_data"):
+                if isinstance(item.get(key), dict):
+                    uri = item[key].get("fileUri", item[key].get("file_uri"))
+                    if uri is not None and not str(uri).startswith(
+                            "https://generativelanguage.googleapis.com/v1beta/files/"):
+                        found.append(str(uri))
+            stack.extend(v for k, v in item.items() if k not in m._OPAQUE_KEYS)
+    return found
+
+
+def _server_tools_left(provider: str, api: str, body: dict[str, Any]) -> list[Any]:
+    tools = body.get("tools", [])
+    if api == "gemini":
+        return [key for tool in tools for key in tool if key not in m._GEMINI_CLIENT_KEYS]
+    if api == "anthropic":
+        allowed = {"custom"} if provider == "openrouter" else set(m._ANTHROPIC_CLIENT_TOOLS)
+        return [t for t in tools if t.get("type", "custom") not in allowed]
+    allowed = (set(m._CHAT_CLIENT_TOOLS) if api == "chat" or provider == "openrouter"
+               else set(m._RESPONSES_CLIENT_TOOLS))
+    left = [t for t in tools if t.get("type") not in allowed]
+    left += [t for t in tools if t.get("type") == "shell"
+             and t.get("environment") != {"type": "local"}]
+    left += [inner for t in tools if t.get("type") == "namespace"
+             for inner in t.get("tools", []) if inner.get("type") not in m._CHAT_CLIENT_TOOLS]
+    return left
+
+
+_TARGETS = [("anthropic", MSG), ("openai", CHAT), ("openai", RESP), ("gemini", GEN),
+            ("openrouter", OR_CHAT), ("openrouter", "/api/v1/messages"),
+            ("openrouter", "/api/v1/responses")]
+
+
+@settings(max_examples=EXAMPLES, suppress_health_check=[HealthCheck.too_slow])
+@given(where=st.sampled_from(_TARGETS), tools=st.lists(_tool, max_size=8),
+       gemini_tools=st.lists(_gemini_tool, max_size=4), content=_content,
+       extra=st.dictionaries(st.sampled_from(["mcp_servers", "container", "web_search_options",
+                                              "plugins", "cachedContent", "cached_content",
+                                              "tool_choice", "model"]),
+                             st.sampled_from(["auto", "x", {"type": "any"}, "gpt-4.1",
+                                              "perplexity/sonar", {"type": "tool",
+                                                                   "name": "f"}]),
+                             max_size=3))
+def test_rewrite_never_passes_a_server_tool_or_a_url(
+        where: tuple[str, str], tools: list[dict[str, Any]],
+        gemini_tools: list[dict[str, Any]], content: Any, extra: dict[str, Any]) -> None:
+    provider, target = where
+    admitted = _route(provider, "POST", target)
+    body: dict[str, Any] = {"tools": gemini_tools if admitted.api == "gemini" else tools,
+                            "content": content, **extra}
+    try:
+        out = m.rewrite(provider, admitted, body, server_tools=False, search_models=SEARCH)
+    except ModelRequestError as error:
+        assert error.status == 400 and error.reason and "\n" not in error.reason
+        return
+    assert _server_tools_left(provider, admitted.api, out) == []
+    assert _fetched_urls(out) == []
+    for field in ("mcp_servers", "container", "web_search_options", "cachedContent",
+                  "cached_content"):
+        if field in m._SERVER_FIELDS.get(admitted.api, {}):
+            assert field not in out
+    if provider == "openrouter":
+        assert "plugins" not in out
+    model = out.get("model")
+    assert not (isinstance(model, str) and SEARCH.refuses(model))
+
+
+@settings(max_examples=EXAMPLES, suppress_health_check=[HealthCheck.too_slow])
+@given(where=st.sampled_from(_TARGETS), raw=st.binary(max_size=200) | st.builds(
+    orjson.dumps, st.dictionaries(st.text(max_size=6), _content, max_size=4)))
+def test_rewrite_body_fuzzed_raises_only_its_error(where: tuple[str, str], raw: bytes) -> None:
+    provider, target = where
+    admitted = _route(provider, "POST", target)
+    try:
+        out = m.rewrite_body(provider, admitted, raw, server_tools=False, search_models=SEARCH)
+    except ModelRequestError as error:
+        assert error.reason and "\n" not in error.reason
+        return
+    assert _fetched_urls(orjson.loads(out)) == []
