@@ -58,6 +58,7 @@ from lnk_execwatch.judge import (
     interpreter_of,
     program_given_to_loader,
 )
+from lnk_execwatch.memory import read_memory
 
 TYPE_CHECKING = False  # the typing module costs an import at every start
 if TYPE_CHECKING:
@@ -99,29 +100,7 @@ MAX_CACHED = 4096
 MAX_LEARN_BYTES = 1 << 20
 
 
-class _IoVec(ctypes.Structure):
-    _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
-
-
-_process_vm_readv = libc.process_vm_readv
-_process_vm_readv.restype = ctypes.c_ssize_t
-_process_vm_readv.argtypes = [ctypes.c_int, ctypes.POINTER(_IoVec), ctypes.c_ulong,
-                              ctypes.POINTER(_IoVec), ctypes.c_ulong, ctypes.c_ulong]
 _PAGE = 4096
-
-
-def read_memory(pid: int, address: int, length: int) -> bytes:
-    """Up to `length` bytes of a stopped program's memory at `address`, in one call
-    (process_vm_readv: one system call, where /proc/PID/mem is three)."""
-    buffer = ctypes.create_string_buffer(length)
-    local = _IoVec(ctypes.cast(buffer, ctypes.c_void_p), length)
-    remote = _IoVec(address, length)
-    ctypes.set_errno(0)
-    done = _process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
-    if done < 0:
-        code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code))
-    return buffer.raw[:done]
 
 
 def read_string(pid: int, address: int, limit: int) -> bytes:
@@ -335,7 +314,7 @@ class Watch:
                  learn: str, say: Callable[[str], None], written: tuple[str, ...] = (),
                  diag: int = -1) -> None:
         self.listener = listener
-        self.sockets = sockets.SocketGuard(listener, diag, read_memory=read_memory,
+        self.sockets = sockets.SocketGuard(listener, diag,
                                            refused=self.refused)
         self.written = written
         self.cache: dict[str, Seen] = {}

@@ -39,6 +39,7 @@ import stat
 
 from lnk_common.syscalls import libc, syscall
 from lnk_execwatch import notify
+from lnk_execwatch.memory import SmallReader, read_memory
 from lnk_execwatch.unixdiag import (
     AF_UNIX,
     PATH,
@@ -98,10 +99,6 @@ class _OpenHow(ctypes.Structure):
                 ("resolve", ctypes.c_uint64)]
 
 
-class _IoVec(ctypes.Structure):
-    _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
-
-
 _syscall = libc.syscall  # restype set by lnk_common.syscalls; no argtypes
 _connect = libc["connect"]  # its own function object: argtypes are per object
 _connect.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
@@ -115,11 +112,6 @@ _setsockopt.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_char_
 _getsockopt = libc["getsockopt"]  # its own function object: argtypes are per object
 _getsockopt.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
                         ctypes.c_void_p]
-_process_vm_readv = libc["process_vm_readv"]  # its own function object: argtypes are per object
-_process_vm_readv.restype = ctypes.c_ssize_t
-_process_vm_readv.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong,
-                              ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
-
 
 def _signed(value: int) -> int:
     """A system call's int argument (the low 32 bits of its register), signed."""
@@ -136,13 +128,11 @@ class _Scratch:
     """Buffers made once: every connect in the sandbox passes here, and building ctypes
     objects for each would be most of its cost."""
 
-    __slots__ = ("address", "local", "option", "option_size", "remote", "saved",
-                 "saved_size", "size_at", "value_at", "wait")
+    __slots__ = ("address", "option", "option_size", "saved", "saved_size", "size_at",
+                 "value_at", "wait")
 
     def __init__(self) -> None:
-        self.address = ctypes.create_string_buffer(SOCKADDR_MAX)
-        self.local = _IoVec(ctypes.cast(self.address, ctypes.c_void_p), 0)
-        self.remote = _IoVec(0, 0)
+        self.address = SmallReader(SOCKADDR_MAX)
         self.option = ctypes.c_int(0)
         self.option_size = ctypes.c_uint32(4)
         self.value_at = ctypes.byref(self.option)
@@ -168,16 +158,7 @@ class _Scratch:
         return self.option.value
 
     def read_address(self, pid: int, at: int, length: int) -> bytes:
-        if length == 0:
-            return b""
-        self.local.length = length
-        self.remote.base = at
-        self.remote.length = length
-        done = _process_vm_readv(pid, ctypes.byref(self.local), 1, ctypes.byref(self.remote),
-                                 1, 0)
-        if done != length:
-            raise OSError(errno.EFAULT, "the address cannot be read")
-        return self.address.raw[:length]
+        return self.address.read_exactly(pid, at, length)
 
 
 class _Call:
@@ -206,15 +187,13 @@ class _Call:
 class SocketGuard:
     """Answers `connect` and `sendto`-with-an-address notifications of one sandbox."""
 
-    __slots__ = ("counting", "diag", "idle", "listener", "pidfds", "queue", "read_memory",
-                 "refused", "scratch", "sequence", "workers")
+    __slots__ = ("counting", "diag", "idle", "listener", "pidfds", "queue", "refused",
+                 "scratch", "sequence", "workers")
 
     def __init__(self, listener: int, diag: int, *,
-                 read_memory: Callable[[int, int, int], bytes],
                  refused: Callable[[str, str], None]) -> None:
         self.listener = listener
         self.diag = diag
-        self.read_memory = read_memory
         self.refused = refused
         self.scratch = _Scratch()
         self.pidfds: dict[int, int] = {}
@@ -319,7 +298,7 @@ class SocketGuard:
     def _read(self, pid: int, address: int, length: int) -> bytes:
         if length == 0:
             return b""
-        data = self.read_memory(pid, address, length)
+        data = read_memory(pid, address, length)
         if len(data) != length:
             raise OSError(errno.EFAULT, "unreadable")
         return data
