@@ -2,7 +2,7 @@
 
 Sans IO: the name check reads only the policy; the address check reads only the address
 and what was found about this machine (lnk_proxy.machine). Order, default deny: the
-wire's controls (kill switch, pause, calls a minute: lnk_proxy.controls) → the name,
+wire's controls (kill switch, pause, calls a minute: lnk_common.controls) → the name,
 before any lookup, so a name not listed costs no DNS query and leaks nothing to a
 resolver → the lookup (not here) → every address checked → the connection goes to the
 very address checked.

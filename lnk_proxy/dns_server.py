@@ -14,7 +14,7 @@ Every query is on the wire's log, TARGET being the name asked:
     allowed  _mongodb._tcp.c.example.net  kind=dns type=SRV outside=NOERROR answers=3
     refused  other.com       kind=dns type=A reason=other.com is not a name this sandbox …
 A refused name counts toward pausing the wire, on a threshold of its own, looser than a
-call's (lnk_proxy.controls.DNS_NAMES_PER_TARGET): resolvers ask for names on their own
+call's (lnk_common.controls.DNS_NAMES_PER_TARGET): resolvers ask for names on their own
 (search lists, AAAA beside A, retries), so only distinct names count, and many of them;
 a flood of new names (data sent out in them, to whoever runs the domain's DNS, or to
 fill the log) pauses. The log folds refusals of one kind (lnk_common.wirelog). The kill
@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
+from lnk_common.wire import Refused
 from lnk_dns.answer import Local, Outside, Refuse, decide
 from lnk_dns.message import (
     MAX_MESSAGE_BYTES,
@@ -52,7 +53,6 @@ from lnk_dns.message import (
 )
 from lnk_proxy.decide import HostRule
 from lnk_proxy.server import Proxy
-from lnk_proxy.wire import Refused
 
 __all__ = ["MAX_KEPT_BYTES", "MAX_TCP_CONNECTIONS", "OUTSIDE_SECONDS", "TCP_IDLE_SECONDS",
            "DnsService", "system_server"]

@@ -15,7 +15,7 @@ listening socket's queue, not while the sandbox starts.
 
 from __future__ import annotations
 
-from lnk_proxy import serving
+from lnk_common import serving
 
 __all__ = ["main"]
 

@@ -26,10 +26,11 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import h11
 
+from lnk_common.controls import Controls, SharedControls
 from lnk_common.endpoints import AddressBook
+from lnk_common.wire import OUT_OF_DESCRIPTORS, Refused, Wire, is_out_of_descriptors, no_delay
 from lnk_common.wirelog import WireLog
 from lnk_proxy import sni
-from lnk_proxy.controls import Controls, SharedControls
 from lnk_proxy.decide import (
     METADATA_ADDRESSES,
     Address,
@@ -41,7 +42,6 @@ from lnk_proxy.decide import (
 from lnk_proxy.head import HeadError, RequestHead, check_head, head_end
 from lnk_proxy.resolver import system_resolver
 from lnk_proxy.target import Target, TargetError, parse_absolute, parse_connect
-from lnk_proxy.wire import OUT_OF_DESCRIPTORS, Refused, Wire, is_out_of_descriptors, no_delay
 
 __all__ = ["HEAD_SECONDS", "HTTP_PORT", "IDLE_SECONDS", "UPGRADES", "Proxy"]
 

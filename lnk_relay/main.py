@@ -23,7 +23,7 @@ address, and the relay reaches nothing but the named ports of its loopback.
 
 from __future__ import annotations
 
-from lnk_proxy import serving
+from lnk_common import serving
 
 __all__ = ["main"]
 

@@ -6,9 +6,9 @@ import asyncio
 import time
 from collections.abc import Callable
 
+from lnk_common.controls import Controls, SharedControls
+from lnk_common.wire import OUT_OF_DESCRIPTORS, Refused, Wire, is_out_of_descriptors, no_delay
 from lnk_common.wirelog import WireLog
-from lnk_proxy.controls import Controls, SharedControls
-from lnk_proxy.wire import OUT_OF_DESCRIPTORS, Refused, Wire, is_out_of_descriptors, no_delay
 
 __all__ = ["CONNECT_SECONDS", "Relay"]
 

@@ -248,9 +248,9 @@ def test_N9_a_call_the_switch_closes_ends_as_ordinary_work_not_as_a_cancelled_ta
     CancelledError there: some 20 lines of traceback on stderr for every open call."""
     import asyncio
 
+    from lnk_common.controls import Controls
     from lnk_common.policy import DEFAULT_PAUSE
     from lnk_common.wirelog import WireLog
-    from lnk_proxy.controls import Controls
     from lnk_relay.relay import Relay
 
     said: list[str] = []

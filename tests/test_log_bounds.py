@@ -31,9 +31,9 @@ from lnk_common.boundedlog import (
     Folds,
     clip,
 )
+from lnk_common.controls import DNS_NAMES_PER_TARGET, MAX_TRACKED_NAMES, Controls
 from lnk_common.endpoints import MAX_KEPT_NAMES
 from lnk_common.wirelog import WireLog, fold_key, parse_line
-from lnk_proxy.controls import DNS_NAMES_PER_TARGET, MAX_TRACKED_NAMES, Controls
 from tests.conftest import (
     LNK_SANDBOX,
     SANDBOX_TIMEOUT_SECONDS,

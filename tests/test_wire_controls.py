@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lnk_proxy.controls import Controls
+from lnk_common.controls import Controls
 from tests.conftest import (
     LNK_SANDBOX,
     SANDBOX_TIMEOUT_SECONDS,

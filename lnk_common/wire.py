@@ -2,7 +2,7 @@
 
 The proxy (lnk_proxy.server) and the loopback relay (lnk_relay) are each a `Wire`: every
 call passes `gate()` first (the kill switch, the wire's pause, the calls a minute; each
-file looked at on every call), a refusal may pause the wire (lnk_proxy.controls), open
+file looked at on every call), a refusal may pause the wire (lnk_common.controls), open
 calls end when the switch or a pause says so (`closed()`, looked at by the process's
 watch), and an allowed connection is relayed by splice(2), in the kernel.
 """
@@ -23,9 +23,9 @@ from collections.abc import Awaitable, Callable
 
 from lnk_common import wirestate
 from lnk_common.boundedlog import FOLD_SECONDS, Folds
+from lnk_common.controls import Controls, SharedControls
 from lnk_common.policy import DEFAULT_PAUSE
 from lnk_common.wirelog import WireLog
-from lnk_proxy.controls import Controls, SharedControls
 
 __all__ = ["OUT_OF_DESCRIPTORS", "Refused", "Wire", "is_out_of_descriptors", "no_delay",
            "notify_desktop"]
@@ -294,7 +294,7 @@ class Wire:
 
     def count_dns_refusal(self, name: str) -> None:
         """A name the sandbox's DNS refused: pauses the wire when too many distinct
-        names were (a threshold of its own, looser than a call's: lnk_proxy.controls)."""
+        names were (a threshold of its own, looser than a call's: lnk_common.controls)."""
         why = self.controls.dns_refusal(time.time(), name)
         if why:
             self._pause_now(why)

@@ -15,8 +15,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from lnk_proxy.controls import SharedControls
-    from lnk_proxy.wire import Wire
+    from lnk_common.controls import SharedControls
+    from lnk_common.wire import Wire
 
     Closer = Callable[[], None]
 
@@ -98,8 +98,8 @@ def wait_for_first(listeners: list[tuple[int, str]]) -> None:
 
 
 def controls_from(options: dict[str, list[str]]) -> SharedControls:
+    from lnk_common.controls import Controls, SharedControls
     from lnk_common.policy import DEFAULT_PAUSE, parse_pause
-    from lnk_proxy.controls import Controls, SharedControls
 
     settings, wire = options["--settings"][0], options["--wire"][0]
     return SharedControls(
@@ -122,7 +122,7 @@ def run_wire(wire: Wire, start: Callable[[], Awaitable[Closer]]) -> None:
     import threading
     import time
 
-    from lnk_proxy.wire import is_out_of_descriptors
+    from lnk_common.wire import is_out_of_descriptors
 
     def watch_switches(loop: asyncio.AbstractEventLoop) -> None:
         """A thread of its own, not a task: the event loop may wait long for the GIL
