@@ -2,13 +2,12 @@
 placeholder this sandbox was given and the key from Link's secrets.
 
 What the proxy calls, in order (lnk_proxy.server):
-  admit(method, target, headers) → Admitted     before the body is read: the provider is
-                                                 one named, the path an inference call, the
-                                                 call carried the placeholder and nothing
-                                                 else, the body in a form we can read;
-  request(admitted, raw) → (h11.Request, body)  the body rewritten, the real key added
-                                                 (read now: a rotated key takes effect at
-                                                 once), the upstream request.
+- provider(rest) → (provider, target): the provider is one this sandbox named;
+- admit(provider, method, target, headers) → Admitted: before the body is read, the path
+  is an inference call, the call carried the placeholder and nothing else, the body is in
+  a form we can read;
+- request(admitted, raw) → (h11.Request, body): the body rewritten, the real key added
+  (read now: a rotated key takes effect at once), the upstream request.
 Each refusal is a Refused with a one-line reason that never quotes a key, a query value
 or a path (model_rules' reasons are worded so).
 """
@@ -76,9 +75,9 @@ class ModelVerb:
         # some milliseconds), when the proxy starts serving.
         self.tls = tls_context()
 
-    def admit(self, method: bytes, rest: str, headers: list[tuple[bytes, bytes]]
-              ) -> Admitted:
-        """The call before its body, or Refused."""
+    def provider(self, rest: str) -> tuple[str, str]:
+        """(provider, target from its root) of the path after `/_link/model`, the
+        provider one this sandbox named, or Refused."""
         try:
             provider, target = split_provider(rest)
         except VerbError as error:
@@ -90,6 +89,11 @@ class ModelVerb:
             raise Refused(404, "unknown model provider (known: "
                                + ", ".join(sorted(model_rules.PROVIDERS))
                                + "; names are lowercase)")
+        return provider, target
+
+    def admit(self, provider: str, method: bytes, target: str,
+              headers: list[tuple[bytes, bytes]]) -> Admitted:
+        """The call to `provider` (one named) before its body, or Refused."""
         try:
             route = model_rules.route(provider, method, target)
             kept, carried = model_rules.strip_credentials(headers)

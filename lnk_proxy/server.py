@@ -50,7 +50,7 @@ from lnk_proxy.decide import (
     matching_rule,
 )
 from lnk_proxy.head import HeadError, RequestHead, check_head, head_end
-from lnk_proxy.model_rules import MAX_BODY_BYTES
+from lnk_proxy.model_rules import MAX_BODY_BYTES, PROVIDER_HOSTS
 from lnk_proxy.model_verb import Admitted, ModelVerb
 from lnk_proxy.resolver import system_resolver
 from lnk_proxy.target import Target, TargetError, parse_absolute, parse_connect
@@ -674,8 +674,9 @@ class Proxy(Wire):
         authority = "-"
         try:
             self.gate()
-            admitted = model.admit(request.method, rest, list(request.headers))
-            authority = admitted.authority
+            provider, target = model.provider(rest)
+            authority = f"{PROVIDER_HOSTS[provider]}:443"  # where a refusal is logged
+            admitted = model.admit(provider, request.method, target, list(request.headers))
             raw = await _read_body(request, client, reader, writer, MAX_MODEL_BODY_BYTES)
             outgoing, body = model.request(admitted, raw)
             upstream = model.pools[admitted.provider].take()

@@ -48,16 +48,15 @@ def split_verb(path: str, enabled: frozenset[str]) -> tuple[str, str]:
     rest = path[len(PREFIX):]
     if not rest.startswith("/"):
         raise VerbError(404, f"{PREFIX}/ holds the verbs: " + ", ".join(sorted(VERBS)))
-    name, slash, after = rest[1:].partition("/")
-    if "?" in name:
-        name = name.partition("?")[0]
-        slash, after = "", "?"  # a query straight after the verb's name: no path
+    after = rest[1:]
+    cut = min((at for at in (after.find("/"), after.find("?")) if at >= 0), default=len(after))
+    name, remainder = after[:cut], after[cut:]
     if name not in VERBS:
         raise VerbError(404, "no such verb (the verbs, by exact name: "
                              + ", ".join(sorted(VERBS)) + ")")
     if name not in enabled:
         raise VerbError(404, f"the {name} verb is off in this sandbox: {VERBS[name]}")
-    return name, (slash + after) if slash else after
+    return name, remainder
 
 
 def split_provider(rest: str) -> tuple[str, str]:
