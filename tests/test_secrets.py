@@ -75,7 +75,7 @@ def test_secret_set_list_remove_round_trip(sandbox_env: dict[str, str], lnk_home
     listed = secret(sandbox_env, "list")
     assert (listed.returncode, listed.stdout) == (0, b"anthropic\ntwo-lines\n")
     listed_json = secret(sandbox_env, "list", "--json")
-    assert listed_json.stdout == b'{"secrets":["anthropic","two-lines"]}\n'
+    assert listed_json.stdout == b'{"secrets":["anthropic","two-lines"],"rules":[]}\n'
 
     # A rotated key is read at once: read_secret holds no copy.
     rotated = VALUE + b"-rotated"
