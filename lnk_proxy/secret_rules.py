@@ -219,8 +219,8 @@ def parse_rule(raw: bytes) -> Rule:
     shapes = _parse_shapes(document["paths"], header_holds_secret=header is not None,
                            refused=refused)
     placeholder = document.get("placeholder")
-    if placeholder is not None and (not isinstance(placeholder, str)
-                                    or placeholder not in PLACEHOLDER_SHAPES):
+    if "placeholder" in document and (not isinstance(placeholder, str)
+                                      or placeholder not in PLACEHOLDER_SHAPES):
         raise _rule_error("placeholder: one of " + ", ".join(sorted(PLACEHOLDER_SHAPES))
                           + " ({id} is the secret's digits before its first ':')")
     methods = _parse_methods(document.get("methods", sorted(DEFAULT_METHODS)))
@@ -612,7 +612,8 @@ def check_body(content_type: bytes, body: bytes) -> None:
 
 
 _BOUNDARY = re.compile(rb';\s*boundary=(?:"([^"\r\n]{1,70})"|([^\s;"]{1,70}))', re.IGNORECASE)
-_PART_NAME = re.compile(rb'\bname\*?\s*=\s*(?:"([^"\r\n]*)"|([^\s;]+))', re.IGNORECASE)
+_PART_NAME_EXTENDED = re.compile(rb'\bname\*\s*=', re.IGNORECASE)
+_PART_NAME = re.compile(rb'\bname\s*=\s*(?:"([^"\r\n]*)"|([^\s;]+))', re.IGNORECASE)
 
 
 def _check_multipart(content_type: bytes, body: bytes) -> None:
@@ -626,6 +627,11 @@ def _check_multipart(content_type: bytes, body: bytes) -> None:
             continue  # the closing delimiter, or nothing a server reads as a part
         for line in head.split(b"\r\n"):
             if line.lower().startswith(b"content-disposition:"):
+                if _PART_NAME_EXTENDED.search(line):
+                    # RFC 7578 4.2: senders do not use the RFC 2231 form; a server that
+                    # reads it would decode a name this check did not see.
+                    raise SecretRuleError(400, "a multipart field name in the encoded form "
+                                               "(name*=) is refused")
                 named = _PART_NAME.search(line)
                 if named is not None:
                     value = named.group(1) if named.group(1) is not None else named.group(2)
