@@ -457,9 +457,12 @@ def match(rule: Rule, method: bytes, target: bytes, placeholder: bytes,
         raise SecretRuleError(405, "this method is not allowed for this secret (allowed: "
                               + ", ".join(sorted(m.decode() for m in rule.methods)) + ")")
     path, question, query = target.partition(b"?")
+    path, spelled = _secret_colon_spelled_encoded(path)
     _refuse_unplain_path(path)
     segments = path[1:].split(b"/")
     shape = _shape_of(rule, segments)
+    if spelled is not None and (spelled >= len(shape) or shape[spelled].kind != "secret"):
+        raise SecretRuleError(400, _ENCODED)
     before: list[bytes] = []
     after: list[bytes] = []
     found_secret = False
@@ -490,12 +493,36 @@ def match(rule: Rule, method: bytes, target: bytes, placeholder: bytes,
                    name=name)
 
 
+_ENCODED = "an encoded byte ('%') in the path is refused, never decoded"
+# The one spelling of an encoded byte accepted, and only in the secret's own segment, which
+# the proxy replaces whole (so what it decoded never goes upstream): ':' as '%3A', as
+# urllib.parse.quote writes it. python-telegram-bot quotes its file URLs so, and a
+# Telegram placeholder (`<bot id>:<random>`) holds a ':'.
+_ENCODED_COLON = b"%3A"
+
+
+def _secret_colon_spelled_encoded(path: bytes) -> tuple[bytes, int | None]:
+    """(path, None) when it has no '%'; else the path with '%3A' read as ':' in the one
+    segment that holds a '%', and that segment's index among the shape's parts (the
+    caller refuses it unless it is the secret's). Any other '%' is left for
+    _refuse_unplain_path to refuse."""
+    if b"%" not in path:
+        return path, None
+    segments = path.split(b"/")
+    encoded = [index for index, segment in enumerate(segments) if b"%" in segment]
+    plain = segments[encoded[0]].replace(_ENCODED_COLON, b":")
+    if len(encoded) != 1 or encoded[0] == 0 or b"%" in plain:
+        return path, None
+    segments[encoded[0]] = plain
+    return b"/".join(segments), encoded[0] - 1
+
+
 def _refuse_unplain_path(path: bytes) -> None:
     if not path.startswith(b"/"):
         raise SecretRuleError(404, "the secret verb's path is /_link/secret/<name>/<the "
                                    "service's own path>")
     if b"%" in path:
-        raise SecretRuleError(400, "an encoded byte ('%') in the path is refused, never decoded")
+        raise SecretRuleError(400, _ENCODED)
     if b"\\" in path:
         raise SecretRuleError(400, "a backslash in the path is refused")
     if not _PATH_BYTES.issuperset(path):
