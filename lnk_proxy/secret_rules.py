@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
 
 __all__ = [
     "ALLOWED_METHODS",
@@ -62,6 +62,7 @@ __all__ = [
     "Upstream",
     "check_body",
     "check_secret",
+    "environment_variables",
     "fill",
     "make_placeholder",
     "match",
@@ -679,3 +680,26 @@ def fill(matched: Matched, secret: bytes) -> Upstream:
                         header=(name, before + secret + after))
     return Upstream(host=rule.host, port=rule.port, method=matched.method,
                     target=matched.before + secret + matched.after)
+
+
+# ---------------------------------------------------------------------------------------------
+# The program's environment
+
+
+def environment_variables(names: Iterable[str]) -> dict[str, tuple[str, str]]:
+    """name → (its base URL's variable, its placeholder's variable) for each secret a
+    sandbox names: `LNK_SECRET_<NAME>_URL` and `LNK_SECRET_<NAME>`, upper case, '-' as '_'.
+    SecretRuleError when two names would share a variable (`a-b` and `a_b`; `a` and
+    `a_url`, whose placeholder's variable is a's URL's): the spec naming both is refused
+    rather than one program's variable silently holding another secret's value."""
+    variables: dict[str, tuple[str, str]] = {}
+    taken: set[str] = set()
+    for name in sorted(set(names)):
+        stem = "LNK_SECRET_" + name.upper().replace("-", "_")
+        pair = (stem + "_URL", stem)
+        if taken & set(pair):
+            raise SecretRuleError(400, "two secrets' names give the same environment variable "
+                                       "(a '-' and a '_', or a name ending in _url); rename one")
+        taken.update(pair)
+        variables[name] = pair
+    return variables

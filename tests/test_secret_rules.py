@@ -597,6 +597,23 @@ def test_body_naming_a_method_is_refused(content_type: bytes, body: bytes,
         assert refusal(lambda: s.check_body(content_type, body)).reason == reason
 
 
+# --- the program's environment ---
+
+
+def test_environment_variables_of_each_secret() -> None:
+    assert s.environment_variables(["telegram", "github-work"]) == {
+        "telegram": ("LNK_SECRET_TELEGRAM_URL", "LNK_SECRET_TELEGRAM"),
+        "github-work": ("LNK_SECRET_GITHUB_WORK_URL", "LNK_SECRET_GITHUB_WORK")}
+    assert s.environment_variables([]) == {}
+
+
+@pytest.mark.parametrize("names", [["a-b", "a_b"], ["a", "a_url"], ["a", "A-URL"]])
+def test_environment_variables_that_would_collide_are_refused(names: list[str]) -> None:
+    assert refusal(lambda: s.environment_variables(names)).reason == (
+        "two secrets' names give the same environment variable (a '-' and a '_', or a name "
+        "ending in _url); rename one")
+
+
 # --- Hypothesis ---
 
 ALPHABET = st.sampled_from([b"/", b".", b"%", b"a", b"Z", b"0", b"{", b"}", b":", b"?", b"=",
