@@ -35,7 +35,8 @@ USER = {"id": 123456, "is_bot": True, "first_name": "b", "username": "b_bot"}
 MESSAGE = {"message_id": 1, "date": 0, "chat": {"id": 42, "type": "private"}, "text": "hi"}
 FILE = {"file_id": "abc", "file_unique_id": "u", "file_size": 3,
         "file_path": "photos/file_0.jpg"}
-RESULTS: dict[str, object] = {"getme": USER, "sendmessage": MESSAGE, "getupdates": [],
+RESULTS: dict[str, object] = {"getme": USER, "sendmessage": MESSAGE, "sendphoto": MESSAGE,
+                              "getupdates": [],
                               "getfile": FILE, "close": True, "logout": True,
                               "setwebhook": True, "deletewebhook": True}
 
@@ -59,8 +60,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 
     def handle_any(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
+        body = self.read_body()
         target = self.path.encode("latin-1")
         assert target.startswith(PREFIX.encode())
         headers = [(name.encode(), value.encode()) for name, value in self.headers.items()]
@@ -82,6 +82,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.answer(200, {"ok": True, "result": RESULTS[matched.name.decode().lower()]})
 
     do_GET = do_POST = handle_any
+
+    def read_body(self) -> bytes:
+        """The body whole, by Content-Length or chunked (aiohttp sends multipart so)."""
+        if self.headers.get("Transfer-Encoding", "").lower() != "chunked":
+            length = int(self.headers.get("Content-Length") or 0)
+            return self.rfile.read(length) if length else b""
+        chunks = []
+        while True:
+            size = int(self.rfile.readline().split(b";")[0], 16)
+            chunk = self.rfile.read(size)
+            self.rfile.readline()
+            if not size:
+                return b"".join(chunks)
+            chunks.append(chunk)
 
     def answer(self, status: int, document: object, raw: bytes | None = None) -> None:
         out = raw if raw is not None else orjson.dumps(document)
@@ -115,6 +129,7 @@ def test_aiogram_calls_pass_with_the_placeholder_and_refused_methods_fail(
     from aiogram.client.session.aiohttp import AiohttpSession
     from aiogram.client.telegram import TelegramAPIServer
     from aiogram.exceptions import TelegramAPIError
+    from aiogram.types import BufferedInputFile
     from aiogram.utils.token import validate_token
 
     placeholder = bot_api.placeholder.decode()
@@ -127,6 +142,8 @@ def test_aiogram_calls_pass_with_the_placeholder_and_refused_methods_fail(
         try:
             assert (await bot.get_me()).id == 123456
             assert (await bot.send_message(chat_id=42, text="hi & method=close")).text == "hi"
+            await bot.send_photo(chat_id=42, photo=BufferedInputFile(b"JPG", "a.jpg"),
+                                 caption="method")
             assert await bot.get_updates(offset=10, timeout=0) == []
             found = await bot.get_file("abc")
             assert found.file_path is not None
@@ -146,7 +163,8 @@ def test_aiogram_calls_pass_with_the_placeholder_and_refused_methods_fail(
     assert len(failed) == 4
     targets = [target for target, _ in bot_api.passed]
     assert targets == [b"/bot" + SECRET + b"/getMe", b"/bot" + SECRET + b"/sendMessage",
-                       b"/bot" + SECRET + b"/getUpdates", b"/bot" + SECRET + b"/getFile",
+                       b"/bot" + SECRET + b"/sendPhoto", b"/bot" + SECRET + b"/getUpdates",
+                       b"/bot" + SECRET + b"/getFile",
                        b"/file/bot" + SECRET + b"/photos/file_0.jpg"]
     assert bot_api.refused == ["this name is refused by the secret's rule (whatever its case)"] * 4
     assert all(bot_api.placeholder not in body for _, body in bot_api.passed)
@@ -166,6 +184,7 @@ def test_python_telegram_bot_calls_pass_with_the_placeholder_and_refused_methods
         async with bot:
             assert (await bot.get_me()).id == 123456
             assert (await bot.send_message(chat_id=42, text="hi")).text == "hi"
+            await bot.send_photo(chat_id=42, photo=b"JPG", caption="method")
             assert await bot.get_updates(offset=10, timeout=0) == ()
             found = await bot.get_file("abc")
             assert bytes(await found.download_as_bytearray()) == b"JPG"
@@ -182,6 +201,7 @@ def test_python_telegram_bot_calls_pass_with_the_placeholder_and_refused_methods
     targets = [target for target, _ in bot_api.passed]
     assert b"/bot" + SECRET + b"/getMe" in targets
     assert b"/bot" + SECRET + b"/sendMessage" in targets
+    assert b"/bot" + SECRET + b"/sendPhoto" in targets
     assert b"/file/bot" + SECRET + b"/photos/file_0.jpg" in targets
     assert set(bot_api.refused) == {
         "this name is refused by the secret's rule (whatever its case)"}
