@@ -88,7 +88,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.headers.get("Transfer-Encoding", "").lower() != "chunked":
             length = int(self.headers.get("Content-Length") or 0)
             return self.rfile.read(length) if length else b""
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             size = int(self.rfile.readline().split(b";")[0], 16)
             chunk = self.rfile.read(size)
