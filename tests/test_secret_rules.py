@@ -412,6 +412,30 @@ def test_rule_fed_whole_in_every_prefix_and_with_trailing_data() -> None:
     assert parse_refusal(TELEGRAM + b"{}") == "a rule is one JSON object (this is not valid JSON)"
 
 
+def test_target_fed_in_every_prefix_and_with_trailing_data() -> None:
+    whole = b"/file/bot" + PLACEHOLDER + b"/photos/a.jpg?x=1"
+    passed = []
+    for cut in range(len(whole) + 1):
+        try:
+            tg_match(whole[:cut])
+        except SecretRuleError:
+            continue
+        passed.append(whole[:cut])
+    # Every prefix from the first byte of {path} on is a plain path, but those ending in
+    # an empty segment or an empty query.
+    start = len(b"/file/bot" + PLACEHOLDER + b"/p")
+    assert passed == [whole[:cut] for cut in range(start, len(whole) + 1)
+                      if whole[cut - 1:cut] not in (b"/", b"?")]
+    for tail in (b"\x00", b"#", b"&", b"%", b";", b" ", b"\\"):
+        refusal(lambda tail=tail: tg_match(whole + tail))
+
+
+def test_the_store_bounds_a_rule_as_the_parser_does() -> None:
+    from lnk_common.secrets import MAX_RULE_FILE_BYTES
+
+    assert MAX_RULE_FILE_BYTES == s.MAX_RULE_BYTES
+
+
 # --- header rules ---
 
 BEARER = rule(paths=["/v1/{name}", "/files/{path}"], header="Authorization: Bearer {secret}",
