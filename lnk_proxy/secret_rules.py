@@ -20,7 +20,7 @@ cannot be shown a path we did not check).
 Order of a call (the shell's): match(rule, method, target, placeholder, headers) → the body
 read, check_body(content type, body) → fill(matched, secret read now) → the upstream request
 to rule.host:rule.port over TLS (every address check of the gate applies), inbound
-credential headers (INBOUND_CREDENTIAL_HEADERS) dropped, Upstream.header added.
+credential headers (INBOUND_CREDENTIAL_HEADERS) dropped, Filled.header added.
 
 SecretRuleError is the only exception that leaves this module. Its reason is one line that
 never quotes the secret, the placeholder or the incoming path or query, so a refusal can be
@@ -55,11 +55,11 @@ __all__ = [
     "PLACEHOLDER_SHAPES",
     "RANDOM_BYTES",
     "UPSTREAM_PORT",
+    "Filled",
     "Matched",
     "Part",
     "Rule",
     "SecretRuleError",
-    "Upstream",
     "check_body",
     "check_secret",
     "environment_variables",
@@ -425,7 +425,7 @@ class Matched:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Upstream:
+class Filled:
     """The request to send: target and header hold the real secret (repr hides them)."""
 
     host: str
@@ -435,7 +435,7 @@ class Upstream:
     header: tuple[bytes, bytes] | None = None
 
     def __repr__(self) -> str:
-        return f"Upstream(host={self.host!r}, port={self.port}, <target and header hidden>)"
+        return f"Filled(host={self.host!r}, port={self.port}, <target and header hidden>)"
 
     @property
     def authority(self) -> str:
@@ -668,17 +668,17 @@ def _check_multipart(content_type: bytes, body: bytes) -> None:
                                                    "(the method goes in the path)")
 
 
-def fill(matched: Matched, secret: bytes) -> Upstream:
+def fill(matched: Matched, secret: bytes) -> Filled:
     """The upstream request of `matched` with the real `secret` where the rule puts it;
     SecretRuleError (503, the person's to fix) when the secret cannot stand there as is."""
     rule = matched.rule
     check_secret(rule, secret)
     if rule.header is not None:
         name, before, after = rule.header
-        return Upstream(host=rule.host, port=rule.port, method=matched.method,
+        return Filled(host=rule.host, port=rule.port, method=matched.method,
                         target=matched.before + matched.after,
                         header=(name, before + secret + after))
-    return Upstream(host=rule.host, port=rule.port, method=matched.method,
+    return Filled(host=rule.host, port=rule.port, method=matched.method,
                     target=matched.before + secret + matched.after)
 
 
