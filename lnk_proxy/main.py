@@ -21,7 +21,8 @@ __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> None:
-    options = serving.parse_options("lnk-sandbox-proxy", argv, ("--host", "--endpoint", "--lan"))
+    options = serving.parse_options("lnk-sandbox-proxy", argv, ("--host", "--endpoint", "--lan",
+                                                                  "--model", "--server-tools"))
     serving.start_helper()
     listeners = serving.receive_listeners(options, "proxy tcp")
     if not listeners:

@@ -28,6 +28,7 @@ the interpreter and package that the init itself runs from.
 
 from __future__ import annotations
 
+from lnk_common.endpoints import PROXY_ADDRESS, PROXY_PORT
 from lnk_common.policy import Policy
 
 TYPE_CHECKING = False  # the typing module costs an import at every start
@@ -244,14 +245,16 @@ HIDDEN_FOLDER_MODE = "0111"
 # Where the init's own packages are bound inside (see plan()).
 PACKAGES_INSIDE = "/.lnk-sandbox"
 # Where a sandbox with the proxy finds it: a fixed address and port on its own loopback
-# (the socket is made there by the launcher and served by the proxy outside).
-PROXY_ADDRESS = "127.0.0.1"
-PROXY_PORT = 3128
+# (lnk_common.endpoints, the one definition; the socket is made there by the launcher's
+# DNS helper and served by the proxy outside).
 PROXY_URL = f"http://{PROXY_ADDRESS}:{PROXY_PORT}"
 # What common clients read to find a proxy (curl, wget, git, pip, Python, Node's
 # undici with its env, Go): both cases, since some read only one.
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy",
                    "all_proxy")
+# Node's own fetch (undici) ignores the proxy variables unless this is set (Node 22.21+,
+# 24): without it a harness's fetch fails where curl works.
+NODE_PROXY_SWITCH = ("NODE_USE_ENV_PROXY", "1")
 
 
 def inside(path: str, folder: str) -> bool:
@@ -355,6 +358,7 @@ def plan(policy: Policy, facts: HostFacts) -> Plan:
         head.append(Value("info-fd", str(facts.info_fd)))
     if policy.network == "proxy":
         head += [Pair("setenv", name, PROXY_URL) for name in PROXY_VARIABLES]
+        head.append(Pair("setenv", *NODE_PROXY_SWITCH))
         head += [Value("unsetenv", name) for name in ("NO_PROXY", "no_proxy")]
 
     system: list[Option] = [Pair("ro-bind", path, path) for path in facts.system_dirs]
