@@ -24,6 +24,7 @@ safe_names = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}", fullmatch=True)
 def policies(draw: st.DrawFn, names: st.SearchStrategy[str] = any_names) -> Policy:
     write = draw(path_tuples)
     network = draw(st.sampled_from(["none", "proxy"]))
+    models = tuple(draw(st.lists(st.sampled_from(MODEL_PROVIDERS), unique=True, max_size=4)))
     return Policy(
         settings=draw(paths),
         settings_via=draw(st.one_of(st.just(""), paths)),
@@ -42,14 +43,10 @@ def policies(draw: st.DrawFn, names: st.SearchStrategy[str] = any_names) -> Poli
         name=draw(st.one_of(st.just(""), names)),
         spec=draw(st.one_of(st.just(""), paths)),
         keep_session=draw(st.booleans()),
-        **_model_fields(draw),
+        models=models,
+        server_tools=bool(models) and draw(st.booleans()),
+        agent=draw(st.one_of(st.just(""), safe_names)),
     )
-
-
-def _model_fields(draw: st.DrawFn) -> dict[str, object]:
-    models = tuple(draw(st.lists(st.sampled_from(MODEL_PROVIDERS), unique=True, max_size=4)))
-    return {"models": models, "server_tools": bool(models) and draw(st.booleans()),
-            "agent": draw(st.one_of(st.just(""), safe_names))}
 
 
 @given(policies())
