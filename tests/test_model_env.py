@@ -486,3 +486,68 @@ def test_the_wrap_line_carries_the_model_verb_never_a_placeholder(
     assert words[words.index("--model") + 1] == "gemini"
     assert "--server-tools" in words
     assert not any(word.startswith("lnk-") and len(word) == 44 for word in words)
+
+
+# -- check -----------------------------------------------------------------------------------
+
+
+def _check(sandbox_env: dict[str, str], *options: str) -> subprocess.CompletedProcess[str]:
+    from tests.conftest import LNK_SANDBOX
+
+    return subprocess.run([LNK_SANDBOX, "check", *options], env=sandbox_env,
+                          capture_output=True, text=True, check=False)
+
+
+def _set_secret(sandbox_env: dict[str, str], name: str, value: str) -> None:
+    from tests.conftest import LNK_SANDBOX
+
+    subprocess.run([LNK_SANDBOX, "secret", "set", name], input=value, env=sandbox_env,
+                   capture_output=True, text=True, check=True)
+
+
+def test_check_says_which_model_verbs_a_spec_turns_on_and_which_has_no_key(
+    write_spec: WriteSpec, sandbox_env: dict[str, str], tmp_path: Path,
+) -> None:
+    _set_secret(sandbox_env, "anthropic", "sk-ant-REALKEY-0001")
+    _set_secret(sandbox_env, "telegram", "1:REALKEY")
+    spec = write_spec(f'[files]\nread = {toml_list(tmp_path)}\n'
+                      '[verbs]\nmodel = ["anthropic", "openai"]\n')
+    result = _check(sandbox_env, "--spec", str(spec))
+    assert result.returncode == 0, result.stderr
+    block = result.stdout.split("\nmodel verb: ", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert block == [
+        "keys in Link's secrets (names only): set for anthropic; not set: openai, gemini, "
+        "openrouter",
+        f"  {spec}: on for anthropic, openai; each key is the secret of the provider's name, "
+        "added at the proxy (the sandbox holds a placeholder, and no provider's key)",
+        "  WARNING: no secret named openai yet: its calls are refused until it is set "
+        "(lnk-sandbox secret set openai)",
+        "  server-side tools: removed (by allow-list; [network] server_tools = true keeps "
+        "them)",
+    ]
+    assert "REALKEY" not in result.stdout + result.stderr
+    found = json.loads(_check(sandbox_env, "--spec", str(spec), "--json").stdout)
+    assert found["model_verb"] == {
+        "providers": ["anthropic", "openai", "gemini", "openrouter"], "keys_set": ["anthropic"],
+        "spec": str(spec), "on": ["anthropic", "openai"], "no_key_yet": ["openai"],
+        "server_tools": False}
+    model = next(item for item in found["protections"]
+                 if item["protection"].startswith("the model verb"))
+    assert model["in_force"] is True
+
+
+def test_check_says_when_server_tools_are_kept_and_when_no_verb_is_on(
+    write_spec: WriteSpec, sandbox_env: dict[str, str], tmp_path: Path,
+) -> None:
+    kept = write_spec('[network]\nserver_tools = true\n[verbs]\nmodel = "gemini"\n')
+    result = _check(sandbox_env, "--spec", str(kept))
+    assert ("  server-side tools: KEPT ([network] server_tools = true): the provider may "
+            "search, fetch and run code on its side") in result.stdout.splitlines()
+    assert "  WARNING: no secret named gemini yet" in result.stdout
+    off = write_spec(f'[files]\nread = {toml_list(tmp_path)}\n')
+    assert f"  {off}: off (no [verbs] model)" in _check(
+        sandbox_env, "--spec", str(off)).stdout.splitlines()
+    bad = write_spec('[verbs]\nmodel = "bing"\n')
+    refused = _check(sandbox_env, "--spec", str(bad))
+    assert refused.returncode == EXIT_SANDBOX_FAILED
+    assert "verbs.model: 'bing' is not a provider the model verb knows" in refused.stderr
