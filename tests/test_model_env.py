@@ -551,3 +551,16 @@ def test_check_says_when_server_tools_are_kept_and_when_no_verb_is_on(
     refused = _check(sandbox_env, "--spec", str(bad))
     assert refused.returncode == EXIT_SANDBOX_FAILED
     assert "verbs.model: 'bing' is not a provider the model verb knows" in refused.stderr
+
+
+def test_the_example_spec_gives_the_verbs_base_urls(
+    run_sandbox: RunSandbox, sandbox_env: dict[str, str],
+) -> None:
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    result = run_sandbox(examples / "model.toml", "sh", "-c",
+                         'echo "$ANTHROPIC_BASE_URL $OPENAI_BASE_URL $ANTHROPIC_API_KEY"',
+                         cwd=examples, env={**sandbox_env, **HARNESS})
+    assert result.returncode == 0, result.stderr
+    anthropic, openai, key = result.stdout.split()
+    assert (anthropic, openai) == (f"{BASE}/anthropic", f"{BASE}/openai/v1")
+    assert is_placeholder(key)
