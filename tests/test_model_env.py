@@ -317,7 +317,7 @@ HARNESS = {
     "ANTHROPIC_PROFILE": "work",
     "GOOGLE_API_KEY": "AIzaSy-REALKEY-0004-abcdefgh",
     "GOOGLE_GENAI_USE_VERTEXAI": "true",
-    "OPENAI_ORG_ID": "org-REALKEY0005",
+    "OPENAI_ORG_ID": "org-0005",
     "OPENROUTER_API_KEY": "sk-or-v1-REALKEY-0006",
     "AZURE_OPENAI_API_KEY": "REALKEY-0007-abcdefghijklmnop",
     "LNK_PLACEHOLDER": "lnk-" + "f" * 40,
@@ -564,3 +564,22 @@ def test_the_example_spec_gives_the_verbs_base_urls(
     anthropic, openai, key = result.stdout.split()
     assert (anthropic, openai) == (f"{BASE}/anthropic", f"{BASE}/openai/v1")
     assert is_placeholder(key)
+
+
+def test_V2_learn_keeps_the_model_verb_and_so_holds_no_real_key(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, sandbox_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    """`learn` ran under a copy of the policy made field by field, which had dropped the
+    wire and would have dropped the model verb: the program then held the harness's keys."""
+    out = tmp_path / "out"
+    out.mkdir()
+    spec = write_spec(f'[files]\nwrite = {toml_list(out)}\n[verbs]\nmodel = "anthropic"\n'
+                      '[commands]\nrun = ["/usr/bin/env"]\n')
+    result = run_sandbox(spec, "sh", "-c", f'env > "{out}/env"', env={**sandbox_env, **HARNESS},
+                         verb="learn")
+    assert result.returncode == 0, result.stderr
+    seen = (out / "env").read_text()
+    assert "REALKEY" not in seen
+    assert f"ANTHROPIC_BASE_URL={BASE}/anthropic\n" in seen
+    assert re.search(r"^ANTHROPIC_API_KEY=lnk-[0-9a-f]{40}$", seen, re.MULTILINE)
