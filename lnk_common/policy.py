@@ -25,7 +25,8 @@ class PolicyArgvError(Exception):
 _PATH_OPTIONS = ("--read", "--write", "--hide", "--reopen", "--write-dot-files", "--run")
 _VALUE_OPTIONS = ("--settings", "--settings-via", "--name", "--agent", "--spec", "--learn",
                   "--network", "--site-packages", "--calls-per-minute", "--pause")
-_TEXT_LIST_OPTIONS = ("--host", "--endpoint", "--lan", "--localhost-port", "--model")
+_TEXT_LIST_OPTIONS = ("--host", "--endpoint", "--lan", "--localhost-port", "--model",
+                      "--secret", "--local-model")
 NETWORK_MODES = ("none", "proxy")
 # The seed's loose thresholds for pausing a wire (docs/SPEC.md [pause]): refusals and
 # distinct refused targets within a window of seconds. Patterns no normal work makes.
@@ -85,6 +86,11 @@ class Policy:
     server_tools: `[network] server_tools`: a hosted model's server-side tools are kept
     (only with models). agent: the [agent]'s name ("" for any other spec): its model
     placeholder is kept across runs (lnk_wrap.model_env).
+    secrets: `[verbs] secrets`: the secrets of Link's store the program reaches through
+    `/_link/secret/<name>/` (each with its rule), holding a placeholder for each.
+    local_models: `[localhost] models`: this machine's loopback ports of local model
+    runtimes, relayed in through the inference filter (and reached as
+    `/_link/s/<secret>/local/<port>` too).
 
     A plain slotted class rather than a dataclass: the launcher imports this at every
     sandbox start, and `dataclasses` alone cost 11-21 ms to import here. Its fields are
@@ -94,9 +100,10 @@ class Policy:
     """
 
     __slots__ = ("agent", "calls_per_minute", "commands", "endpoints", "hide", "hosts",
-                 "keep_session", "lan", "learn", "localhost_ports", "models", "name",
-                 "network", "pause", "read", "reopen", "server_tools", "settings",
-                 "settings_via", "site_packages", "spec", "write", "write_dot_files")
+                 "keep_session", "lan", "learn", "local_models", "localhost_ports", "models",
+                 "name", "network", "pause", "read", "reopen", "secrets", "server_tools",
+                 "settings", "settings_via", "site_packages", "spec", "write",
+                 "write_dot_files")
 
     def __init__(
         self,
@@ -124,6 +131,8 @@ class Policy:
         models: tuple[str, ...] = (),
         server_tools: bool = False,
         agent: str = "",
+        secrets: tuple[str, ...] = (),
+        local_models: tuple[int, ...] = (),
     ) -> None:
         for path in (settings, *((settings_via,) if settings_via else ()), *read, *write,
                      *hide, *reopen, *write_dot_files, *commands,
@@ -147,6 +156,19 @@ class Policy:
         for port in localhost_ports:
             if not 1 <= port <= 65535:
                 raise PolicyArgvError(f"--localhost-port {port}: 1 to 65535")
+        for port in local_models:
+            if not 1 <= port <= 65535:
+                raise PolicyArgvError(f"--local-model {port}: 1 to 65535")
+        if len(set(local_models)) != len(local_models) or set(local_models) & set(
+                localhost_ports):
+            raise PolicyArgvError("--local-model names a port twice, or one of "
+                                  "--localhost-port")
+        for secret in secrets:
+            if not _is_secret_name(secret):
+                raise PolicyArgvError(f"--secret {secret!r}: a secret's name is ASCII "
+                                      "letters, digits, '-' and '_'")
+        if len(set(secrets)) != len(secrets):
+            raise PolicyArgvError("--secret names a secret twice")
         for provider in models:
             if provider not in MODEL_PROVIDERS:
                 raise PolicyArgvError(
@@ -186,6 +208,8 @@ class Policy:
         self.models = tuple(models)
         self.server_tools = server_tools
         self.agent = agent
+        self.secrets = tuple(secrets)
+        self.local_models = tuple(local_models)
 
     def _fields(self) -> tuple[object, ...]:
         return tuple(getattr(self, field) for field in self.__slots__)
@@ -216,12 +240,14 @@ class Policy:
         """Whether anything goes out: the proxy, endpoints, [lan] or [localhost] ports
         (each call on the wire's log, under its controls)."""
         return bool(self.network == "proxy" or self.endpoints or self.lan
-                    or self.localhost_ports or self.models)
+                    or self.localhost_ports or self.models or self.secrets
+                    or self.local_models)
 
     def needs_proxy(self) -> bool:
         """Whether lnk-sandbox-proxy runs: for the proxy variables, endpoints, [lan] or
         the model verb (which it serves even with network "none")."""
-        return bool(self.network == "proxy" or self.endpoints or self.lan or self.models)
+        return bool(self.network == "proxy" or self.endpoints or self.lan or self.models
+                    or self.secrets or self.local_models)
 
     def with_site_packages(self, folder: str) -> Policy:
         return self.replace(site_packages=folder)
@@ -243,7 +269,8 @@ class Policy:
         for option, texts in (("--host", self.hosts), ("--endpoint", self.endpoints),
                               ("--lan", self.lan),
                               ("--localhost-port", tuple(map(str, self.localhost_ports))),
-                              ("--model", self.models)):
+                              ("--model", self.models), ("--secret", self.secrets),
+                              ("--local-model", tuple(map(str, self.local_models)))):
             for text in texts:
                 argv += [option, text]
         if self.site_packages:
@@ -307,6 +334,8 @@ class Policy:
             keep_session="--keep-session" in flags,
             agent=values.get("--agent", ""),
             models=tuple(lists["--model"]),
+            secrets=tuple(lists["--secret"]),
+            local_models=tuple(_port(text, "--local-model") for text in lists["--local-model"]),
             server_tools="--server-tools" in flags,
             read=tuple(lists["--read"]),
             write=tuple(lists["--write"]),
@@ -319,7 +348,8 @@ class Policy:
             hosts=tuple(lists["--host"]),
             endpoints=tuple(lists["--endpoint"]),
             lan=tuple(lists["--lan"]),
-            localhost_ports=tuple(_port(text) for text in lists["--localhost-port"]),
+            localhost_ports=tuple(_port(text, "--localhost-port")
+                                  for text in lists["--localhost-port"]),
             site_packages=values.get("--site-packages", ""),
             calls_per_minute=_number(values.get("--calls-per-minute", "0")),
             pause=parse_pause(values["--pause"]) if "--pause" in values else DEFAULT_PAUSE,
