@@ -244,16 +244,29 @@ async def _request_head(client: h11.Connection, reader: asyncio.StreamReader
                         ) -> h11.Request | None:
     """The request's head, or None for a connection closed before one began; Refused for
     what h11 does not read as HTTP/1.1 (its message is not quoted: it may hold the
-    program's bytes)."""
+    program's bytes) and for a head over MAX_HEAD_BYTES (h11 bounds only a head still
+    incomplete: one that arrives whole in a read is measured here)."""
+    from lnk_common.local_models import MAX_HEAD_BYTES
+
+    fed = 0
     try:
-        event = await _next_event(client, reader, HEAD_SECONDS)
+        while True:
+            event = client.next_event()
+            if event is not h11.NEED_DATA:
+                break
+            data = await asyncio.wait_for(reader.read(_CHUNK), HEAD_SECONDS)
+            fed += len(data)
+            client.receive_data(data)
     except h11.RemoteProtocolError as error:
         status = error.error_status_hint if error.error_status_hint in (400, 431) else 400
         raise Refused(status, "the request is not HTTP/1.1 as h11 reads it (or its head is "
                               "too large)") from None
-    if isinstance(event, h11.Request):
-        return event
-    return None  # ConnectionClosed: nothing asked
+    if not isinstance(event, h11.Request):
+        return None  # ConnectionClosed: nothing asked
+    if fed - len(client.trailing_data[0]) > MAX_HEAD_BYTES:
+        raise Refused(431, "the request is not HTTP/1.1 as h11 reads it (or its head is "
+                           "too large)")
+    return event
 
 
 async def _request_body(request: h11.Request, client: h11.Connection,
