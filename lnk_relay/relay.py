@@ -194,23 +194,33 @@ class Relay(Wire):
             up_writer.write(conn.send(h11.EndOfMessage()))
             await up_writer.drain()
             sent = len(body)
+            # What one read from the runtime holds (a token, or several when the runtime
+            # is faster than the program) goes to the program in one write, before the
+            # next read: never held past the read that brought it.
+            pending: list[bytes] = []
             while True:
-                event = await _next_event(conn, up_reader, RESPONSE_IDLE_SECONDS)
-                if isinstance(event, h11.InformationalResponse):
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    if pending:
+                        writer.write(b"".join(pending))
+                        pending.clear()
+                        await writer.drain()
+                    conn.receive_data(await asyncio.wait_for(up_reader.read(_CHUNK),
+                                                             RESPONSE_IDLE_SECONDS))
+                elif isinstance(event, h11.InformationalResponse):
                     continue  # a 100 for a body already sent whole; no switch was asked
-                if isinstance(event, h11.Response):
+                elif isinstance(event, h11.Response):
                     headers = [(name, value) for name, value in event.headers
                                if name.lower() not in _HOP_FIELDS]
                     headers.append((b"connection", b"close"))
-                    writer.write(client.send(h11.Response(
+                    pending.append(client.send(h11.Response(
                         status_code=event.status_code, headers=headers, reason=event.reason)))
-                    await writer.drain()
                 elif isinstance(event, h11.Data):
                     received += len(event.data)
-                    writer.write(client.send(h11.Data(data=event.data)))
-                    await writer.drain()
+                    pending.append(client.send(h11.Data(data=event.data)) or b"")
                 elif isinstance(event, h11.EndOfMessage):
-                    writer.write(client.send(h11.EndOfMessage()))
+                    pending.append(client.send(h11.EndOfMessage()) or b"")
+                    writer.write(b"".join(pending))
                     await writer.drain()
                     break
                 else:  # the runtime closed before its response ended
