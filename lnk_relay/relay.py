@@ -152,7 +152,11 @@ class Relay(Wire):
             return
         if not any(name == b"host" for name, _ in headers):
             headers.append((b"host", f"localhost:{port}".encode()))  # an HTTP/1.0 client's
-        if body or admitted.body != "none":
+        if admitted.body != "none":
+            # The body is the filter's JSON, whatever type the program named (a form or
+            # multipart type could make a runtime read it otherwise).
+            headers = [(name, value) for name, value in headers if name != b"content-type"]
+            headers.append((b"content-type", b"application/json"))
             headers.append((b"content-length", str(len(body)).encode()))
         headers.append((b"connection", b"close"))
         outgoing = h11.Request(method=admitted.method, target=admitted.target.encode(),

@@ -714,6 +714,19 @@ def test_the_runtime_gets_the_filters_bytes_not_the_programs(relay: RunningRelay
     assert seen["headers"]["connection"] == "close"
 
 
+def test_the_runtime_is_told_the_body_is_json_and_an_http10_client_gets_a_host(
+        relay: RunningRelay) -> None:
+    body = b'{"model":"llama3","messages":[],"stream":false}'
+    form = _post("/api/chat", body).replace(b"Content-Type: application/json",
+                                            b"Content-Type: multipart/form-data; boundary=x")
+    assert relay.ask(form)[0].startswith("HTTP/1.1 200 ")
+    assert relay.ask(b"GET /api/tags HTTP/1.0\r\n\r\n")[0].startswith("HTTP/1.1 200 ")
+    chat, tags = relay.runtime.seen
+    assert chat["headers"]["content-type"] == "application/json"
+    assert tags["headers"]["host"] == f"localhost:{relay.runtime.port}"
+    assert "content-length" not in tags["headers"] and "content-type" not in tags["headers"]
+
+
 @pytest.mark.parametrize(("raw", "status", "reason"), [
     (_post("/api/chat", b"{}", "Content-Encoding: gzip\r\n"), 415, CODING),
     (_post("/api/chat", b"{}", "Content-Encoding: zstd\r\n"), 415, CODING),
