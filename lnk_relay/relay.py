@@ -24,8 +24,8 @@ from lnk_common.controls import Controls, SharedControls
 from lnk_common.wire import OUT_OF_DESCRIPTORS, Refused, Wire, is_out_of_descriptors, no_delay
 from lnk_common.wirelog import WireLog
 
-__all__ = ["BODY_IDLE_SECONDS", "CONNECT_SECONDS", "HEAD_SECONDS", "RESPONSE_IDLE_SECONDS",
-           "Relay"]
+__all__ = ["BODY_IDLE_SECONDS", "CONNECT_SECONDS", "HEAD_SECONDS", "MAX_HELD_BODY_BYTES",
+           "RESPONSE_IDLE_SECONDS", "Relay"]
 
 # Connecting to this machine's loopback is immediate, or nothing listens.
 CONNECT_SECONDS = 5.0
@@ -39,6 +39,11 @@ BODY_IDLE_SECONDS = 60.0
 # a long answer not streamed, generated on a CPU): this long with nothing from the
 # runtime ends the call. A client that goes away ends it at once (watched).
 RESPONSE_IDLE_SECONDS = 3600.0
+# The request bodies the relay holds at once, across its models ports' calls: a call holds
+# its body (up to the filter's MAX_BODY_BYTES, 32 MiB) from its first byte until it is sent
+# on; a program opening many connections with large bodies would otherwise hold gigabytes
+# of this machine's memory, outside the sandbox. Four bodies at the limit; over it, 503.
+MAX_HELD_BODY_BYTES = 128 * 1024 * 1024
 # What one read takes from a socket.
 _CHUNK = 65536
 _PHRASES = {400: "Bad Request", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
@@ -67,6 +72,7 @@ class Relay(Wire):
         self.to_port = to_port
         self.model_ports = model_ports
         self.server_tools = server_tools
+        self.held_body_bytes = 0  # of every call's _Held, at most MAX_HELD_BODY_BYTES
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         came_to = writer.get_extra_info("sockname")
@@ -129,6 +135,17 @@ class Relay(Wire):
         target = f"localhost:{port}"
         client = h11.Connection(h11.SERVER,
                                 max_incomplete_event_size=local_models.MAX_HEAD_BYTES)
+        held = _Held(self)
+        try:
+            await self._filtered_call(reader, writer, port, came_to, target, client, held)
+        finally:
+            held.release()
+
+    async def _filtered_call(self, reader: asyncio.StreamReader,
+                             writer: asyncio.StreamWriter, port: int, came_to: str,
+                             target: str, client: h11.Connection, held: _Held) -> None:
+        from lnk_common import local_models
+
         up_writer: asyncio.StreamWriter | None = None
         try:
             try:
@@ -140,7 +157,7 @@ class Relay(Wire):
             self.gate()
             admitted = local_models.route(request.method, request.target)
             headers = local_models.check_headers(list(request.headers))
-            raw = await _request_body(request, client, reader, writer)
+            raw = await _request_body(request, client, reader, writer, held)
             body = local_models.check_body(admitted, raw, server_tools=self.server_tools)
             up_reader, up_writer = await self._upstream(port, came_to)
         except (Refused, local_models.LocalModelError) as error:
@@ -162,7 +179,7 @@ class Relay(Wire):
         outgoing = h11.Request(method=admitted.method, target=admitted.target.encode(),
                                headers=headers)
         await self._exchange(target, client, reader, writer, up_reader, up_writer,
-                             outgoing, body)
+                             outgoing, body, held)
 
     async def _refuse(self, writer: asyncio.StreamWriter, target: str, refusal: Refused) -> None:
         self.log.write("refused", target, f"reason={refusal.logged}")
@@ -179,7 +196,7 @@ class Relay(Wire):
     async def _exchange(self, target: str, client: h11.Connection,
                         reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                         up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter,
-                        outgoing: h11.Request, body: bytes) -> None:
+                        outgoing: h11.Request, body: bytes, held: _Held) -> None:
         """The one allowed request sent on, and its response streamed back as it comes:
         each piece the runtime sends is written to the program at once. An `allowed` and
         an `ended` line on the wire's log (the ended one also when the call is cancelled
@@ -198,6 +215,7 @@ class Relay(Wire):
             up_writer.write(conn.send(h11.EndOfMessage()))
             await up_writer.drain()
             sent = len(body)
+            held.release()  # sent on: the answer may stream for minutes without it
             # What one read from the runtime holds (a token, or several when the runtime
             # is faster than the program) goes to the program in one write, before the
             # next read: never held past the read that brought it.
@@ -283,17 +301,46 @@ async def _request_head(client: h11.Connection, reader: asyncio.StreamReader
     return event
 
 
+class _Held:
+    """One call's share of MAX_HELD_BODY_BYTES: its Content-Length taken before a byte is
+    read (a chunked body's pieces as they come), given back once sent on or refused."""
+
+    __slots__ = ("relay", "taken")
+
+    def __init__(self, relay: Relay) -> None:
+        self.relay = relay
+        self.taken = 0
+
+    def take(self, count: int) -> None:
+        if self.relay.held_body_bytes + count > MAX_HELD_BODY_BYTES:
+            raise Refused(503, f"the relay holds {MAX_HELD_BODY_BYTES // (1024 * 1024)} MiB "
+                               "of request bodies already (MAX_HELD_BODY_BYTES); try again "
+                               "when a call has ended", counts=False)
+        self.relay.held_body_bytes += count
+        self.taken += count
+
+    def release(self) -> None:
+        self.relay.held_body_bytes -= self.taken
+        self.taken = 0
+
+
 async def _request_body(request: h11.Request, client: h11.Connection,
-                        reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes:
+                        reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        held: _Held) -> bytes:
     """The request's whole body, at most the filter's MAX_BODY_BYTES, or Refused (413
-    from the Content-Length before a byte is read, else as it passes)."""
+    from the Content-Length before a byte is read, else as it passes; 503 when the relay
+    holds MAX_HELD_BODY_BYTES already)."""
     from lnk_common.local_models import MAX_BODY_BYTES
 
     too_large = Refused(413, f"the body is over {MAX_BODY_BYTES // (1024 * 1024)} MiB "
                              "(MAX_BODY_BYTES)")
+    declared: int | None = None
     for name, value in request.headers:
-        if name == b"content-length" and int(value) > MAX_BODY_BYTES:  # h11 checked it
-            raise too_large
+        if name == b"content-length":
+            declared = int(value)  # h11 checked it is one number
+            if declared > MAX_BODY_BYTES:
+                raise too_large
+            held.take(declared)
     if client.they_are_waiting_for_100_continue:
         writer.write(client.send(h11.InformationalResponse(status_code=100, headers=[])))
     chunks: list[bytes] = []
@@ -305,6 +352,8 @@ async def _request_body(request: h11.Request, client: h11.Connection,
                 size += len(event.data)
                 if size > MAX_BODY_BYTES:
                     raise too_large
+                if declared is None:
+                    held.take(len(event.data))
                 chunks.append(event.data)
             elif isinstance(event, h11.EndOfMessage):
                 return b"".join(chunks)

@@ -751,6 +751,48 @@ def test_malformed_or_unreadable_requests_are_refused_before_the_runtime(
     assert relay.runtime.seen == []
 
 
+def test_the_relay_holds_at_most_its_limit_of_request_bodies_at_once(
+        relay: RunningRelay) -> None:
+    """Four calls that declared 32 MiB bodies are held (their heads sent, their bodies
+    not); a fifth that declares one is refused (503) before a byte of it is read; once one
+    of the four is gone, a fifth is read again."""
+    from lnk_relay.relay import MAX_HELD_BODY_BYTES
+
+    head = (b"POST /api/chat HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+            % lm.MAX_BODY_BYTES)
+    held = []
+    for _ in range(MAX_HELD_BODY_BYTES // lm.MAX_BODY_BYTES):
+        conn = socket.create_connection(("127.0.0.1", relay.port), timeout=20)
+        conn.sendall(head)
+        held.append(conn)
+    # A fifth, until the relay has read the four heads (a fifth read before them is
+    # waiting for its body: closed, its share given back, and tried again).
+    answer = b""
+    for _ in range(50):
+        with socket.create_connection(("127.0.0.1", relay.port), timeout=1) as conn:
+            conn.sendall(head)
+            try:
+                answer = conn.recv(65536)
+            except TimeoutError:
+                continue
+        break
+    assert answer.startswith(b"HTTP/1.1 503 ")
+    assert answer.endswith(b"\r\n\r\nthe relay holds 128 MiB of request bodies already "
+                           b"(MAX_HELD_BODY_BYTES); try again when a call has ended\n")
+    held.pop().close()
+    deadline = time.monotonic() + 20
+    status = ""
+    while time.monotonic() < deadline:
+        status, _, _ = relay.ask(_post("/api/chat", b'{"model":"llama3","messages":[]}'))
+        if not status.startswith("HTTP/1.1 503 "):
+            break
+        time.sleep(0.05)
+    assert status.startswith("HTTP/1.1 200 ")
+    for conn in held:
+        conn.close()
+    assert relay.runtime.paths() == ["POST /api/chat"]
+
+
 def test_the_kill_switch_refuses_a_models_port_call(relay: RunningRelay) -> None:
     wirestate.stop(str(relay.settings))
     answer, _, body = relay.ask(_post("/api/chat", b'{"model":"llama3","messages":[]}'))
