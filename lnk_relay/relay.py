@@ -159,6 +159,7 @@ class Relay(Wire):
             headers = local_models.check_headers(list(request.headers))
             raw = await _request_body(request, client, reader, writer, held)
             body = local_models.check_body(admitted, raw, server_tools=self.server_tools)
+            del raw  # the program's bytes are not needed again (nor held: MAX_HELD_BODY_BYTES)
             up_reader, up_writer = await self._upstream(port, came_to)
         except (Refused, local_models.LocalModelError) as error:
             refusal = (error if isinstance(error, Refused)
@@ -178,8 +179,11 @@ class Relay(Wire):
         headers.append((b"connection", b"close"))
         outgoing = h11.Request(method=admitted.method, target=admitted.target.encode(),
                                headers=headers)
+        # Handed over in a list that _exchange empties: once sent on, no frame holds it.
+        payload = [body]
+        del body
         await self._exchange(target, client, reader, writer, up_reader, up_writer,
-                             outgoing, body, held)
+                             outgoing, payload, held)
 
     async def _refuse(self, writer: asyncio.StreamWriter, target: str, refusal: Refused) -> None:
         self.log.write("refused", target, f"reason={refusal.logged}")
@@ -196,7 +200,7 @@ class Relay(Wire):
     async def _exchange(self, target: str, client: h11.Connection,
                         reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                         up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter,
-                        outgoing: h11.Request, body: bytes, held: _Held) -> None:
+                        outgoing: h11.Request, payload: list[bytes], held: _Held) -> None:
         """The one allowed request sent on, and its response streamed back as it comes:
         each piece the runtime sends is written to the program at once. An `allowed` and
         an `ended` line on the wire's log (the ended one also when the call is cancelled
@@ -209,12 +213,14 @@ class Relay(Wire):
         conn = h11.Connection(h11.CLIENT)
         gone = asyncio.ensure_future(_client_gone(reader, up_writer))
         try:
+            body = payload.pop()
             up_writer.write(conn.send(outgoing))
             if body:
                 up_writer.write(conn.send(h11.Data(data=body)))
             up_writer.write(conn.send(h11.EndOfMessage()))
-            await up_writer.drain()
             sent = len(body)
+            del body
+            await up_writer.drain()
             held.release()  # sent on: the answer may stream for minutes without it
             # What one read from the runtime holds (a token, or several when the runtime
             # is faster than the program) goes to the program in one write, before the
