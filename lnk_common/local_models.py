@@ -7,7 +7,8 @@ its method and path are one of the local runtimes' inference calls or read-only 
 filter can read (`check_headers`), (3) what its JSON body becomes (`check_body`): parsed,
 server-side tools removed and URL media refused where the runtime speaks a provider's API
 (lnk_proxy.model_rules' own rewrite, reused, not copied), models that leave the machine
-refused by name, and re-serialised.
+refused by name, the runtimes' own dangerous fields refused (tensors loaded with
+torch.load, request templates, audio and video URLs), and re-serialised.
 
 Trust: the request comes from the sandboxed program and is hostile; the runtime is this
 machine's, the user's, and may be any of Ollama, llama.cpp's llama-server, vLLM or LM Studio
@@ -48,6 +49,7 @@ __all__ = [
     "MAX_HEAD_BYTES",
     "MAX_MODEL_NAME_BYTES",
     "MAX_TARGET_BYTES",
+    "REFUSED_FIELDS",
     "REFUSED_SURFACES",
     "LocalModelError",
     "LocalRoute",
@@ -481,6 +483,53 @@ def _refuse_cloud_models(body: dict[str, Any]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# What a local runtime reads that a hosted provider's API does not have
+
+# Fields a local runtime acts on with this machine's code or network, refused wherever they
+# are in a body (400), with the reason. model_rules' rewrite knows the hosted providers'
+# forms; these are the runtimes' own (PROVIDERS.md §7.3 and vLLM's docs).
+REFUSED_FIELDS: dict[str, str] = {
+    "prompt_embeds": "vLLM loads it with torch.load (a crafted tensor corrupted the "
+                     "runtime's memory before 0.11.1)",
+    "image_embeds": "vLLM loads it with torch.load",
+    "audio_embeds": "vLLM loads it with torch.load",
+    "chat_template": "a template sent with the request runs in the runtime's template "
+                     "engine (the runtime's own is used)",
+    "logits_processors": "names code for the runtime to import and run (vLLM)",
+}
+# Media a runtime fetches by URL beside model_rules' image_url (vLLM fetches audio and video
+# URLs itself): only inline `data:` URLs pass.
+_MEDIA_URL_KEYS = ("audio_url", "video_url")
+
+
+def _refuse_runtime_fields(body: dict[str, Any]) -> None:
+    # The whole tree, schemas and replayed tool calls included: a function that merely
+    # takes a parameter of one of these names is refused too, which no real client sends;
+    # stricter than model_rules' walk, and nothing to keep in step with it.
+    stack: list[Any] = [body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        for key, why in REFUSED_FIELDS.items():
+            if key in node:
+                raise LocalModelError(400, f"{key} is refused: {why}")
+        for key in _MEDIA_URL_KEYS:
+            if key not in node:
+                continue
+            value = node[key]
+            if isinstance(value, dict):
+                value = value.get("url")
+            if not (isinstance(value, str) and value[:5].lower() == "data:"):
+                raise LocalModelError(400, f"{key} other than a data: URL is refused: the "
+                                           "runtime would fetch it")
+        stack.extend(node.values())
+
+
+# ---------------------------------------------------------------------------------------------
 # Bodies
 
 # No model here searches by nature: the model verb's list (lnk_proxy/data/search_models.txt)
@@ -510,6 +559,7 @@ def check_body(admitted: LocalRoute, raw: bytes, *, server_tools: bool = False) 
         raise LocalModelError(error.status, error.reason.replace("the provider", "the runtime")
                               ) from None
     _refuse_cloud_models(out)
+    _refuse_runtime_fields(out)
     try:
         return orjson.dumps(out)
     except orjson.JSONEncodeError:

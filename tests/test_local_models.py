@@ -315,6 +315,40 @@ def test_refused_bodies_say_why(where: lm.LocalRoute, raw: bytes, status: int,
     assert (refused.value.status, refused.value.reason) == (status, reason)
 
 
+@pytest.mark.parametrize(("body", "reason"), [
+    ({"model": "m", "prompt": "", "prompt_embeds": "UEsDBA=="},
+     "prompt_embeds is refused: vLLM loads it with torch.load (a crafted tensor corrupted "
+     "the runtime's memory before 0.11.1)"),
+    ({"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "image_embeds", "image_embeds": "UEsDBA=="}]}]},
+     "image_embeds is refused: vLLM loads it with torch.load"),
+    ({"model": "m", "messages": [], "chat_template": "{{ 7*7 }}"},
+     "chat_template is refused: a template sent with the request runs in the runtime's "
+     "template engine (the runtime's own is used)"),
+    ({"model": "m", "prompt": "", "logits_processors": ["os.system"]},
+     "logits_processors is refused: names code for the runtime to import and run (vLLM)"),
+    ({"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "video_url", "video_url": {"url": "http://10.0.0.1/v.mp4"}}]}]},
+     "video_url other than a data: URL is refused: the runtime would fetch it"),
+    ({"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "audio_url", "audio_url": "file:///etc/passwd"}]}]},
+     "audio_url other than a data: URL is refused: the runtime would fetch it"),
+])
+def test_a_runtimes_own_dangerous_fields_are_refused(body: dict[str, Any],
+                                                     reason: str) -> None:
+    for where in (OPENAI_CHAT, lm.route("POST", "/v1/completions"), CHAT):
+        with pytest.raises(LocalModelError) as refused:
+            lm.check_body(where, orjson.dumps(body))
+        assert (refused.value.status, refused.value.reason) == (400, reason)
+
+
+def test_inline_audio_and_video_pass() -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA"}},
+        {"type": "audio_url", "audio_url": {"url": "DATA:audio/wav;base64,AAAA"}}]}]}
+    assert orjson.loads(lm.check_body(OPENAI_CHAT, orjson.dumps(body))) == body
+
+
 def test_a_body_at_the_limit_is_read_and_one_byte_over_is_refused() -> None:
     filler = lm.MAX_BODY_BYTES - len(b'{"model":"m","prompt":""}')
     at_limit = b'{"model":"m","prompt":"' + b"a" * filler + b'"}'
@@ -361,7 +395,8 @@ _json_leaf = st.none() | st.booleans() | st.integers(-5, 5) | st.sampled_from([
 _json = st.recursive(_json_leaf, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
     st.sampled_from(["model", "name", "models", "fallbacks", "tools", "type", "source",
                      "image_url", "url", "messages", "content", "tool_choice", "file_url",
-                     "mcp_servers", "web_search_options", "input", "x"]), inner, max_size=4),
+                     "mcp_servers", "web_search_options", "input", "video_url",
+                     "audio_url", "prompt_embeds", "chat_template", "x"]), inner, max_size=4),
     max_leaves=20)
 
 
@@ -378,6 +413,22 @@ def _cloud_named(node: Any, top: bool = True) -> bool:
                 return True
     elif isinstance(node, list):
         return any(_cloud_named(entry, False) for entry in node)
+    return False
+
+
+def _runtime_fields(node: Any) -> bool:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in lm.REFUSED_FIELDS:
+                return True
+            if key in ("video_url", "audio_url"):
+                url = value.get("url") if isinstance(value, dict) else value
+                if not (isinstance(url, str) and url.lower().startswith("data:")):
+                    return True
+            if _runtime_fields(value):
+                return True
+    elif isinstance(node, list):
+        return any(_runtime_fields(entry) for entry in node)
     return False
 
 
@@ -398,6 +449,7 @@ def test_fuzzed_bodies_pass_no_cloud_model_and_raise_only_the_filters_error(
     parsed = orjson.loads(out)
     assert out == orjson.dumps(parsed)
     assert not _cloud_named(parsed)
+    assert not _runtime_fields(parsed)
     if admitted.body == "anthropic":
         assert all(tool.get("type", "custom") in ("custom",) or
                    str(tool.get("type")).startswith(("bash_", "text_editor_", "computer_",
