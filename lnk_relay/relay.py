@@ -44,6 +44,11 @@ RESPONSE_IDLE_SECONDS = 3600.0
 # on; a program opening many connections with large bodies would otherwise hold gigabytes
 # of this machine's memory, outside the sandbox. Four bodies at the limit; over it, 503.
 MAX_HELD_BODY_BYTES = 128 * 1024 * 1024
+# After a refusal, what the program still sends (a body not read) is read and dropped for
+# at most this long before the socket closes: closed with unread data, the socket sends a
+# reset, and the program's side drops the refusal it has not read yet (a large body to a
+# refused path saw "connection reset" instead of its 403).
+LINGER_SECONDS = 2.0
 # What one read takes from a socket.
 _CHUNK = 65536
 _PHRASES = {400: "Bad Request", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
@@ -166,7 +171,7 @@ class Relay(Wire):
                        else Refused(error.status, error.reason))
             if up_writer is not None:
                 up_writer.close()
-            await self._refuse(writer, target, refusal)
+            await self._refuse(reader, writer, target, refusal)
             return
         if not any(name == b"host" for name, _ in headers):
             headers.append((b"host", f"localhost:{port}".encode()))  # an HTTP/1.0 client's
@@ -185,7 +190,8 @@ class Relay(Wire):
         await self._exchange(target, client, reader, writer, up_reader, up_writer,
                              outgoing, payload, held)
 
-    async def _refuse(self, writer: asyncio.StreamWriter, target: str, refusal: Refused) -> None:
+    async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      target: str, refusal: Refused) -> None:
         self.log.write("refused", target, f"reason={refusal.logged}")
         text = (refusal.reason + "\n").encode("utf-8", "replace")
         retry = (f"Retry-After: {int(refusal.retry_after) + 1}\r\n"
@@ -194,8 +200,11 @@ class Relay(Wire):
                      f"\r\nContent-Type: text/plain\r\n{retry}Content-Length: {len(text)}\r\n"
                      "Connection: close\r\n\r\n".encode() + text)
         self.count_refusal(target, refusal)
-        with contextlib.suppress(ConnectionError):
+        with contextlib.suppress(OSError):  # the program gone already: nothing to say
             await writer.drain()
+            writer.write_eof()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(_drop_until_closed(reader), LINGER_SECONDS)
 
     async def _exchange(self, target: str, client: h11.Connection,
                         reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
@@ -369,6 +378,12 @@ async def _request_body(request: h11.Request, client: h11.Connection,
         raise Refused(400, "the request body is not HTTP/1.1 as h11 reads it") from None
     except TimeoutError:
         raise Refused(408, "the request body stalled") from None
+
+
+async def _drop_until_closed(reader: asyncio.StreamReader) -> None:
+    """Read and drop what the program still sends, until it closes."""
+    while await reader.read(_CHUNK):
+        pass
 
 
 async def _client_gone(reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter) -> bool:

@@ -845,6 +845,16 @@ def test_the_relay_holds_at_most_its_limit_of_request_bodies_at_once(
     assert relay.runtime.paths() == ["POST /api/chat"]
 
 
+def test_a_large_body_to_a_refused_path_gets_its_refusal_not_a_reset(
+        relay: RunningRelay) -> None:
+    """Refused from its head, the body unread: the relay reads and drops what still comes
+    (for a while) before it closes, so the program reads its 403 rather than a reset."""
+    body = b'{"model":"llama3","pad":"' + b"a" * (8 * 1024 * 1024) + b'"}'
+    answer, _, said = relay.ask(_post("/api/pull", body))
+    assert answer.startswith("HTTP/1.1 403 ") and said == (PULL + "\n").encode()
+    assert relay.runtime.seen == []
+
+
 def test_the_kill_switch_refuses_a_models_port_call(relay: RunningRelay) -> None:
     wirestate.stop(str(relay.settings))
     answer, _, body = relay.ask(_post("/api/chat", b'{"model":"llama3","messages":[]}'))
