@@ -24,8 +24,8 @@ from lnk_common.controls import Controls, SharedControls
 from lnk_common.wire import OUT_OF_DESCRIPTORS, Refused, Wire, is_out_of_descriptors, no_delay
 from lnk_common.wirelog import WireLog
 
-__all__ = ["BODY_IDLE_SECONDS", "CONNECT_SECONDS", "HEAD_SECONDS", "MAX_HELD_BODY_BYTES",
-           "RESPONSE_IDLE_SECONDS", "Relay"]
+__all__ = ["BODY_IDLE_SECONDS", "CONNECT_SECONDS", "HEAD_SECONDS", "LINGER_SECONDS",
+           "MAX_HELD_BODY_BYTES", "RESPONSE_IDLE_SECONDS", "Relay"]
 
 # Connecting to this machine's loopback is immediate, or nothing listens.
 CONNECT_SECONDS = 5.0
