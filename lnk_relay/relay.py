@@ -1,58 +1,118 @@
-"""The relay's I/O: one connection from inside, one to this machine's loopback."""
+"""The relay's I/O: one connection from inside, one to this machine's loopback.
+
+A `[localhost]` port is relayed as it is (splice, nothing read). A models port
+(`model_ports`, `[localhost] models`) is read as HTTP: ONE request per connection, its
+head and body checked by the local model's inference filter (lnk_common.local_models, sans
+IO), our own re-serialisation sent on with `Connection: close`, the response streamed back
+as it arrives (an SSE or NDJSON stream token by token, never held whole) with `Connection:
+close`, and the connection closed after it: every request on a models port is read, none
+rides on an earlier one's connection. A refusal is one line to the program (an HTTP status
+and a one-line body) and one `refused localhost:PORT reason=…` line on the wire's log, which
+never holds the path, a header or the body.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
+
+import h11
 
 from lnk_common.controls import Controls, SharedControls
 from lnk_common.wire import OUT_OF_DESCRIPTORS, Refused, Wire, is_out_of_descriptors, no_delay
 from lnk_common.wirelog import WireLog
 
-__all__ = ["CONNECT_SECONDS", "Relay"]
+__all__ = ["BODY_IDLE_SECONDS", "CONNECT_SECONDS", "HEAD_SECONDS", "LINGER_SECONDS",
+           "MAX_HELD_BODY_BYTES", "RESPONSE_IDLE_SECONDS", "Relay"]
 
 # Connecting to this machine's loopback is immediate, or nothing listens.
 CONNECT_SECONDS = 5.0
+# A models port's client has this long to send a whole request head (slowloris: a head
+# dribbled a byte at a time holds a connection and its memory for nothing).
+HEAD_SECONDS = 10.0
+# ... and may pause this long within its body (an SDK sends it at once; a large base64
+# image over a slow link still moves every minute).
+BODY_IDLE_SECONDS = 60.0
+# A local model's answer can take long before its first byte (a model loaded from disk,
+# a long answer not streamed, generated on a CPU): this long with nothing from the
+# runtime ends the call. A client that goes away ends it at once (watched).
+RESPONSE_IDLE_SECONDS = 3600.0
+# The request bodies the relay holds at once, across its models ports' calls: a call holds
+# its body (up to the filter's MAX_BODY_BYTES, 32 MiB) from its first byte until it is sent
+# on; a program opening many connections with large bodies would otherwise hold gigabytes
+# of this machine's memory, outside the sandbox. Four bodies at the limit; over it, 503.
+MAX_HELD_BODY_BYTES = 128 * 1024 * 1024
+# After a refusal, what the program still sends (a body not read) is read and dropped for
+# at most this long before the socket closes: closed with unread data, the socket sends a
+# reset, and the program's side drops the refusal it has not read yet (a large body to a
+# refused path saw "connection reset" instead of its 403).
+LINGER_SECONDS = 2.0
+# What one read takes from a socket.
+_CHUNK = 65536
+_PHRASES = {400: "Bad Request", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
+            408: "Request Timeout", 413: "Content Too Large", 414: "URI Too Long",
+            415: "Unsupported Media Type", 429: "Too Many Requests",
+            431: "Request Header Fields Too Large", 502: "Bad Gateway",
+            503: "Service Unavailable"}
+# Never sent back to the program: hop-by-hop fields (RFC 9110 7.6.1); `connection: close`
+# is set by the relay itself (one request a connection).
+_HOP_FIELDS = frozenset({b"connection", b"proxy-connection", b"keep-alive", b"te",
+                         b"trailer", b"upgrade"})
 
 
 class Relay(Wire):
     """`to_port`: where on this machine's loopback (None: the port the connection came
-    to inside, as the launcher's sockets are made)."""
+    to inside, as the launcher's sockets are made). `model_ports`: the ports (of this
+    machine's loopback) whose calls pass the local model's inference filter;
+    `server_tools`: `[network] server_tools` for those calls (off: a runtime's own web
+    search is removed as the model verb removes a provider's)."""
 
     def __init__(self, *, log: WireLog, settings: str, wire: str,
                  controls: Controls | SharedControls, say: Callable[[str], None],
-                 to_port: int | None = None) -> None:
+                 to_port: int | None = None, model_ports: frozenset[int] = frozenset(),
+                 server_tools: bool = False) -> None:
         super().__init__(log=log, settings=settings, wire=wire, controls=controls, say=say)
         self.to_port = to_port
+        self.model_ports = model_ports
+        self.server_tools = server_tools
+        self.held_body_bytes = 0  # of every call's _Held, at most MAX_HELD_BODY_BYTES
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await self.hold(writer, self._carry(reader, writer))
-
-    async def _carry(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         came_to = writer.get_extra_info("sockname")
         port = self.to_port or came_to[1]
+        if port in self.model_ports:
+            await self.hold(writer, self._filtered(reader, writer, port, came_to[0]))
+        else:
+            await self.hold(writer, self._carry(reader, writer, port, came_to[0]))
+
+    async def _upstream(self, port: int, came_to: str
+                        ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection to `port` of this machine's loopback, [::1] first for a call that
+        came to [::1] and 127.0.0.1 first for one that came to 127.0.0.1, or Refused."""
+        order = ("::1", "127.0.0.1") if ":" in came_to else ("127.0.0.1", "::1")
+        for address in order:
+            try:
+                up_reader, up_writer = await asyncio.wait_for(
+                    asyncio.open_connection(address, port), CONNECT_SECONDS)
+            except OSError as error:
+                if is_out_of_descriptors(error):  # said as such: not the port's fault
+                    raise Refused(503, OUT_OF_DESCRIPTORS, counts=False) from None
+                continue
+            except TimeoutError:
+                continue
+            no_delay(up_writer)
+            return up_reader, up_writer
+        raise Refused(502, f"nothing listens on port {port} of this machine's loopback")
+
+    async def _carry(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     port: int, came_to: str) -> None:
         target = f"localhost:{port}"
-        order = ("::1", "127.0.0.1") if ":" in came_to[0] else ("127.0.0.1", "::1")
         up_writer = None
         try:
             self.gate()
-            upstream = None
-            for address in order:
-                try:
-                    upstream = await asyncio.wait_for(
-                        asyncio.open_connection(address, port), CONNECT_SECONDS)
-                    break
-                except OSError as error:
-                    if is_out_of_descriptors(error):  # said as such: not the port's fault
-                        raise Refused(503, OUT_OF_DESCRIPTORS, counts=False) from None
-                except TimeoutError:
-                    pass
-            if upstream is None:
-                raise Refused(502, f"nothing listens on port {port} of this machine's "
-                                   "loopback")
-            up_reader, up_writer = upstream
-            no_delay(up_writer)
+            up_reader, up_writer = await self._upstream(port, came_to)
             ends = await self.splice_ends(reader, writer, up_reader, up_writer)
         except Refused as refusal:
             if up_writer is not None:
@@ -70,3 +130,268 @@ class Relay(Wire):
             self.log.write("ended", target,
                            f"id={call} sent={counted[0]} received={counted[1]} "
                            f"seconds={time.monotonic() - started:.3f}")
+
+    # -- a models port: one request, filtered --------------------------------------------
+
+    async def _filtered(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        port: int, came_to: str) -> None:
+        from lnk_common import local_models
+
+        target = f"localhost:{port}"
+        client = h11.Connection(h11.SERVER,
+                                max_incomplete_event_size=local_models.MAX_HEAD_BYTES)
+        held = _Held(self)
+        try:
+            await self._filtered_call(reader, writer, port, came_to, target, client, held)
+        finally:
+            held.release()
+
+    async def _filtered_call(self, reader: asyncio.StreamReader,
+                             writer: asyncio.StreamWriter, port: int, came_to: str,
+                             target: str, client: h11.Connection, held: _Held) -> None:
+        from lnk_common import local_models
+
+        up_writer: asyncio.StreamWriter | None = None
+        try:
+            try:
+                request = await asyncio.wait_for(_request_head(client, reader), HEAD_SECONDS)
+            except TimeoutError:
+                raise Refused(408, "the request head took too long") from None
+            if request is None:
+                return  # closed before a request: nothing was asked, nothing went
+            self.gate()
+            admitted = local_models.route(request.method, request.target)
+            headers = local_models.check_headers(list(request.headers))
+            raw = await _request_body(request, client, reader, writer, held)
+            body = local_models.check_body(admitted, raw, server_tools=self.server_tools)
+            del raw  # the program's bytes are not needed again (nor held: MAX_HELD_BODY_BYTES)
+            up_reader, up_writer = await self._upstream(port, came_to)
+        except (Refused, local_models.LocalModelError) as error:
+            refusal = (error if isinstance(error, Refused)
+                       else Refused(error.status, error.reason))
+            if up_writer is not None:
+                up_writer.close()
+            await self._refuse(reader, writer, target, refusal)
+            return
+        if not any(name == b"host" for name, _ in headers):
+            headers.append((b"host", f"localhost:{port}".encode()))  # an HTTP/1.0 client's
+        if admitted.body != "none":
+            # The body is the filter's JSON, whatever type the program named (a form or
+            # multipart type could make a runtime read it otherwise).
+            headers = [(name, value) for name, value in headers if name != b"content-type"]
+            headers.append((b"content-type", b"application/json"))
+            headers.append((b"content-length", str(len(body)).encode()))
+        headers.append((b"connection", b"close"))
+        outgoing = h11.Request(method=admitted.method, target=admitted.target.encode(),
+                               headers=headers)
+        # Handed over in a list that _exchange empties: once sent on, no frame holds it.
+        payload = [body]
+        del body
+        await self._exchange(target, client, reader, writer, up_reader, up_writer,
+                             outgoing, payload, held)
+
+    async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      target: str, refusal: Refused) -> None:
+        self.log.write("refused", target, f"reason={refusal.logged}")
+        text = (refusal.reason + "\n").encode("utf-8", "replace")
+        retry = (f"Retry-After: {int(refusal.retry_after) + 1}\r\n"
+                 if refusal.retry_after is not None else "")
+        writer.write(f"HTTP/1.1 {refusal.status} {_PHRASES.get(refusal.status, 'Refused')}"
+                     f"\r\nContent-Type: text/plain\r\n{retry}Content-Length: {len(text)}\r\n"
+                     "Connection: close\r\n\r\n".encode() + text)
+        self.count_refusal(target, refusal)
+        with contextlib.suppress(OSError):  # the program gone already: nothing to say
+            await writer.drain()
+            writer.write_eof()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(_drop_until_closed(reader), LINGER_SECONDS)
+
+    async def _exchange(self, target: str, client: h11.Connection,
+                        reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter,
+                        outgoing: h11.Request, payload: list[bytes], held: _Held) -> None:
+        """The one allowed request sent on, and its response streamed back as it comes:
+        each piece the runtime sends is written to the program at once. An `allowed` and
+        an `ended` line on the wire's log (the ended one also when the call is cancelled
+        by the kill switch, a pause or the relay's end)."""
+        call = next(self.ids)
+        self.log.write("allowed", target, f"id={call} kind=local-model")
+        started = time.monotonic()
+        sent = received = 0
+        failure = ""
+        conn = h11.Connection(h11.CLIENT)
+        gone = asyncio.ensure_future(_client_gone(reader, up_writer))
+        try:
+            body = payload.pop()
+            up_writer.write(conn.send(outgoing))
+            if body:
+                up_writer.write(conn.send(h11.Data(data=body)))
+            up_writer.write(conn.send(h11.EndOfMessage()))
+            sent = len(body)
+            del body
+            await up_writer.drain()
+            held.release()  # sent on: the answer may stream for minutes without it
+            # What one read from the runtime holds (a token, or several when the runtime
+            # is faster than the program) goes to the program in one write, before the
+            # next read: never held past the read that brought it.
+            pending: list[bytes] = []
+            while True:
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    if pending:
+                        writer.write(b"".join(pending))
+                        pending.clear()
+                        await writer.drain()
+                    conn.receive_data(await asyncio.wait_for(up_reader.read(_CHUNK),
+                                                             RESPONSE_IDLE_SECONDS))
+                elif isinstance(event, h11.InformationalResponse):
+                    continue  # a 100 for a body already sent whole; no switch was asked
+                elif isinstance(event, h11.Response):
+                    headers = [(name, value) for name, value in event.headers
+                               if name.lower() not in _HOP_FIELDS]
+                    headers.append((b"connection", b"close"))
+                    pending.append(client.send(h11.Response(
+                        status_code=event.status_code, headers=headers, reason=event.reason)))
+                elif isinstance(event, h11.Data):
+                    received += len(event.data)
+                    pending.append(client.send(h11.Data(data=event.data)) or b"")
+                elif isinstance(event, h11.EndOfMessage):
+                    pending.append(client.send(h11.EndOfMessage()) or b"")
+                    writer.write(b"".join(pending))
+                    await writer.drain()
+                    break
+                else:  # the runtime closed before its response ended
+                    failure = " error=runtime-closed"
+                    break
+        except (h11.ProtocolError, ConnectionError, TimeoutError, asyncio.IncompleteReadError
+                ) as error:
+            failure = f" error={type(error).__name__}"
+        finally:
+            gone.cancel()
+            if gone.done() and not gone.cancelled() and gone.result():
+                failure = " error=client-gone"
+            up_writer.close()
+            self.log.write("ended", target,
+                           f"id={call} sent={sent} received={received} "
+                           f"seconds={time.monotonic() - started:.3f}{failure}")
+
+
+async def _next_event(connection: h11.Connection, reader: asyncio.StreamReader,
+                      idle: float) -> object:
+    """The next h11 event of `connection`, reading from `reader` as it needs more (at
+    most `idle` seconds a read)."""
+    while True:
+        event = connection.next_event()
+        if event is not h11.NEED_DATA:
+            return event
+        connection.receive_data(await asyncio.wait_for(reader.read(_CHUNK), idle))
+
+
+async def _request_head(client: h11.Connection, reader: asyncio.StreamReader
+                        ) -> h11.Request | None:
+    """The request's head, or None for a connection closed before one began; Refused for
+    what h11 does not read as HTTP/1.1 (its message is not quoted: it may hold the
+    program's bytes) and for a head over MAX_HEAD_BYTES (h11 bounds only a head still
+    incomplete: one that arrives whole in a read is measured here)."""
+    from lnk_common.local_models import MAX_HEAD_BYTES
+
+    fed = 0
+    try:
+        while True:
+            event = client.next_event()
+            if event is not h11.NEED_DATA:
+                break
+            data = await asyncio.wait_for(reader.read(_CHUNK), HEAD_SECONDS)
+            fed += len(data)
+            client.receive_data(data)
+    except h11.RemoteProtocolError as error:
+        status = error.error_status_hint if error.error_status_hint in (400, 431) else 400
+        raise Refused(status, "the request is not HTTP/1.1 as h11 reads it (or its head is "
+                              "too large)") from None
+    if not isinstance(event, h11.Request):
+        return None  # ConnectionClosed: nothing asked
+    if fed - len(client.trailing_data[0]) > MAX_HEAD_BYTES:
+        raise Refused(431, "the request is not HTTP/1.1 as h11 reads it (or its head is "
+                           "too large)")
+    return event
+
+
+class _Held:
+    """One call's share of MAX_HELD_BODY_BYTES: its Content-Length taken before a byte is
+    read (a chunked body's pieces as they come), given back once sent on or refused."""
+
+    __slots__ = ("relay", "taken")
+
+    def __init__(self, relay: Relay) -> None:
+        self.relay = relay
+        self.taken = 0
+
+    def take(self, count: int) -> None:
+        if self.relay.held_body_bytes + count > MAX_HELD_BODY_BYTES:
+            raise Refused(503, f"the relay holds {MAX_HELD_BODY_BYTES // (1024 * 1024)} MiB "
+                               "of request bodies already (MAX_HELD_BODY_BYTES); try again "
+                               "when a call has ended", counts=False)
+        self.relay.held_body_bytes += count
+        self.taken += count
+
+    def release(self) -> None:
+        self.relay.held_body_bytes -= self.taken
+        self.taken = 0
+
+
+async def _request_body(request: h11.Request, client: h11.Connection,
+                        reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        held: _Held) -> bytes:
+    """The request's whole body, at most the filter's MAX_BODY_BYTES, or Refused (413
+    from the Content-Length before a byte is read, else as it passes; 503 when the relay
+    holds MAX_HELD_BODY_BYTES already)."""
+    from lnk_common.local_models import MAX_BODY_BYTES
+
+    too_large = Refused(413, f"the body is over {MAX_BODY_BYTES // (1024 * 1024)} MiB "
+                             "(MAX_BODY_BYTES)")
+    declared: int | None = None
+    for name, value in request.headers:
+        if name == b"content-length":
+            declared = int(value)  # h11 checked it is one number
+            if declared > MAX_BODY_BYTES:
+                raise too_large
+            held.take(declared)
+    if client.they_are_waiting_for_100_continue:
+        writer.write(client.send(h11.InformationalResponse(status_code=100, headers=[])))
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        while True:
+            event = await _next_event(client, reader, BODY_IDLE_SECONDS)
+            if isinstance(event, h11.Data):
+                size += len(event.data)
+                if size > MAX_BODY_BYTES:
+                    raise too_large
+                if declared is None:
+                    held.take(len(event.data))
+                chunks.append(event.data)
+            elif isinstance(event, h11.EndOfMessage):
+                return b"".join(chunks)
+            else:
+                raise ConnectionError("the client closed before its body ended")
+    except h11.RemoteProtocolError:
+        raise Refused(400, "the request body is not HTTP/1.1 as h11 reads it") from None
+    except TimeoutError:
+        raise Refused(408, "the request body stalled") from None
+
+
+async def _drop_until_closed(reader: asyncio.StreamReader) -> None:
+    """Read and drop what the program still sends, until it closes."""
+    while await reader.read(_CHUNK):
+        pass
+
+
+async def _client_gone(reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter) -> bool:
+    """True once the program's side has ended (what it sends after its one request is
+    not read: the relay answers that one and closes); the runtime's connection is closed
+    then, so that the runtime's work and the socket are not held for nobody."""
+    with contextlib.suppress(ConnectionError):
+        while await reader.read(_CHUNK):
+            pass
+    up_writer.close()
+    return True
