@@ -362,10 +362,23 @@ def _number(text: str) -> int:
     return int(text)
 
 
-def _port(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
-        raise PolicyArgvError(f"--localhost-port {text!r}: a port, 1 to 65535")
+def _port(text: str, option: str) -> int:
+    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise PolicyArgvError(f"{option} {text!r}: a port, 1 to 65535")
     return int(text)
+
+
+# A secret's name as Link's store takes it (lnk_common.secrets: letters, digits, '-' and
+# '_', starting with a letter or digit, at most SECRET_NAME_CHARACTERS), written out
+# here: the store's module imports `re`, which this start-path module does not.
+SECRET_NAME_CHARACTERS = 32
+_SECRET_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+_SECRET_REST = _SECRET_FIRST | frozenset("-_")
+
+
+def _is_secret_name(text: str) -> bool:
+    return (0 < len(text) <= SECRET_NAME_CHARACTERS and text[0] in _SECRET_FIRST
+            and all(character in _SECRET_REST for character in text))
 
 
 def parse_pause(text: str) -> tuple[int, int, int]:

@@ -4,11 +4,13 @@ one PolicyArgvError, never another exception and never a policy that opens more.
 from __future__ import annotations
 
 import inspect
+import re
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from lnk_common import policy as policy_module
 from lnk_common.policy import MODEL_PROVIDERS, Policy, PolicyArgvError, split_argv
 
 SAFE = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
@@ -331,6 +333,8 @@ NOT_DEFAULT: dict[str, object] = {
     "models": ("openai", "anthropic"),
     "server_tools": True,
     "agent": "main",
+    "secrets": ("telegram", "github-bot"),
+    "local_models": (11434, 8080),
 }
 
 
@@ -412,3 +416,37 @@ def test_a_model_verb_needs_the_proxy_even_with_network_none() -> None:
     assert policy.needs_proxy() and policy.has_wire()
     assert not Policy(settings="/s").needs_proxy()
     assert not Policy(settings="/s").has_wire()
+
+
+# --- secrets and local models ---------------------------------------------------------------
+
+
+def test_secret_names_are_the_stores() -> None:
+    from lnk_common import secrets
+
+    assert policy_module.SECRET_NAME_CHARACTERS == secrets.MAX_NAME_LENGTH
+    for name in ("telegram", "a", "A-b_9", "x" * 32):
+        assert Policy(settings="/s", secrets=(name,)).secrets == (name,)
+        assert secrets.name_problem(name) is None
+    for name in ("", "-a", "_a", "a.b", "a/b", "x" * 33, "tél", "a b"):
+        assert secrets.name_problem(name) is not None
+        with pytest.raises(PolicyArgvError, match="a secret's name is"):
+            Policy(settings="/s", secrets=(name,))
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--secret", "t", "--secret", "t"], "--secret names a secret twice"),
+    (["--local-model", "11434", "--local-model", "11434"], "--local-model names a port twice"),
+    (["--local-model", "5432", "--localhost-port", "5432"], "or one of --localhost-port"),
+    (["--local-model", "0"], "--local-model '0': a port, 1 to 65535"),
+    (["--local-model", "\u0661\u0661"], "a port, 1 to 65535"),
+])
+def test_secret_and_local_model_options_are_strict(argv: list[str], message: str) -> None:
+    with pytest.raises(PolicyArgvError, match=re.escape(message)):
+        Policy.from_argv(["--settings", "/s", *argv])
+
+
+def test_secrets_and_local_models_need_the_proxy_and_a_wire() -> None:
+    for policy in (Policy(settings="/s", secrets=("t",)),
+                   Policy(settings="/s", local_models=(11434,))):
+        assert policy.needs_proxy() and policy.has_wire()
