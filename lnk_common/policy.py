@@ -164,7 +164,7 @@ class Policy:
             raise PolicyArgvError("--local-model names a port twice, or one of "
                                   "--localhost-port")
         for secret in secrets:
-            if not _is_secret_name(secret):
+            if not is_secret_name(secret):
                 raise PolicyArgvError(f"--secret {secret!r}: a secret's name is ASCII "
                                       "letters, digits, '-' and '_'")
         if len(set(secrets)) != len(secrets):
@@ -376,7 +376,7 @@ _SECRET_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0
 _SECRET_REST = _SECRET_FIRST | frozenset("-_")
 
 
-def _is_secret_name(text: str) -> bool:
+def is_secret_name(text: str) -> bool:
     return (0 < len(text) <= SECRET_NAME_CHARACTERS and text[0] in _SECRET_FIRST
             and all(character in _SECRET_REST for character in text))
 

@@ -23,8 +23,10 @@ from lnk_common.policy import (
     DEFAULT_PAUSE,
     MAX_NAME_CHARACTERS,
     MODEL_PROVIDERS,
+    SECRET_NAME_CHARACTERS,
     Policy,
     is_name,
+    is_secret_name,
 )
 from lnk_common.settings import SettingsError, settings_folder
 
@@ -68,7 +70,12 @@ _COUNT = "count"
 _PORT_LIST = "port list"
 _BOOLEAN = "boolean"
 _PROVIDERS = "providers"
-_KINDS = (_PATH_LIST, _STRING, _PATH, _STRING_LIST, _COUNT, _PORT_LIST, _BOOLEAN, _PROVIDERS)
+_SECRET_NAMES = "secret names"  # noqa: S105  (a kind of value, not a secret)
+_KINDS = (_PATH_LIST, _STRING, _PATH, _STRING_LIST, _COUNT, _PORT_LIST, _BOOLEAN, _PROVIDERS,
+          _SECRET_NAMES)
+# Secrets a spec names: each is a proxy verb with its own placeholder and rule; a handful
+# is every real harness's (a bot, a tracker, a forge), and each costs the start a read.
+MAX_SECRETS = 32
 
 _NOT_BUILT = "not built yet in this version of lnk-sandbox"
 _SCHEMA: dict[str, dict[str, str] | str] = {
@@ -92,13 +99,13 @@ _SCHEMA: dict[str, dict[str, str] | str] = {
     "lan": {"hosts": _STRING_LIST},
     "localhost": {
         "ports": _PORT_LIST,
-        "models": f"{_NOT_BUILT} (a local model's port through the inference filter)",
+        "models": _PORT_LIST,
     },
     "verbs": {
         "model": _PROVIDERS,
         "open": f"{_NOT_BUILT} (opening a page in your browser: issue 16)",
         "tools": f"{_NOT_BUILT} (tools that run outside: issue 15)",
-        "secrets": f"{_NOT_BUILT} (secrets added by their plugin's rule: issue 14)",
+        "secrets": _SECRET_NAMES,
     },
     "pause": {"refusals": _COUNT, "targets": _COUNT, "window": _STRING},
 }
@@ -186,6 +193,9 @@ def _check_type(context: _Context, key: str, value: object, kind: str) -> None:
     if kind == _PROVIDERS:
         _check_providers(context, key, value)
         return
+    if kind == _SECRET_NAMES:
+        _check_secret_names(context, key, value)
+        return
     if kind == _COUNT:
         if isinstance(value, bool) or not isinstance(value, int):
             raise SpecError(context.file, key, f"must be a whole number, not {_kind(value)}")
@@ -209,6 +219,31 @@ def _check_type(context: _Context, key: str, value: object, kind: str) -> None:
             raise SpecError(
                 context.file, f"{key}[{index}]", f"must be a path string, not {_kind(item)}"
             )
+
+
+def _check_secret_names(context: _Context, key: str, value: object) -> None:
+    """`[verbs] secrets`: names of Link's secrets, each once."""
+    if not isinstance(value, list):
+        raise SpecError(context.file, key,
+                        f"must be a list of secrets' names, not {_kind(value)}")
+    if not value:
+        raise SpecError(context.file, key, "an empty list turns nothing on; name secrets "
+                                           "(lnk-sandbox secret list), or drop the key")
+    if len(value) > MAX_SECRETS:
+        raise SpecError(context.file, key, f"more than {MAX_SECRETS} secrets")
+    seen: set[str] = set()
+    for index, item in enumerate(value):
+        where = f"{key}[{index}]"
+        if not isinstance(item, str):
+            raise SpecError(context.file, where, f"must be a secret's name, not {_kind(item)}")
+        if not is_secret_name(item):
+            # The name is not repeated: a value pasted where a name belongs must not be.
+            raise SpecError(context.file, where,
+                            f"a secret's name is 1 to {SECRET_NAME_CHARACTERS} ASCII letters, "
+                            "digits, '-' or '_', starting with a letter or digit")
+        if item in seen:
+            raise SpecError(context.file, where, f"{item!r} is named twice")
+        seen.add(item)
 
 
 def _check_ports(context: _Context, key: str, value: object) -> None:
@@ -464,16 +499,25 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
     lan = _entries(context, "lan.hosts", (document.get("lan") or {}).get("hosts", []),
                    lan=True)
     localhost_ports = tuple(dict.fromkeys((document.get("localhost") or {}).get("ports", [])))
+    local_models = tuple(dict.fromkeys((document.get("localhost") or {}).get("models", [])))
+    for index, port in enumerate((document.get("localhost") or {}).get("models", [])):
+        if port in localhost_ports:
+            raise SpecError(context.file, f"localhost.models[{index}]",
+                            f"port {port} is in [localhost] ports too: a models port is "
+                            "relayed through the inference filter, a plain port is not; "
+                            "name it once")
+    secrets = tuple((document.get("verbs") or {}).get("secrets", []))
     try:
-        endpoint_plan.listeners(proxy=network == "proxy" or bool(models),
+        endpoint_plan.listeners(proxy=network == "proxy" or bool(models or secrets
+                                                                     or local_models),
                                 endpoints=endpoints, lan=lan,
-                                localhost_ports=localhost_ports)
+                                localhost_ports=(*localhost_ports, *local_models))
     except endpoint_plan.EndpointError as error:
         raise SpecError(context.file, "localhost.ports" if str(error).startswith("[localhost]")
                         else "tcp.endpoints", str(error)) from None
     calls_per_minute = network_section.get("calls_per_minute", 0)
     if calls_per_minute and not (network == "proxy" or endpoints or lan or localhost_ports
-                                 or models):
+                                 or models or secrets or local_models):
         raise SpecError(context.file, "network.calls_per_minute",
                         "counts the calls that go out, and nothing goes out: set mode = "
                         "\"proxy\", or name [tcp] endpoints, [lan] hosts, [localhost] ports "
@@ -507,6 +551,8 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
         models=models,
         server_tools=server_tools,
         agent=agent["name"] if agent is not None else "",
+        secrets=secrets,
+        local_models=local_models,
     )
 
 
