@@ -137,12 +137,16 @@ def no_delay(writer: asyncio.StreamWriter) -> None:
 class Refused(Exception):
     """A call refused: its status, the reason (one line), and how the wire's controls
     take it: `counts` toward a pause (not the kill switch's, a pause's or the limit's
-    own), `metadata` pauses at once, `retry_after` for a 429."""
+    own), `metadata` pauses at once, `retry_after` for a 429. `logged`: what the wire's
+    log keeps of it, when that must differ from what the program is told (a verb's path
+    may carry a secret: the log never quotes one)."""
 
     def __init__(self, status: int, reason: str, *, counts: bool = True,
-                 metadata: bool = False, retry_after: float | None = None) -> None:
+                 metadata: bool = False, retry_after: float | None = None,
+                 logged: str | None = None) -> None:
         self.status = status
         self.reason = reason
+        self.logged = reason if logged is None else logged
         self.counts = counts
         self.metadata = metadata
         self.retry_after = retry_after
@@ -316,7 +320,7 @@ class Wire:
             # in asyncio's stream callback, one for each of a stop's open calls).
             pass
         except Refused as refusal:  # a refusal raised past its call's own handling
-            self.log.write("refused", "-", f"reason={refusal.reason}")
+            self.log.write("refused", "-", f"reason={refusal.logged}")
         except OSError as error:
             if is_out_of_descriptors(error):
                 self.log.write("refused", "-", f"reason={OUT_OF_DESCRIPTORS}")

@@ -356,7 +356,7 @@ class DnsService:
         try:
             self.proxy.gate(counted=False)
         except Refused as refusal:
-            log.write("refused", name, f"{kind} reason={refusal.reason}")
+            log.write("refused", name, f"{kind} reason={refusal.logged}")
             return self._reply(query, "REFUSED", [], udp)
         decision = decide(query, allowed=self.allowed, give=self.give)
         if isinstance(decision, Refuse | Local):
@@ -382,7 +382,7 @@ class DnsService:
         try:
             self.proxy.gate()  # asking outside is a call: it counts toward calls a minute
         except Refused as refusal:
-            log.write("refused", name, f"{kind} reason={refusal.reason}")
+            log.write("refused", name, f"{kind} reason={refusal.logged}")
             return self._reply(query, "REFUSED", [], udp)
         self.waiting += 1
         return _Pending(query, decision, udp)

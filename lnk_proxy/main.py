@@ -1,7 +1,13 @@
 """lnk-sandbox-proxy: a sandbox's one way out, outside it, in the host's network.
 
     lnk-sandbox-proxy --settings DIR --wire NAME [--host H]… [--endpoint E]… [--lan L]…
+                      [--model PROVIDER]… [--server-tools yes]
                       [--calls-per-minute N] [--pause R,T,W] (--socket-fd N | --listen IP:PORT)
+
+--model: the model verb for that provider (anthropic, openai, gemini, openrouter), its key
+read from Link's secrets at each call; the placeholder the program holds comes in this
+process's environment as LNK_PLACEHOLDER (never an argument). --server-tools yes: keep a
+hosted model's server-side tools ([network] server_tools = true).
 
 --socket-fd: the launcher's end of a socket pair over which the listening sockets come,
 each labelled (proxy, dns udp, dns tcp, endpoint), made by the DNS helper
@@ -17,11 +23,18 @@ from __future__ import annotations
 
 from lnk_common import serving
 
-__all__ = ["main"]
+__all__ = ["PLACEHOLDER_VARIABLE", "main"]
+
+# Where the placeholder the sandbox's program holds comes from: this process's environment
+# (set by the launcher), never its arguments.
+PLACEHOLDER_VARIABLE = "LNK_PLACEHOLDER"
 
 
 def main(argv: list[str] | None = None) -> None:
-    options = serving.parse_options("lnk-sandbox-proxy", argv, ("--host", "--endpoint", "--lan"))
+    options = serving.parse_options("lnk-sandbox-proxy", argv,
+                                    ("--host", "--endpoint", "--lan", "--model",
+                                     "--server-tools"))
+    _check_verbs(options)
     serving.start_helper()
     listeners = serving.receive_listeners(options, "proxy tcp")
     if not listeners:
@@ -31,6 +44,28 @@ def main(argv: list[str] | None = None) -> None:
     # every sandbox while it starts) would otherwise share two cores with.
     serving.wait_for_first(listeners)
     serve(listeners, options)
+
+
+def _check_verbs(options: dict[str, list[str]]) -> None:
+    """Refuse to start on verb options that could not be served (nothing fails open)."""
+    import os
+    import sys
+
+    from lnk_proxy.model_rules import PROVIDERS
+
+    problem = ""
+    models = options["--model"]
+    if any(model not in PROVIDERS for model in models):
+        problem = f"--model takes {', '.join(sorted(PROVIDERS))}"
+    elif len(set(models)) != len(models):
+        problem = "--model names a provider twice"
+    elif options["--server-tools"] not in ([], ["yes"]):
+        problem = "--server-tools takes yes, once"
+    elif models and not os.environ.get(PLACEHOLDER_VARIABLE):
+        problem = f"--model needs the sandbox's placeholder in {PLACEHOLDER_VARIABLE}"
+    if problem:
+        print(f"lnk-sandbox-proxy: {problem}", file=sys.stderr)
+        sys.exit(2)
 
 
 def serve(listeners: list[tuple[int, str]], options: dict[str, list[str]]) -> None:
@@ -55,7 +90,16 @@ def serve(listeners: list[tuple[int, str]], options: dict[str, list[str]]) -> No
     looked_up = (*parse_hosts(named[0]), *parse_hosts(named[1], lan=True))
     rules = (*parse_hosts(tuple(options["--host"])), *looked_up)
     book = endpoints.AddressBook(endpoints.fixed_names(endpoints.entries(*named)))
-    proxy = Proxy(rules=rules, machine=Machine.gather(), book=book,
+    model = None
+    if options["--model"]:
+        import os
+
+        from lnk_proxy.model_verb import ModelVerb
+
+        model = ModelVerb(providers=frozenset(options["--model"]), settings=settings,
+                          placeholder=os.environ[PLACEHOLDER_VARIABLE].encode(),
+                          server_tools=options["--server-tools"] == ["yes"])
+    proxy = Proxy(rules=rules, machine=Machine.gather(), book=book, model=model,
                   log=WireLog(settings, wire), settings=settings, wire=wire,
                   controls=serving.controls_from(options), say=serving.say,
                   resolver=dns_resolver(server_address) if server_address else system_resolver)

@@ -11,8 +11,18 @@ address) is not relayed unread: the client speaks first, so its bytes are served
 HTTP by the same loop, each request admitted by the same head check, its Host held to
 the tunnel's host, and counted as a call of its own; after a `101 Switching Protocols`
 (WebSocket) the bytes are relayed as they are. Everything else is refused with a status
-and a one-line reason, in the response and in the wire's log. `/_link/…` is the verbs'
-namespace: no verb is enabled yet, so each answers 404.
+and a one-line reason, in the response and in the wire's log.
+
+`/_link/…` on the proxy's own listener (origin form, or absolute form to the proxy's own
+address) is the verbs' namespace (lnk_proxy.verbs): a verb the spec did not turn on
+answers 404 naming the key that does. A verb call passes the same gate as any call and
+is one `allowed`/`ended` pair on the wire's log, `kind=` the verb, with the host and port
+it went to; its upstream is checked address by address as any call's, though no `hosts`
+entry names it. The model verb (lnk_proxy.model_verb) reads the body whole, has it
+rewritten, adds the real key and speaks TLS to the provider over a kept connection.
+
+The parts of one request: `_forward` dispatches, `_pass` and `_model_call` acquire the
+upstream (kept, pooled or new), and `_exchange` is the one exchange both use.
 """
 
 from __future__ import annotations
@@ -27,8 +37,8 @@ from collections.abc import Awaitable, Callable, Sequence
 import h11
 
 from lnk_common.controls import Controls, SharedControls
-from lnk_common.endpoints import AddressBook
-from lnk_common.wire import OUT_OF_DESCRIPTORS, Refused, Wire, is_out_of_descriptors, no_delay
+from lnk_common.endpoints import PROXY_ADDRESS, PROXY_PORT, AddressBook
+from lnk_common.wire import OUT_OF_DESCRIPTORS, Refused, Wire, is_out_of_descriptors
 from lnk_common.wirelog import WireLog
 from lnk_proxy import sni
 from lnk_proxy.decide import (
@@ -40,8 +50,12 @@ from lnk_proxy.decide import (
     matching_rule,
 )
 from lnk_proxy.head import HeadError, RequestHead, check_head, head_end
+from lnk_proxy.model_rules import MAX_BODY_BYTES, PROVIDER_HOSTS
+from lnk_proxy.model_verb import Admitted, ModelVerb
 from lnk_proxy.resolver import system_resolver
 from lnk_proxy.target import Target, TargetError, parse_absolute, parse_connect
+from lnk_proxy.upstream import CHUNK, Upstream, open_upstream
+from lnk_proxy.verbs import MODEL, VerbError, is_verb_target, split_verb
 
 __all__ = ["HEAD_SECONDS", "HTTP_PORT", "IDLE_SECONDS", "UPGRADES", "Proxy"]
 
@@ -50,19 +64,21 @@ __all__ = ["HEAD_SECONDS", "HTTP_PORT", "IDLE_SECONDS", "UPGRADES", "Proxy"]
 HEAD_SECONDS = 10.0
 # A connection with nothing moving either way for this long is closed.
 IDLE_SECONDS = 300.0
-# Connecting to an upstream address gives up after this long.
-CONNECT_SECONDS = 15.0
 # A tunnel to 443 must show its ClientHello within this long.
 HELLO_SECONDS = 10.0
-# Bytes read at a time when relaying.
-CHUNK = 256 * 1024
+# A model call's body is read whole (it is parsed, checked and re-serialised): the
+# rules' own limit (model_rules.MAX_BODY_BYTES, with its reason), refused (413) from the
+# Content-Length before a byte of it is read, else as it passes.
+MAX_MODEL_BODY_BYTES = MAX_BODY_BYTES
+# How often a call that waits on its upstream looks whether its client went away.
+CLIENT_WATCH_SECONDS = 0.25
 
 Resolver = Callable[[str, int], Awaitable[list[Address]]]
 
 
 # The proxy's own address inside a sandbox: a request to it (as a base URL, or through
 # the proxy variables) is for the verbs' namespace, never forwarded.
-OWN_AUTHORITIES = ("127.0.0.1:3128", "localhost:3128")
+OWN_AUTHORITIES = (f"{PROXY_ADDRESS}:{PROXY_PORT}", f"localhost:{PROXY_PORT}")
 
 
 def _own_path(target: str) -> str | None:
@@ -111,6 +127,12 @@ def _asks_to_upgrade(headers: Sequence[tuple[bytes, bytes]]) -> bool:
     return b"upgrade" in tokens and len(asked) == 1 and asked[0] in UPGRADES
 
 
+_PHRASES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+            408: "Request Timeout", 413: "Content Too Large", 414: "URI Too Long",
+            415: "Unsupported Media Type", 429: "Too Many Requests",
+            500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable"}
+
+
 def _host_matches(hosts: list[str], target: Target) -> bool:
     try:
         named = parse_connect(hosts[0] if ":" in hosts[0].rsplit("]", 1)[-1]
@@ -120,17 +142,71 @@ def _host_matches(hosts: list[str], target: Target) -> bool:
     return (named.host, named.port) == (target.host, target.port)
 
 
-class _Upstream:
-    """An upstream connection kept between two requests of one client connection."""
+class _Outcome:
+    """What one exchange did: bytes each way, whether a response began, how it ended."""
 
-    __slots__ = ("authority", "conn", "reader", "writer")
+    __slots__ = ("client_gone", "failure", "received", "responded", "reusable", "sent")
 
-    def __init__(self, authority: str, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter, conn: h11.Connection) -> None:
-        self.authority = authority
-        self.reader = reader
-        self.writer = writer
-        self.conn = conn
+    def __init__(self) -> None:
+        self.sent = 0
+        self.received = 0
+        self.responded = False
+        self.reusable = False
+        self.client_gone = False
+        self.failure = ""
+
+
+def _next_cycle(client: h11.Connection, outcome: _Outcome) -> tuple[bool, bytes]:
+    """(whether the client's connection takes another request, what it sent of it)."""
+    if outcome.failure or client.our_state is not h11.DONE or client.their_state is not h11.DONE:
+        return False, b""
+    try:
+        client.start_next_cycle()
+    except h11.LocalProtocolError:
+        return False, b""  # the client or the server asked to close
+    return True, client.trailing_data[0]
+
+
+async def _watch_client(reader: asyncio.StreamReader, upstream: Upstream,
+                        outcome: _Outcome) -> None:
+    """End the upstream call when its client has gone (its connection ended): the
+    provider's work and the proxy's socket are not held for nobody."""
+    while not reader.at_eof():
+        await asyncio.sleep(CLIENT_WATCH_SECONDS)
+    outcome.client_gone = True
+    outcome.failure = " error=client-gone"
+    upstream.close()
+
+
+async def _read_body(request: h11.Request, client: h11.Connection,
+                     reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     limit: int) -> bytes:
+    """A request's whole body, at most `limit` bytes, or Refused (413; 400 for framing
+    h11 refuses)."""
+    for name, value in request.headers:
+        if name == b"content-length" and int(value) > limit:  # h11 checked it is a number
+            raise Refused(413, f"the body is over {limit // (1024 * 1024)} MiB (a model "
+                               "call's limit)")
+    if client.they_are_waiting_for_100_continue:
+        writer.write(client.send(h11.InformationalResponse(status_code=100, headers=[])))
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        while True:
+            event = await _next_event(client, reader)
+            if isinstance(event, h11.Data):
+                size += len(event.data)
+                if size > limit:
+                    raise Refused(413, f"the body is over {limit // (1024 * 1024)} MiB (a "
+                                       "model call's limit)")
+                chunks.append(event.data)
+                continue
+            if isinstance(event, h11.EndOfMessage):
+                return b"".join(chunks)
+            raise ConnectionError("the client closed before its body ended")
+    except h11.RemoteProtocolError as error:
+        raise Refused(400, f"the request body is not HTTP/1.1 as h11 reads it ({error})"
+                      ) from None
 
 
 class Proxy(Wire):
@@ -138,9 +214,12 @@ class Proxy(Wire):
                  resolver: Resolver = system_resolver, settings: str = "", wire: str = "",
                  controls: Controls | SharedControls | None = None,
                  say: Callable[[str], None] | None = None,
-                 book: AddressBook | None = None) -> None:
+                 book: AddressBook | None = None, model: ModelVerb | None = None) -> None:
         super().__init__(log=log, settings=settings, wire=wire, controls=controls, say=say)
         self.rules = rules
+        self.model = model
+        # The verbs this sandbox's spec turned on ([verbs]); every other answers 404.
+        self.verbs = frozenset({MODEL} if model is not None else ())
         self.book = book
         self.machine = machine
         self.resolver = resolver
@@ -153,15 +232,15 @@ class Proxy(Wire):
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Heads one after another on a connection kept alive (each request checked and
         decided afresh, wherever it goes), until a CONNECT, a refusal or a close."""
-        kept: list[_Upstream | None] = [None]
+        kept: list[Upstream | None] = [None]
         try:
             await self._requests(reader, writer, b"", kept)
         finally:
             if kept[0] is not None:
-                kept[0].writer.close()
+                kept[0].close()
 
     async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                        buffer: bytes, kept: list[_Upstream | None],
+                        buffer: bytes, kept: list[Upstream | None],
                         tunnel: Target | None = None) -> None:
         """Requests one after another; `tunnel`: the port-80 tunnel they all travel in
         (every Host must name its host), else absolute-form requests to the proxy."""
@@ -216,11 +295,9 @@ class Proxy(Wire):
             buffer += chunk
 
     async def _refuse(self, writer: asyncio.StreamWriter, target: str, refusal: Refused) -> None:
-        self.log.write("refused", target, f"reason={refusal.reason}")
+        self.log.write("refused", target, f"reason={refusal.logged}")
         body = (refusal.reason + "\n").encode("utf-8", "replace")
-        phrase = {400: "Bad Request", 403: "Forbidden", 404: "Not Found",
-                  408: "Request Timeout", 429: "Too Many Requests",
-                  502: "Bad Gateway", 503: "Service Unavailable"}.get(refusal.status, "Refused")
+        phrase = _PHRASES.get(refusal.status, "Refused")
         retry = (f"Retry-After: {math.ceil(refusal.retry_after)}\r\n"
                  if refusal.retry_after is not None else "")
         writer.write(f"HTTP/1.1 {refusal.status} {phrase}\r\nContent-Type: text/plain\r\n"
@@ -233,8 +310,8 @@ class Proxy(Wire):
     # -- the decision -------------------------------------------------------------------
 
     def check_name(self, target: Target, *, counted: bool = True) -> HostRule:
-        """The first steps of every decision: the wire's controls (the kill switch, its
-        pause, calls a minute), then the name (or the address literal) against the
+        """The first steps of every call to a host: the wire's controls (the kill switch,
+        its pause, calls a minute), then the name (or the address literal) against the
         rules (hosts, endpoints, [lan]), before any lookup; the rule that allows it.
         `counted` False: not a call of its own (a port-80 tunnel, whose requests are)."""
         self.gate(counted=counted)
@@ -250,6 +327,11 @@ class Proxy(Wire):
         """The address to connect to, or Refused: controls, name, lookup, every address.
         `counted` False: not a call (a port-80 tunnel, whose requests are decided again)."""
         rule = self.check_name(target, counted=counted)
+        return await self.checked_address(target, lan=rule.lan)
+
+    async def checked_address(self, target: Target, *, lan: bool) -> Address:
+        """The lookup and every address's check (N3), apart from `hosts`: a verb's
+        upstream (a provider) gets them all though no `hosts` entry names it."""
         if target.address is None:
             try:
                 addresses = await self.resolver(target.host, target.port)
@@ -263,33 +345,21 @@ class Proxy(Wire):
         else:
             addresses = [target.address]
         for address in addresses:
-            why = address_refusal(address, self.machine, lan=rule.lan)
+            why = address_refusal(address, self.machine, lan=lan)
             if why:
                 raise Refused(403, why if target.address is not None
                               else f"{target.host} resolves to {why}",
                               metadata=address in METADATA_ADDRESSES)
         return addresses[0]
 
-    async def _open(self, target: Target, *, counted: bool = True
-                    ) -> tuple[Address, asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _open(self, target: Target, *, counted: bool = True) -> Upstream:
         address = await self.decide(target, counted=counted)
-        try:
-            upstream = await asyncio.wait_for(
-                asyncio.open_connection(str(address), target.port, limit=CHUNK),
-                CONNECT_SECONDS)
-        except OSError as error:
-            if is_out_of_descriptors(error):
-                raise Refused(503, OUT_OF_DESCRIPTORS, counts=False) from None
-            raise Refused(502, f"{target.authority} could not be reached ({error})") from None
-        except TimeoutError as error:
-            raise Refused(502, f"{target.authority} could not be reached ({error})") from None
-        no_delay(upstream[1])
-        return address, *upstream
+        return await open_upstream(address, target.port, target.authority)
 
     # -- CONNECT ------------------------------------------------------------------------
 
     async def _connect(self, raw_target: str, early: bytes, reader: asyncio.StreamReader,
-                       writer: asyncio.StreamWriter, kept: list[_Upstream | None]
+                       writer: asyncio.StreamWriter, kept: list[Upstream | None]
                        ) -> Target | None:
         """A CONNECT: decided, answered, then relayed; or, to port 80, the tunnel whose
         requests the caller serves next (returned; the connection `kept` from requests
@@ -300,7 +370,7 @@ class Proxy(Wire):
             await self._refuse(writer, "-", Refused(400, str(error)))
             return None
         if kept[0] is not None:
-            kept[0].writer.close()
+            kept[0].close()
             kept[0] = None
         try:
             if target.port == HTTP_PORT:
@@ -310,7 +380,7 @@ class Proxy(Wire):
                 # so nothing reaches the host that is not on the log.
                 await self.decide(target, counted=False)
             else:
-                _address, up_reader, up_writer = await self._open(target)
+                upstream = await self._open(target)
         except Refused as refusal:
             await self._refuse(writer, target.authority, refusal)
             return None
@@ -318,7 +388,8 @@ class Proxy(Wire):
         await writer.drain()
         if target.port == HTTP_PORT:
             return target
-        await self._tunnel(target, early, reader, writer, up_reader, up_writer, "connect")
+        await self._tunnel(target, early, reader, writer, upstream.reader, upstream.writer,
+                           "connect")
         return None
 
     async def _tunnel(self, target: Target, early: bytes, reader: asyncio.StreamReader,
@@ -340,7 +411,7 @@ class Proxy(Wire):
                 # anomaly like a burst of refused names.
                 refusal = Refused(403, "the tunnel's TLS ClientHello names "
                                   + (f"another host ({named})" if named else "no host"))
-                self.log.write("refused", target.authority, f"reason={refusal.reason}")
+                self.log.write("refused", target.authority, f"reason={refusal.logged}")
                 self.count_refusal(target.authority, refusal)
                 return
         try:
@@ -349,7 +420,7 @@ class Proxy(Wire):
             ends = await self.splice_ends(reader, writer, up_reader, up_writer)
         except Refused as refusal:  # out of descriptors: the call never went
             up_writer.close()
-            self.log.write("refused", target.authority, f"reason={refusal.reason}")
+            self.log.write("refused", target.authority, f"reason={refusal.logged}")
             return
         self.log.write("allowed", target.authority, f"id={call} kind={kind}")
         started = time.monotonic()
@@ -378,7 +449,7 @@ class Proxy(Wire):
             host = address
         if host is None:
             refusal = Refused(403, f"{address} is no address this sandbox was given")
-            self.log.write("refused", f"{address}:{port}", f"reason={refusal.reason}")
+            self.log.write("refused", f"{address}:{port}", f"reason={refusal.logged}")
             self.count_refusal(f"{address}:{port}", refusal)
             return
         target = Target(host, port, ipaddress.ip_address(host) if host == address else None)
@@ -386,20 +457,21 @@ class Proxy(Wire):
             if port == HTTP_PORT:  # as a CONNECT to port 80: decided, then served as HTTP
                 await self.decide(target, counted=False)
             else:
-                _address, up_reader, up_writer = await self._open(target)
+                upstream = await self._open(target)
         except Refused as refusal:
-            self.log.write("refused", target.authority, f"reason={refusal.reason}")
+            self.log.write("refused", target.authority, f"reason={refusal.logged}")
             self.count_refusal(target.authority, refusal)
             return
         if port != HTTP_PORT:
-            await self._tunnel(target, b"", reader, writer, up_reader, up_writer, "endpoint")
+            await self._tunnel(target, b"", reader, writer, upstream.reader, upstream.writer,
+                               "endpoint")
             return
-        kept: list[_Upstream | None] = [None]
+        kept: list[Upstream | None] = [None]
         try:
             await self._requests(reader, writer, b"", kept, target)
         finally:
             if kept[0] is not None:
-                kept[0].writer.close()
+                kept[0].close()
 
     async def _client_hello(self, reader: asyncio.StreamReader, data: bytes) -> bytes:
         while True:
@@ -410,19 +482,16 @@ class Proxy(Wire):
                 return data
             data += chunk
 
-    # -- absolute-form requests ---------------------------------------------------------
+    # -- requests: dispatch, the upstream, one exchange --------------------------------
 
     async def _forward(self, head: RequestHead, raw: bytes, rest: bytes,
                        reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                       kept: list[_Upstream | None], tunnel: Target | None = None
+                       kept: list[Upstream | None], tunnel: Target | None = None
                        ) -> tuple[bool, bytes]:
         """One request and its response; (whether the client's connection goes on to
-        another request, the bytes it already sent of that one). An absolute-form request
-        to the proxy, or, in a port-80 `tunnel`, a request to the tunnel's host. The
-        upstream connection of the last request is used again when this one goes to the
-        same host and port (its address was checked when it was opened; the hooks and
-        the name are checked again here, and the call counted); `kept` holds it between
-        requests. After a 101 the two connections are relayed as they are."""
+        another request, the bytes it already sent of that one). Dispatch: a verb's path
+        on the proxy's own listener, or a request to pass on (absolute form to the
+        proxy, or, in a port-80 `tunnel`, a request to the tunnel's host)."""
         client = h11.Connection(h11.SERVER)
         client.receive_data(raw + rest)
         try:  # h11 may refuse what the head check admitted: nothing is sent on then
@@ -436,65 +505,109 @@ class Proxy(Wire):
         found = await self._where(head, writer, tunnel)
         if found is None:
             return False, b""
+        if isinstance(found, str):
+            return await self._verb(found, request, client, reader, writer)
         target, path = found
+        return await self._pass(target, path, head, raw, rest, request, client, reader,
+                                writer, kept, tunnel)
+
+    async def _pass(self, target: Target, path: str, head: RequestHead, raw: bytes,
+                    rest: bytes, request: h11.Request, client: h11.Connection,
+                    reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    kept: list[Upstream | None], tunnel: Target | None) -> tuple[bool, bytes]:
+        """A request to a host of the sandbox's own. The upstream connection of the last
+        request is used again when this one goes to the same host and port (its address
+        was checked when it was opened; the controls and the name are checked again
+        here, and the call counted); `kept` holds it between requests."""
         previous = kept[0]
         kept[0] = None
         try:
             if (previous is not None and previous.authority == target.authority
-                    and not previous.reader.at_eof()):
+                    and previous.usable()):
                 self.check_name(target)
-                up_reader, up_writer, upstream = previous.reader, previous.writer, previous.conn
+                upstream = previous
             else:
                 if previous is not None:
-                    previous.writer.close()
-                _address, up_reader, up_writer = await self._open(target)
-                upstream = h11.Connection(h11.CLIENT)
+                    previous.close()
+                upstream = await self._open(target)
         except Refused as refusal:
             if previous is not None:
-                previous.writer.close()
+                previous.close()
             await self._refuse(writer, target.authority, refusal)
             return False, b""
-        call = next(self.ids)
-        self.log.write("allowed", target.authority, f"id={call} kind=http")
-        started = time.monotonic()
         upgrade = _asks_to_upgrade(request.headers)
         fields = [(name, value) for name, value in request.headers
                   if name.lower() not in _HOP_FIELDS and name.lower() != b"expect"]
         if upgrade:  # the switch is asked of the upstream, as the client asked it
             fields += [(b"connection", b"upgrade")] + [
                 (name, value) for name, value in request.headers if name.lower() == b"upgrade"]
-        if client.they_are_waiting_for_100_continue:
+        outcome = await self._exchange(
+            target.authority, "http", client, reader, writer, upstream,
+            h11.Request(method=request.method, target=path, headers=fields), body=None)
+        if outcome.reusable:
+            upstream.conn.start_next_cycle()
+            kept[0] = upstream
+        if outcome.failure and upstream is previous and not outcome.responded \
+                and outcome.sent == 0:
+            # The kept connection was closed by the server meanwhile: a request with no
+            # body is sent again, once, on a new connection (checked afresh), which is
+            # then kept in `kept` as any other (and closed with the client's).
+            return await self._forward(head, raw, rest, reader, writer, kept, tunnel)
+        return _next_cycle(client, outcome)
+
+    async def _exchange(self, authority: str, kind: str, client: h11.Connection,
+                        reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        upstream: Upstream, outgoing: h11.Request, *, body: bytes | None,
+                        watch_client: bool = False) -> _Outcome:
+        """One allowed call: `outgoing` and its body (`body`, taken whole already, or
+        None: the client's, streamed as it comes) to `upstream`, and the response
+        streamed back as it arrives, never held whole; after a 101 the two connections
+        relayed as they are. An `allowed` and an `ended` line on the wire's log. The
+        upstream is closed here unless the exchange left it reusable (both DONE).
+        `watch_client`: a client that goes away ends the upstream call (a model's answer
+        can take minutes before its first byte)."""
+        call = next(self.ids)
+        self.log.write("allowed", authority, f"id={call} kind={kind}")
+        started = time.monotonic()
+        conn = upstream.conn
+        up_reader, up_writer = upstream.reader, upstream.writer
+        if body is None and client.they_are_waiting_for_100_continue:
             # The proxy takes the body itself and streams it on: no client waits a second
             # for a 100 that would otherwise come only after the upstream's answer.
             writer.write(client.send(h11.InformationalResponse(status_code=100, headers=[])))
-        sent = received = 0
-        failure = ""
-        responded = switched = False
-        reused = previous is not None and upstream is previous.conn
+        outcome = _Outcome()
+        switched = False
+        watcher = (asyncio.ensure_future(_watch_client(reader, upstream, outcome))
+                   if watch_client else None)
         try:
-            up_writer.write(upstream.send(h11.Request(method=request.method, target=path,
-                                                      headers=fields)))
-            while True:  # the request body, if any
+            up_writer.write(conn.send(outgoing))
+            if body is not None:
+                if body:
+                    up_writer.write(conn.send(h11.Data(data=body)))
+                up_writer.write(conn.send(h11.EndOfMessage()))
+                await up_writer.drain()
+                outcome.sent = len(body)
+            while body is None:  # the client's body, if any, as it comes
                 event = await _next_event(client, reader)
                 if isinstance(event, h11.Data):
-                    sent += len(event.data)
-                    up_writer.write(upstream.send(h11.Data(data=event.data)))
+                    outcome.sent += len(event.data)
+                    up_writer.write(conn.send(h11.Data(data=event.data)))
                     await up_writer.drain()
                     continue
-                up_writer.write(upstream.send(h11.EndOfMessage()))
+                up_writer.write(conn.send(h11.EndOfMessage()))
                 await up_writer.drain()
                 break
             while True:  # the response
-                event = await _next_event(upstream, up_reader)
+                event = await _next_event(conn, up_reader)
                 if isinstance(event, h11.InformationalResponse):
                     if event.status_code == 101:  # h11 admits it only when asked for
-                        responded = switched = True
+                        outcome.responded = switched = True
                         writer.write(client.send(h11.InformationalResponse(
                             status_code=101, headers=event.headers, reason=event.reason)))
                         break
                     continue
                 if isinstance(event, h11.Response):
-                    responded = True
+                    outcome.responded = True
                     headers = [(name, value) for name, value in event.headers
                                if name.lower() not in _HOP_FIELDS]
                     writer.write(client.send(h11.Response(status_code=event.status_code,
@@ -502,7 +615,7 @@ class Proxy(Wire):
                                                           reason=event.reason)))
                     continue
                 if isinstance(event, h11.Data):
-                    received += len(event.data)
+                    outcome.received += len(event.data)
                     writer.write(client.send(h11.Data(data=event.data)))
                     await writer.drain()
                     continue
@@ -512,46 +625,94 @@ class Proxy(Wire):
                     break
                 break
             if switched:  # what each side sent after the switch goes first, then all else
-                early_up, early_down = client.trailing_data[0], upstream.trailing_data[0]
+                early_up, early_down = client.trailing_data[0], conn.trailing_data[0]
                 up_writer.write(early_up)
                 writer.write(early_down)
                 ends = await self.splice_ends(reader, writer, up_reader, up_writer)
                 more_sent, more_received = await self.relay(ends, up_writer)
-                sent += len(early_up) + more_sent
-                received += len(early_down) + more_received
+                outcome.sent += len(early_up) + more_sent
+                outcome.received += len(early_down) + more_received
         except (h11.ProtocolError, ConnectionError, TimeoutError) as error:
-            failure = f" error={type(error).__name__}"
+            outcome.failure = outcome.failure or f" error={type(error).__name__}"
         except Refused:  # no descriptor left for the switched connection's relay
-            failure = " error=out-of-descriptors"
+            outcome.failure = " error=out-of-descriptors"
         finally:  # an ended line for every allowed one, even when the proxy is stopping
-            reusable = (not failure and upstream.our_state is h11.DONE
-                        and upstream.their_state is h11.DONE)
-            if reusable:
-                try:
-                    upstream.start_next_cycle()
-                    kept[0] = _Upstream(target.authority, up_reader, up_writer, upstream)
-                except h11.LocalProtocolError:
-                    reusable = False
-            if not reusable:
-                up_writer.close()
-            self.log.write("ended", target.authority,
-                           f"id={call} sent={sent} received={received} "
-                           f"seconds={time.monotonic() - started:.3f}{failure}")
-        if failure and reused and not responded and sent == 0:
-            # The kept connection was closed by the server meanwhile: a request with no
-            # body is sent again, once, on a new connection (checked afresh), which is
-            # then kept in `kept` as any other (and closed with the client's).
-            return await self._forward(head, raw, rest, reader, writer, kept, tunnel)
-        if failure or client.our_state is not h11.DONE or client.their_state is not h11.DONE:
-            return False, b""
+            if watcher is not None:
+                watcher.cancel()
+            outcome.reusable = (not outcome.failure and not switched
+                                and conn.our_state is h11.DONE
+                                and conn.their_state is h11.DONE)
+            if not outcome.reusable:
+                upstream.close()
+            self.log.write("ended", authority,
+                           f"id={call} sent={outcome.sent} received={outcome.received} "
+                           f"seconds={time.monotonic() - started:.3f}{outcome.failure}")
+        return outcome
+
+    # -- verbs: /_link/… on the proxy's own listener ------------------------------------
+
+    async def _verb(self, path: str, request: h11.Request, client: h11.Connection,
+                    reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+                    ) -> tuple[bool, bytes]:
+        """A call to a verb: 404 for no such verb or one that is off (counted as any
+        refusal), else the verb's own."""
         try:
-            client.start_next_cycle()
-        except h11.LocalProtocolError:
-            return False, b""  # the client or the server asked to close
-        return True, client.trailing_data[0]
+            verb, rest = split_verb(path, self.verbs)
+        except VerbError as error:
+            await self._refuse(writer, "-", Refused(error.status, error.reason))
+            return False, b""
+        assert verb == MODEL and self.model is not None  # the one verb built
+        return await self._model_call(self.model, rest, request, client, reader, writer)
+
+    async def _model_call(self, model: ModelVerb, rest: str, request: h11.Request,
+                          client: h11.Connection, reader: asyncio.StreamReader,
+                          writer: asyncio.StreamWriter) -> tuple[bool, bytes]:
+        """`/_link/model/<provider>/…`: the gate (kill switch, pause, calls a minute),
+        then the call's own checks, the body read whole and rewritten, the real key
+        added, and the provider's upstream (every address checked, TLS verified) from
+        the provider's pool of kept connections."""
+        authority = "-"
+        try:
+            self.gate()
+            provider, target = model.provider(rest)
+            authority = f"{PROVIDER_HOSTS[provider]}:443"  # where a refusal is logged
+            admitted = model.admit(provider, request.method, target, list(request.headers))
+            raw = await _read_body(request, client, reader, writer, MAX_MODEL_BODY_BYTES)
+            outgoing, body = model.request(admitted, raw)
+            upstream = model.pools[admitted.provider].take()
+            reused = upstream is not None
+            if upstream is None:
+                upstream = await self._open_provider(model, admitted)
+        except Refused as refusal:
+            await self._refuse(writer, authority, refusal)
+            return False, b""
+        while True:
+            outcome = await self._exchange(authority, "model", client, reader, writer,
+                                           upstream, outgoing, body=body, watch_client=True)
+            if outcome.reusable:
+                model.pools[admitted.provider].give_back(upstream)
+            if not (outcome.failure and reused and not outcome.responded
+                    and not outcome.client_gone):
+                return _next_cycle(client, outcome)
+            # A kept connection the provider had closed meanwhile: sent again, once, on a
+            # new one (the body is ours, held whole).
+            reused = False
+            try:
+                upstream = await self._open_provider(model, admitted)
+            except Refused as refusal:
+                await self._refuse(writer, authority, refusal)
+                return False, b""
+
+    async def _open_provider(self, model: ModelVerb, admitted: Admitted) -> Upstream:
+        """A new TLS connection to the provider: looked up, every address checked (N3)
+        as for any call, though no `hosts` entry names it."""
+        target = Target(admitted.host, 443, None)
+        address = await self.checked_address(target, lan=False)
+        return await open_upstream(address, 443, admitted.authority, tls=model.tls,
+                                   host=admitted.host)
 
     async def _where(self, head: RequestHead, writer: asyncio.StreamWriter,
-                     tunnel: Target | None) -> tuple[Target, str] | None:
+                     tunnel: Target | None) -> tuple[Target, str] | str | None:
         """Where a request goes and the path to send, or None once refused (the
         response written): absolute-form to the proxy, origin-form (or absolute-form to
         the same host) in a tunnel; its Host must name that very host (a CDN routes by
@@ -560,12 +721,11 @@ class Proxy(Wire):
             path_here = (head.target if head.target.startswith("/")
                          else _own_path(head.target))
             if path_here is not None:
-                if path_here.startswith("/_link/") or path_here == "/_link":
-                    await self._refuse(writer, "-", Refused(404, "verb not enabled"))
-                else:
-                    await self._refuse(writer, "-", Refused(
-                        400, "the proxy takes absolute-form requests (http://host/…) and "
-                             "CONNECT"))
+                if is_verb_target(path_here):
+                    return path_here
+                await self._refuse(writer, "-", Refused(
+                    400, "the proxy takes absolute-form requests (http://host/…), CONNECT, "
+                         "and its verbs' paths (/_link/…)"))
                 return None
         where = tunnel.authority if tunnel is not None else "-"
         if tunnel is not None and head.target.startswith("/"):

@@ -57,7 +57,7 @@ class Relay(Wire):
         except Refused as refusal:
             if up_writer is not None:
                 up_writer.close()
-            self.log.write("refused", target, f"reason={refusal.reason}")
+            self.log.write("refused", target, f"reason={refusal.logged}")
             self.count_refusal(target, refusal)
             return
         call = next(self.ids)

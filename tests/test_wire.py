@@ -227,7 +227,8 @@ def _n3_cases() -> list[tuple[str, str, str]]:
         ("http://[::ffff:127.0.0.1]/", "403", "[::ffff:7f00:1]:80 is not in this sandbox's hosts"),
         # The proxy itself, by its own address: no verb, never forwarded.
         ("http://127.0.0.1:3128/", "400",
-         "the proxy takes absolute-form requests (http://host/…) and CONNECT"),
+         "the proxy takes absolute-form requests (http://host/…), CONNECT, and its verbs' "
+         "paths (/_link/…)"),
     ]
 
 
@@ -455,9 +456,11 @@ def test_N4_smuggling_heads_are_refused_before_anything_is_sent(
         "two CL": (bad, "more than one Content-Length"),
         "userinfo": (bad, "a URL with userinfo (user@host) is refused"),
         "long head": (bad, "the request head is larger than 32768 bytes"),
-        "origin form": (bad, "the proxy takes absolute-form requests (http://host/…) and "
-                             "CONNECT"),
-        "verb": ("HTTP/1.1 404 Not Found", "verb not enabled"),
+        "origin form": (bad, "the proxy takes absolute-form requests (http://host/…), "
+                             "CONNECT, and its verbs' paths (/_link/…)"),
+        "verb": ("HTTP/1.1 404 Not Found", "the model verb is off in this sandbox: [verbs] "
+                                           'model = "anthropic" (or a list of providers) '
+                                           "turns it on"),
         "ipv6 literal": ("HTTP/1.1 403 Forbidden", "[::1]:80 is not in this sandbox's hosts"),
         "fronting": (bad, "the Host header names another host than the request's URL"),
         "host with port": ("HTTP/1.1 200 OK", "fine"),

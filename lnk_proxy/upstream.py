@@ -1,0 +1,123 @@
+"""Upstream connections: opened to the very address that was checked, plain or TLS, and
+kept for the next request (per client connection for forwarded requests, per provider
+across client connections for a verb's upstream).
+
+TLS is Python's `ssl` with the system's trust store (`ssl.create_default_context`, which
+honours SSL_CERT_FILE and SSL_CERT_DIR in the proxy's own environment: a test CA is
+trusted that way, never inside the sandbox), the hostname checked against the name the
+call was decided on, never the address it connects to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+
+import h11
+
+from lnk_common.wire import OUT_OF_DESCRIPTORS, Refused, is_out_of_descriptors, no_delay
+from lnk_proxy.decide import Address
+
+__all__ = ["CHUNK", "CONNECT_SECONDS", "MAX_IDLE_PER_POOL", "Pool", "Upstream", "open_upstream",
+           "tls_context"]
+
+# Connecting to an upstream address (and, for TLS, its handshake) gives up after this long.
+CONNECT_SECONDS = 15.0
+# Bytes read at a time when relaying.
+CHUNK = 256 * 1024
+# Idle connections kept per provider: a harness runs a few calls at once (a main loop and
+# some sub-agents); more idle ones would only hold the provider's sockets for nothing.
+MAX_IDLE_PER_POOL = 8
+
+
+class Upstream:
+    """One upstream connection and its h11 state (reused while both sides are DONE)."""
+
+    __slots__ = ("authority", "conn", "reader", "writer")
+
+    def __init__(self, authority: str, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter) -> None:
+        self.authority = authority
+        self.reader = reader
+        self.writer = writer
+        self.conn = h11.Connection(h11.CLIENT)
+
+    def usable(self) -> bool:
+        """Still open as far as can be seen without a read (a server that closed an idle
+        connection has fed it its end)."""
+        return not self.reader.at_eof() and not self.writer.is_closing()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def tls_context() -> ssl.SSLContext:
+    """The client context for every TLS upstream: system trust, hostname checked,
+    TLS 1.2 at least, HTTP/1.1 only (the exchange speaks h11)."""
+    context = ssl.create_default_context()
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.set_alpn_protocols(["http/1.1"])
+    return context
+
+
+async def open_upstream(address: Address, port: int, authority: str, *,
+                        tls: ssl.SSLContext | None = None, host: str = "") -> Upstream:
+    """A connection to `address` (already checked), or Refused (502; 503 when out of
+    descriptors). With `tls`, the handshake verifies the certificate for `host`."""
+    try:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(str(address), port, limit=CHUNK, ssl=tls,
+                                    server_hostname=host if tls is not None else None,
+                                    ssl_handshake_timeout=CONNECT_SECONDS if tls else None),
+            CONNECT_SECONDS)
+    except ssl.SSLCertVerificationError as error:
+        raise Refused(502, f"{authority}'s certificate is not trusted "
+                           f"({error.verify_message})") from None
+    except ssl.SSLError as error:
+        raise Refused(502, f"{authority}: TLS failed ({error.reason or error})") from None
+    except OSError as error:
+        if is_out_of_descriptors(error):
+            raise Refused(503, OUT_OF_DESCRIPTORS, counts=False) from None
+        raise Refused(502, f"{authority} could not be reached ({error})") from None
+    except TimeoutError:
+        raise Refused(502, f"{authority} could not be reached (no answer in "
+                           f"{CONNECT_SECONDS:g} s)") from None
+    no_delay(writer)
+    return Upstream(authority, reader, writer)
+
+
+class Pool:
+    """Idle upstream connections of one upstream (a provider), kept between calls."""
+
+    __slots__ = ("idle",)
+
+    def __init__(self) -> None:
+        self.idle: list[Upstream] = []
+
+    def take(self) -> Upstream | None:
+        """The newest idle connection still open, or None."""
+        while self.idle:
+            upstream = self.idle.pop()
+            if upstream.usable():
+                return upstream
+            upstream.close()
+        return None
+
+    def give_back(self, upstream: Upstream) -> None:
+        """Keep `upstream` for the next call, if its exchange ended cleanly."""
+        conn = upstream.conn
+        if (conn.our_state is h11.DONE and conn.their_state is h11.DONE
+                and len(self.idle) < MAX_IDLE_PER_POOL and upstream.usable()):
+            try:
+                conn.start_next_cycle()
+            except h11.LocalProtocolError:
+                upstream.close()
+                return
+            self.idle.append(upstream)
+            return
+        upstream.close()
+
+    def close(self) -> None:
+        for upstream in self.idle:
+            upstream.close()
+        self.idle.clear()
