@@ -67,6 +67,11 @@ import anthropic, openai
 from google import genai
 from google.genai import types as gtypes
 ENV = os.environ
+# The harness's SSL_CERT_FILE (the test CA, for the proxy) comes through to the program, naming
+# a file no sandbox here may read; httpx loads it whenever a client is built, even for plain
+# HTTP, and the verb is plain HTTP: the program needs no CA of ours, so it drops it.
+CA_SEEN = [ENV.get("SSL_CERT_FILE"), os.access(ENV.get("SSL_CERT_FILE") or "/", os.R_OK)]
+ENV.pop("SSL_CERT_FILE", None)
 claude = anthropic.Anthropic(max_retries=0)
 gpt = openai.OpenAI(max_retries=0)
 router = openai.OpenAI(base_url=ENV["OPENROUTER_BASE_URL"], api_key=ENV["OPENROUTER_API_KEY"],
@@ -76,14 +81,20 @@ gemini = genai.Client(http_options=gtypes.HttpOptions(api_version="v1beta"))
 USER = [{"role": "user", "content": "hi"}]
 out = {}
 def refused(call):
-    """(status, the text the SDK's error carries) of a call that must fail."""
+    """(status, the text the SDK's error shows, the body) of a call that must fail."""
     try:
         call()
     except Exception as error:
         status = getattr(error, "status_code", None) or getattr(error, "code", None)
-        return [status, str(error)]
-    return [200, "not refused"]
+        response = getattr(error, "response", None)
+        return [status, str(error), getattr(response, "text", "")]
+    return [200, "not refused", ""]
 '''
+
+
+# What every test's real keys look like (the `keys` fixture), for a search that does not
+# need the keys themselves.
+KEY_SHAPE = r"(?:sk-ant-real-|sk-proj-real-|AIzaReal|sk-or-v1-real-)[0-9a-f]{16}"
 
 
 @pytest.fixture
@@ -180,6 +191,13 @@ def assert_real_key_only(records: list[dict[str, Any]], keys: dict[str, str],
                 assert value not in json.dumps(record), record
 
 
+# The OpenAI SDK's error text holds a refusal's reason only when the body is JSON with
+# `error.message` (openai/_base_client.py _make_status_error_from_response); Anthropic's holds
+# the body whatever it is; google-genai's a JSON body's whole, or the text as `message`.
+SURFACED = ("the SDK's error does not show the verb's reason: the OpenAI SDK shows only a JSON "
+            'body\'s error.message, so a refusal answers {"error": {"message": REASON}}')
+
+
 def test_the_sdks_reach_each_provider_with_the_real_key(
     spec: Path, model_env: dict[str, str], tmp_path: Path, keys: dict[str, str], seen: Any,
 ) -> None:
@@ -190,7 +208,8 @@ def test_the_sdks_reach_each_provider_with_the_real_key(
 out["env"] = {name: ENV.get(name) for name in (
     "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "GOOGLE_GEMINI_BASE_URL", "OPENROUTER_BASE_URL",
     "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "OPENROUTER_API_KEY",
-    "ANTHROPIC_AUTH_TOKEN", "GOOGLE_API_KEY", "SSL_CERT_FILE")}
+    "ANTHROPIC_AUTH_TOKEN", "GOOGLE_API_KEY")}
+out["ca"] = CA_SEEN
 out["anthropic"] = [
     claude.messages.create(model="claude-fake", max_tokens=8, messages=USER).content[0].text,
     claude.messages.count_tokens(model="claude-fake", messages=USER).input_tokens > 0,
@@ -217,6 +236,8 @@ out["openrouter"] = [
     assert [env[name] for name in KEY_VARIABLES] == [placeholder] * 4, env
     assert {name: env[name] for name in BASE_URLS} == BASE_URLS, env
     assert env["ANTHROPIC_AUTH_TOKEN"] is None and env["GOOGLE_API_KEY"] is None, env
+    # The test CA the proxy trusts is not the program's to read.
+    assert out["ca"][1] is False, out["ca"]
     assert out["anthropic"] == ["hello from the fake anthropic", True, ["claude-fake"]]
     assert out["openai"] == ["hello from the fake openai", "hello from the fake responses",
                              [0.25, -0.5, 1.0], ["gpt-fake"]]
@@ -409,14 +430,13 @@ out["gemini"] = refused(lambda: gemini.models.generate_content(
     model="gemini-fake", contents=[gtypes.Part.from_uri(file_uri=url, mime_type="image/png")]))
 out["placeholder"] = ENV["ANTHROPIC_API_KEY"]
 ''')
-    assert out["anthropic"][0] == 400 and 'source.type "url"' in out["anthropic"][1], out
-    assert out["chat"][0] == 400 and "image_url" in out["chat"][1], out
-    assert out["responses"][0] == 400 and "file_url" in out["responses"][1], out
-    assert out["gemini"][0] == 400 and "fileUri" in out["gemini"][1], out
-    for what in ("anthropic", "chat", "responses", "gemini"):
-        text = out[what][1]
-        assert out["placeholder"] not in text
-        assert all(key not in text for key in keys.values())
+    for what, reason in (("anthropic", 'source.type "url"'), ("chat", "image_url"),
+                         ("responses", "file_url"), ("gemini", "fileUri")):
+        status, shown, body = out[what]
+        assert status == 400 and reason in body, (what, out[what])
+        assert reason in shown, (SURFACED, what, out[what])
+        assert out["placeholder"] not in shown + body
+        assert all(key not in shown + body for key in keys.values())
     assert seen() == []
 
 
@@ -449,11 +469,12 @@ except urllib.error.HTTPError as error:
     out["none"] = [error.code, error.read().decode()]
 ''')
     for what in ("guess", "openai", "gemini", "second"):
-        assert out[what][0] == 401, (what, out)
-        assert "not this sandbox's placeholder" in out[what][1], (what, out)
+        status, shown, body = out[what]
+        assert status == 401 and "not this sandbox's placeholder" in body, (what, out[what])
+        assert "not this sandbox's placeholder" in shown, (SURFACED, what, out[what])
     assert out["none"][0] == 401 and "carried no key" in out["none"][1], out
-    for status_text in out.values():
-        assert all(key not in status_text[1] for key in keys.values())
+    for refusal in out.values():
+        assert all(key not in "".join(refusal[1:]) for key in keys.values())
     assert seen() == []
 
 
@@ -469,9 +490,10 @@ def raw(method, url, header):
                                      data=b"{}" if method == "POST" else None)
     try:
         urllib.request.urlopen(request, timeout=20)
-        return [200, ""]
+        return [200, "", ""]
     except urllib.error.HTTPError as error:
-        return [error.code, error.read().decode()]
+        text = error.read().decode()
+        return [error.code, text, text]
 P = ENV["ANTHROPIC_API_KEY"]
 out["openai.files"] = refused(lambda: gpt.files.list())
 out["openai.fine_tuning"] = refused(lambda: gpt.fine_tuning.jobs.list())
@@ -490,13 +512,16 @@ out["openrouter.files"] = raw("GET", ENV["OPENROUTER_BASE_URL"] + "/files",
 out["anthropic.admin"] = raw("GET", ENV["ANTHROPIC_BASE_URL"]
                              + "/v1/organizations/api_keys", {"x-api-key": P})
 ''')
-    for what, (status, text) in out.items():
-        assert status == 404, (what, out)
-        assert "refused" in text, (what, text)
-        assert all(key not in text for key in keys.values()), (what, text)
-    assert "fine-tuning is refused" in out["openai.fine_tuning"][1]
-    assert "Files API is refused" in out["openai.files"][1]
-    assert "batches are refused" in out["anthropic.batches"][1]
+    for what, (status, shown, body) in out.items():
+        assert status == 404 and "refused" in body, (what, out[what])
+        assert all(key not in shown + body for key in keys.values()), (what, out[what])
+    assert "fine-tuning is refused" in out["openai.fine_tuning"][2]
+    assert "Files API is refused" in out["openai.files"][2]
+    assert "batches are refused" in out["anthropic.batches"][2]
+    assert "tuned models are refused" in out["gemini.tuning"][2]
+    assert "cachedContents is refused" in out["gemini.caches"][2]
+    for what, (_, shown, _) in out.items():
+        assert "refused" in shown, (SURFACED, what, out[what])
     assert seen() == []
 
 
@@ -517,7 +542,9 @@ gemini.models.generate_content(model="gemini-fake", contents="hi")
 router.chat.completions.create(model="vendor/model-fake", messages=USER)
 with claude.messages.stream(model="claude-fake", max_tokens=8, messages=USER) as s:
     list(s.text_stream)
-wanted = json.loads(sys.argv[1])
+import re
+# The keys' shape, not the keys: the program must not be handed them to look for them.
+wanted = re.compile(sys.argv[1])
 texts = {"environ": json.dumps(dict(ENV))}
 for path in glob.glob("/proc/[0-9]*/environ") + glob.glob("/proc/[0-9]*/cmdline"):
     try:
@@ -535,8 +562,7 @@ for root in roots:
                                                          ).read(1 << 20).decode("latin-1")
             except OSError:
                 pass
-out["found"] = sorted(path for path, text in texts.items()
-                      if any(key in text for key in wanted))
+out["found"] = sorted(path for path, text in texts.items() if wanted.search(text))
 out["read"] = len(texts)
 out["proc"] = sum(path.startswith("/proc/") for path in texts)
 out["secrets"] = {}
@@ -547,7 +573,7 @@ for name in ("anthropic", "openai", "gemini", "openrouter"):
     except OSError as error:
         out["secrets"][name] = type(error).__name__
 out["placeholder"] = ENV["ANTHROPIC_API_KEY"]
-''', json.dumps(list(keys.values())), str(tmp_path / "work"), str(secrets_folder))
+''', KEY_SHAPE, str(tmp_path / "work"), str(secrets_folder))
     assert out["found"] == [], out
     assert out["proc"] >= 2, out  # at least its own environ and cmdline were read
     assert set(out["secrets"].values()) <= {"FileNotFoundError", "PermissionError"}, out
