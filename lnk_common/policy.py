@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import posixpath
 
-__all__ = ["DEFAULT_PAUSE", "Policy", "PolicyArgvError", "parse_pause", "split_argv"]
+__all__ = ["DEFAULT_PAUSE", "MAX_NAME_CHARACTERS", "MODEL_PROVIDERS", "Policy",
+           "PolicyArgvError", "is_name", "parse_pause", "split_argv"]
 
 
 class PolicyArgvError(Exception):
@@ -22,14 +23,32 @@ class PolicyArgvError(Exception):
 
 
 _PATH_OPTIONS = ("--read", "--write", "--hide", "--reopen", "--write-dot-files", "--run")
-_VALUE_OPTIONS = ("--settings", "--settings-via", "--name", "--spec", "--learn", "--network",
-                  "--site-packages", "--calls-per-minute", "--pause")
-_TEXT_LIST_OPTIONS = ("--host", "--endpoint", "--lan", "--localhost-port")
+_VALUE_OPTIONS = ("--settings", "--settings-via", "--name", "--agent", "--spec", "--learn",
+                  "--network", "--site-packages", "--calls-per-minute", "--pause")
+_TEXT_LIST_OPTIONS = ("--host", "--endpoint", "--lan", "--localhost-port", "--model")
 NETWORK_MODES = ("none", "proxy")
 # The seed's loose thresholds for pausing a wire (docs/SPEC.md [pause]): refusals and
 # distinct refused targets within a window of seconds. Patterns no normal work makes.
 DEFAULT_PAUSE = (30, 20, 60)
-_FLAG_OPTIONS = ("--keep-session",)
+_FLAG_OPTIONS = ("--keep-session", "--server-tools")
+# The hosted models `[verbs] model` may name: each is `/_link/model/<provider>/` on the
+# proxy, its key the secret of the same name (lnk_common.secrets). The proxy's rules
+# (lnk_proxy.model_rules.PROVIDER_HOSTS) know exactly these; a test holds them equal.
+MODEL_PROVIDERS = ("anthropic", "openai", "gemini", "openrouter")
+
+
+# Names become file names in Link's settings (wires, agents): letters, digits, . _ -,
+# never "." or "..", never a slash. (The regular expression [A-Za-z0-9_][A-Za-z0-9._-]{0,63},
+# written out: `re` costs 6 ms of every start, and the rest of a spec needs it rarely.)
+MAX_NAME_CHARACTERS = 64
+_NAME_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+_NAME_REST = _NAME_FIRST | frozenset(".-")
+
+
+def is_name(text: str) -> bool:
+    """Whether `text` may name a wire or an agent (a file name in Link's settings)."""
+    return (0 < len(text) <= MAX_NAME_CHARACTERS and text[0] in _NAME_FIRST
+            and all(character in _NAME_REST for character in text))
 
 
 class Policy:
@@ -60,15 +79,24 @@ class Policy:
     only when links lie on it: the launcher refuses a run that could replace one (F6).
     spec: the file it came from, for messages only. keep_session: a guest's terminal (no
     --new-session).
+    models: the hosted models of `[verbs] model` (MODEL_PROVIDERS, each once): the proxy
+    runs for them even with network "none", and the program's environment points each
+    provider's SDK at `/_link/model/<provider>` with a placeholder for its key.
+    server_tools: `[network] server_tools`: a hosted model's server-side tools are kept
+    (only with models). agent: the [agent]'s name ("" for any other spec): its model
+    placeholder is kept across runs (lnk_wrap.model_env).
 
     A plain slotted class rather than a dataclass: the launcher imports this at every
-    sandbox start, and `dataclasses` alone cost 11-21 ms to import here.
+    sandbox start, and `dataclasses` alone cost 11-21 ms to import here. Its fields are
+    __slots__, and every copy (`replace`, `with_name`, equality) goes over __slots__, so
+    a field added there cannot be dropped by a copy (tests/test_policy.py holds that
+    __init__ takes exactly the slots and that every one survives the argv form).
     """
 
-    __slots__ = ("calls_per_minute", "commands", "endpoints", "hide", "hosts", "keep_session",
-                 "lan", "learn", "localhost_ports", "name", "network", "pause", "read",
-                 "reopen", "settings", "settings_via", "site_packages", "spec", "write",
-                 "write_dot_files")
+    __slots__ = ("agent", "calls_per_minute", "commands", "endpoints", "hide", "hosts",
+                 "keep_session", "lan", "learn", "localhost_ports", "models", "name",
+                 "network", "pause", "read", "reopen", "server_tools", "settings",
+                 "settings_via", "site_packages", "spec", "write", "write_dot_files")
 
     def __init__(
         self,
@@ -93,6 +121,9 @@ class Policy:
         name: str = "",
         spec: str = "",
         keep_session: bool = False,
+        models: tuple[str, ...] = (),
+        server_tools: bool = False,
+        agent: str = "",
     ) -> None:
         for path in (settings, *((settings_via,) if settings_via else ()), *read, *write,
                      *hide, *reopen, *write_dot_files, *commands,
@@ -116,8 +147,20 @@ class Policy:
         for port in localhost_ports:
             if not 1 <= port <= 65535:
                 raise PolicyArgvError(f"--localhost-port {port}: 1 to 65535")
-        if name.startswith("-") or spec.startswith("-"):
-            raise PolicyArgvError(f"a name or spec may not start with '-': {name or spec!r}")
+        for provider in models:
+            if provider not in MODEL_PROVIDERS:
+                raise PolicyArgvError(
+                    f"--model {provider!r}: one of {', '.join(MODEL_PROVIDERS)}")
+        if len(set(models)) != len(models):
+            raise PolicyArgvError("--model names a provider twice")
+        if server_tools and not models:
+            raise PolicyArgvError("--server-tools needs --model: it keeps a hosted model's "
+                                  "server-side tools")
+        if name.startswith("-") or spec.startswith("-") or agent.startswith("-"):
+            raise PolicyArgvError(
+                f"a name or spec may not start with '-': {name or spec or agent!r}")
+        if agent and not is_name(agent):
+            raise PolicyArgvError(f"--agent {agent!r}: use letters, digits, '.', '_' and '-'")
         self.settings = settings
         self.settings_via = settings_via
         self.read = tuple(read)
@@ -140,13 +183,12 @@ class Policy:
         self.name = name
         self.spec = spec
         self.keep_session = keep_session
+        self.models = tuple(models)
+        self.server_tools = server_tools
+        self.agent = agent
 
     def _fields(self) -> tuple[object, ...]:
-        return (self.settings, self.settings_via, self.read, self.write, self.hide, self.reopen,
-                self.write_dot_files, self.commands, self.learn, self.network, self.hosts,
-                self.endpoints, self.lan, self.localhost_ports, self.site_packages,
-                self.calls_per_minute, self.pause, self.name, self.spec,
-                self.keep_session)
+        return tuple(getattr(self, field) for field in self.__slots__)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Policy) and self._fields() == other._fields()
@@ -155,33 +197,34 @@ class Policy:
         return hash(self._fields())
 
     def __repr__(self) -> str:
-        return f"Policy{self._fields()!r}"
+        return "Policy(" + ", ".join(f"{field}={getattr(self, field)!r}"
+                                     for field in self.__slots__) + ")"
+
+    def replace(self, **changes: object) -> Policy:
+        """A copy with `changes`, checked as any new Policy is; every other field kept."""
+        unknown = changes.keys() - set(self.__slots__)
+        if unknown:
+            raise TypeError(f"Policy has no field {', '.join(sorted(unknown))}")
+        fields: dict[str, object] = {field: getattr(self, field) for field in self.__slots__}
+        fields.update(changes)
+        return Policy(**fields)  # type: ignore[arg-type]
 
     def with_name(self, name: str) -> Policy:
-        return Policy(settings=self.settings, settings_via=self.settings_via, read=self.read,
-                      write=self.write, hide=self.hide, reopen=self.reopen,
-                      write_dot_files=self.write_dot_files,
-                      commands=self.commands, learn=self.learn, network=self.network,
-                      hosts=self.hosts, endpoints=self.endpoints, lan=self.lan,
-                      localhost_ports=self.localhost_ports, site_packages=self.site_packages,
-                      calls_per_minute=self.calls_per_minute, pause=self.pause, name=name,
-                      spec=self.spec,
-                      keep_session=self.keep_session)
+        return self.replace(name=name)
 
     def has_wire(self) -> bool:
         """Whether anything goes out: the proxy, endpoints, [lan] or [localhost] ports
         (each call on the wire's log, under its controls)."""
         return bool(self.network == "proxy" or self.endpoints or self.lan
-                    or self.localhost_ports)
+                    or self.localhost_ports or self.models)
 
     def needs_proxy(self) -> bool:
-        """Whether lnk-sandbox-proxy runs: for the proxy variables, endpoints or [lan]."""
-        return bool(self.network == "proxy" or self.endpoints or self.lan)
+        """Whether lnk-sandbox-proxy runs: for the proxy variables, endpoints, [lan] or
+        the model verb (which it serves even with network "none")."""
+        return bool(self.network == "proxy" or self.endpoints or self.lan or self.models)
 
     def with_site_packages(self, folder: str) -> Policy:
-        copy = self.with_name(self.name)
-        copy.site_packages = folder
-        return copy
+        return self.replace(site_packages=folder)
 
     def to_argv(self) -> list[str]:
         argv = ["--settings", self.settings]
@@ -189,6 +232,8 @@ class Policy:
             argv += ["--settings-via", self.settings_via]
         if self.name:
             argv += ["--name", self.name]
+        if self.agent:
+            argv += ["--agent", self.agent]
         if self.spec:
             argv += ["--spec", self.spec]
         if self.learn:
@@ -197,7 +242,8 @@ class Policy:
             argv += ["--network", self.network]
         for option, texts in (("--host", self.hosts), ("--endpoint", self.endpoints),
                               ("--lan", self.lan),
-                              ("--localhost-port", tuple(map(str, self.localhost_ports)))):
+                              ("--localhost-port", tuple(map(str, self.localhost_ports))),
+                              ("--model", self.models)):
             for text in texts:
                 argv += [option, text]
         if self.site_packages:
@@ -206,6 +252,8 @@ class Policy:
             argv += ["--calls-per-minute", str(self.calls_per_minute)]
         if self.has_wire():
             argv += ["--pause", ",".join(str(value) for value in self.pause)]
+        if self.server_tools:
+            argv.append("--server-tools")
         if self.keep_session:
             argv.append("--keep-session")
         for option, paths in (
@@ -257,6 +305,9 @@ class Policy:
             name=values.get("--name", ""),
             spec=values.get("--spec", ""),
             keep_session="--keep-session" in flags,
+            agent=values.get("--agent", ""),
+            models=tuple(lists["--model"]),
+            server_tools="--server-tools" in flags,
             read=tuple(lists["--read"]),
             write=tuple(lists["--write"]),
             hide=tuple(lists["--hide"]),

@@ -19,7 +19,13 @@ import pwd
 
 from lnk_common import endpoints as endpoint_plan
 from lnk_common import toml
-from lnk_common.policy import DEFAULT_PAUSE, Policy
+from lnk_common.policy import (
+    DEFAULT_PAUSE,
+    MAX_NAME_CHARACTERS,
+    MODEL_PROVIDERS,
+    Policy,
+    is_name,
+)
 from lnk_common.settings import SettingsError, settings_folder
 
 TYPE_CHECKING = False  # the typing module costs an import at every start
@@ -27,7 +33,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-__all__ = ["SpecError", "is_name", "load_spec", "parse_spec"]
+__all__ = ["MAX_NAME_CHARACTERS", "SpecError", "is_name", "load_spec", "parse_spec"]
 
 # A spec is a small hand-written file; anything larger is a mistake or an attack on the
 # parser, and refusing it costs no real user anything.
@@ -40,20 +46,6 @@ MAX_COUNT = 1_000_000
 # A pause's window: long enough for a burst, short enough that yesterday's refusals
 # do not add up with today's.
 MAX_WINDOW_SECONDS = 3600
-
-# Names become file names in Link's settings (wires, agents): letters, digits, . _ -,
-# never "." or "..", never a slash. (The regular expression [A-Za-z0-9_][A-Za-z0-9._-]{0,63},
-# written out: `re` costs 6 ms of every start, and the rest of a spec needs it rarely.)
-MAX_NAME_CHARACTERS = 64
-_NAME_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
-_NAME_REST = _NAME_FIRST | frozenset(".-")
-
-
-def is_name(text: str) -> bool:
-    """Whether `text` may name a wire or an agent (a file name in Link's settings)."""
-    return (0 < len(text) <= MAX_NAME_CHARACTERS and text[0] in _NAME_FIRST
-            and all(character in _NAME_REST for character in text))
-
 
 class SpecError(Exception):
     """A spec that cannot run: `file: key: reason`."""
@@ -74,6 +66,9 @@ _PATH = "path"
 _STRING_LIST = "string list"
 _COUNT = "count"
 _PORT_LIST = "port list"
+_BOOLEAN = "boolean"
+_PROVIDERS = "providers"
+_KINDS = (_PATH_LIST, _STRING, _PATH, _STRING_LIST, _COUNT, _PORT_LIST, _BOOLEAN, _PROVIDERS)
 
 _NOT_BUILT = "not built yet in this version of lnk-sandbox"
 _SCHEMA: dict[str, dict[str, str] | str] = {
@@ -91,7 +86,7 @@ _SCHEMA: dict[str, dict[str, str] | str] = {
         "mode": _STRING,
         "hosts": _STRING_LIST,
         "calls_per_minute": _COUNT,
-        "server_tools": f"{_NOT_BUILT} (a hosted model's server tools)",
+        "server_tools": _BOOLEAN,
     },
     "tcp": {"endpoints": _STRING_LIST},
     "lan": {"hosts": _STRING_LIST},
@@ -99,7 +94,12 @@ _SCHEMA: dict[str, dict[str, str] | str] = {
         "ports": _PORT_LIST,
         "models": f"{_NOT_BUILT} (a local model's port through the inference filter)",
     },
-    "verbs": f"{_NOT_BUILT} (the proxy's verbs)",
+    "verbs": {
+        "model": _PROVIDERS,
+        "open": f"{_NOT_BUILT} (opening a page in your browser: issue 16)",
+        "tools": f"{_NOT_BUILT} (tools that run outside: issue 15)",
+        "secrets": f"{_NOT_BUILT} (secrets added by their plugin's rule: issue 14)",
+    },
     "pause": {"refusals": _COUNT, "targets": _COUNT, "window": _STRING},
 }
 _TOP_LEVEL: dict[str, str] = {"name": _STRING}
@@ -173,12 +173,19 @@ def _check_schema(context: _Context, document: dict[str, Any]) -> None:
                 raise SpecError(
                     context.file, dotted, f"unknown key (known in [{key}]: {', '.join(section)})"
                 )
-            if kind not in (_PATH_LIST, _STRING, _PATH, _STRING_LIST, _COUNT, _PORT_LIST):
+            if kind not in _KINDS:
                 raise SpecError(context.file, dotted, kind)
             _check_type(context, dotted, inner_value, kind)
 
 
 def _check_type(context: _Context, key: str, value: object, kind: str) -> None:
+    if kind == _BOOLEAN:
+        if not isinstance(value, bool):
+            raise SpecError(context.file, key, f"must be true or false, not {_kind(value)}")
+        return
+    if kind == _PROVIDERS:
+        _check_providers(context, key, value)
+        return
     if kind == _COUNT:
         if isinstance(value, bool) or not isinstance(value, int):
             raise SpecError(context.file, key, f"must be a whole number, not {_kind(value)}")
@@ -221,6 +228,34 @@ def _check_ports(context: _Context, key: str, value: object) -> None:
                             f"must be a port number, not {_kind(item)}")
         if not 1 <= item <= 65535:
             raise SpecError(context.file, f"{key}[{index}]", f"port {item}: 1 to 65535")
+
+
+def _check_providers(context: _Context, key: str, value: object) -> None:
+    """`[verbs] model`: one provider, or a list of them, each known and named once."""
+    known = ", ".join(f'"{provider}"' for provider in MODEL_PROVIDERS)
+    if isinstance(value, str):
+        value = [value]
+        where = [key]
+    elif isinstance(value, list):
+        if not value:
+            raise SpecError(context.file, key,
+                            f"an empty list turns nothing on; name providers ({known}), or "
+                            "drop the key")
+        where = [f"{key}[{index}]" for index in range(len(value))]
+    else:
+        raise SpecError(context.file, key,
+                        f"must be a provider or a list of them, not {_kind(value)}")
+    seen: set[str] = set()
+    for item, item_key in zip(value, where, strict=True):
+        if not isinstance(item, str):
+            raise SpecError(context.file, item_key,
+                            f"must be a provider's name, not {_kind(item)}")
+        if item not in MODEL_PROVIDERS:
+            raise SpecError(context.file, item_key,
+                            f"{item!r} is not a provider the model verb knows ({known})")
+        if item in seen:
+            raise SpecError(context.file, item_key, f"{item!r} is named twice")
+        seen.add(item)
 
 
 def _kind(value: object) -> str:
@@ -421,6 +456,8 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
                 )
 
     network, hosts = _network(context, document.get("network"))
+    model = (document.get("verbs") or {}).get("model", [])
+    models = (model,) if isinstance(model, str) else tuple(model)
     network_section = document.get("network") or {}
     endpoints = _entries(context, "tcp.endpoints",
                          (document.get("tcp") or {}).get("endpoints", []), lan=False)
@@ -428,17 +465,25 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
                    lan=True)
     localhost_ports = tuple(dict.fromkeys((document.get("localhost") or {}).get("ports", [])))
     try:
-        endpoint_plan.listeners(proxy=network == "proxy", endpoints=endpoints, lan=lan,
+        endpoint_plan.listeners(proxy=network == "proxy" or bool(models),
+                                endpoints=endpoints, lan=lan,
                                 localhost_ports=localhost_ports)
     except endpoint_plan.EndpointError as error:
         raise SpecError(context.file, "localhost.ports" if str(error).startswith("[localhost]")
                         else "tcp.endpoints", str(error)) from None
     calls_per_minute = network_section.get("calls_per_minute", 0)
-    if calls_per_minute and not (network == "proxy" or endpoints or lan or localhost_ports):
+    if calls_per_minute and not (network == "proxy" or endpoints or lan or localhost_ports
+                                 or models):
         raise SpecError(context.file, "network.calls_per_minute",
                         "counts the calls that go out, and nothing goes out: set mode = "
-                        "\"proxy\", or name [tcp] endpoints, [lan] hosts or [localhost] ports")
+                        "\"proxy\", or name [tcp] endpoints, [lan] hosts, [localhost] ports "
+                        "or [verbs] model")
     pause = _pause(context, document.get("pause"))
+    server_tools = network_section.get("server_tools", False)
+    if server_tools and not models:
+        raise SpecError(context.file, "network.server_tools",
+                        "keeps a hosted model's server-side tools, and no model verb is on: "
+                        "name one in [verbs] model, or drop the key")
 
     return Policy(
         settings=settings_root,
@@ -459,6 +504,9 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
         localhost_ports=localhost_ports,
         calls_per_minute=calls_per_minute,
         pause=pause,
+        models=models,
+        server_tools=server_tools,
+        agent=agent["name"] if agent is not None else "",
     )
 
 

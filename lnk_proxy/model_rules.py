@@ -140,6 +140,7 @@ _EXACT_ROUTES: dict[str, dict[tuple[str, str], tuple[str, str, str]]] = {
     },
     "gemini": {
         ("GET", "/v1beta/models"): ("models.list", "none", "model listing"),
+        ("GET", "/v1/models"): ("models.list", "none", "model listing"),
     },
     "openrouter": {
         # OpenRouter's base is https://openrouter.ai/api/v1 (PROVIDERS.md §4).
@@ -247,7 +248,11 @@ def _match_path(provider: str, method: str, path: str) -> tuple[str, str, str | 
         if rest is not None and _MODEL_ID.fullmatch(rest):
             return "models.get", "none", None
     if provider == "gemini":
+        # google-genai 3.x calls /v1/ unless GOOGLE_GENAI_API_VERSION=beta; older SDKs and
+        # the REST docs call /v1beta/: the same inference methods under either.
         rest = _after(path, "/v1beta/models/")
+        if rest is None:
+            rest = _after(path, "/v1/models/")
         if rest is not None:
             if method == "GET" and _GEMINI_MODEL.fullmatch(rest):
                 return "models.get", "none", None

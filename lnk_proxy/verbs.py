@@ -12,20 +12,35 @@ never quotes the target (a verb's path may carry a secret).
 
 from __future__ import annotations
 
-__all__ = ["MODEL", "PREFIX", "VERBS", "VerbError", "is_verb_target", "split_provider",
-           "split_verb"]
+import hmac
+
+__all__ = ["MODEL", "PREFIX", "URL_SECRET", "URL_SECRET_PARTS", "VERBS", "VerbError",
+           "is_verb_target", "split_local", "split_provider", "split_url_secret", "split_verb"]
 
 PREFIX = "/_link"
 MODEL = "model"
+URL_SECRET = "s"  # noqa: S105  (the verb's name, not a secret)
 
 # Each verb's path name → the spec key that turns it on (said in the 404 of a verb that is
 # off), default deny: a name not here is no verb. Those not built yet say so.
 VERBS: dict[str, str] = {
     MODEL: '[verbs] model = "anthropic" (or a list of providers) turns it on',
     "secret": "[verbs] secrets turns it on (not built yet in this version of lnk-sandbox)",
-    "s": "[verbs] open and [verbs] tools turn it on (not built yet in this version of "
-         "lnk-sandbox)",
+    URL_SECRET: "[localhost] models, [verbs] tools or [verbs] open turns it on",
 }
+
+
+# What follows a URL secret (`/_link/s/<secret>/<part>/…`) → what turns it on.
+URL_SECRET_PARTS: dict[str, str] = {
+    "local": "[localhost] models turns it on",
+    "mcp": "[verbs] tools turns it on (not built yet in this version of lnk-sandbox)",
+    "open": "[verbs] open turns it on (not built yet in this version of lnk-sandbox)",
+}
+# One refusal for every URL secret that is not this sandbox's, whatever byte differs or
+# whoever's it is: the line says nothing of what was given.
+WRONG_URL_SECRET = "the URL secret is not this sandbox's"  # noqa: S105  (a refusal)
+_URL_SECRET_SHAPE = ("the URL secret's path is /_link/s/<secret>/<"
+                     + "|".join(sorted(URL_SECRET_PARTS)) + ">/…")
 
 
 class VerbError(Exception):
@@ -70,3 +85,40 @@ def split_provider(rest: str) -> tuple[str, str]:
         raise VerbError(404, "the model verb's path is /_link/model/<provider>/<the "
                              "provider's own path>")
     return provider, "/" + after
+
+
+def split_url_secret(rest: str, secret: bytes, enabled: frozenset[str]) -> tuple[str, str]:
+    """(part, the rest after `/<secret>/<part>`) of the path after `/_link/s`, or
+    VerbError: 403 for a secret that is not `secret` (compared in constant time), 404 for
+    a part that is unknown or off (naming the key that turns it on)."""
+    if not rest.startswith("/"):
+        raise VerbError(404, _URL_SECRET_SHAPE)
+    given, slash, after = rest[1:].partition("/")
+    # Compared before anything else is said: a wrong secret learns nothing of the parts.
+    if not secret or not hmac.compare_digest(given.encode("utf-8", "surrogateescape"), secret):
+        raise VerbError(403, WRONG_URL_SECRET)
+    part, _, remainder = after.partition("/")
+    if not slash or part not in URL_SECRET_PARTS:
+        raise VerbError(404, _URL_SECRET_SHAPE)
+    if part not in enabled:
+        raise VerbError(404, f"/_link/s/…/{part} is off in this sandbox: "
+                             f"{URL_SECRET_PARTS[part]}")
+    return part, "/" + remainder
+
+
+# A port as it is written in a path: 1 to 65535, no sign, no leading zero (one spelling).
+_MAX_PORT = 65535
+
+
+def split_local(rest: str, ports: frozenset[int]) -> tuple[int, str]:
+    """(port, the runtime's own path with its query) of `/<port>/…` after
+    `/_link/s/<secret>/local`, the port one of `[localhost] models`, or VerbError."""
+    text, slash, after = rest[1:].partition("/") if rest.startswith("/") else ("", "", "")
+    if not (text.isascii() and text.isdigit() and text[0] != "0"
+            and int(text) <= _MAX_PORT) or not slash:
+        raise VerbError(404, "the local form is /_link/s/<secret>/local/<port>/<the "
+                             "runtime's own path>")
+    port = int(text)
+    if port not in ports:
+        raise VerbError(404, f"port {port} is not among this sandbox's [localhost] models")
+    return port, "/" + after

@@ -243,15 +243,13 @@ _PRIVATE_TMP = ("/tmp", "/var/tmp")
 HIDDEN_FOLDER_MODE = "0111"
 # Where the init's own packages are bound inside (see plan()).
 PACKAGES_INSIDE = "/.lnk-sandbox"
-# Where a sandbox with the proxy finds it: a fixed address and port on its own loopback
-# (the socket is made there by the launcher and served by the proxy outside).
-PROXY_ADDRESS = "127.0.0.1"
-PROXY_PORT = 3128
-PROXY_URL = f"http://{PROXY_ADDRESS}:{PROXY_PORT}"
 # What common clients read to find a proxy (curl, wget, git, pip, Python, Node's
 # undici with its env, Go): both cases, since some read only one.
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy",
                    "all_proxy")
+# Node's own fetch (undici) ignores the proxy variables unless this is set (Node 22.21+,
+# 24): without it a harness's fetch fails where curl works.
+NODE_PROXY_SWITCH = ("NODE_USE_ENV_PROXY", "1")
 
 
 def inside(path: str, folder: str) -> bool:
@@ -354,7 +352,15 @@ def plan(policy: Policy, facts: HostFacts) -> Plan:
     if facts.info_fd is not None:
         head.append(Value("info-fd", str(facts.info_fd)))
     if policy.network == "proxy":
-        head += [Pair("setenv", name, PROXY_URL) for name in PROXY_VARIABLES]
+        # Where a sandbox with the proxy finds it: a fixed address and port on its own
+        # loopback (lnk_common.endpoints, the one definition; the socket is made there by
+        # the launcher's DNS helper and served by the proxy outside). Imported here, not
+        # at the top: a sandbox without a wire need not pay for the module.
+        from lnk_common.endpoints import PROXY_ADDRESS, PROXY_PORT
+
+        proxy_url = f"http://{PROXY_ADDRESS}:{PROXY_PORT}"
+        head += [Pair("setenv", name, proxy_url) for name in PROXY_VARIABLES]
+        head.append(Pair("setenv", *NODE_PROXY_SWITCH))
         head += [Value("unsetenv", name) for name in ("NO_PROXY", "no_proxy")]
 
     system: list[Option] = [Pair("ro-bind", path, path) for path in facts.system_dirs]

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lnk_common import landlock, placeholders
+from lnk_common.policy import Policy
 from lnk_common.settings import SettingsError, settings_folder
 from lnk_wrap.launch import LaunchError, _diagnose_namespaces, find_bwrap
 
@@ -55,8 +56,10 @@ STATED_GAPS = (
 
 # Protections of later issues, said plainly until they exist.
 NOT_YET_BUILT = (
-    {"protection": "the proxy's verbs (/_link/…)",
-     "in_force": False, "why": "not built yet: every /_link/ path answers 404"},
+    {"protection": "the other verbs: open a page (issue 16), tools outside (issue 15), "
+                   "secrets by a plugin's rule (issue 14)",
+     "in_force": False, "why": "not built yet: their /_link/ paths answer 404, and a spec "
+                               "that names them is refused"},
 )
 
 
@@ -106,7 +109,33 @@ def _memfd_noexec() -> bool:
     return True
 
 
-def report(env: Mapping[str, str]) -> dict[str, Any]:
+def _model_verb(settings: str | None, policy: Policy | None) -> dict[str, Any]:
+    """Which providers' keys Link's secrets hold (names only, never a value), and with a
+    spec: which model verbs it turns on, which of those have no key yet, and whether
+    server-side tools are kept."""
+    from lnk_common.policy import MODEL_PROVIDERS
+    from lnk_common.secrets import SecretError, list_secrets
+
+    try:
+        stored = set(list_secrets(settings)) if settings else set()
+        secrets_error = ""
+    except SecretError as error:
+        stored, secrets_error = set(), str(error)
+    found: dict[str, Any] = {
+        "providers": list(MODEL_PROVIDERS),
+        "keys_set": [provider for provider in MODEL_PROVIDERS if provider in stored],
+    }
+    if secrets_error:
+        found["secrets_error"] = secrets_error
+    if policy is not None:
+        found["spec"] = policy.spec
+        found["on"] = list(policy.models)
+        found["no_key_yet"] = [provider for provider in policy.models if provider not in stored]
+        found["server_tools"] = policy.server_tools
+    return found
+
+
+def report(env: Mapping[str, str], policy: Policy | None = None) -> dict[str, Any]:
     bubblewrap = _bubblewrap(env)
     abi = landlock.abi_version()
     namespaces = bool(bubblewrap.get("user_namespaces"))
@@ -149,12 +178,22 @@ def report(env: Mapping[str, str]) -> dict[str, Any]:
          "in_force": namespaces and memfd_noexec and seccomp["user_notification"],
          **({} if memfd_noexec else {"why": "Linux before 6.3: only running a descriptor "
                                             "(execveat) is refused"})},
+        {"protection": "the model verb (/_link/model/<provider>), off unless [verbs] model "
+                       "names the provider: the key is a secret of Link's settings added at "
+                       "the proxy at each call; the sandbox holds a placeholder and no "
+                       "provider's key; server-side tools removed by allow-list unless "
+                       "[network] server_tools; URL sources and search models refused",
+         "in_force": namespaces},
         *NOT_YET_BUILT,
     ]
     try:
+        settings: str | None = settings_folder(env).root
+    except SettingsError:
+        settings = None
+    try:
         listed = [{"path": path, "kind": kind, "runs": runs} for path, kind, runs
-                  in placeholders.index_entries(settings_folder(env).root)]
-    except (SettingsError, OSError):
+                  in placeholders.index_entries(settings)] if settings else []
+    except OSError:
         listed = []
     return {
         "ready": namespaces and abi >= 1 and seccomp["user_notification"],
@@ -166,7 +205,35 @@ def report(env: Mapping[str, str]) -> dict[str, Any]:
         "protections": in_force,
         "gaps": list(STATED_GAPS),
         "placeholders": listed,
+        "model_verb": _model_verb(settings, policy),
     }
+
+
+def _show_model_verb(model: dict[str, Any]) -> list[str]:
+    missing = [provider for provider in model["providers"] if provider not in model["keys_set"]]
+    keys = (f"set for {', '.join(model['keys_set'])}" if model["keys_set"] else "none set")
+    keys += f"; not set: {', '.join(missing)}" if missing else ""
+    lines = [f"model verb: keys in Link's secrets (names only): {keys}"]
+    if "secrets_error" in model:
+        lines.append(f"  WARNING: the secrets cannot be listed: {model['secrets_error']}")
+    if "on" not in model:
+        lines.append("  on where a spec names it ([verbs] model); `check --spec FILE` says "
+                     "what that spec turns on")
+        return lines
+    if not model["on"]:
+        lines.append(f"  {model['spec']}: off (no [verbs] model)")
+        return lines
+    lines.append(f"  {model['spec']}: on for {', '.join(model['on'])}; each key is the secret "
+                 "of the provider's name, added at the proxy (the sandbox holds a "
+                 "placeholder, and no provider's key)")
+    for provider in model["no_key_yet"]:
+        lines.append(f"  WARNING: no secret named {provider} yet: its calls are refused "
+                     f"until it is set (lnk-sandbox secret set {provider})")
+    lines.append("  server-side tools: " + (
+        "KEPT ([network] server_tools = true): the provider may search, fetch and run "
+        "code on its side" if model["server_tools"] else
+        "removed (by allow-list; [network] server_tools = true keeps them)"))
+    return lines
 
 
 def show(found: dict[str, Any]) -> str:
@@ -193,6 +260,8 @@ def show(found: dict[str, Any]) -> str:
         mark = "in force" if item["in_force"] else "NOT in force"
         why = f": {item['why']}" if "why" in item else ""
         lines.append(f"  {mark:12} {item['protection']}{why}")
+    lines.append("")
+    lines += _show_model_verb(found["model_verb"])
     lines.append("")
     lines.append("stated gaps (open by design):")
     for gap in found["gaps"]:

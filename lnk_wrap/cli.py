@@ -4,7 +4,7 @@ Usage:
   lnk-sandbox wrap --spec=FILE [--wire=NAME] [--json] [--] COMMAND...
   lnk-sandbox run --spec=FILE [--wire=NAME] [--] COMMAND...
   lnk-sandbox learn --spec=FILE [--] COMMAND...
-  lnk-sandbox check [--json]
+  lnk-sandbox check [--spec=FILE] [--json]
   lnk-sandbox log [WIRE] [--follow] [--json]
   lnk-sandbox stop [--clear]
   lnk-sandbox on-stop [--name=NAME] [--] COMMAND...
@@ -39,9 +39,12 @@ Verbs:
           reads the value of NAME from standard input (never an argument; one
           trailing newline is taken off) and keeps it in a file only you can read;
           `list` prints the names only, never a value; `remove` deletes one. NAME is
-          letters, digits, '-' and '_'. No verb uses a secret yet.
+          letters, digits, '-' and '_'. The model verb's keys are the secrets named
+          anthropic, openai, gemini and openrouter.
   check   What this machine gives (bubblewrap, user namespaces, Landlock, seccomp) and
-          which protections are therefore in force; the stated gaps, as open.
+          which protections are therefore in force; the stated gaps, as open; which
+          providers' keys are set. With --spec: which model verbs the spec turns on,
+          which has no key yet, and whether server-side tools are kept.
 
 Options:
   --spec=FILE   The spec (TOML) that says what the sandbox may touch.
@@ -269,7 +272,7 @@ def _dispatch(arguments: Mapping[str, object], env: Mapping[str, str]) -> int:
     if arguments["check"]:
         from lnk_wrap.check import report, show
 
-        found = report(env)
+        found = report(env, _policy(arguments, env) if arguments["--spec"] else None)
         if arguments["--json"]:
             import orjson
 

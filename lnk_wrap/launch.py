@@ -55,6 +55,9 @@ else:
 __all__ = ["EXIT_SANDBOX_FAILED", "LaunchError", "main"]
 
 EXIT_SANDBOX_FAILED = 125
+# How the proxy is given the run's model placeholder: in its environment, never in its
+# argv (readable by every user in /proc).
+PLACEHOLDER_VARIABLE = "LNK_PLACEHOLDER"
 
 # The signals a caller uses to talk to a program; each is passed on to it. SIGKILL and
 # SIGSTOP cannot be caught: a killed launcher takes the sandbox with it (--die-with-parent).
@@ -401,11 +404,31 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
                 f"{path} is in [commands] of {policy.spec or 'the policy'} but the sandbox "
                 "cannot see it; grant a folder that holds it in [files] read"
             )
+    placeholder = ""
+    outside_env = env  # the helpers', outside: the caller's environment as it is
+    if policy.models:
+        # The program's environment points each named provider's SDK at the verb, with the
+        # placeholder for its key, and holds no provider's key (lnk_wrap.model_env); the
+        # proxy gets the placeholder in its own environment, never an argument.
+        from lnk_common.endpoints import PROXY_ADDRESS, PROXY_PORT
+        from lnk_wrap import model_env
+
+        try:
+            placeholder = model_env.placeholder_for(policy)
+        except model_env.ModelEnvError as error:
+            raise LaunchError(str(error)) from None
+        env, notes = model_env.sandbox_environment(
+            env, policy.models, placeholder, proxy_address=PROXY_ADDRESS, proxy_port=PROXY_PORT)
+        for note in notes:
+            _say(note)
+    # Never the placeholder's variable in the sandbox, whatever the caller's environment
+    # held: the program's is its SDK's key variable.
+    env = {name: value for name, value in env.items() if name != PLACEHOLDER_VARIABLE}
     watch, init_end = _start_watch(policy, facts.loaders)
     facts = facts.with_watch(init_end)
     wire: _Wire | None = None
     if policy.has_wire():
-        wire = _start_wire(policy, env)
+        wire = _start_wire(policy, outside_env, placeholder)
         facts = facts.with_data_files(wire.data_files)
         go_read, go_write = wire.block_read, wire.block_write
     else:
@@ -595,14 +618,16 @@ class _Wire:
         self.pids = []
 
 
-def _start_wire(policy: Policy, env: Mapping[str, str]) -> _Wire:
+def _start_wire(policy: Policy, env: Mapping[str, str], placeholder: str) -> _Wire:
     """Start what serves the run's ways out (the proxy for its port, DNS, endpoints and
     [lan]; the relay for [localhost] ports), outside, in this machine's network; plan
     the sockets the DNS helper makes inside once bubblewrap has made the network."""
     from lnk_common import endpoints
 
     try:
-        plan = endpoints.listeners(proxy=policy.network == "proxy",
+        # The proxy's own port is planned for the model verb too, even with network
+        # "none": then it serves verbs only.
+        plan = endpoints.listeners(proxy=policy.network == "proxy" or bool(policy.models),
                                    endpoints=policy.endpoints, lan=policy.lan,
                                    localhost_ports=policy.localhost_ports)
         entries = endpoints.entries(policy.endpoints, policy.lan)
@@ -623,7 +648,12 @@ def _start_wire(policy: Policy, env: Mapping[str, str]) -> _Wire:
                                   ("--lan", policy.lan)):
                 for text in texts:
                     options += [option, text]
-            pid, channel = _start_served("proxy", policy, options, env)
+            for provider in policy.models:
+                options += ["--model", provider]
+            if policy.server_tools:
+                options += ["--server-tools", "yes"]
+            proxy_env = {**env, PLACEHOLDER_VARIABLE: placeholder} if placeholder else env
+            pid, channel = _start_served("proxy", policy, options, proxy_env)
             wire.pids.append(pid)
             wire.channels["proxy"] = channel
         if policy.localhost_ports:

@@ -38,11 +38,10 @@ def learn(policy: Policy, command: list[str], env: Mapping[str, str]
     os.makedirs(folder, mode=0o700, exist_ok=True)
     record = os.path.join(folder, os.urandom(8).hex())
     os.close(os.open(record, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
-    learning = Policy(settings=policy.settings, settings_via=policy.settings_via,
-                      read=policy.read, write=policy.write,
-                      hide=policy.hide, reopen=policy.reopen,
-                      write_dot_files=policy.write_dot_files, name=policy.name,
-                      spec=policy.spec, keep_session=policy.keep_session, learn=record)
+    # The spec's every other grant kept (its wire and model verb included: a copy made
+    # field by field had dropped them, and with a model verb the program then ran with
+    # the harness's keys in its environment); only [commands] opened, and the record.
+    learning = policy.replace(commands=(), learn=record)
     try:
         status = launch(learning, command, env)
         with open(record, encoding="utf-8", errors="surrogateescape") as handle:

@@ -129,3 +129,33 @@ def test_F8_private_temp_folders_may_make_fifos_unless_a_written_folder_lies_ben
     assert "write:/tmp" in rules and "temp:/tmp" not in rules
     assert "temp:/var/tmp" in rules and "temp:/dev/shm" in rules
     assert "write:/tmp/work/w" in rules
+
+
+def test_plan_proxy_variables_golden_with_node_switch() -> None:
+    """Where the proxy variables are set, Node's fetch is told to read them
+    (NODE_USE_ENV_PROXY=1), and NO_PROXY goes: the head of the argv, whole."""
+    argv = plan(Policy(settings="/s", network="proxy", hosts=("example.com",)),
+                FACTS).bwrap_argv("bwrap")
+    start = argv.index("--info-fd") + 2
+    assert argv[start:argv.index("--ro-bind")] == [
+        "--setenv", "HTTP_PROXY", "http://127.0.0.1:3128",
+        "--setenv", "HTTPS_PROXY", "http://127.0.0.1:3128",
+        "--setenv", "ALL_PROXY", "http://127.0.0.1:3128",
+        "--setenv", "http_proxy", "http://127.0.0.1:3128",
+        "--setenv", "https_proxy", "http://127.0.0.1:3128",
+        "--setenv", "all_proxy", "http://127.0.0.1:3128",
+        "--setenv", "NODE_USE_ENV_PROXY", "1",
+        "--unsetenv", "NO_PROXY", "--unsetenv", "no_proxy",
+    ]
+
+
+def test_plan_of_a_model_verb_alone_sets_no_proxy_variable_and_holds_no_placeholder() -> None:
+    """The model verb's variables go in the environment bubblewrap is started with
+    (lnk_wrap.model_env), never in its argv, which any user reads in /proc: the argv of
+    a model-only policy is that of the same policy without the verb."""
+    with_model = Policy(settings="/s", models=("anthropic", "openai"), server_tools=True,
+                        agent="main")
+    argv = plan(with_model, FACTS).bwrap_argv("bwrap")
+    assert argv == plan(Policy(settings="/s", agent="main"), FACTS).bwrap_argv("bwrap")
+    assert not any("PROXY" in word or word.startswith("lnk-") or "_link" in word
+                   for word in argv)

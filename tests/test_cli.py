@@ -104,8 +104,10 @@ def test_check_json_has_its_documented_shape(sandbox_env: dict[str, str]) -> Non
                             capture_output=True, text=True, check=False)
     found = json.loads(result.stdout)
     assert set(found) == {"ready", "kernel", "bubblewrap", "landlock_abi", "seccomp",
-                          "memfd_noexec", "protections", "gaps", "placeholders"}
+                          "memfd_noexec", "protections", "gaps", "placeholders", "model_verb"}
     assert found["placeholders"] == []
+    assert found["model_verb"] == {"providers": ["anthropic", "openai", "gemini", "openrouter"],
+                                   "keys_set": []}
     assert found["ready"] is True and result.returncode == 0
     assert {gap["gap"] for gap in found["gaps"]} >= {"loader", "LD_PRELOAD"}
     assert all(gap["open"] is True for gap in found["gaps"])

@@ -3,11 +3,13 @@ one PolicyArgvError, never another exception and never a policy that opens more.
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lnk_common.policy import Policy, PolicyArgvError, split_argv
+from lnk_common.policy import MODEL_PROVIDERS, Policy, PolicyArgvError, split_argv
 
 SAFE = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
 
@@ -22,6 +24,7 @@ safe_names = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}", fullmatch=True)
 def policies(draw: st.DrawFn, names: st.SearchStrategy[str] = any_names) -> Policy:
     write = draw(path_tuples)
     network = draw(st.sampled_from(["none", "proxy"]))
+    models = tuple(draw(st.lists(st.sampled_from(MODEL_PROVIDERS), unique=True, max_size=4)))
     return Policy(
         settings=draw(paths),
         settings_via=draw(st.one_of(st.just(""), paths)),
@@ -40,6 +43,9 @@ def policies(draw: st.DrawFn, names: st.SearchStrategy[str] = any_names) -> Poli
         name=draw(st.one_of(st.just(""), names)),
         spec=draw(st.one_of(st.just(""), paths)),
         keep_session=draw(st.booleans()),
+        models=models,
+        server_tools=bool(models) and draw(st.booleans()),
+        agent=draw(st.one_of(st.just(""), safe_names)),
     )
 
 
@@ -67,7 +73,8 @@ _words = st.one_of(
     st.sampled_from([
         "--settings", "--settings-via", "--read", "--write", "--hide", "--reopen", "--name",
         "--spec", "--keep-session", "--", "/", "/a", "/a/b", "//a", "/a/../b", "/a/./b", "/a/", "a",
-        "", "/a\0b", "--read=/a", "-r",
+        "", "/a\0b", "--read=/a", "-r", "--model", "openai", "gemini", "--server-tools",
+        "--agent", "main",
     ]),
     st.text(),
 )
@@ -294,3 +301,114 @@ def test_settings_via_must_be_absolute_and_normalised() -> None:
     for named in ("l/lnk", "/l/../lnk"):
         with pytest.raises(PolicyArgvError):
             Policy.from_argv(["--settings", "/s", "--settings-via", named])
+
+
+# --- every field survives every copy (a field added cannot be dropped) -----------------
+
+# A value other than the default for every field of a Policy. A field added to Policy
+# without a line here fails test_every_field_has_a_value_here: then add one.
+NOT_DEFAULT: dict[str, object] = {
+    "settings": "/s",
+    "settings_via": "/l/lnk",
+    "read": ("/r",),
+    "write": ("/w",),
+    "hide": ("/h",),
+    "reopen": ("/h/o",),
+    "write_dot_files": ("/w",),
+    "commands": ("/usr/bin/git",),
+    "learn": "/s/learn/1",
+    "network": "proxy",
+    "hosts": ("example.com",),
+    "endpoints": ("db.example.com:5432",),
+    "lan": ("192.168.1.20:8123",),
+    "localhost_ports": (5432,),
+    "site_packages": "/venv/site-packages",
+    "calls_per_minute": 60,
+    "pause": (3, 2, 10),
+    "name": "wire",
+    "spec": "/specs/s.toml",
+    "keep_session": True,
+    "models": ("openai", "anthropic"),
+    "server_tools": True,
+    "agent": "main",
+}
+
+
+def test_every_field_has_a_value_here_and_init_takes_exactly_the_fields() -> None:
+    parameters = set(inspect.signature(Policy.__init__).parameters) - {"self"}
+    assert parameters == set(Policy.__slots__) == set(NOT_DEFAULT)
+
+
+def test_every_field_survives_with_name_replace_and_the_argv_form() -> None:
+    policy = Policy(**NOT_DEFAULT)  # type: ignore[arg-type]
+    default = Policy(settings="/s")
+    for field in Policy.__slots__:
+        if field != "settings":
+            assert getattr(policy, field) != getattr(default, field), field
+    renamed = policy.with_name("other")
+    back = Policy.from_argv(policy.to_argv())
+    with_packages = policy.with_site_packages("/elsewhere")
+    for field in Policy.__slots__:
+        assert getattr(back, field) == NOT_DEFAULT[field], field
+        assert getattr(renamed, field) == ("other" if field == "name" else NOT_DEFAULT[field])
+        assert getattr(with_packages, field) == (
+            "/elsewhere" if field == "site_packages" else NOT_DEFAULT[field])
+    assert back == policy
+    assert Policy.from_argv(renamed.to_argv()) == renamed
+
+
+def test_replace_checks_like_a_new_policy_and_knows_its_fields() -> None:
+    policy = Policy(settings="/s", models=("gemini",))
+    assert policy.replace(server_tools=True).server_tools is True
+    with pytest.raises(TypeError, match=r"^Policy has no field colour$"):
+        policy.replace(colour="red")
+    with pytest.raises(PolicyArgvError, match=r"^--model 'bing': one of "):
+        policy.replace(models=("bing",))
+
+
+# --- the model verb -------------------------------------------------------------------------
+
+
+def test_model_providers_are_the_ones_the_proxy_rules_know() -> None:
+    from lnk_proxy.model_rules import PROVIDER_HOSTS
+
+    assert set(MODEL_PROVIDERS) == set(PROVIDER_HOSTS)
+
+
+def test_models_in_the_argv_form_repeat_and_keep_their_order() -> None:
+    policy = Policy.from_argv(["--settings", "/s", "--model", "openrouter", "--model", "openai",
+                               "--server-tools", "--agent", "main"])
+    assert (policy.models, policy.server_tools, policy.agent) == (
+        ("openrouter", "openai"), True, "main")
+    assert policy.to_argv() == ["--settings", "/s", "--agent", "main", "--model", "openrouter",
+                                "--model", "openai", "--pause", "30,20,60", "--server-tools"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--model", "bing"], "--model 'bing': one of anthropic, openai, gemini, openrouter"),
+        (["--model", "OpenAI"], "--model 'OpenAI': one of anthropic, openai, gemini, openrouter"),
+        (["--model", ""], "--model '': one of anthropic, openai, gemini, openrouter"),
+        (["--model", "openai", "--model", "openai"], "--model names a provider twice"),
+        (["--server-tools"],
+         "--server-tools needs --model: it keeps a hosted model's server-side tools"),
+        (["--model", "openai", "--server-tools", "--server-tools"], "--server-tools given twice"),
+        (["--model"], "--model needs a value"),
+        (["--agent", "a", "--agent", "b"], "--agent given twice"),
+        (["--agent", "../x"], "--agent '../x': use letters, digits, '.', '_' and '-'"),
+        (["--agent", "a/b"], "--agent 'a/b': use letters, digits, '.', '_' and '-'"),
+        (["--agent", ".."], "--agent '..': use letters, digits, '.', '_' and '-'"),
+        (["--agent", "-x"], "a name or spec may not start with '-': '-x'"),
+    ],
+)
+def test_model_options_are_strict(argv: list[str], message: str) -> None:
+    assert _argv_error(["--settings", "/s", *argv]) == message
+
+
+def test_a_model_verb_needs_the_proxy_even_with_network_none() -> None:
+    policy = Policy(settings="/s", models=("anthropic",))
+    assert policy.network == "none"
+    assert policy.needs_proxy() and policy.has_wire()
+    assert not Policy(settings="/s").needs_proxy()
+    assert not Policy(settings="/s").has_wire()

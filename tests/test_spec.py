@@ -138,26 +138,158 @@ def test_agent_name_not_a_string(write_spec: WriteSpec, env: dict[str, str]) -> 
     assert _error(spec, env) == (str(spec), "agent.name", "must be a string, not a list")
 
 
+# --- [verbs]: the model verb, and the verbs not built yet -----------------------------------
+
+NOT_BUILT = "not built yet in this version of lnk-sandbox"
+
+
 @pytest.mark.parametrize(
-    ("section", "reason"),
+    ("key", "value", "reason"),
     [
-        ("verbs", "not built yet in this version of lnk-sandbox (the proxy's verbs)"),
+        ("open", "true", f"{NOT_BUILT} (opening a page in your browser: issue 16)"),
+        ("tools", '["github"]', f"{NOT_BUILT} (tools that run outside: issue 15)"),
+        ("secrets", '["telegram"]',
+         f"{NOT_BUILT} (secrets added by their plugin's rule: issue 14)"),
     ],
 )
-def test_section_not_built_yet_is_refused_not_ignored(
-    write_spec: WriteSpec, env: dict[str, str], section: str, reason: str
+def test_V1_verbs_not_built_yet_are_refused_naming_their_issue(
+    write_spec: WriteSpec, env: dict[str, str], key: str, value: str, reason: str
 ) -> None:
-    spec = write_spec(f"[{section}]\n")
-    assert _error(spec, env) == (str(spec), f"[{section}]", reason)
+    spec = write_spec(f"[verbs]\n{key} = {value}\n")
+    assert _error(spec, env) == (str(spec), f"verbs.{key}", reason)
 
 
-def test_section_not_built_yet_refused_even_when_not_a_table(
+def test_V1_an_empty_verbs_section_turns_nothing_on(
     write_spec: WriteSpec, env: dict[str, str]
 ) -> None:
+    policy = load_spec(write_spec("[verbs]\n"), env)
+    assert (policy.models, policy.server_tools, policy.needs_proxy()) == ((), False, False)
+
+
+def test_verbs_not_a_table(write_spec: WriteSpec, env: dict[str, str]) -> None:
     spec = write_spec("verbs = false\n")
-    file, key, reason = _error(spec, env)
-    assert (file, key) == (str(spec), "[verbs]")
-    assert reason.startswith("not built yet in this version of lnk-sandbox")
+    assert _error(spec, env) == (str(spec), "verbs", "must be a table ([verbs]), not a boolean")
+
+
+def test_verbs_unknown_key(write_spec: WriteSpec, env: dict[str, str]) -> None:
+    spec = write_spec('[verbs]\nmodels = "anthropic"\n')
+    assert _error(spec, env) == (str(spec), "verbs.models",
+                                 "unknown key (known in [verbs]: model, open, tools, secrets)")
+
+
+@pytest.mark.parametrize(
+    ("value", "models"),
+    [
+        ('"anthropic"', ("anthropic",)),
+        ('["openai"]', ("openai",)),
+        ('["anthropic", "openai", "gemini", "openrouter"]',
+         ("anthropic", "openai", "gemini", "openrouter")),
+        ('["openrouter", "gemini"]', ("openrouter", "gemini")),
+    ],
+)
+def test_verbs_model_names_providers(
+    write_spec: WriteSpec, env: dict[str, str], value: str, models: tuple[str, ...]
+) -> None:
+    """With network "none" too: the proxy then runs for the verb alone."""
+    policy = load_spec(write_spec(f"[verbs]\nmodel = {value}\n"), env)
+    assert policy.models == models
+    assert policy.network == "none"
+    assert policy.server_tools is False
+    assert policy.needs_proxy() and policy.has_wire()
+
+
+KNOWN_PROVIDERS = '"anthropic", "openai", "gemini", "openrouter"'
+
+
+@pytest.mark.parametrize(
+    ("value", "key", "reason"),
+    [
+        ('"claude"', "verbs.model",
+         f"'claude' is not a provider the model verb knows ({KNOWN_PROVIDERS})"),
+        ('"Anthropic"', "verbs.model",
+         f"'Anthropic' is not a provider the model verb knows ({KNOWN_PROVIDERS})"),
+        ('["openai", "azure"]', "verbs.model[1]",
+         f"'azure' is not a provider the model verb knows ({KNOWN_PROVIDERS})"),
+        ('["openai", "anthropic", "openai"]', "verbs.model[2]", "'openai' is named twice"),
+        ("[]", "verbs.model",
+         f"an empty list turns nothing on; name providers ({KNOWN_PROVIDERS}), or drop the key"),
+        ('""', "verbs.model", f"'' is not a provider the model verb knows ({KNOWN_PROVIDERS})"),
+        ("true", "verbs.model", "must be a provider or a list of them, not a boolean"),
+        ("{ name = \"openai\" }", "verbs.model",
+         "must be a provider or a list of them, not a table"),
+        ('["openai", 3]', "verbs.model[1]", "must be a provider's name, not an integer"),
+        ('[["openai"]]', "verbs.model[0]", "must be a provider's name, not a list"),
+    ],
+)
+def test_verbs_model_refuses_what_is_not_a_list_of_known_providers(
+    write_spec: WriteSpec, env: dict[str, str], value: str, key: str, reason: str
+) -> None:
+    spec = write_spec(f"[verbs]\nmodel = {value}\n")
+    assert _error(spec, env) == (str(spec), key, reason)
+
+
+def test_V3_server_tools_kept_only_when_asked(write_spec: WriteSpec, env: dict[str, str]) -> None:
+    policy = load_spec(write_spec('[network]\nserver_tools = true\n[verbs]\nmodel = "gemini"\n'),
+                       env)
+    assert (policy.models, policy.server_tools) == (("gemini",), True)
+    policy = load_spec(write_spec('[network]\nserver_tools = false\n[verbs]\nmodel = "gemini"\n'),
+                       env)
+    assert policy.server_tools is False
+
+
+def test_server_tools_without_a_model_verb_is_an_error(
+    write_spec: WriteSpec, env: dict[str, str]
+) -> None:
+    spec = write_spec('[network]\nmode = "proxy"\nhosts = ["example.com"]\nserver_tools = true\n')
+    assert _error(spec, env) == (
+        str(spec), "network.server_tools",
+        "keeps a hosted model's server-side tools, and no model verb is on: name one in "
+        "[verbs] model, or drop the key")
+
+
+def test_server_tools_false_without_a_model_verb_says_what_is_so(
+    write_spec: WriteSpec, env: dict[str, str]
+) -> None:
+    """false is what holds anyway: accepted, and it opens nothing."""
+    policy = load_spec(write_spec("[network]\nserver_tools = false\n"), env)
+    assert (policy.server_tools, policy.needs_proxy()) == (False, False)
+
+
+@pytest.mark.parametrize(("value", "kind"), [('"true"', "a string"), ("1", "an integer")])
+def test_server_tools_must_be_a_boolean(
+    write_spec: WriteSpec, env: dict[str, str], value: str, kind: str
+) -> None:
+    spec = write_spec(f'[network]\nserver_tools = {value}\n[verbs]\nmodel = "openai"\n')
+    assert _error(spec, env) == (str(spec), "network.server_tools",
+                                 f"must be true or false, not {kind}")
+
+
+def test_model_verb_takes_the_proxy_port_even_with_network_none(
+    write_spec: WriteSpec, env: dict[str, str]
+) -> None:
+    spec = write_spec('[localhost]\nports = [3128]\n[verbs]\nmodel = "openai"\n')
+    assert _error(spec, env) == (
+        str(spec), "localhost.ports",
+        "[localhost] port 3128 is the proxy's own port inside the sandbox")
+    assert load_spec(write_spec("[localhost]\nports = [3128]\n"), env).localhost_ports == (3128,)
+
+
+def test_calls_per_minute_counts_model_calls(write_spec: WriteSpec, env: dict[str, str]) -> None:
+    policy = load_spec(
+        write_spec('[network]\ncalls_per_minute = 60\n[verbs]\nmodel = "anthropic"\n'), env)
+    assert (policy.calls_per_minute, policy.models) == (60, ("anthropic",))
+
+
+def test_an_agent_spec_names_its_agent_for_its_placeholder(
+    write_spec: WriteSpec, env: dict[str, str], lnk_home: Path
+) -> None:
+    (lnk_home / "agents" / "main").mkdir(parents=True)
+    policy = load_spec(write_spec('[agent]\nname = "main"\n[verbs]\nmodel = "anthropic"\n'),
+                       env)
+    assert (policy.agent, policy.name, policy.models) == ("main", "main", ("anthropic",))
+    named = load_spec(write_spec('name = "w"\n[agent]\nname = "main"\n'), env)
+    assert (named.agent, named.name) == ("main", "w")
+    assert load_spec(write_spec("[verbs]\n"), env).agent == ""
 
 
 @pytest.mark.parametrize(
@@ -571,9 +703,9 @@ def test_first_error_is_reported_schema_before_paths(
     write_spec: WriteSpec, env: dict[str, str]
 ) -> None:
     """A spec wrong twice names the schema error: nothing about it was resolved first."""
-    spec = write_spec('[files]\nread = ["/no/such/path"]\n[verbs]\n')
+    spec = write_spec('[files]\nread = ["/no/such/path"]\n[verbs]\nopen = true\n')
     file, key, _ = _error(spec, env)
-    assert (file, key) == (str(spec), "[verbs]")
+    assert (file, key) == (str(spec), "verbs.open")
 
 
 def test_parse_spec_refuses_like_load_spec(env: dict[str, str]) -> None:
@@ -709,6 +841,7 @@ def test_agent_hides_all_agents_and_writes_its_own_folder(
     assert load_spec(spec, env) == Policy(
         settings=str(settings), name="bob", spec=str(spec), read=(str(work),),
         write=(str(own),), hide=(str(settings / "agents"),), write_dot_files=(str(own),),
+        agent="bob",
     )
 
 
@@ -860,7 +993,7 @@ def test_cli_section_not_built_yet_runs_nothing(
     run_sandbox: RunSandbox, write_spec: WriteSpec, tmp_path: Path
 ) -> None:
     spec = write_spec(f'[files]\nwrite = {toml_list(tmp_path)}\n[verbs]\nopen = true\n')
-    _assert_nothing_ran(run_sandbox, spec, tmp_path, "[verbs]")
+    _assert_nothing_ran(run_sandbox, spec, tmp_path, "verbs.open")
 
 
 def test_cli_missing_grant_runs_nothing(

@@ -23,7 +23,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lnk_common import wirestate
-from lnk_proxy.verbs import VERBS, VerbError, is_verb_target, split_verb
+from lnk_proxy.verbs import (
+    VERBS,
+    VerbError,
+    is_verb_target,
+    split_local,
+    split_url_secret,
+    split_verb,
+)
 from tests.conftest import LNK_SANDBOX
 
 PROXY = str(Path(sys.executable).parent / "lnk-sandbox-proxy")
@@ -348,3 +355,55 @@ def test_split_verb_answers_only_an_enabled_verb_by_its_exact_name(
     assert target in (f"/_link/{verb}{rest}", f"/_link/{verb}/{rest}")
     assert target.startswith(f"/_link/{verb}") and target[len(f"/_link/{verb}"):][:1] in (
         "", "/", "?")
+
+
+# -- URL secrets: /_link/s/<secret>/<part>/… ----------------------------------------------
+
+URL_SECRET_VALUE = "f" * 43
+
+
+def test_a_url_secret_differing_in_any_one_byte_gets_the_same_refusal() -> None:
+    secret = URL_SECRET_VALUE.encode()
+    on = frozenset({"local"})
+    assert split_url_secret(f"/{URL_SECRET_VALUE}/local/11434/api/chat", secret, on) == (
+        "local", "/11434/api/chat")
+    wrong = {URL_SECRET_VALUE[:at] + "e" + URL_SECRET_VALUE[at + 1:]
+             for at in range(len(URL_SECRET_VALUE))}
+    wrong |= {URL_SECRET_VALUE[:-1], URL_SECRET_VALUE + "f", "", URL_SECRET_VALUE.upper(),
+              "%66" + URL_SECRET_VALUE[1:]}
+    for other in wrong:
+        with pytest.raises(VerbError) as raised:
+            split_url_secret(f"/{other}/local/11434/api/chat", secret, on)
+        assert (raised.value.status, raised.value.reason) == (
+            403, "the URL secret is not this sandbox's")
+
+
+def test_url_secret_parts_and_local_ports() -> None:
+    secret = URL_SECRET_VALUE.encode()
+    with pytest.raises(VerbError, match="mcp is off in this sandbox: \\[verbs\\] tools"):
+        split_url_secret(f"/{URL_SECRET_VALUE}/mcp/github", secret, frozenset({"local"}))
+    with pytest.raises(VerbError, match="the URL secret's path is"):
+        split_url_secret(f"/{URL_SECRET_VALUE}/Local/1/x", secret, frozenset({"local"}))
+    with pytest.raises(VerbError, match="not this sandbox's"):  # no secret set: none passes
+        split_url_secret("//local/1/x", b"", frozenset({"local"}))
+    assert split_local("/11434/api/chat?x=1", frozenset({11434})) == (11434, "/api/chat?x=1")
+    for rest in ("/011434/api/chat", "/+11434/x", "/11434", "/65536/x", "/0/x", "/١١٤٣٤/x",
+                 "/11434%2f/x", "//11434/x"):
+        with pytest.raises(VerbError, match="the local form is"):
+            split_local(rest, frozenset({11434}))
+    with pytest.raises(VerbError, match="port 8080 is not among this sandbox's"):
+        split_local("/8080/api/chat", frozenset({11434}))
+
+
+@given(st.text(max_size=60))
+def test_only_the_exact_url_secret_passes(given_secret: str) -> None:
+    secret = URL_SECRET_VALUE.encode()
+    try:
+        split_url_secret(f"/{given_secret}/local/1/x", secret, frozenset({"local"}))
+    except VerbError as error:
+        assert given_secret != URL_SECRET_VALUE or error.status == 404
+        # One of the fixed lines, never what was given.
+        assert error.reason in ("the URL secret is not this sandbox's",
+                                "the URL secret's path is /_link/s/<secret>/<local|mcp|open>/…")
+        return
+    assert given_secret == URL_SECRET_VALUE
