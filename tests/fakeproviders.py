@@ -21,7 +21,10 @@ Any other path answers 404 (so a path the verb should have refused and did not s
 STATE/providers/requests.jsonl (world-writable: the ordinary-user test run reads and
 truncates it) as one JSON object: time, host, method, path, query, headers (lower-case
 names; repeated fields joined by ", "), body (text). Tests find their own requests by the
-real key they set (unique per test) or a marker in the body.
+real key they set (unique per test) or a marker in the body. The TLS server name the client
+sent is kept as `sni`. When the client goes away while an answer is being written (a
+stream), one more line says so: {"gone": true, host, path, key (the credential headers
+of the call), deltas_sent}.
 
 A stream's pacing comes from the model's name: `…-5x200ms` sends 5 text deltas 200 ms
 apart; `…-2000x0ms-512b` sends 2000 deltas of 512 bytes each, at once (throughput).
@@ -116,7 +119,17 @@ def requests_seen(state: Path, after: int = 0) -> list[dict[str, Any]]:
     with open(log_file(state), "rb") as handle:
         handle.seek(after)
         text = handle.read().decode()
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    records = [json.loads(line) for line in text.splitlines() if line.strip()]
+    return [record for record in records if not record.get("gone")]
+
+
+def calls_abandoned(state: Path, after: int = 0) -> list[dict[str, Any]]:
+    """The answers the fake providers could not finish: the client went away."""
+    with open(log_file(state), "rb") as handle:
+        handle.seek(after)
+        text = handle.read().decode()
+    return [record for line in text.splitlines() if line.strip()
+            and (record := json.loads(line)).get("gone")]
 
 
 # The server.
@@ -141,10 +154,13 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive
     disable_nagle_algorithm = True
     server: _Server
+    recorded: dict[str, Any] | None = None
+    deltas_sent = 0
 
     def setup(self) -> None:
         # The handshake here, in the connection's own thread.
         self.request = self.server.context.wrap_socket(self.request, server_side=True)
+        self.sni = getattr(self.request, "lnk_sni", None)
         super().setup()
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -182,14 +198,36 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in self.headers.items():
             key = name.lower()
             headers[key] = f"{headers[key]}, {value}" if key in headers else value
-        line = json.dumps({"time": time.time(), "host": self.headers.get("Host", ""),
-                           "method": self.command, "path": split.path, "query": split.query,
-                           "headers": headers, "body": body.decode("utf-8", "replace")})
+        record: dict[str, Any] = {
+            "time": time.time(), "host": self.headers.get("Host", ""), "sni": self.sni,
+            "method": self.command, "path": split.path, "query": split.query,
+            "headers": headers, "body": body.decode("utf-8", "replace")}
+        self.recorded = record
+        self._append(record)
+
+    def _append(self, record: dict[str, Any]) -> None:
         descriptor = os.open(self.server.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         try:
-            os.write(descriptor, (line + "\n").encode())
+            os.write(descriptor, (json.dumps(record) + "\n").encode())
         finally:
             os.close(descriptor)
+
+    def handle_one_request(self) -> None:
+        self.recorded = None  # set while a request is being answered
+        try:
+            super().handle_one_request()
+            self.recorded = None
+        except OSError:
+            # The client (the proxy) went away mid-answer: said in the log, so a test sees
+            # that a program which left ended the call upstream too.
+            self.close_connection = True
+            recorded = self.recorded
+            if recorded is not None:
+                self._append({"time": time.time(), "gone": True,
+                              "host": recorded["host"], "path": recorded["path"],
+                              "key": {name: recorded["headers"].get(name) for name in (
+                                  "x-api-key", "authorization", "x-goog-api-key")},
+                              "deltas_sent": self.deltas_sent})
 
     def _serve(self) -> None:
         try:
@@ -272,10 +310,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _deltas(self, model: str) -> Any:
         count, delay, size = pace(model)
+        self.deltas_sent = 0
         for index in range(count):
             if index and delay:
                 time.sleep(delay)
             yield _delta_text(index, size)
+            self.deltas_sent = index + 1
 
     # Anthropic
 
@@ -426,6 +466,11 @@ def serve(state: Path, address: str, port: int = PROVIDERS_PORT) -> None:
     where = folder(state)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(str(where / "cert.pem"), str(where / "key.pem"))
+
+    def keep_sni(sock: Any, name: str | None, _: ssl.SSLContext) -> None:
+        sock.lnk_sni = name  # the name the client asked for (the proxy must send the host's)
+
+    context.sni_callback = keep_sni
     server = _Server((address, port), _Handler)
     server.context = context
     server.log = str(log_file(state))

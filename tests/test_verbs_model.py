@@ -27,6 +27,7 @@ import json
 import re
 import secrets
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import LNK_SANDBOX, SANDBOX_TIMEOUT_SECONDS, WriteSpec, toml_list
-from tests.fakeproviders import ca_file, log_offset, requests_seen
+from tests.fakeproviders import ca_file, calls_abandoned, log_offset, requests_seen
 from tests.testservers import DNS_SERVER
 
 VENV_PYTHON = str(Path(LNK_SANDBOX).parent / "python")
@@ -181,6 +182,7 @@ def assert_real_key_only(records: list[dict[str, Any]], keys: dict[str, str],
         provider = next(name for name, host in HOSTS.items()
                         if record["host"].split(":")[0] == host)
         header, prefix = KEY_FORMS[provider]
+        assert record["sni"] == HOSTS[provider], record  # TLS asked for the provider's name
         assert record["headers"].get(header) == prefix + keys[provider], record
         others = [name for name in CREDENTIAL_HEADERS
                   if name != header and name in record["headers"]]
@@ -588,3 +590,67 @@ out["placeholder"] = ENV["ANTHROPIC_API_KEY"]
     for forbidden in (*keys.values(), out["placeholder"], "/v1/messages", "chat/completions",
                       "generateContent", "_link", "claude-fake", "gpt-fake", "hello from"):
         assert forbidden not in log, (forbidden, log)
+
+
+def test_a_rotated_key_is_used_at_the_next_call(
+    spec: Path, model_env: dict[str, str], tmp_path: Path, keys: dict[str, str], seen: Any,
+) -> None:
+    """One sandbox, two calls; between them the key is set again outside: the second call
+    carries the new key (the verb reads the secret at each call, on a kept connection)."""
+    work = tmp_path / "work"
+    script = tmp_path / "rotate.py"
+    script.write_text(PRELUDE + r'''
+claude.messages.create(model="claude-fake", max_tokens=8, messages=USER)
+for _ in range(400):
+    if os.path.exists(sys.argv[1]):
+        break
+    time.sleep(0.05)
+out["second"] = claude.messages.create(model="claude-fake", max_tokens=8,
+                                       messages=USER).content[0].text
+print(json.dumps(out))
+''')
+    run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", VENV_PYTHON,
+                            str(script), str(work / "go")], cwd=str(tmp_path), env=model_env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + SANDBOX_TIMEOUT_SECONDS
+        while not mine(seen(), keys) and time.monotonic() < deadline and run.poll() is None:
+            time.sleep(0.05)
+        rotated = f"sk-ant-real-{secrets.token_hex(8)}"
+        done = subprocess.run([LNK_SANDBOX, "secret", "set", "anthropic"], input=rotated,
+                              env=model_env, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done
+        (work / "go").write_text("")
+        output, errors = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    assert run.returncode == 0, (output, errors)
+    assert json.loads(output.splitlines()[-1]) == {"second": "hello from the fake anthropic"}
+    first, second = mine(seen(), {**keys, "rotated": rotated})
+    assert first["headers"]["x-api-key"] == keys["anthropic"], first
+    assert second["headers"]["x-api-key"] == rotated, second
+
+
+def test_a_program_that_leaves_a_stream_ends_it_at_the_provider(
+    spec: Path, model_env: dict[str, str], testnet: Path, tmp_path: Path,
+    keys: dict[str, str], seen: Any,
+) -> None:
+    """The program reads two deltas of a stream of fifty (200 ms apart) and closes it: the
+    proxy ends the upstream call, so the provider's next write fails (the fake logs the
+    call as abandoned, with the deltas it had sent), long before it would have sent all."""
+    start = log_offset(testnet)
+    out, _ = run_script(spec, model_env, tmp_path, r'''
+with claude.messages.stream(model="claude-fake-50x200ms", max_tokens=8, messages=USER) as s:
+    out["read"] = [text for _, text in zip(range(2), s.text_stream)]
+''')
+    assert len(out["read"]) == 2, out
+    deadline = time.monotonic() + 20  # the whole stream would take 10 s
+    gone: list[dict[str, Any]] = []
+    while time.monotonic() < deadline and not gone:
+        gone = [record for record in calls_abandoned(testnet, start)
+                if record["key"]["x-api-key"] == keys["anthropic"]]
+        time.sleep(0.1)
+    assert len(gone) == 1, calls_abandoned(testnet, start)
+    assert 2 <= gone[0]["deltas_sent"] < 50, gone
