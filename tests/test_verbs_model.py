@@ -287,24 +287,24 @@ STREAMS = r'''
 def timed(deltas):
     """(arrival time, text) of each text delta, as the program receives it."""
     return [[time.time(), text] for text in deltas if text]
-with claude.messages.stream(model="claude-fake-5x300ms", max_tokens=8, messages=USER) as s:
+with claude.messages.stream(model="claude-fake-5x500ms", max_tokens=8, messages=USER) as s:
     out["anthropic"] = timed(s.text_stream)
 out["chat"] = timed(chunk.choices[0].delta.content for chunk in gpt.chat.completions.create(
-    model="gpt-fake-5x300ms", messages=USER, stream=True) if chunk.choices)
+    model="gpt-fake-5x500ms", messages=USER, stream=True) if chunk.choices)
 out["responses"] = timed(event.delta for event in gpt.responses.create(
-    model="gpt-fake-5x300ms", input="hi", stream=True)
+    model="gpt-fake-5x500ms", input="hi", stream=True)
     if event.type == "response.output_text.delta")
 out["gemini"] = timed(chunk.text for chunk in gemini.models.generate_content_stream(
-    model="gemini-fake-5x300ms", contents="hi"))
+    model="gemini-fake-5x500ms", contents="hi"))
 out["openrouter"] = timed(chunk.choices[0].delta.content
     for chunk in router.chat.completions.create(
-        model="vendor/fake-5x300ms", messages=USER, stream=True) if chunk.choices)
+        model="vendor/fake-5x500ms", messages=USER, stream=True) if chunk.choices)
 '''
 
 
 def assert_relayed(deltas: list[list[Any]], what: str) -> None:
     """Five deltas in order, the first received before the provider sent the last (it
-    sends them 300 ms apart; a buffered stream would hand all five over after the last)."""
+    sends them 500 ms apart; a buffered stream would hand all five over after the last)."""
     sent = []
     for _, text in deltas:
         index, _, at = text.strip().partition("@")
@@ -336,7 +336,7 @@ def test_curl_through_the_verb(
 ) -> None:
     """curl, as a shell script of a harness would call it: a plain call and an SSE stream
     (-N), each line timed as it arrives."""
-    body = json.dumps({"model": "claude-fake-5x300ms", "max_tokens": 8, "stream": True,
+    body = json.dumps({"model": "claude-fake-5x500ms", "max_tokens": 8, "stream": True,
                        "messages": [{"role": "user", "content": "hi"}]})
     done = run_command(spec, model_env, tmp_path, "sh", "-c", (
         'curl -sS -m 20 "$ANTHROPIC_BASE_URL/v1/messages" -H "x-api-key: $ANTHROPIC_API_KEY"'
