@@ -206,7 +206,7 @@ def test_the_sdks_reach_each_provider_with_the_real_key(
     """Every inference call of each SDK, through the verb: the SDK parses the answer; the
     provider gets the real key in its own form, never the placeholder; the program holds
     the placeholder in every key variable and the verb's base URLs."""
-    out, _ = run_script(spec, model_env, tmp_path, r'''
+    out, done = run_script(spec, model_env, tmp_path, r'''
 out["env"] = {name: ENV.get(name) for name in (
     "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "GOOGLE_GEMINI_BASE_URL", "OPENROUTER_BASE_URL",
     "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "OPENROUTER_API_KEY",
@@ -232,6 +232,9 @@ out["openrouter"] = [
     .choices[0].message.content,
 ]
 ''')
+    # The harness's real ANTHROPIC_API_KEY was replaced, and said so, without its value.
+    assert "ANTHROPIC_API_KEY looked like real keys" in done.stderr, done.stderr
+    assert all(key not in done.stdout + done.stderr for key in keys.values())
     env = out["env"]
     placeholder = env["ANTHROPIC_API_KEY"]
     assert PLACEHOLDER.fullmatch(placeholder), env
