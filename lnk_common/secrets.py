@@ -25,6 +25,12 @@ The value never appears in a message: every error names the secret (a name the g
 allowed) or the path, never the bytes. A name the grammar refuses is not echoed either: a
 key pasted where the name goes (`secret set AIza…`) must not land on a terminal or a log.
 
+A secret may be kept with its rule (the secret verb's, lnk_proxy.secret_rules): the file
+`<name>.rule` beside it, written, read and removed the same way (0600, whole, no link).
+A secret's name never holds '.', so `<name>.rule` is no secret's name and no secret's file
+can be a rule's. This module keeps the rule's bytes only; `secret set --rule` parses them
+before anything is stored, and the proxy parses them again at each read.
+
 Sans-IO core: `name_problem` and `value_problem`. One error type: `SecretError`.
 """
 
@@ -37,15 +43,20 @@ import stat
 
 __all__ = [
     "MAX_NAME_LENGTH",
+    "MAX_RULE_FILE_BYTES",
     "MAX_SECRET_BYTES",
+    "RULE_SUFFIX",
     "SECRETS_FOLDER",
     "SecretError",
     "list_secrets",
     "name_problem",
+    "read_rule",
     "read_secret",
     "remove_secret",
+    "rule_names",
     "secret_path",
     "value_problem",
+    "write_rule",
     "write_secret",
 ]
 
@@ -58,6 +69,11 @@ MAX_NAME_LENGTH = 32
 # bound far above both still stops a mistaken pipe of a whole file from being stored and
 # then read at every call of a verb.
 MAX_SECRET_BYTES = 64 * 1024
+# The rule's file beside its secret: `<name>.rule` (a name never holds '.').
+RULE_SUFFIX = ".rule"
+# A rule is a few hundred bytes (lnk_proxy.secret_rules.MAX_RULE_BYTES bounds what parses);
+# the store reads one byte past this to refuse a larger file without reading it whole.
+MAX_RULE_FILE_BYTES = 16 * 1024
 # Under the settings root, as docs/ARCHITECTURE.md ("Link's settings folder") lays out.
 SECRETS_FOLDER = ("sandbox", "secrets")
 
@@ -182,47 +198,70 @@ def read_secret(settings_root: str, name: str) -> bytes:
     the user's or not exactly 0600, a folder on the way that is a link or not 0700, an
     empty or oversized value."""
     _checked_name(name)
+    value = _read_file(settings_root, name, f"the secret {name}", MAX_SECRET_BYTES,
+                       missing=f"no secret named {name} (set it with: lnk-sandbox secret set "
+                               f"{name})")
+    problem = value_problem(value)
+    if problem:
+        raise SecretError(f"the secret {name} cannot be used: {problem}")
+    return value
+
+
+def read_rule(settings_root: str, name: str) -> bytes:
+    """The bytes of the rule kept with the secret `name`, read now, as strictly as a
+    secret (regular file, ours, 0600, no link); not parsed here. SecretError when there is
+    none."""
+    _checked_name(name)
+    value = _read_file(settings_root, name + RULE_SUFFIX, f"the rule of the secret {name}",
+                       MAX_RULE_FILE_BYTES,
+                       missing=f"no rule is kept with the secret {name} (set it with: "
+                               f"lnk-sandbox secret set {name} --rule FILE)")
+    if len(value) > MAX_RULE_FILE_BYTES:
+        raise SecretError(f"the rule of the secret {name} is longer than "
+                          f"{MAX_RULE_FILE_BYTES} bytes; refused")
+    return value
+
+
+def _read_file(settings_root: str, filename: str, shown: str, limit: int, *,
+               missing: str) -> bytes:
+    """The bytes of `filename` in the secrets folder, up to limit + 1 (the caller refuses
+    more), after the checks read_secret names."""
     folder = _secrets_folder(settings_root, make=False)
     if folder is None:
-        raise SecretError(f"no secret named {name} (set it with: lnk-sandbox secret set {name})")
+        raise SecretError(missing)
     try:
         try:
             # O_NONBLOCK: a FIFO planted at the name must not hang the reader before the
             # regular-file check below refuses it.
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+            fd = os.open(filename, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
                          dir_fd=folder)
         except FileNotFoundError:
-            raise SecretError(f"no secret named {name} (set it with: lnk-sandbox secret set "
-                              f"{name})") from None
+            raise SecretError(missing) from None
         except OSError as error:
-            raise SecretError(f"the secret {name} cannot be opened (a link is refused): "
+            raise SecretError(f"{shown} cannot be opened (a link is refused): "
                               f"{error.strerror}") from None
     finally:
         os.close(folder)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise SecretError(f"the secret {name} is not a regular file; refused")
+            raise SecretError(f"{shown} is not a regular file; refused")
         if info.st_uid != os.geteuid() or stat.S_IMODE(info.st_mode) != _FILE_MODE:
-            raise SecretError(f"the secret {name} must be yours and 0600 (it is "
+            raise SecretError(f"{shown} must be yours and 0600 (it is "
                               f"{stat.S_IMODE(info.st_mode):04o}, owner {info.st_uid}); refused")
         chunks: list[bytes] = []
         size = 0
-        while size <= MAX_SECRET_BYTES:
-            chunk = os.read(fd, MAX_SECRET_BYTES + 1 - size)
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
             if not chunk:
                 break
             chunks.append(chunk)
             size += len(chunk)
     except OSError as error:
-        raise SecretError(f"the secret {name} cannot be read: {error.strerror}") from None
+        raise SecretError(f"{shown} cannot be read: {error.strerror}") from None
     finally:
         os.close(fd)
-    value = b"".join(chunks)
-    problem = value_problem(value)
-    if problem:
-        raise SecretError(f"the secret {name} cannot be used: {problem}")
-    return value
+    return b"".join(chunks)
 
 
 def list_secrets(settings_root: str) -> list[str]:
@@ -247,6 +286,30 @@ def list_secrets(settings_root: str) -> list[str]:
     return sorted(names)
 
 
+def rule_names(settings_root: str) -> list[str]:
+    """The names of the secrets kept with a rule (a regular file `<name>.rule` beside a
+    stored secret), sorted."""
+    folder = _secrets_folder(settings_root, make=False)
+    if folder is None:
+        return []
+    try:
+        names = []
+        for entry in os.listdir(folder):
+            name = entry.removesuffix(RULE_SUFFIX)
+            if name == entry or name_problem(name) is not None:
+                continue
+            try:
+                rule = os.stat(entry, dir_fd=folder, follow_symlinks=False)
+                value = os.stat(name, dir_fd=folder, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISREG(rule.st_mode) and stat.S_ISREG(value.st_mode):
+                names.append(name)
+    finally:
+        os.close(folder)
+    return sorted(names)
+
+
 # -- writing ---------------------------------------------------------------------------------
 
 
@@ -257,16 +320,31 @@ def write_secret(settings_root: str, name: str, value: bytes) -> None:
     problem = value_problem(value)
     if problem:
         raise SecretError(f"the secret {name} is not stored: {problem}")
+    _write_file(settings_root, name, value, f"the secret {name}")
+
+
+def write_rule(settings_root: str, name: str, rule: bytes) -> None:
+    """Keep `rule` (bytes the caller parsed) with the secret `name`, as a secret is
+    written. The caller writes the rule before the value, so a new value is never read
+    with a rule it was not checked against."""
+    _checked_name(name)
+    if not rule or len(rule) > MAX_RULE_FILE_BYTES:
+        raise SecretError(f"the rule of the secret {name} is not stored: it is empty or longer "
+                          f"than {MAX_RULE_FILE_BYTES} bytes")
+    _write_file(settings_root, name + RULE_SUFFIX, rule, f"the rule of the secret {name}")
+
+
+def _write_file(settings_root: str, filename: str, value: bytes, shown: str) -> None:
     folder = _secrets_folder(settings_root, make=True)
     if folder is None:  # made just now, then gone: someone else is at work here
         raise SecretError("the secrets folder vanished while it was made; nothing was stored")
-    temporary = f"{_TEMP_PREFIX}{name}-{os.urandom(8).hex()}"
+    temporary = f"{_TEMP_PREFIX}{filename}-{os.urandom(8).hex()}"
     try:
         try:
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                          | os.O_CLOEXEC, _FILE_MODE, dir_fd=folder)
         except OSError as error:
-            raise SecretError(f"the secret {name} is not stored: cannot make a temp file: "
+            raise SecretError(f"{shown} is not stored: cannot make a temp file: "
                               f"{error.strerror}") from None
         try:
             try:
@@ -277,20 +355,20 @@ def write_secret(settings_root: str, name: str, value: bytes) -> None:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            _refuse_other_than_file(folder, name)
-            os.rename(temporary, name, src_dir_fd=folder, dst_dir_fd=folder)
+            _refuse_other_than_file(folder, filename, shown)
+            os.rename(temporary, filename, src_dir_fd=folder, dst_dir_fd=folder)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(temporary, dir_fd=folder)
             raise
         os.fsync(folder)
     except OSError as error:
-        raise SecretError(f"the secret {name} is not stored: {error.strerror}") from None
+        raise SecretError(f"{shown} is not stored: {error.strerror}") from None
     finally:
         os.close(folder)
 
 
-def _refuse_other_than_file(folder: int, name: str) -> None:
+def _refuse_other_than_file(folder: int, name: str, shown: str) -> None:
     """What sits at `name` now must be nothing or a regular file: a planted link is
     refused, not replaced silently (rename would replace the link itself, never follow
     it, so a race after this check cannot reach the link's target either)."""
@@ -299,25 +377,31 @@ def _refuse_other_than_file(folder: int, name: str) -> None:
     except FileNotFoundError:
         return
     if not stat.S_ISREG(info.st_mode):
-        raise SecretError(f"the secret {name} is not stored: what is at its name is not a "
+        raise SecretError(f"{shown} is not stored: what is at its name is not a "
                           "regular file (a link or a folder); refused, nothing followed")
 
 
 def remove_secret(settings_root: str, name: str) -> bool:
-    """Remove the secret `name`; False when there is none. Unlinking never follows a
-    link: one planted at the name goes, its target stays."""
+    """Remove the secret `name` and the rule kept with it; False when there was neither.
+    Unlinking never follows a link: one planted at the name goes, its target stays. The
+    rule goes first: should the second unlink fail, what is left is a secret with no rule,
+    which the secret verb refuses to use."""
     _checked_name(name)
     folder = _secrets_folder(settings_root, make=False)
     if folder is None:
         return False
+    removed = False
     try:
-        try:
-            os.unlink(name, dir_fd=folder)
-        except FileNotFoundError:
-            return False
-        except OSError as error:
-            raise SecretError(f"the secret {name} cannot be removed: {error.strerror}") from None
+        for filename in (name + RULE_SUFFIX, name):
+            try:
+                os.unlink(filename, dir_fd=folder)
+            except FileNotFoundError:
+                continue
+            except OSError as error:
+                raise SecretError(f"the secret {name} cannot be removed: "
+                                  f"{error.strerror}") from None
+            removed = True
         os.fsync(folder)
     finally:
         os.close(folder)
-    return True
+    return removed

@@ -11,7 +11,7 @@ Usage:
   lnk-sandbox on-stop (--list | --remove=NAME)
   lnk-sandbox paused [--json]
   lnk-sandbox resume WIRE
-  lnk-sandbox secret set NAME
+  lnk-sandbox secret set NAME [--rule=FILE]
   lnk-sandbox secret list [--json]
   lnk-sandbox secret remove NAME
   lnk-sandbox (-h | --help)
@@ -38,9 +38,12 @@ Verbs:
   secret  The store of secrets in Link's settings (hidden in every sandbox): `set`
           reads the value of NAME from standard input (never an argument; one
           trailing newline is taken off) and keeps it in a file only you can read;
-          `list` prints the names only, never a value; `remove` deletes one. NAME is
-          letters, digits, '-' and '_'. The model verb's keys are the secrets named
-          anthropic, openai, gemini and openrouter.
+          `list` prints the names only, never a value; `remove` deletes one (and its
+          rule). NAME is letters, digits, '-' and '_'. The model verb's keys are the
+          secrets named anthropic, openai, gemini and openrouter. With --rule, the
+          secret is kept with the rule FILE (JSON, from the plugin that owns the
+          service) that the secret verb enforces; a rule too weak to hold is refused,
+          naming the field, and nothing is stored.
   check   What this machine gives (bubblewrap, user namespaces, Landlock, seccomp) and
           which protections are therefore in force; the stated gaps, as open; which
           providers' keys are set. With --spec: which model verbs the spec turns on,
@@ -55,6 +58,7 @@ Options:
   --name=NAME   The registration's name (on-stop); default: a random one.
   --list        What is registered (on-stop).
   --remove=NAME  Take a registration off (on-stop).
+  --rule=FILE   The rule kept with a secret (secret set): where it may go, and how.
 
 `lnk sandbox VERB …` is the same as `lnk-sandbox VERB …`.
 Exit status: COMMAND's own; 128+N if it died of signal N; 125 when the sandbox could
@@ -124,6 +128,7 @@ _RUN_DEFAULTS: dict[str, object] = {
     "wrap": False, "run": True, "learn": False, "check": False, "log": False,
     "stop": False, "on-stop": False, "paused": False, "resume": False,
     "secret": False, "set": False, "list": False, "remove": False, "NAME": None,
+    "--rule": None,
     "--spec": None, "--wire": None, "--json": False, "--follow": False, "--clear": False,
     "--name": None, "--list": False, "--remove": None, "-h": False, "--help": False,
     "--version": False, "--": False, "WIRE": None, "COMMAND": [],

@@ -3,6 +3,13 @@
 The value comes from standard input only (never argv, which every process of the user
 can read in /proc, nor the environment); from a terminal it is read without echo. It is
 kept as bytes and never decoded, printed or put in a message (lnk_common.secrets).
+
+`secret set NAME --rule FILE` keeps the secret with its rule (lnk_proxy.secret_rules). Order:
+the rule file read and parsed (an error names the file and the field) → the value read →
+the value checked against the rule (it can stand where the rule puts it; the placeholder's
+shape can be made from it) → the rule written → the value written. Anything refused before
+the writes leaves the store as it was. Without --rule, a rule already kept with NAME stays,
+and a new value (a rotated token) is checked against it.
 """
 
 from __future__ import annotations
@@ -14,7 +21,10 @@ from lnk_common.secrets import (
     SecretError,
     list_secrets,
     name_problem,
+    read_rule,
     remove_secret,
+    rule_names,
+    write_rule,
     write_secret,
 )
 
@@ -34,7 +44,8 @@ def secrets(settings: str, arguments: Mapping[str, object]) -> int:
         if arguments["--json"]:
             import orjson
 
-            sys.stdout.buffer.write(orjson.dumps({"secrets": names}) + b"\n")
+            sys.stdout.buffer.write(orjson.dumps({"secrets": names,
+                                                  "rules": rule_names(settings)}) + b"\n")
         else:
             for name in names:
                 print(name)
@@ -45,14 +56,55 @@ def secrets(settings: str, arguments: Mapping[str, object]) -> int:
         print(f"lnk-sandbox: {problem}; nothing was done", file=sys.stderr)
         return EXIT_USAGE
     if arguments["set"]:
-        write_secret(settings, name, _value_from_stdin(name))
-        print(f"the secret {name} is stored")
+        rule_file = arguments.get("--rule")
+        given = _rule_from_file(name, rule_file) if isinstance(rule_file, str) else None
+        value = _value_from_stdin(name)
+        _check_against_rule(settings, name, value, given)
+        if given is not None:
+            write_rule(settings, name, given)
+        write_secret(settings, name, value)
+        print(f"the secret {name} is stored" + (" with its rule" if given is not None else ""))
         return 0
     if remove_secret(settings, name):
         print(f"the secret {name} is removed")
         return 0
     print(f"lnk-sandbox: no secret named {name}", file=sys.stderr)
     return 1
+
+
+def _rule_from_file(name: str, path: str) -> bytes:
+    """The bytes of the rule file `path`, parsed here so a rule too weak to hold is refused
+    (naming the file and the field) before anything is read from stdin or stored."""
+    from lnk_proxy.secret_rules import MAX_RULE_BYTES, SecretRuleError, parse_rule
+
+    try:
+        with open(path, "rb") as stream:
+            raw = stream.read(MAX_RULE_BYTES + 1)
+    except OSError as error:
+        raise SecretError(f"the secret {name} is not stored: the rule file {path} cannot be "
+                          f"read: {error.strerror}") from None
+    try:
+        parse_rule(raw)
+    except SecretRuleError as error:
+        raise SecretError(f"the secret {name} is not stored: the rule in {path} is refused: "
+                          f"{error.reason}") from None
+    return raw
+
+
+def _check_against_rule(settings: str, name: str, value: bytes, given: bytes | None) -> None:
+    """The value must stand where its rule (the one given, else the one kept) puts it."""
+    from lnk_proxy.secret_rules import SecretRuleError, check_secret, parse_rule
+
+    raw = given
+    if raw is None:
+        if name not in rule_names(settings):
+            return
+        raw = read_rule(settings, name)
+    try:
+        check_secret(parse_rule(raw), value)
+    except SecretRuleError as error:
+        where = "the rule given" if given is not None else "the rule kept with it"
+        raise SecretError(f"the secret {name} is not stored: {error.reason} ({where})") from None
 
 
 def _value_from_stdin(name: str) -> bytes:

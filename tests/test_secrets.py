@@ -23,7 +23,9 @@ from lnk_common.secrets import (
     MAX_SECRET_BYTES,
     SecretError,
     name_problem,
+    read_rule,
     read_secret,
+    rule_names,
     value_problem,
 )
 from lnk_common.settings import settings_folder
@@ -75,7 +77,7 @@ def test_secret_set_list_remove_round_trip(sandbox_env: dict[str, str], lnk_home
     listed = secret(sandbox_env, "list")
     assert (listed.returncode, listed.stdout) == (0, b"anthropic\ntwo-lines\n")
     listed_json = secret(sandbox_env, "list", "--json")
-    assert listed_json.stdout == b'{"secrets":["anthropic","two-lines"]}\n'
+    assert listed_json.stdout == b'{"secrets":["anthropic","two-lines"],"rules":[]}\n'
 
     # A rotated key is read at once: read_secret holds no copy.
     rotated = VALUE + b"-rotated"
@@ -399,3 +401,175 @@ def test_F6_V2_sandbox_reading_home_cannot_read_the_secrets(
         assert VALUE.decode() not in result.stdout + result.stderr
     assert secret_file.read_bytes() == VALUE
     assert sorted(os.listdir(secret_file.parent)) == ["anthropic"]
+
+
+# -- a secret kept with its rule (issue 14: the secret verb) ---------------------------------------
+
+TELEGRAM_RULE = (Path(__file__).parent.parent / "examples" / "telegram-rule.json").read_bytes()
+BOT_TOKEN = b"123456:AAH-MARKER-bot-token-do-not-leak"
+
+
+def rule_file(tmp_path: Path, content: bytes, name: str = "rule.json") -> Path:
+    path = tmp_path / name
+    path.write_bytes(content)
+    return path
+
+
+def test_secret_set_with_rule_keeps_both_and_remove_takes_both(
+    sandbox_env: dict[str, str], lnk_home: Path, tmp_path: Path,
+) -> None:
+    from lnk_proxy.secret_rules import parse_rule
+
+    path = rule_file(tmp_path, TELEGRAM_RULE)
+    done = secret(sandbox_env, "set", "telegram", "--rule", str(path), stdin=BOT_TOKEN + b"\n")
+    assert (done.returncode, done.stdout, done.stderr) == (
+        0, b"the secret telegram is stored with its rule\n", b"")
+    no_value_in(done, BOT_TOKEN)
+    folder = store(lnk_home)
+    for name in ("telegram", "telegram.rule"):
+        info = (folder / name).stat()
+        assert stat.S_ISREG(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o600
+    assert read_secret(str(lnk_home), "telegram") == BOT_TOKEN
+    assert read_rule(str(lnk_home), "telegram") == TELEGRAM_RULE
+    assert parse_rule(read_rule(str(lnk_home), "telegram")).host == "api.telegram.org"
+    # The --rule=FILE spelling, and a second secret with no rule.
+    assert secret(sandbox_env, "set", "other", f"--rule={path}",
+                  stdin=BOT_TOKEN).returncode == 0
+    assert secret(sandbox_env, "set", "plain", stdin=VALUE).returncode == 0
+
+    listed = secret(sandbox_env, "list", "--json")
+    assert listed.stdout == (b'{"secrets":["other","plain","telegram"],'
+                             b'"rules":["other","telegram"]}\n')
+    no_value_in(listed, BOT_TOKEN)
+    assert secret(sandbox_env, "list").stdout == b"other\nplain\ntelegram\n"
+    assert rule_names(str(lnk_home)) == ["other", "telegram"]
+
+    removed = secret(sandbox_env, "remove", "telegram")
+    assert (removed.returncode, removed.stdout) == (0, b"the secret telegram is removed\n")
+    assert sorted(os.listdir(folder)) == ["other", "other.rule", "plain"]
+    with pytest.raises(SecretError) as missing:
+        read_rule(str(lnk_home), "telegram")
+    assert str(missing.value) == ("no rule is kept with the secret telegram (set it with: "
+                                  "lnk-sandbox secret set telegram --rule FILE)")
+    with pytest.raises(SecretError, match="no rule is kept with the secret plain"):
+        read_rule(str(lnk_home), "plain")
+
+
+WEAK_RULES: list[tuple[bytes, str]] = [
+    (b'{"host": "api.telegram.org/{path}", "paths": ["/x{secret}"]}',
+     "host: no placeholder ({secret}, {name}, {path}) may stand in the host; the rule fixes "
+     "the one host"),
+    (b'{"host": "api.telegram.org", "paths": ["/x?token={secret}"]}',
+     "paths[0]: a shape is a path only: no query, so no secret in a query (a query is logged "
+     "and cached where a path segment is not)"),
+    (b'{"host": "api.telegram.org", "paths": ["/bot/{name}"]}',
+     "paths[0]: {secret} stands nowhere (put it in the path shape or give a header)"),
+    (b'{"host": "api.telegram.org", "paths": ["/bot{secret}/{path}"]}',
+     "paths[0]: a literal segment must come before {path} (else {path} reaches every method)"),
+    (b'{"host": "api.telegram.org", "paths": ["/bot{secret}/{name}"], "allow": ["*"]}',
+     "unknown key in a rule (known: header, host, methods, paths, placeholder, refuse); a key "
+     "not known is refused, never ignored"),
+    (b"host = 'api.telegram.org'", "a rule is one JSON object (this is not valid JSON)"),
+]
+
+
+@pytest.mark.parametrize(("content", "reason"), WEAK_RULES)
+def test_secret_set_with_a_weak_rule_is_refused_naming_file_and_field_and_stores_nothing(
+    sandbox_env: dict[str, str], lnk_home: Path, tmp_path: Path, content: bytes, reason: str,
+) -> None:
+    path = rule_file(tmp_path, content, "weak.json")
+    done = secret(sandbox_env, "set", "weak", "--rule", str(path), stdin=BOT_TOKEN)
+    assert (done.returncode, done.stdout) == (EXIT_REFUSED, b"")
+    assert done.stderr == (f"lnk-sandbox: the secret weak is not stored: the rule in {path} is "
+                           f"refused: {reason}\n").encode()
+    no_value_in(done, BOT_TOKEN)
+    assert not store(lnk_home).exists()
+
+
+def test_secret_set_with_a_rule_file_missing_or_too_long_stores_nothing(
+    sandbox_env: dict[str, str], lnk_home: Path, tmp_path: Path,
+) -> None:
+    from lnk_proxy.secret_rules import MAX_RULE_BYTES
+
+    missing = tmp_path / "missing.json"
+    done = secret(sandbox_env, "set", "weak", "--rule", str(missing), stdin=BOT_TOKEN)
+    assert (done.returncode, done.stderr) == (EXIT_REFUSED, (
+        f"lnk-sandbox: the secret weak is not stored: the rule file {missing} cannot be read: "
+        "No such file or directory\n").encode())
+    long = rule_file(tmp_path, TELEGRAM_RULE + b" " * MAX_RULE_BYTES, "long.json")
+    done = secret(sandbox_env, "set", "weak", "--rule", str(long), stdin=BOT_TOKEN)
+    assert done.returncode == EXIT_REFUSED
+    assert done.stderr.endswith(f"refused: a rule is at most {MAX_RULE_BYTES} bytes\n".encode())
+    assert not store(lnk_home).exists()
+
+
+@pytest.mark.parametrize(("value", "reason"), [
+    (b"no-bot-id-here", "the rule's placeholder is {id}:{random}, and the secret does not start "
+                        "with ASCII digits and a ':'"),
+    (b"123456:has/slash", "the secret cannot stand in a path as it is (letters, digits, '-', "
+                          "'.', '_', '~', ':' only)"),
+    (b"123456:has%2fpercent", "the secret cannot stand in a path as it is (letters, digits, '-', "
+                              "'.', '_', '~', ':' only)"),
+])
+def test_secret_set_value_that_cannot_stand_where_the_rule_puts_it_stores_nothing(
+    sandbox_env: dict[str, str], lnk_home: Path, tmp_path: Path, value: bytes, reason: str,
+) -> None:
+    path = rule_file(tmp_path, TELEGRAM_RULE)
+    done = secret(sandbox_env, "set", "telegram", "--rule", str(path), stdin=value)
+    assert (done.returncode, done.stdout) == (EXIT_REFUSED, b"")
+    assert done.stderr == (f"lnk-sandbox: the secret telegram is not stored: {reason} (the rule "
+                           "given)\n").encode()
+    no_value_in(done, value)
+    assert not store(lnk_home).exists()
+
+
+def test_secret_rotated_without_rule_keeps_the_rule_and_is_checked_against_it(
+    sandbox_env: dict[str, str], lnk_home: Path, tmp_path: Path,
+) -> None:
+    path = rule_file(tmp_path, TELEGRAM_RULE)
+    assert secret(sandbox_env, "set", "telegram", "--rule", str(path),
+                  stdin=BOT_TOKEN).returncode == 0
+    rotated = b"123456:AAH-rotated-MARKER"
+    done = secret(sandbox_env, "set", "telegram", stdin=rotated)
+    assert (done.returncode, done.stdout) == (0, b"the secret telegram is stored\n")
+    assert read_secret(str(lnk_home), "telegram") == rotated
+    assert read_rule(str(lnk_home), "telegram") == TELEGRAM_RULE
+    done = secret(sandbox_env, "set", "telegram", stdin=b"not a bot token")
+    assert done.returncode == EXIT_REFUSED
+    assert done.stderr == (b"lnk-sandbox: the secret telegram is not stored: the rule's "
+                           b"placeholder is {id}:{random}, and the secret does not start with "
+                           b"ASCII digits and a ':' (the rule kept with it)\n")
+    assert read_secret(str(lnk_home), "telegram") == rotated  # the old value kept whole
+
+
+def test_secret_set_with_rule_and_a_value_as_argument_is_refused_not_echoed(
+    sandbox_env: dict[str, str], lnk_home: Path, tmp_path: Path,
+) -> None:
+    path = rule_file(tmp_path, TELEGRAM_RULE)
+    done = secret(sandbox_env, "set", "telegram", "--rule", str(path), BOT_TOKEN.decode())
+    assert done.returncode == EXIT_USAGE
+    no_value_in(done, BOT_TOKEN)
+    assert not store(lnk_home).exists()
+
+
+def test_read_rule_refuses_a_link_or_a_loose_file(lnk_home: Path, tmp_path: Path) -> None:
+    folder = store(lnk_home)
+    folder.mkdir(parents=True, mode=0o700)
+    elsewhere = rule_file(tmp_path, TELEGRAM_RULE, "planted.json")
+    (folder / "linked.rule").symlink_to(elsewhere)
+    with pytest.raises(SecretError, match=r"^the rule of the secret linked cannot be opened "
+                                          r"\(a link is refused\)"):
+        read_rule(str(lnk_home), "linked")
+    loose = folder / "loose.rule"
+    loose.write_bytes(TELEGRAM_RULE)
+    loose.chmod(0o644)
+    with pytest.raises(SecretError) as refused:
+        read_rule(str(lnk_home), "loose")
+    assert str(refused.value) == (f"the rule of the secret loose must be yours and 0600 (it is "
+                                  f"0644, owner {os.geteuid()}); refused")
+    (folder / "loose").write_bytes(VALUE)
+    (folder / "loose").chmod(0o600)
+    (folder / "linked").write_bytes(VALUE)
+    (folder / "linked").chmod(0o600)
+    # A rule that is a link or not a regular file is not listed as kept.
+    assert rule_names(str(lnk_home)) == ["loose"]
