@@ -14,7 +14,12 @@ answering from STATE/dns/zone.json: tests/testservers.py) and PostgreSQL 15 on 5
 (trust authentication; database `lnkt`, table `greeting` holding 'hello-from-origin').
 Names go into /etc/hosts (and are removed): allowed.lnkt, denied.lnkt, other.lnkt → the
 origin; self-lo.lnkt → 127.0.0.1; self-eth.lnkt → this machine's own address; meta.lnkt →
-169.254.169.254. The state folder holds the certificate, the served files, the DNS zone
+169.254.169.254. A second origin address (10.212.0.3) serves the fake model providers
+over HTTPS on 443 (tests/fakeproviders.py: api.anthropic.com, api.openai.com,
+generativelanguage.googleapis.com, openrouter.ai, which the test DNS server answers with
+that address and /etc/hosts never names), with a certificate signed by a test CA whose
+PEM is STATE/providers/ca.pem; what they receive is logged in STATE/providers/requests.jsonl.
+The state folder holds the certificate, the served files, the DNS zone
 and query log (world-writable, for the ordinary-user run), PostgreSQL's data (owned by
 the postgres user; kept under the postgres user's home instead when it cannot reach the
 state folder, as under pytest's private temporary folder) and a `ready` file, JSON:
@@ -36,14 +41,17 @@ import sys
 import time
 from pathlib import Path
 
-from tests import testservers
+from tests import fakeproviders, testservers
 
 ROUTER, ORIGIN = "lnkt-router", "lnkt-origin"
 ORIGIN_ADDRESS = "10.212.0.2"
+# The origin's second address: the fake model providers (HTTPS on 443 for their real names).
+PROVIDERS_ADDRESS = fakeproviders.PROVIDERS_ADDRESS
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 PG_USER = "postgres"
 PG_FALLBACK = "lnkt-testnet"  # under the postgres user's home
 SERVERS = Path(__file__).with_name("testservers.py")
+PROVIDERS = Path(__file__).with_name("fakeproviders.py")
 WAIT_SECONDS = 20
 NAMES = ("allowed.lnkt", "denied.lnkt", "other.lnkt")
 HOSTS_MARK = "# lnk-sandbox tests"
@@ -318,6 +326,9 @@ def _up(state: Path, postgres: Path, init: subprocess.Popen[bytes]) -> None:
         for name in files:
             os.chmod(Path(top, name), 0o644)
     testservers.write_initial_zone(state)
+    testservers.write_fixed_zone(state, {name: {"A": [PROVIDERS_ADDRESS]}
+                                         for name in fakeproviders.PROVIDER_NAMES})
+    fakeproviders.make_certificates(state)
     _run("ip", "netns", "add", ROUTER)
     _run("ip", "netns", "add", ORIGIN)
     _run("ip", "link", "add", "lnkt-h", "type", "veth", "peer", "name", "lnkt-r0")
@@ -337,6 +348,7 @@ def _up(state: Path, postgres: Path, init: subprocess.Popen[bytes]) -> None:
     _run("ip", "addr", "add", "10.212.0.1/24", "dev", "lnkt-r1", namespace=ROUTER)
     _run("ip", "link", "set", "lnkt-r1", "up", namespace=ROUTER)
     _run("ip", "addr", "add", f"{ORIGIN_ADDRESS}/24", "dev", "lnkt-o", namespace=ORIGIN)
+    _run("ip", "addr", "add", f"{PROVIDERS_ADDRESS}/24", "dev", "lnkt-o", namespace=ORIGIN)
     _run("ip", "link", "set", "lnkt-o", "up", namespace=ORIGIN)
     _run("ip", "link", "set", "lo", "up", namespace=ORIGIN)
     _run("ip", "route", "add", "default", "via", "10.212.0.1", namespace=ORIGIN)
@@ -346,18 +358,20 @@ def _up(state: Path, postgres: Path, init: subprocess.Popen[bytes]) -> None:
                             str(state / "cert.pem"), str(state / "key.pem"), ORIGIN_ADDRESS)
     dns = _origin_server(sys.executable, str(SERVERS), "dns", str(state), ORIGIN_ADDRESS)
     bulk = _origin_server(sys.executable, str(SERVERS), "bulk", ORIGIN_ADDRESS)
+    providers = _origin_server(sys.executable, str(PROVIDERS), str(state), PROVIDERS_ADDRESS)
     lan = _origin_server(sys.executable, str(SERVERS), "echo", testservers.LAN_ADDRESS,
                          str(testservers.LAN_ECHO_PORT), namespace=ROUTER)
     lan6 = _origin_server(sys.executable, str(SERVERS), "echo", testservers.LAN_ADDRESS6,
                           str(testservers.LAN_ECHO_PORT), namespace=ROUTER)
     # Recorded at once, so that `down` ends them even if the rest of `up` fails.
     ready = {"server": server, "machine": _machine_address(), "dns": dns, "bulk": bulk,
-             "lan": lan, "lan6": lan6,
+             "lan": lan, "lan6": lan6, "providers": providers,
              "postgres": 0, "postgres_folder": str(postgres),
              "addresses": {"http": f"{ORIGIN_ADDRESS}:80", "https": f"{ORIGIN_ADDRESS}:443",
                            "echo": f"{ORIGIN_ADDRESS}:7",
                            "bulk": f"{ORIGIN_ADDRESS}:{testservers.BULK_PORT}",
                            "dns": testservers.DNS_SERVER,
+                           "providers": f"{PROVIDERS_ADDRESS}:{fakeproviders.PROVIDERS_PORT}",
                            "postgres": f"{testservers.PG_HOST_ADDRESS}:{testservers.PG_PORT}"}}
     (state / "servers.json").write_text(json.dumps(ready))
     _hosts([f"{ORIGIN_ADDRESS} {' '.join(NAMES)}", "127.0.0.1 self-lo.lnkt",
@@ -372,6 +386,7 @@ def _up(state: Path, postgres: Path, init: subprocess.Popen[bytes]) -> None:
         raise RuntimeError("the test origin did not come up")
     _wait_tcp(53, "DNS server")
     _wait_tcp(testservers.BULK_PORT, "bulk server")
+    _wait_tcp(fakeproviders.PROVIDERS_PORT, "fake providers", PROVIDERS_ADDRESS)
     _wait_tcp(testservers.LAN_ECHO_PORT, "lan echo server", testservers.LAN_ADDRESS)
     _wait_tcp(testservers.LAN_ECHO_PORT, "lan echo server (IPv6)", testservers.LAN_ADDRESS6)
     ready["postgres"] = _postgres_start(postgres, init)
@@ -387,7 +402,7 @@ def down(state: Path) -> None:
         with contextlib.suppress(OSError, ValueError):
             recorded = json.loads((state / name).read_text())
             break
-    for key in ("server", "dns", "bulk", "lan", "lan6"):
+    for key in ("server", "dns", "bulk", "lan", "lan6", "providers"):
         pid = recorded.get(key)
         if isinstance(pid, int) and pid > 0:
             with contextlib.suppress(ProcessLookupError, PermissionError):

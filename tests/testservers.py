@@ -11,6 +11,11 @@ the trailing dot to their records:
     {"NAME": {"A": ["1.2.3.4"], "AAAA": ["::1"], "SRV": [[priority, weight, port, "target"]],
               "TXT": ["text"]}}
 
+STATE/dns/fixed.json (written by `up`, not writable by the tests) holds names answered
+whatever zone.json says (zone.json's entry wins where both have a name): the fake model
+providers' real names (tests/fakeproviders.py), so that a test which rewrites the zone
+from its own copy of INITIAL_ZONE never takes them away from a test running beside it.
+
 A name absent is NXDOMAIN; a name present without the type asked is NOERROR with no
 answer; TTL 5. Every query received is appended to STATE/dns/queries.log as one line
 `QNAME QTYPE` (lower-case name, no trailing dot), so a test can count what went out.
@@ -64,6 +69,10 @@ def _zone_file(state: Path) -> Path:
     return state / "dns" / "zone.json"
 
 
+def _fixed_file(state: Path) -> Path:
+    return state / "dns" / "fixed.json"
+
+
 def _log_file(state: Path) -> Path:
     return state / "dns" / "queries.log"
 
@@ -115,6 +124,13 @@ def write_initial_zone(state: Path) -> None:
         os.chmod(path, 0o666)  # noqa: S103
 
 
+def write_fixed_zone(state: Path, records: dict[str, dict[str, list[Any]]]) -> None:
+    """Names the DNS server answers whatever zone.json holds (readable by all, written by
+    root only)."""
+    _fixed_file(state).write_text(json.dumps(records, indent=1) + "\n")
+    os.chmod(_fixed_file(state), 0o644)
+
+
 # The servers (run as root in the origin namespace).
 
 def _log_query(state: Path, name: str, kind: str) -> None:
@@ -142,6 +158,8 @@ def _answer(state: Path, query: bytes) -> bytes | None:
     reply.header.ad = 0
     try:
         records = zone(state)
+        if _fixed_file(state).exists():
+            records = {**json.loads(_fixed_file(state).read_text()), **records}
     except (OSError, ValueError):
         reply.header.rcode = RCODE.SERVFAIL
         return bytes(reply.pack())

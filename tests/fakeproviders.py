@@ -1,0 +1,482 @@
+"""Fake hosted-model providers over TLS, for the model verb's tests and bench/verbs.
+
+    python tests/fakeproviders.py STATE-FOLDER ADDRESS [PORT]
+
+Serves, on ADDRESS:PORT (443 by default; tests/testnet.py runs it as root on the origin's
+second address), HTTPS with STATE/providers/cert.pem for the four providers' real names,
+signed by the test CA STATE/providers/ca.pem (made by `make_certificates`). The provider is
+told apart by the path (as each SDK sends it), then the Host field:
+
+    Anthropic   POST /v1/messages (JSON, or SSE with "stream": true), POST
+                /v1/messages/count_tokens, GET /v1/models
+    OpenAI      POST /v1/chat/completions (JSON, or SSE `data:` chunks ending `data: [DONE]`),
+                POST /v1/responses (JSON or SSE), POST /v1/embeddings, GET /v1/models
+    Gemini      POST /v1beta/models/M:generateContent, :streamGenerateContent?alt=sse,
+                :countTokens, :embedContent, :batchEmbedContents, GET /v1beta/models (and
+                the same under /v1/, which google-genai 3.x calls by default)
+    OpenRouter  the OpenAI forms under /api/v1/ (Host openrouter.ai)
+
+Any other path answers 404 (so a path the verb should have refused and did not shows as a
+404 from here, never as a 200). Every request is appended, before it is answered, to
+STATE/providers/requests.jsonl (world-writable: the ordinary-user test run reads and
+truncates it) as one JSON object: time, host, method, path, query, headers (lower-case
+names; repeated fields joined by ", "), body (text). Tests find their own requests by the
+real key they set (unique per test) or a marker in the body. The TLS server name the client
+sent is kept as `sni`. When the client goes away while an answer is being written (a
+stream), one more line says so: {"gone": true, host, path, key (the credential headers
+of the call), deltas_sent}.
+
+A stream's pacing comes from the model's name: `…-5x200ms` sends 5 text deltas 200 ms
+apart; `…-2000x0ms-512b` sends 2000 deltas of 512 bytes each, at once (throughput).
+Without it: 3 deltas at once. Each delta's text starts with `tN@SENT ` (SENT: the server's
+time.time() when it wrote that delta), so a test can tell a relayed stream (the first
+delta arrives before the last was sent) from a buffered one, with no timed threshold.
+
+HTTP/1.1 keep-alive, TCP_NODELAY, one thread a connection; the TLS handshake runs in the
+connection's thread, not the accepting one.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import re
+import ssl
+import struct
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+# The names the certificate holds (model_rules.PROVIDER_HOSTS) and the DNS zone answers.
+PROVIDER_NAMES = ("api.anthropic.com", "api.openai.com", "generativelanguage.googleapis.com",
+                  "openrouter.ai")
+PROVIDERS_ADDRESS = "10.212.0.3"
+PROVIDERS_PORT = 443
+# A request body larger than this is not read (the verb's own limit is 32 MiB).
+MAX_BODY_BYTES = 64 * 1024 * 1024
+# Pacing a model name may ask for: at most this many deltas, this far apart, this large.
+MAX_DELTAS = 100_000
+MAX_DELAY_MS = 5_000
+MAX_DELTA_BYTES = 65_536
+_PACE = re.compile(r"(\d+)x(\d+)ms(?:-(\d+)b)?")
+# google-genai 3.x calls /v1/ by default (GOOGLE_GENAI_API_VERSION=beta for /v1beta/).
+_GEMINI = re.compile(r"/v1(?:beta)?/models/([^/:]+):(generateContent|streamGenerateContent|"
+                     r"countTokens|embedContent|batchEmbedContents)")
+
+
+def folder(state: Path) -> Path:
+    return state / "providers"
+
+
+def ca_file(state: Path) -> Path:
+    """The test CA's certificate (PEM), for SSL_CERT_FILE."""
+    return folder(state) / "ca.pem"
+
+
+def log_file(state: Path) -> Path:
+    return folder(state) / "requests.jsonl"
+
+
+def make_certificates(state: Path) -> None:
+    """The test CA and the providers' certificate (trustme), the request log (empty), all
+    readable by everyone (the key only by its owner: the server runs as root)."""
+    import trustme
+
+    where = folder(state)
+    where.mkdir(parents=True, exist_ok=True)
+    os.chmod(where, 0o755)  # noqa: S103
+    ca = trustme.CA(organization_name="lnk-sandbox test providers")
+    issued = ca.issue_cert(*PROVIDER_NAMES)
+    ca.cert_pem.write_to_path(str(ca_file(state)))
+    issued.cert_chain_pems[0].write_to_path(str(where / "cert.pem"))
+    for extra in issued.cert_chain_pems[1:]:
+        extra.write_to_path(str(where / "cert.pem"), append=True)
+    issued.private_key_pem.write_to_path(str(where / "key.pem"))
+    os.chmod(where / "key.pem", 0o600)
+    for name in ("ca.pem", "cert.pem"):
+        os.chmod(where / name, 0o644)
+    log_file(state).write_text("")
+    os.chmod(log_file(state), 0o666)  # noqa: S103
+
+
+# Helpers for tests (the ordinary user's run too).
+
+def log_offset(state: Path) -> int:
+    """Where the request log ends now: pass it to `requests_seen` to see only what follows."""
+    try:
+        return log_file(state).stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def requests_seen(state: Path, after: int = 0) -> list[dict[str, Any]]:
+    """The requests the fake providers received, oldest first, from byte `after` on."""
+    with open(log_file(state), "rb") as handle:
+        handle.seek(after)
+        text = handle.read().decode()
+    records = [json.loads(line) for line in text.splitlines() if line.strip()]
+    return [record for record in records if not record.get("gone")]
+
+
+def calls_abandoned(state: Path, after: int = 0) -> list[dict[str, Any]]:
+    """The answers the fake providers could not finish: the client went away."""
+    with open(log_file(state), "rb") as handle:
+        handle.seek(after)
+        text = handle.read().decode()
+    return [record for line in text.splitlines() if line.strip()
+            and (record := json.loads(line)).get("gone")]
+
+
+# The server.
+
+def pace(model: str) -> tuple[int, float, int]:
+    """(deltas, seconds between them, bytes a delta) asked for by a model's name."""
+    found = _PACE.search(model or "")
+    if not found:
+        return 3, 0.0, 0
+    count = min(int(found.group(1)), MAX_DELTAS)
+    delay = min(int(found.group(2)), MAX_DELAY_MS) / 1000
+    size = min(int(found.group(3) or 0), MAX_DELTA_BYTES)
+    return max(count, 1), delay, size
+
+
+def _delta_text(index: int, size: int) -> str:
+    text = f"t{index}@{time.time():.6f} "
+    return text + "x" * max(0, size - len(text))
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive
+    disable_nagle_algorithm = True
+    server: _Server
+    recorded: dict[str, Any] | None = None
+    deltas_sent = 0
+
+    def setup(self) -> None:
+        # The handshake here, in the connection's own thread.
+        self.request = self.server.context.wrap_socket(self.request, server_side=True)
+        self.sni = getattr(self.request, "lnk_sni", None)
+        super().setup()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self._serve()
+
+    def do_POST(self) -> None:
+        self._serve()
+
+    def do_DELETE(self) -> None:
+        self._serve()
+
+    def _read_body(self) -> bytes:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            parts = []
+            while True:
+                size = int(self.rfile.readline(64).split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline(1024).strip():
+                        pass
+                    break
+                parts.append(self.rfile.read(size))
+                self.rfile.readline(8)
+            return b"".join(parts)
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY_BYTES:
+            raise ValueError("body too large")
+        return self.rfile.read(length) if length else b""
+
+    def _record(self, body: bytes) -> None:
+        split = urlsplit(self.path)
+        headers: dict[str, str] = {}
+        for name, value in self.headers.items():
+            key = name.lower()
+            headers[key] = f"{headers[key]}, {value}" if key in headers else value
+        record: dict[str, Any] = {
+            "time": time.time(), "host": self.headers.get("Host", ""), "sni": self.sni,
+            "method": self.command, "path": split.path, "query": split.query,
+            "headers": headers, "body": body.decode("utf-8", "replace")}
+        self.recorded = record
+        self._append(record)
+
+    def _append(self, record: dict[str, Any]) -> None:
+        descriptor = os.open(self.server.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            os.write(descriptor, (json.dumps(record) + "\n").encode())
+        finally:
+            os.close(descriptor)
+
+    def handle_one_request(self) -> None:
+        self.recorded = None  # set while a request is being answered
+        try:
+            super().handle_one_request()
+            self.recorded = None
+        except OSError:
+            # The client (the proxy) went away mid-answer: said in the log, so a test sees
+            # that a program which left ended the call upstream too.
+            self.close_connection = True
+            recorded = self.recorded
+            if recorded is not None:
+                self._append({"time": time.time(), "gone": True,
+                              "host": recorded["host"], "path": recorded["path"],
+                              "key": {name: recorded["headers"].get(name) for name in (
+                                  "x-api-key", "authorization", "x-goog-api-key")},
+                              "deltas_sent": self.deltas_sent})
+
+    def _serve(self) -> None:
+        try:
+            body = self._read_body()
+        except ValueError:
+            self._json(413, {"error": "too large"})
+            self.close_connection = True
+            return
+        self._record(body)
+        try:
+            request = json.loads(body) if body else {}
+        except ValueError:
+            request = {}
+        if not isinstance(request, dict):
+            request = {}
+        split = urlsplit(self.path)
+        path, query = split.path, split.query
+        host = self.headers.get("Host", "").split(":")[0].lower()
+        if path.startswith("/api/v1/") and host in ("openrouter.ai", ""):
+            path = path[len("/api"):]
+        model = str(request.get("model") or "")
+        if self.command == "GET" and (path == "/v1beta/models" or (
+                path == "/v1/models" and host == "generativelanguage.googleapis.com")):
+            self._json(200, {"models": [{"name": "models/gemini-fake",
+                                         "displayName": "Gemini Fake",
+                                         "supportedGenerationMethods": ["generateContent"]}]})
+        elif self.command == "GET" and path == "/v1/models":
+            if host == "api.anthropic.com":
+                self._json(200, {"data": [{"type": "model", "id": "claude-fake",
+                                           "display_name": "Claude Fake",
+                                           "created_at": "2025-01-01T00:00:00Z"}],
+                                 "has_more": False, "first_id": "claude-fake",
+                                 "last_id": "claude-fake"})
+            else:
+                self._json(200, {"object": "list", "data": [
+                    {"id": "gpt-fake", "object": "model", "created": 0, "owned_by": "fake"}]})
+        elif self.command == "POST" and path == "/v1/messages" and host != "api.openai.com":
+            self._anthropic(model, bool(request.get("stream")))
+        elif self.command == "POST" and path == "/v1/messages/count_tokens":
+            self._json(200, {"input_tokens": len(body) // 4 or 1})
+        elif self.command == "POST" and path == "/v1/chat/completions":
+            self._chat(model, bool(request.get("stream")))
+        elif self.command == "POST" and path == "/v1/responses":
+            self._responses(model, bool(request.get("stream")))
+        elif self.command == "POST" and path == "/v1/embeddings":
+            self._embeddings(model, request.get("encoding_format") == "base64")
+        elif self.command == "POST" and (found := _GEMINI.fullmatch(path)):
+            self._gemini(found.group(1), found.group(2), "alt=sse" in query)
+        else:
+            self._json(404, {"error": {"type": "not_found_error",
+                                       "message": f"fake provider: no {self.command} {path}"}})
+
+    # Plain answers and streams.
+
+    def _json(self, status: int, value: Any) -> None:
+        data = json.dumps(value).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+    def _event(self, data: Any, event: str | None = None) -> None:
+        text = (f"event: {event}\n" if event else "") + "data: " + (
+            data if isinstance(data, str) else json.dumps(data)) + "\n\n"
+        raw = text.encode()
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(raw), raw))
+        self.wfile.flush()
+
+    def _end_stream(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def _deltas(self, model: str) -> Any:
+        count, delay, size = pace(model)
+        self.deltas_sent = 0
+        for index in range(count):
+            if index and delay:
+                time.sleep(delay)
+            yield _delta_text(index, size)
+            self.deltas_sent = index + 1
+
+    # Anthropic
+
+    def _anthropic(self, model: str, stream: bool) -> None:
+        message: dict[str, Any] = {
+            "id": "msg_fake", "type": "message", "role": "assistant", "model": model,
+            "content": [], "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": 1, "output_tokens": 0}}
+        if not stream:
+            message.update(content=[{"type": "text", "text": "hello from the fake anthropic"}],
+                           stop_reason="end_turn",
+                           usage={"input_tokens": 1, "output_tokens": 6})
+            self._json(200, message)
+            return
+        self._start_stream()
+        self._event({"type": "message_start", "message": message}, "message_start")
+        self._event({"type": "content_block_start", "index": 0,
+                     "content_block": {"type": "text", "text": ""}}, "content_block_start")
+        self._event({"type": "ping"}, "ping")
+        count = 0
+        for text in self._deltas(model):
+            count += 1
+            self._event({"type": "content_block_delta", "index": 0,
+                         "delta": {"type": "text_delta", "text": text}}, "content_block_delta")
+        self._event({"type": "content_block_stop", "index": 0}, "content_block_stop")
+        self._event({"type": "message_delta",
+                     "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                     "usage": {"output_tokens": count}}, "message_delta")
+        self._event({"type": "message_stop"}, "message_stop")
+        self._end_stream()
+
+    # OpenAI (and OpenRouter)
+
+    def _chat(self, model: str, stream: bool) -> None:
+        created = int(time.time())
+        if not stream:
+            self._json(200, {
+                "id": "chatcmpl-fake", "object": "chat.completion", "created": created,
+                "model": model, "choices": [{
+                    "index": 0, "finish_reason": "stop", "logprobs": None,
+                    "message": {"role": "assistant", "content": "hello from the fake openai"}}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 5, "total_tokens": 6}})
+            return
+        self._start_stream()
+
+        def chunk(delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
+            return {"id": "chatcmpl-fake", "object": "chat.completion.chunk",
+                    "created": created, "model": model,
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish,
+                                 "logprobs": None}]}
+
+        self._event(chunk({"role": "assistant", "content": ""}, None))
+        for text in self._deltas(model):
+            self._event(chunk({"content": text}, None))
+        self._event(chunk({}, "stop"))
+        self._event("[DONE]")
+        self._end_stream()
+
+    def _response(self, model: str, status: str, text: str) -> dict[str, Any]:
+        output = [{"type": "message", "id": "msg_fake", "status": "completed",
+                   "role": "assistant",
+                   "content": [{"type": "output_text", "text": text, "annotations": []}]}]
+        return {"id": "resp_fake", "object": "response", "created_at": int(time.time()),
+                "status": status, "model": model, "output": output if text else [],
+                "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
+                "error": None, "incomplete_details": None, "instructions": None,
+                "metadata": {}, "temperature": None, "top_p": None,
+                "usage": {"input_tokens": 1, "output_tokens": 5, "total_tokens": 6,
+                          "input_tokens_details": {"cached_tokens": 0},
+                          "output_tokens_details": {"reasoning_tokens": 0}}}
+
+    def _responses(self, model: str, stream: bool) -> None:
+        if not stream:
+            self._json(200, self._response(model, "completed",
+                                           "hello from the fake responses"))
+            return
+        self._start_stream()
+        number = 0
+
+        def send(kind: str, **fields: Any) -> None:
+            nonlocal number
+            self._event({"type": kind, "sequence_number": number, **fields}, kind)
+            number += 1
+
+        send("response.created", response=self._response(model, "in_progress", ""))
+        send("response.output_item.added", output_index=0, item={
+            "type": "message", "id": "msg_fake", "status": "in_progress", "role": "assistant",
+            "content": []})
+        send("response.content_part.added", item_id="msg_fake", output_index=0,
+             content_index=0, part={"type": "output_text", "text": "", "annotations": []})
+        whole = ""
+        for text in self._deltas(model):
+            whole += text
+            send("response.output_text.delta", item_id="msg_fake", output_index=0,
+                 content_index=0, delta=text, logprobs=[])
+        send("response.output_text.done", item_id="msg_fake", output_index=0,
+             content_index=0, text=whole, logprobs=[])
+        send("response.completed", response=self._response(model, "completed", whole))
+        self._end_stream()
+
+    def _embeddings(self, model: str, as_base64: bool) -> None:
+        values = [0.25, -0.5, 1.0]
+        vector: Any = (base64.b64encode(struct.pack("<3f", *values)).decode()
+                       if as_base64 else values)
+        self._json(200, {"object": "list", "model": model,
+                         "data": [{"object": "embedding", "index": 0, "embedding": vector}],
+                         "usage": {"prompt_tokens": 1, "total_tokens": 1}})
+
+    # Gemini
+
+    def _gemini(self, model: str, method: str, sse: bool) -> None:
+        def answer(text: str, finish: str | None) -> dict[str, Any]:
+            candidate: dict[str, Any] = {"content": {"role": "model", "parts": [{"text": text}]},
+                                         "index": 0}
+            if finish:
+                candidate["finishReason"] = finish
+            return {"candidates": [candidate], "modelVersion": model,
+                    "usageMetadata": {"promptTokenCount": 1, "candidatesTokenCount": 1,
+                                      "totalTokenCount": 2}}
+
+        if method == "countTokens":
+            self._json(200, {"totalTokens": 7})
+        elif method == "embedContent":
+            self._json(200, {"embedding": {"values": [0.25, -0.5, 1.0]}})
+        elif method == "batchEmbedContents":
+            self._json(200, {"embeddings": [{"values": [0.25, -0.5, 1.0]}]})
+        elif method == "generateContent":
+            self._json(200, answer("hello from the fake gemini", "STOP"))
+        elif not sse:
+            self._json(400, {"error": {"code": 400, "message": "fake provider: alt=sse only",
+                                       "status": "INVALID_ARGUMENT"}})
+        else:
+            self._start_stream()
+            last = pace(model)[0] - 1
+            for index, text in enumerate(self._deltas(model)):
+                self._event(answer(text, "STOP" if index == last else None))
+            self._end_stream()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024
+    context: ssl.SSLContext
+    log: str
+
+
+def serve(state: Path, address: str, port: int = PROVIDERS_PORT) -> None:
+    where = folder(state)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(where / "cert.pem"), str(where / "key.pem"))
+
+    def keep_sni(sock: Any, name: str | None, _: ssl.SSLContext) -> None:
+        sock.lnk_sni = name  # the name the client asked for (the proxy must send the host's)
+
+    context.sni_callback = keep_sni
+    server = _Server((address, port), _Handler)
+    server.context = context
+    server.log = str(log_file(state))
+    with contextlib.suppress(KeyboardInterrupt):
+        server.serve_forever()
+
+
+if __name__ == "__main__":
+    serve(Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 443)
