@@ -55,7 +55,7 @@ from lnk_proxy.model_verb import Admitted, ModelVerb
 from lnk_proxy.resolver import system_resolver
 from lnk_proxy.target import Target, TargetError, parse_absolute, parse_connect
 from lnk_proxy.upstream import CHUNK, Upstream, open_upstream
-from lnk_proxy.verbs import MODEL, VerbError, is_verb_target, split_verb
+from lnk_proxy.verbs import MODEL, VerbError, is_verb_target, split_verb, verb_refusal_body
 
 __all__ = ["HEAD_SECONDS", "HTTP_PORT", "IDLE_SECONDS", "UPGRADES", "Proxy"]
 
@@ -294,13 +294,21 @@ class Proxy(Wire):
                 return None, b""
             buffer += chunk
 
-    async def _refuse(self, writer: asyncio.StreamWriter, target: str, refusal: Refused) -> None:
+    async def _refuse(self, writer: asyncio.StreamWriter, target: str, refusal: Refused, *,
+                      verb: bool = False) -> None:
+        """The refusal's one line to the program and the log (with `verb`, as one line of
+        JSON in the error shape the providers' SDKs read, so a harness's SDK shows why)."""
         self.log.write("refused", target, f"reason={refusal.logged}")
-        body = (refusal.reason + "\n").encode("utf-8", "replace")
         phrase = _PHRASES.get(refusal.status, "Refused")
+        if verb:
+            body = verb_refusal_body(refusal.status, refusal.reason)
+            kind = "application/json"
+        else:
+            body = (refusal.reason + "\n").encode("utf-8", "replace")
+            kind = "text/plain"
         retry = (f"Retry-After: {math.ceil(refusal.retry_after)}\r\n"
                  if refusal.retry_after is not None else "")
-        writer.write(f"HTTP/1.1 {refusal.status} {phrase}\r\nContent-Type: text/plain\r\n"
+        writer.write(f"HTTP/1.1 {refusal.status} {phrase}\r\nContent-Type: {kind}\r\n"
                      f"{retry}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
                      .encode() + body)
         self.count_refusal(target, refusal)
@@ -659,7 +667,7 @@ class Proxy(Wire):
         try:
             verb, rest = split_verb(path, self.verbs)
         except VerbError as error:
-            await self._refuse(writer, "-", Refused(error.status, error.reason))
+            await self._refuse(writer, "-", Refused(error.status, error.reason), verb=True)
             return False, b""
         assert verb == MODEL and self.model is not None  # the one verb built
         return await self._model_call(self.model, rest, request, client, reader, writer)
@@ -684,7 +692,7 @@ class Proxy(Wire):
             if upstream is None:
                 upstream = await self._open_provider(model, admitted)
         except Refused as refusal:
-            await self._refuse(writer, authority, refusal)
+            await self._refuse(writer, authority, refusal, verb=True)
             return False, b""
         while True:
             outcome = await self._exchange(authority, "model", client, reader, writer,
@@ -700,7 +708,7 @@ class Proxy(Wire):
             try:
                 upstream = await self._open_provider(model, admitted)
             except Refused as refusal:
-                await self._refuse(writer, authority, refusal)
+                await self._refuse(writer, authority, refusal, verb=True)
                 return False, b""
 
     async def _open_provider(self, model: ModelVerb, admitted: Admitted) -> Upstream:

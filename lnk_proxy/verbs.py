@@ -15,7 +15,8 @@ from __future__ import annotations
 import hmac
 
 __all__ = ["MODEL", "PREFIX", "URL_SECRET", "URL_SECRET_PARTS", "VERBS", "VerbError",
-           "is_verb_target", "split_local", "split_provider", "split_url_secret", "split_verb"]
+           "is_verb_target", "split_local", "split_provider", "split_url_secret", "split_verb",
+           "verb_refusal_body"]
 
 PREFIX = "/_link"
 MODEL = "model"
@@ -50,6 +51,27 @@ class VerbError(Exception):
         super().__init__(status, reason)
         self.status = status
         self.reason = reason
+
+
+# The error's `status` words by HTTP status, as Google's APIs spell them (google-genai
+# shows them); anything else is FAILED_PRECONDITION.
+_STATUS_WORDS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
+                 404: "NOT_FOUND", 413: "INVALID_ARGUMENT", 414: "INVALID_ARGUMENT",
+                 415: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL",
+                 502: "UNAVAILABLE", 503: "UNAVAILABLE"}
+
+
+def verb_refusal_body(status: int, reason: str) -> bytes:
+    """A verb's refusal as one line of JSON in the shape every provider SDK reads its
+    error message from: Anthropic's (`type`, `error.type`, `error.message`), OpenAI's
+    (`error.message`, `error.type`, `error.code`) and Google's (`error.code`,
+    `error.message`, `error.status`) at once. Without it, the OpenAI SDK shows only
+    "Error code: 400" and the program never learns why."""
+    import orjson  # the proxy has it (the verbs' bodies are read with it), the frame not
+
+    return orjson.dumps({"type": "error", "error": {
+        "type": "lnk_sandbox_refused", "code": status,
+        "status": _STATUS_WORDS.get(status, "FAILED_PRECONDITION"), "message": reason}}) + b"\n"
 
 
 def is_verb_target(path: str) -> bool:

@@ -370,12 +370,18 @@ def _curl(base_variable: str, key_header: str, path: str) -> str:
 
 
 def _answers(stdout: str) -> list[tuple[str, str]]:
-    """(status, the body's lines joined) of each call, in order."""
+    """(status, the body's lines joined) of each call, in order; a verb's refusal is one
+    line of JSON, read as its error's message."""
+    import json
+
     found: list[tuple[str, str]] = []
     body: list[str] = []
     for line in stdout.splitlines():
         if line.startswith("STATUS="):
-            found.append((line.removeprefix("STATUS="), " ".join(body)))
+            text = " ".join(body)
+            if text.startswith('{"type":"error"'):
+                text = json.loads(text)["error"]["message"]
+            found.append((line.removeprefix("STATUS="), text))
             body = []
         elif line.strip():
             body.append(line.strip())

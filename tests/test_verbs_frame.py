@@ -10,6 +10,7 @@ the exact `/_link/<verb>` of an enabled one, and otherwise a VerbError.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -64,7 +65,14 @@ class RunningProxy:
                     break
                 answer += chunk
         status, _, rest = answer.partition(b"\r\n")
-        return status.decode(), rest.partition(b"\r\n\r\n")[2].decode().strip()
+        head, _, body = rest.partition(b"\r\n\r\n")
+        # A verb's refusal is one line of JSON, the reason its error's message (the shape
+        # the providers' SDKs read); it is the one line and the one message.
+        assert b"content-type: application/json" in head.lower(), answer
+        assert body.count(b"\n") == 1 and body.endswith(b"\n"), body
+        error = json.loads(body)["error"]
+        assert error["code"] == int(status.split()[1]), error
+        return status.decode(), error["message"]
 
     def log(self) -> str:
         path = self.settings / "sandbox" / "wires" / WIRE / "log"

@@ -438,7 +438,9 @@ out["placeholder"] = ENV["ANTHROPIC_API_KEY"]
     for what, reason in (("anthropic", 'source.type "url"'), ("chat", "image_url"),
                          ("responses", "file_url"), ("gemini", "fileUri")):
         status, shown, body = out[what]
-        assert status == 400 and reason in body, (what, out[what])
+        # One line of JSON whose error message is the reason (the shape the SDKs read).
+        assert status == 400 and reason in json.loads(body)["error"]["message"], (
+            what, out[what])
         assert reason in shown, (SURFACED, what, out[what])
         assert out["placeholder"] not in shown + body
         assert all(key not in shown + body for key in keys.values())
