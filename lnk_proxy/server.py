@@ -605,12 +605,24 @@ class Proxy(Wire):
                 up_writer.write(conn.send(h11.EndOfMessage()))
                 await up_writer.drain()
                 break
-            while True:  # the response
-                event = await _next_event(conn, up_reader)
+            # The response: every event of one read is written at once, with one drain,
+            # before the next read (a stream's many small events cost one send each, not
+            # one each: 19 µs of CPU an event, measured, was most of a stream's cost).
+            out: list[bytes] = []
+            while True:
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    if out:
+                        writer.write(b"".join(out))
+                        out.clear()
+                        await writer.drain()
+                    conn.receive_data(await asyncio.wait_for(up_reader.read(CHUNK),
+                                                             IDLE_SECONDS))
+                    continue
                 if isinstance(event, h11.InformationalResponse):
                     if event.status_code == 101:  # h11 admits it only when asked for
                         outcome.responded = switched = True
-                        writer.write(client.send(h11.InformationalResponse(
+                        out.append(client.send(h11.InformationalResponse(
                             status_code=101, headers=event.headers, reason=event.reason)))
                         break
                     continue
@@ -618,20 +630,19 @@ class Proxy(Wire):
                     outcome.responded = True
                     headers = [(name, value) for name, value in event.headers
                                if name.lower() not in _HOP_FIELDS]
-                    writer.write(client.send(h11.Response(status_code=event.status_code,
-                                                          headers=headers,
-                                                          reason=event.reason)))
+                    out.append(client.send(h11.Response(status_code=event.status_code,
+                                                        headers=headers, reason=event.reason)))
                     continue
                 if isinstance(event, h11.Data):
                     outcome.received += len(event.data)
-                    writer.write(client.send(h11.Data(data=event.data)))
-                    await writer.drain()
+                    out.append(client.send(h11.Data(data=event.data)))
                     continue
                 if isinstance(event, h11.EndOfMessage):
-                    writer.write(client.send(h11.EndOfMessage()))
-                    await writer.drain()
-                    break
+                    out.append(client.send(h11.EndOfMessage()))
                 break
+            if out:
+                writer.write(b"".join(out))
+                await writer.drain()
             if switched:  # what each side sent after the switch goes first, then all else
                 early_up, early_down = client.trailing_data[0], conn.trailing_data[0]
                 up_writer.write(early_up)
