@@ -458,9 +458,11 @@ def test_N4_smuggling_heads_are_refused_before_anything_is_sent(
         "long head": (bad, "the request head is larger than 32768 bytes"),
         "origin form": (bad, "the proxy takes absolute-form requests (http://host/…), "
                              "CONNECT, and its verbs' paths (/_link/…)"),
-        "verb": ("HTTP/1.1 404 Not Found", "the model verb is off in this sandbox: [verbs] "
-                                           'model = "anthropic" (or a list of providers) '
-                                           "turns it on"),
+        # A verb's refusal: one line of JSON, its message the reason.
+        "verb": ("HTTP/1.1 404 Not Found", '{"type":"error","error":{"type":'
+                 '"lnk_sandbox_refused","code":404,"status":"NOT_FOUND","message":"the model '
+                 'verb is off in this sandbox: [verbs] model = \\"anthropic\\" (or a list of '
+                 'providers) turns it on"}}'),
         "ipv6 literal": ("HTTP/1.1 403 Forbidden", "[::1]:80 is not in this sandbox's hosts"),
         "fronting": (bad, "the Host header names another host than the request's URL"),
         "host with port": ("HTTP/1.1 200 OK", "fine"),
