@@ -424,6 +424,7 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
     # Never the placeholder's variable in the sandbox, whatever the caller's environment
     # held: the program's is its SDK's key variable.
     env = {name: value for name, value in env.items() if name != PLACEHOLDER_VARIABLE}
+    env = _unreachable_trust_dropped(env, policy, facts)
     watch, init_end = _start_watch(policy, facts.loaders)
     facts = facts.with_watch(init_end)
     wire: _Wire | None = None
@@ -506,6 +507,29 @@ WATCH_EXIT_SECONDS = 2.0
 WATCH_PROCESS_NAME = b"lnk-watch"
 _PR_SET_NAME = 15
 _PR_SET_PDEATHSIG = 1
+
+
+# Variables naming a file or folder of trusted CAs. A harness's may point where the sandbox
+# cannot read (it is there for the proxy, outside): every SDK that reads one then fails
+# to build its client (FileNotFoundError in the anthropic, openai and google-genai SDKs,
+# even for a plain-HTTP base URL), so one the sandbox cannot read is not passed in.
+TRUST_VARIABLES = ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+                   "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO", "GIT_SSL_CAPATH")
+
+
+def _unreachable_trust_dropped(env: dict[str, str], policy: Policy,
+                               facts: bwrap_plan.HostFacts) -> dict[str, str]:
+    """`env` without the trust variables whose file the sandbox cannot read, said in one
+    line (the proxy, outside, still gets them: it is started with the caller's own)."""
+    dropped = [name for name in TRUST_VARIABLES
+               if env.get(name) and bwrap_plan.access_at(
+                   policy, facts, os.path.normpath(os.path.join(facts.cwd, env[name]))) is None]
+    if not dropped:
+        return env
+    _say(f"lnk-sandbox: {', '.join(dropped)} name{'s' if len(dropped) == 1 else ''} a file "
+         "the sandbox cannot read; not passed in (the proxy outside still uses "
+         f"{'it' if len(dropped) == 1 else 'them'})")
+    return {name: value for name, value in env.items() if name not in dropped}
 
 
 def _start_watch(policy: Policy, loaders: tuple[str, ...]) -> tuple[int, int]:

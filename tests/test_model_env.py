@@ -589,3 +589,26 @@ def test_V2_learn_keeps_the_model_verb_and_so_holds_no_real_key(
     assert "REALKEY" not in seen
     assert f"ANTHROPIC_BASE_URL={BASE}/anthropic\n" in seen
     assert re.search(r"^ANTHROPIC_API_KEY=lnk-[0-9a-f]{40}$", seen, re.MULTILINE)
+
+
+def test_a_trust_variable_the_sandbox_cannot_read_is_not_passed_in(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, sandbox_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    """A harness's SSL_CERT_FILE outside the grants made every SDK fail inside
+    (FileNotFoundError while building its client); one inside the grants is kept."""
+    hidden, shown = tmp_path / "hidden", tmp_path / "shown"
+    hidden.mkdir()
+    shown.mkdir()
+    (hidden / "ca.pem").write_text("x")
+    (shown / "ca.pem").write_text("x")
+    spec = write_spec(f'[files]\nread = {toml_list(shown)}\n[verbs]\nmodel = "anthropic"\n')
+    result = run_sandbox(spec, "/usr/bin/env", env={
+        **sandbox_env, "SSL_CERT_FILE": str(hidden / "ca.pem"),
+        "REQUESTS_CA_BUNDLE": str(shown / "ca.pem")})
+    assert result.returncode == 0, result.stderr
+    inside = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
+    assert "SSL_CERT_FILE" not in inside
+    assert inside["REQUESTS_CA_BUNDLE"] == str(shown / "ca.pem")
+    assert ("lnk-sandbox: SSL_CERT_FILE names a file the sandbox cannot read; not passed in "
+            "(the proxy outside still uses it)") in result.stderr
