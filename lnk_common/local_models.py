@@ -6,7 +6,7 @@ its method and path are one of the local runtimes' inference calls or read-only 
 (`route`), (2) which of its headers are sent on and whether its body is in a form this
 filter can read (`check_headers`), (3) what its JSON body becomes (`check_body`): parsed,
 server-side tools removed and URL media refused where the runtime speaks a provider's API
-(lnk_proxy.model_rules' own rewrite, reused, not copied), models that leave the machine
+(lnk_common.model_rules' own rewrite, reused, not copied), models that leave the machine
 refused by name, the runtimes' own dangerous fields refused (tensors loaded with
 torch.load, request templates, audio and video URLs), and re-serialised.
 
@@ -40,8 +40,8 @@ from typing import Any
 
 import orjson
 
-from lnk_proxy import model_rules
-from lnk_proxy.model_rules import ModelRequestError
+from lnk_common import model_rules
+from lnk_common.model_rules import ModelRequestError
 
 __all__ = [
     "ALLOWED_ROUTES",
@@ -532,7 +532,7 @@ def _refuse_runtime_fields(body: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------------------------------
 # Bodies
 
-# No model here searches by nature: the model verb's list (lnk_proxy/data/search_models.txt)
+# No model here searches by nature: the model verb's list (lnk_common/data/search_models.txt)
 # names hosted models, and would refuse a local model that merely shares a name.
 _NO_SEARCH_MODELS = model_rules.SearchModels(())
 

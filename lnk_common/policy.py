@@ -34,7 +34,7 @@ DEFAULT_PAUSE = (30, 20, 60)
 _FLAG_OPTIONS = ("--keep-session", "--server-tools")
 # The hosted models `[verbs] model` may name: each is `/_link/model/<provider>/` on the
 # proxy, its key the secret of the same name (lnk_common.secrets). The proxy's rules
-# (lnk_proxy.model_rules.PROVIDER_HOSTS) know exactly these; a test holds them equal.
+# (lnk_common.model_rules.PROVIDER_HOSTS) know exactly these; a test holds them equal.
 MODEL_PROVIDERS = ("anthropic", "openai", "gemini", "openrouter")
 
 

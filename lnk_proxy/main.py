@@ -51,7 +51,7 @@ def _check_verbs(options: dict[str, list[str]]) -> None:
     import os
     import sys
 
-    from lnk_proxy.model_rules import PROVIDERS
+    from lnk_common.model_rules import PROVIDERS
 
     problem = ""
     models = options["--model"]

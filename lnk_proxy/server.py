@@ -38,6 +38,7 @@ import h11
 
 from lnk_common.controls import Controls, SharedControls
 from lnk_common.endpoints import PROXY_ADDRESS, PROXY_PORT, AddressBook
+from lnk_common.model_rules import MAX_BODY_BYTES, PROVIDER_HOSTS
 from lnk_common.wire import OUT_OF_DESCRIPTORS, Refused, Wire, is_out_of_descriptors
 from lnk_common.wirelog import WireLog
 from lnk_proxy import sni
@@ -50,7 +51,6 @@ from lnk_proxy.decide import (
     matching_rule,
 )
 from lnk_proxy.head import HeadError, RequestHead, check_head, head_end
-from lnk_proxy.model_rules import MAX_BODY_BYTES, PROVIDER_HOSTS
 from lnk_proxy.model_verb import Admitted, ModelVerb
 from lnk_proxy.resolver import system_resolver
 from lnk_proxy.target import Target, TargetError, parse_absolute, parse_connect

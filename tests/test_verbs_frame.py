@@ -65,12 +65,12 @@ class RunningProxy:
                     break
                 answer += chunk
         status, _, rest = answer.partition(b"\r\n")
-        head, _, body = rest.partition(b"\r\n\r\n")
+        fields, _, answered = rest.partition(b"\r\n\r\n")
         # A verb's refusal is one line of JSON, the reason its error's message (the shape
         # the providers' SDKs read); it is the one line and the one message.
-        assert b"content-type: application/json" in head.lower(), answer
-        assert body.count(b"\n") == 1 and body.endswith(b"\n"), body
-        error = json.loads(body)["error"]
+        assert b"content-type: application/json" in fields.lower(), answer
+        assert answered.count(b"\n") == 1 and answered.endswith(b"\n"), answered
+        error = json.loads(answered)["error"]
         assert error["code"] == int(status.split()[1]), error
         return status.decode(), error["message"]
 

@@ -462,8 +462,8 @@ def parse_search_models(text: str) -> SearchModels:
 
 
 def read_search_models() -> SearchModels:
-    """The list shipped with the code (lnk_proxy/data/search_models.txt); the one read here."""
-    text = resources.files("lnk_proxy").joinpath("data/search_models.txt").read_text("utf-8")
+    """The list shipped with the code (lnk_common/data/search_models.txt); the one read here."""
+    text = resources.files("lnk_common").joinpath("data/search_models.txt").read_text("utf-8")
     return parse_search_models(text)
 
 
