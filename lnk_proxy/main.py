@@ -1,13 +1,19 @@
 """lnk-sandbox-proxy: a sandbox's one way out, outside it, in the host's network.
 
     lnk-sandbox-proxy --settings DIR --wire NAME [--host H]… [--endpoint E]… [--lan L]…
-                      [--model PROVIDER]… [--server-tools yes]
+                      [--model PROVIDER]… [--server-tools yes] [--secret NAME]…
+                      [--local-model PORT]…
                       [--calls-per-minute N] [--pause R,T,W] (--socket-fd N | --listen IP:PORT)
 
 --model: the model verb for that provider (anthropic, openai, gemini, openrouter), its key
 read from Link's secrets at each call; the placeholder the program holds comes in this
 process's environment as LNK_PLACEHOLDER (never an argument). --server-tools yes: keep a
 hosted model's server-side tools ([network] server_tools = true).
+--secret: the secret verb for that secret of Link's store (its rule kept with it); the
+program's placeholder for each comes in LNK_SECRET_PLACEHOLDERS, one `NAME=PLACEHOLDER`
+a line. --local-model: a [localhost] models port, reached as
+`/_link/s/<URL secret>/local/<port>/…` through the inference filter; the URL secret comes in
+LNK_URL_SECRET.
 
 --socket-fd: the launcher's end of a socket pair over which the listening sockets come,
 each labelled (proxy, dns udp, dns tcp, endpoint), made by the DNS helper
@@ -23,17 +29,30 @@ from __future__ import annotations
 
 from lnk_common import serving
 
-__all__ = ["PLACEHOLDER_VARIABLE", "main"]
+__all__ = ["PLACEHOLDER_VARIABLE", "SECRET_PLACEHOLDERS_VARIABLE", "URL_SECRET_VARIABLE", "main",
+           "secret_placeholders"]
 
 # Where the placeholder the sandbox's program holds comes from: this process's environment
 # (set by the launcher), never its arguments.
 PLACEHOLDER_VARIABLE = "LNK_PLACEHOLDER"
+SECRET_PLACEHOLDERS_VARIABLE = "LNK_SECRET_PLACEHOLDERS"  # noqa: S105  (a variable's name)
+URL_SECRET_VARIABLE = "LNK_URL_SECRET"  # noqa: S105  (a variable's name)
+
+
+def secret_placeholders(text: str) -> dict[str, bytes]:
+    """`NAME=PLACEHOLDER` lines as a mapping (a line without `=` is skipped)."""
+    found: dict[str, bytes] = {}
+    for line in text.splitlines():
+        name, equals, placeholder = line.partition("=")
+        if equals:
+            found[name] = placeholder.encode()
+    return found
 
 
 def main(argv: list[str] | None = None) -> None:
     options = serving.parse_options("lnk-sandbox-proxy", argv,
                                     ("--host", "--endpoint", "--lan", "--model",
-                                     "--server-tools"))
+                                     "--server-tools", "--secret", "--local-model"))
     _check_verbs(options)
     serving.start_helper()
     listeners = serving.receive_listeners(options, "proxy tcp")
@@ -63,6 +82,16 @@ def _check_verbs(options: dict[str, list[str]]) -> None:
         problem = "--server-tools takes yes, once"
     elif models and not os.environ.get(PLACEHOLDER_VARIABLE):
         problem = f"--model needs the sandbox's placeholder in {PLACEHOLDER_VARIABLE}"
+    elif len(set(options["--secret"])) != len(options["--secret"]):
+        problem = "--secret names a secret twice"
+    elif any(not secret_placeholders(os.environ.get(SECRET_PLACEHOLDERS_VARIABLE, "")).get(name)
+             for name in options["--secret"]):
+        problem = f"--secret needs each secret's placeholder in {SECRET_PLACEHOLDERS_VARIABLE}"
+    elif any(not (port.isascii() and port.isdigit() and port[0] != "0"
+                  and int(port) <= 65535) for port in options["--local-model"]):
+        problem = "--local-model takes a port, 1 to 65535"
+    elif options["--local-model"] and len(os.environ.get(URL_SECRET_VARIABLE, "")) < 32:
+        problem = f"--local-model needs the sandbox's URL secret in {URL_SECRET_VARIABLE}"
     if problem:
         print(f"lnk-sandbox-proxy: {problem}", file=sys.stderr)
         sys.exit(2)
@@ -99,7 +128,24 @@ def serve(listeners: list[tuple[int, str]], options: dict[str, list[str]]) -> No
         model = ModelVerb(providers=frozenset(options["--model"]), settings=settings,
                           placeholder=os.environ[PLACEHOLDER_VARIABLE].encode(),
                           server_tools=options["--server-tools"] == ["yes"])
+    secret = None
+    if options["--secret"]:
+        import os
+
+        from lnk_proxy.secret_verb import SecretVerb
+
+        given = secret_placeholders(os.environ.get(SECRET_PLACEHOLDERS_VARIABLE, ""))
+        secret = SecretVerb(settings=settings,
+                            placeholders={name: given[name] for name in options["--secret"]})
+    url_secret = b""
+    if options["--local-model"]:
+        import os
+
+        url_secret = os.environ[URL_SECRET_VARIABLE].encode()
     proxy = Proxy(rules=rules, machine=Machine.gather(), book=book, model=model,
+                  secret=secret, url_secret=url_secret,
+                  local_ports=frozenset(int(port) for port in options["--local-model"]),
+                  server_tools=options["--server-tools"] == ["yes"],
                   log=WireLog(settings, wire), settings=settings, wire=wire,
                   controls=serving.controls_from(options), say=serving.say,
                   resolver=dns_resolver(server_address) if server_address else system_resolver)

@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import ipaddress
 import math
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -51,11 +52,23 @@ from lnk_proxy.decide import (
     matching_rule,
 )
 from lnk_proxy.head import HeadError, RequestHead, check_head, head_end
-from lnk_proxy.model_verb import Admitted, ModelVerb
+from lnk_proxy.model_verb import ModelVerb
 from lnk_proxy.resolver import system_resolver
+from lnk_proxy.secret_verb import MAX_BODY_BYTES as SECRET_BODY_BYTES
+from lnk_proxy.secret_verb import SecretVerb
 from lnk_proxy.target import Target, TargetError, parse_absolute, parse_connect
-from lnk_proxy.upstream import CHUNK, Upstream, open_upstream
-from lnk_proxy.verbs import MODEL, VerbError, is_verb_target, split_verb, verb_refusal_body
+from lnk_proxy.upstream import CHUNK, Pool, Upstream, open_upstream
+from lnk_proxy.verbs import (
+    MODEL,
+    SECRET,
+    URL_SECRET,
+    VerbError,
+    is_verb_target,
+    split_local,
+    split_url_secret,
+    split_verb,
+    verb_refusal_body,
+)
 
 __all__ = ["HEAD_SECONDS", "HTTP_PORT", "IDLE_SECONDS", "UPGRADES", "Proxy"]
 
@@ -214,12 +227,24 @@ class Proxy(Wire):
                  resolver: Resolver = system_resolver, settings: str = "", wire: str = "",
                  controls: Controls | SharedControls | None = None,
                  say: Callable[[str], None] | None = None,
-                 book: AddressBook | None = None, model: ModelVerb | None = None) -> None:
+                 book: AddressBook | None = None, model: ModelVerb | None = None,
+                 secret: SecretVerb | None = None, url_secret: bytes = b"",
+                 local_ports: frozenset[int] = frozenset(), server_tools: bool = False
+                 ) -> None:
         super().__init__(log=log, settings=settings, wire=wire, controls=controls, say=say)
         self.rules = rules
         self.model = model
+        self.secret = secret
+        # The URL secret (`/_link/s/<secret>/…`) and what follows it that is on: `local`
+        # for [localhost] models ports.
+        self.url_secret = url_secret
+        self.local_ports = local_ports
+        self.url_parts = frozenset({"local"} if local_ports else ())
+        self.server_tools = server_tools
         # The verbs this sandbox's spec turned on ([verbs]); every other answers 404.
-        self.verbs = frozenset({MODEL} if model is not None else ())
+        self.verbs = frozenset({verb for verb, on in (
+            (MODEL, model is not None), (SECRET, secret is not None),
+            (URL_SECRET, bool(url_secret and self.url_parts))) if on})
         self.book = book
         self.machine = machine
         self.resolver = resolver
@@ -680,8 +705,13 @@ class Proxy(Wire):
         except VerbError as error:
             await self._refuse(writer, "-", Refused(error.status, error.reason), verb=True)
             return False, b""
-        assert verb == MODEL and self.model is not None  # the one verb built
-        return await self._model_call(self.model, rest, request, client, reader, writer)
+        if verb == MODEL and self.model is not None:
+            return await self._model_call(self.model, rest, request, client, reader, writer)
+        if verb == SECRET and self.secret is not None:
+            return await self._secret_call(self.secret, rest, request, client, reader,
+                                           writer)
+        assert verb == URL_SECRET  # split_verb answers only the verbs turned on
+        return await self._url_secret_call(rest, request, client, reader, writer)
 
     async def _model_call(self, model: ModelVerb, rest: str, request: h11.Request,
                           client: h11.Connection, reader: asyncio.StreamReader,
@@ -698,37 +728,130 @@ class Proxy(Wire):
             admitted = model.admit(provider, request.method, target, list(request.headers))
             raw = await _read_body(request, client, reader, writer, MAX_MODEL_BODY_BYTES)
             outgoing, body = model.request(admitted, raw)
-            upstream = model.pools[admitted.provider].take()
-            reused = upstream is not None
-            if upstream is None:
-                upstream = await self._open_provider(model, admitted)
         except Refused as refusal:
             await self._refuse(writer, authority, refusal, verb=True)
             return False, b""
+        return await self._service_call(
+            "model", admitted.host, model.pools[admitted.provider], model.tls, client, reader,
+            writer, outgoing, body)
+
+    async def _secret_call(self, verb: SecretVerb, rest: str, request: h11.Request,
+                           client: h11.Connection, reader: asyncio.StreamReader,
+                           writer: asyncio.StreamWriter) -> tuple[bool, bytes]:
+        """`/_link/secret/<name>/…`: the gate, the name one this sandbox named, its rule
+        read now, the path matched against the rule's shapes without decoding, the body
+        checked for a method, the secret put where the rule says, TLS to the rule's one
+        host (every address checked) over a kept connection. The log names the rule's
+        host and port, never the name's path, the secret or the placeholder."""
+        authority = "-"
+        try:
+            self.gate()
+            name, target = verb.secret(rest)
+            rule = verb.rule(name)
+            authority = f"{rule.host}:{rule.port}"
+            admitted = verb.admit(name, rule, request.method, target, list(request.headers))
+            raw = await _read_body(request, client, reader, writer, SECRET_BODY_BYTES)
+            outgoing, body = verb.request(admitted, raw)
+        except Refused as refusal:
+            await self._refuse(writer, authority, refusal, verb=True)
+            return False, b""
+        return await self._service_call(
+            "secret", rule.host, verb.pool(authority), verb.tls, client, reader, writer,
+            outgoing, body, port=rule.port)
+
+    async def _service_call(self, kind: str, host: str, pool: Pool, tls: ssl.SSLContext,
+                            client: h11.Connection, reader: asyncio.StreamReader,
+                            writer: asyncio.StreamWriter, outgoing: h11.Request, body: bytes,
+                            *, port: int = 443) -> tuple[bool, bytes]:
+        """A verb's admitted call to a service over TLS: a kept connection from `pool`,
+        or a new one (looked up, every address checked as for any call, though no `hosts`
+        entry names it, TLS verified for `host`); the exchange; the connection back to
+        the pool when it is clean. A kept connection the service had closed meanwhile
+        fails before any answer: the call is sent again, once, on a new one (the body is
+        ours, held whole)."""
+        authority = f"{host}:{port}"
+        upstream = pool.take()
+        reused = upstream is not None
         while True:
-            outcome = await self._exchange(authority, "model", client, reader, writer,
+            if upstream is None:
+                try:
+                    address = await self.checked_address(Target(host, port, None), lan=False)
+                    upstream = await open_upstream(address, port, authority, tls=tls, host=host)
+                except Refused as refusal:
+                    await self._refuse(writer, authority, refusal, verb=True)
+                    return False, b""
+            outcome = await self._exchange(authority, kind, client, reader, writer,
                                            upstream, outgoing, body=body, watch_client=True)
             if outcome.reusable:
-                model.pools[admitted.provider].give_back(upstream)
+                pool.give_back(upstream)
             if not (outcome.failure and reused and not outcome.responded
                     and not outcome.client_gone):
                 return _next_cycle(client, outcome)
-            # A kept connection the provider had closed meanwhile: sent again, once, on a
-            # new one (the body is ours, held whole).
-            reused = False
-            try:
-                upstream = await self._open_provider(model, admitted)
-            except Refused as refusal:
-                await self._refuse(writer, authority, refusal, verb=True)
-                return False, b""
+            reused, upstream = False, None
 
-    async def _open_provider(self, model: ModelVerb, admitted: Admitted) -> Upstream:
-        """A new TLS connection to the provider: looked up, every address checked (N3)
-        as for any call, though no `hosts` entry names it."""
-        target = Target(admitted.host, 443, None)
-        address = await self.checked_address(target, lan=False)
-        return await open_upstream(address, 443, admitted.authority, tls=model.tls,
-                                   host=admitted.host)
+    async def _url_secret_call(self, rest: str, request: h11.Request, client: h11.Connection,
+                               reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+                               ) -> tuple[bool, bytes]:
+        """`/_link/s/<secret>/<part>/…`: the URL secret compared in constant time (one
+        refusal for any wrong one, never echoed, never logged), then the part. Built:
+        `local/<port>/…`, a [localhost] models port through the inference filter."""
+        try:
+            self.gate()
+            part, after = split_url_secret(rest, self.url_secret, self.url_parts)
+        except VerbError as error:
+            await self._refuse(writer, "-", Refused(error.status, error.reason), verb=True)
+            return False, b""
+        except Refused as refusal:
+            await self._refuse(writer, "-", refusal, verb=True)
+            return False, b""
+        assert part == "local"  # the one part built; the others are off (404) until theirs
+        return await self._local_call(after, request, client, reader, writer)
+
+    async def _local_call(self, after: str, request: h11.Request, client: h11.Connection,
+                          reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+                          ) -> tuple[bool, bytes]:
+        """A local model runtime on this machine's loopback, one of [localhost] models,
+        through the same inference filter as the relay's (lnk_common.local_models); the
+        log keeps `local:<port>`. The one place the proxy reaches this machine: the port
+        is named by the spec, as a [localhost] port is."""
+        from lnk_common import local_models
+
+        authority = "-"
+        try:
+            port, target = split_local(after, self.local_ports)
+            authority = f"local:{port}"
+            admitted = local_models.route(request.method, target)
+            headers = local_models.check_headers(list(request.headers))
+            raw = await _read_body(request, client, reader, writer,
+                                   local_models.MAX_BODY_BYTES)
+            body = local_models.check_body(admitted, raw, server_tools=self.server_tools)
+            upstream = await open_upstream(ipaddress.ip_address("127.0.0.1"), port, authority)
+        except VerbError as error:
+            await self._refuse(writer, authority, Refused(error.status, error.reason),
+                               verb=True)
+            return False, b""
+        except local_models.LocalModelError as error:
+            await self._refuse(writer, authority, Refused(error.status, error.reason),
+                               verb=True)
+            return False, b""
+        except Refused as refusal:
+            await self._refuse(writer, authority, refusal, verb=True)
+            return False, b""
+        fields = [(name, value) for name, value in headers
+                  if name not in (b"host", b"content-type")]
+        fields.insert(0, (b"host", f"localhost:{port}".encode()))
+        if admitted.body != "none":
+            # The body is the filter's JSON, whatever type the program named.
+            fields += [(b"content-type", b"application/json"),
+                       (b"content-length", str(len(body)).encode())]
+        fields.append((b"connection", b"close"))  # one request a connection, as the relay's
+        outgoing = h11.Request(method=admitted.method, target=admitted.target.encode(),
+                               headers=fields)
+        outcome = await self._exchange(authority, "local-model", client, reader, writer,
+                                       upstream, outgoing, body=body, watch_client=True)
+        if outcome.reusable:
+            upstream.close()
+        return _next_cycle(client, outcome)
 
     async def _where(self, head: RequestHead, writer: asyncio.StreamWriter,
                      tunnel: Target | None) -> tuple[Target, str] | str | None:

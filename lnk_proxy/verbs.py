@@ -14,26 +14,28 @@ from __future__ import annotations
 
 import hmac
 
-__all__ = ["MODEL", "PREFIX", "URL_SECRET", "URL_SECRET_PARTS", "VERBS", "VerbError",
+__all__ = ["MODEL", "PREFIX", "SECRET", "URL_SECRET", "URL_SECRET_PARTS", "VERBS", "VerbError",
            "is_verb_target", "split_local", "split_provider", "split_url_secret", "split_verb",
            "verb_refusal_body"]
 
 PREFIX = "/_link"
 MODEL = "model"
+SECRET = "secret"  # noqa: S105  (the verb's name, not a secret)
 URL_SECRET = "s"  # noqa: S105  (the verb's name, not a secret)
 
 # Each verb's path name → the spec key that turns it on (said in the 404 of a verb that is
 # off), default deny: a name not here is no verb. Those not built yet say so.
 VERBS: dict[str, str] = {
     MODEL: '[verbs] model = "anthropic" (or a list of providers) turns it on',
-    "secret": "[verbs] secrets turns it on (not built yet in this version of lnk-sandbox)",
+    SECRET: '[verbs] secrets = ["NAME"] (secrets of Link\'s store, each with its rule) '
+            "turns it on",
     URL_SECRET: "[localhost] models, [verbs] tools or [verbs] open turns it on",
 }
 
 
 # What follows a URL secret (`/_link/s/<secret>/<part>/…`) → what turns it on.
 URL_SECRET_PARTS: dict[str, str] = {
-    "local": "[localhost] models turns it on",
+    "local": "[localhost] models = [PORT] turns it on",
     "mcp": "[verbs] tools turns it on (not built yet in this version of lnk-sandbox)",
     "open": "[verbs] open turns it on (not built yet in this version of lnk-sandbox)",
 }

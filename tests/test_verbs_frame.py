@@ -137,8 +137,8 @@ def _messages(path: str = "/_link/model/anthropic/v1/messages", *, key: str = PL
     ("/_link/open/x", NO_SUCH_VERB),
     ("/_link", "/_link/ holds the verbs: model, s, secret"),
     ("/_link/secret/telegram/bot1/getMe",
-     "the secret verb is off in this sandbox: [verbs] secrets turns it on (not built yet in "
-     "this version of lnk-sandbox)"),
+     "the secret verb is off in this sandbox: [verbs] secrets = [\"NAME\"] (secrets of "
+     "Link's store, each with its rule) turns it on"),
     ("http://127.0.0.1:3128/_link/model/anthropic/v1/messages", MODEL_OFF),
     ("http://localhost:3128/_link/x", NO_SUCH_VERB),
 ])
