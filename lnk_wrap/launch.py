@@ -425,11 +425,28 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
     # held: the program's is its SDK's key variable.
     env = {name: value for name, value in env.items() if name != PLACEHOLDER_VARIABLE}
     env = _unreachable_trust_dropped(env, policy, facts)
+    proxy_given: dict[str, str] = {PLACEHOLDER_VARIABLE: placeholder} if placeholder else {}
+    if policy.secrets or policy.local_models:
+        # Each named secret's placeholder (of its rule's shape) and base URL, and the URL
+        # secret for `/_link/s/…`, in the program's environment; the proxy gets them in its
+        # own (lnk_wrap.verb_env).
+        from lnk_common.endpoints import PROXY_ADDRESS, PROXY_PORT
+        from lnk_wrap import verb_env
+
+        try:
+            secret_placeholders = verb_env.secret_placeholders(policy)
+            url_secret = verb_env.url_secret_for(policy) if policy.local_models else ""
+            env = verb_env.sandbox_environment(
+                env, placeholders=secret_placeholders, url_secret=url_secret,
+                proxy_address=PROXY_ADDRESS, proxy_port=PROXY_PORT)
+        except verb_env.VerbEnvError as error:
+            raise LaunchError(str(error)) from None
+        proxy_given.update(verb_env.proxy_environment(secret_placeholders, url_secret))
     watch, init_end = _start_watch(policy, facts.loaders)
     facts = facts.with_watch(init_end)
     wire: _Wire | None = None
     if policy.has_wire():
-        wire = _start_wire(policy, outside_env, placeholder)
+        wire = _start_wire(policy, outside_env, proxy_given)
         facts = facts.with_data_files(wire.data_files)
         go_read, go_write = wire.block_read, wire.block_write
     else:
@@ -642,7 +659,8 @@ class _Wire:
         self.pids = []
 
 
-def _start_wire(policy: Policy, env: Mapping[str, str], placeholder: str) -> _Wire:
+def _start_wire(policy: Policy, env: Mapping[str, str], proxy_given: Mapping[str, str]
+                ) -> _Wire:
     """Start what serves the run's ways out (the proxy for its port, DNS, endpoints and
     [lan]; the relay for [localhost] ports), outside, in this machine's network; plan
     the sockets the DNS helper makes inside once bubblewrap has made the network."""
@@ -651,9 +669,11 @@ def _start_wire(policy: Policy, env: Mapping[str, str], placeholder: str) -> _Wi
     try:
         # The proxy's own port is planned for the model verb too, even with network
         # "none": then it serves verbs only.
-        plan = endpoints.listeners(proxy=policy.network == "proxy" or bool(policy.models),
-                                   endpoints=policy.endpoints, lan=policy.lan,
-                                   localhost_ports=policy.localhost_ports)
+        plan = endpoints.listeners(
+            proxy=policy.network == "proxy" or bool(policy.models or policy.secrets
+                                                     or policy.local_models),
+            endpoints=policy.endpoints, lan=policy.lan,
+            localhost_ports=(*policy.localhost_ports, *policy.local_models))
         entries = endpoints.entries(policy.endpoints, policy.lan)
     except endpoints.EndpointError as error:
         raise LaunchError(str(error)) from None
@@ -676,12 +696,22 @@ def _start_wire(policy: Policy, env: Mapping[str, str], placeholder: str) -> _Wi
                 options += ["--model", provider]
             if policy.server_tools:
                 options += ["--server-tools", "yes"]
-            proxy_env = {**env, PLACEHOLDER_VARIABLE: placeholder} if placeholder else env
+            for secret in policy.secrets:
+                options += ["--secret", secret]
+            for port in policy.local_models:
+                options += ["--local-model", str(port)]
+            # The placeholders and the URL secret: in its environment, never an argument.
+            proxy_env = {**env, **proxy_given}
             pid, channel = _start_served("proxy", policy, options, proxy_env)
             wire.pids.append(pid)
             wire.channels["proxy"] = channel
-        if policy.localhost_ports:
-            pid, channel = _start_served("relay", policy, common, env)
+        if policy.localhost_ports or policy.local_models:
+            relay_options = list(common)
+            for port in policy.local_models:  # read as HTTP, through the inference filter
+                relay_options += ["--model-port", str(port)]
+            if policy.server_tools and policy.local_models:
+                relay_options += ["--server-tools", "yes"]
+            pid, channel = _start_served("relay", policy, relay_options, env)
             wire.pids.append(pid)
             wire.channels["relay"] = channel
         if endpoints.has_dns(entries):

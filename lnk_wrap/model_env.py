@@ -32,7 +32,7 @@ import os
 
 TYPE_CHECKING = False  # the typing module costs an import at every start
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from lnk_common.policy import Policy
 
@@ -232,6 +232,15 @@ def _open_folder(parent: int | None, name: str, shown: str, *, strict: bool) -> 
 
 
 def _agent_placeholder(settings: str, agent: str) -> str:
+    return agent_value(settings, agent, PLACEHOLDER_FILE, new_placeholder, is_placeholder,
+                       "a placeholder (lnk- and 40 lowercase hex characters)")
+
+
+def agent_value(settings: str, agent: str, file: str, make: Callable[[], str],
+                valid: Callable[[str], bool], what: str) -> str:
+    """The value kept in `sandbox/agents/<agent>/<file>` of Link's settings, made with
+    `make` when missing (the first of racing launchers wins), read back strictly (`valid`,
+    `what` for the message): an agent's placeholder, or its URL secret."""
     shown = settings
     folder = _open_folder(None, settings, shown, strict=False)
     try:
@@ -242,32 +251,32 @@ def _agent_placeholder(settings: str, agent: str) -> str:
             inner = _open_folder(folder, part, shown, strict=index > 0)
             os.close(folder)
             folder = inner
-        shown = os.path.join(shown, PLACEHOLDER_FILE)
+        shown = os.path.join(shown, file)
         try:
-            return _read_placeholder(folder, shown)
+            return _read_value(folder, file, shown, valid, what)
         except FileNotFoundError:
             pass
-        _make_placeholder(folder, shown)
-        return _read_placeholder(folder, shown)
+        _make_value(folder, file, shown, make)
+        return _read_value(folder, file, shown, valid, what)
     finally:
         os.close(folder)
 
 
-def _make_placeholder(folder: int, shown: str) -> None:
+def _make_value(folder: int, file: str, shown: str, make: Callable[[], str]) -> None:
     """Write a new placeholder to a temp file and link it into place: link never
     replaces, so of two launchers of one agent the first wins and both read its value,
     whole (a reader never sees a file being written)."""
-    temp = f".tmp-{PLACEHOLDER_FILE}-{os.getpid()}-{os.urandom(4).hex()}"
+    temp = f".tmp-{file}-{os.getpid()}-{os.urandom(4).hex()}"
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                  _FILE_MODE, dir_fd=folder)
     try:
         os.fchmod(fd, _FILE_MODE)  # a umask can only take bits away; set it exactly
-        os.write(fd, new_placeholder().encode("ascii"))
+        os.write(fd, make().encode("ascii"))
         os.fsync(fd)
         os.close(fd)
         fd = -1
         try:  # noqa: SIM105 (contextlib is one more import at a start)
-            os.link(temp, PLACEHOLDER_FILE, src_dir_fd=folder, dst_dir_fd=folder,
+            os.link(temp, file, src_dir_fd=folder, dst_dir_fd=folder,
                     follow_symlinks=False)
         except FileExistsError:
             pass  # another launcher of this agent made it first: its value is the one
@@ -282,12 +291,17 @@ def _make_placeholder(folder: int, shown: str) -> None:
             pass
 
 
-def _read_placeholder(folder: int, shown: str) -> str:
-    """The placeholder kept at `shown`, read strictly: a regular file, ours, 0600,
-    holding exactly `lnk-` and 40 lowercase hex characters; else refused with the fix."""
+# A kept value is short: a placeholder is 44 characters, a URL secret 64.
+MAX_KEPT_VALUE = 256
+
+
+def _read_value(folder: int, file: str, shown: str, valid: Callable[[str], bool],
+                what: str) -> str:
+    """The value kept at `shown`, read strictly: a regular file, ours, 0600, holding
+    exactly what `valid` takes; else refused with the fix."""
     fix = "remove it, and the next run makes a new one (the agent's harness then needs it)"
     try:
-        fd = os.open(PLACEHOLDER_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+        fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
                      | os.O_CLOEXEC, dir_fd=folder)
     except FileNotFoundError:
         raise
@@ -301,11 +315,10 @@ def _read_placeholder(folder: int, shown: str) -> str:
         if info.st_uid != os.geteuid() or info.st_mode & 0o7777 != _FILE_MODE:
             raise ModelEnvError(f"{shown} must be yours and 0600 (it is "
                                 f"{info.st_mode & 0o7777:04o}, owner {info.st_uid}): {fix}")
-        data = os.read(fd, PLACEHOLDER_LENGTH + 1)
+        data = os.read(fd, MAX_KEPT_VALUE + 1)
     finally:
         os.close(fd)
     text = data.decode("ascii", "replace")
-    if not is_placeholder(text):
-        raise ModelEnvError(f"{shown} does not hold a placeholder (lnk- and 40 lowercase "
-                            f"hex characters): {fix}")
+    if not valid(text):
+        raise ModelEnvError(f"{shown} does not hold {what}: {fix}")
     return text

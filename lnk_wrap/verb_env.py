@@ -1,0 +1,122 @@
+"""The secret verb's and the URL secret's side of a sandbox's start: the placeholders,
+the URL secret, and what the program finds in its environment.
+
+Job: a program reaches a secret's service through `/_link/secret/<name>/` and holds a
+placeholder of the shape the secret's rule gives (Telegram's: the bot's id and a random
+part), never the secret; it reaches a [localhost] models port by the relay, or through
+`/_link/s/<URL secret>/local/<port>/` (the form every platform takes). So for each named
+secret the program gets `LNK_SECRET_<NAME>_URL` (the verb's base) and `LNK_SECRET_<NAME>`
+(its placeholder), and `LNK_SANDBOX_URL` (`…/_link/s/<URL secret>`) when a part of it is
+on; the proxy gets the placeholders and the URL secret in its own environment
+(LNK_SECRET_PLACEHOLDERS, LNK_URL_SECRET), never an argument.
+
+Trust: a secret's value is read here, outside, only to shape its placeholder (the bot's
+id); it goes nowhere. A secret named by the spec that is not in the store, or has no rule,
+refuses the run (nothing would work, and nothing fails open). A URL secret is made per
+run, or once per agent and kept beside the agent's model placeholder (lnk_wrap.model_env:
+`sandbox/agents/<name>/url-secret`, a folder no sandbox sees), so a harness's configuration
+and its proxy agree across starts. Every variable of ours the caller's environment held is
+replaced or removed: the program's values are the ones made here.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False  # the typing module costs an import at every start
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from lnk_common.policy import Policy
+
+__all__ = ["URL_SECRET_FILE", "VerbEnvError", "is_url_secret", "sandbox_environment",
+           "secret_placeholders", "url_secret_for"]
+
+URL_SECRET_FILE = "url-secret"  # noqa: S105  (a file's name)
+# 32 random bytes, hex: no guessing, and nothing a URL or a shell reads specially.
+URL_SECRET_BYTES = 32
+_HEX = frozenset("0123456789abcdef")
+# Variables of ours the program must hold only as made here (a harness's own are dropped),
+# and those it must never hold (the proxy's).
+_PREFIX = "LNK_SECRET_"
+_OURS = ("LNK_SANDBOX_URL",)
+_PROXYS = ("LNK_SECRET_PLACEHOLDERS", "LNK_URL_SECRET")
+
+
+class VerbEnvError(Exception):
+    """A secret or URL secret a run needs cannot be had; one line, the fix in it."""
+
+
+def new_url_secret() -> str:
+    return os.urandom(URL_SECRET_BYTES).hex()
+
+
+def is_url_secret(text: str) -> bool:
+    return len(text) == 2 * URL_SECRET_BYTES and set(text) <= _HEX
+
+
+def url_secret_for(policy: Policy) -> str:
+    """The run's URL secret: the agent's own, kept across runs, or a new one."""
+    if not policy.agent:
+        return new_url_secret()
+    from lnk_wrap.model_env import ModelEnvError, agent_value
+
+    try:
+        return agent_value(policy.settings, policy.agent, URL_SECRET_FILE, new_url_secret,
+                           is_url_secret, f"a URL secret ({2 * URL_SECRET_BYTES} lowercase "
+                                          "hex characters)")
+    except ModelEnvError as error:
+        raise VerbEnvError(str(error)) from None
+
+
+def secret_placeholders(policy: Policy) -> dict[str, str]:
+    """A new placeholder for each secret the policy names, of its rule's shape, or
+    VerbEnvError naming the secret and the fix."""
+    from lnk_common.secrets import SecretError, read_rule, read_secret
+    from lnk_proxy.secret_rules import SecretRuleError, make_placeholder, parse_rule
+
+    found: dict[str, str] = {}
+    for name in policy.secrets:
+        try:
+            rule = parse_rule(read_rule(policy.settings, name))
+            found[name] = make_placeholder(rule, read_secret(policy.settings, name)).decode(
+                "ascii")
+        except SecretError as error:
+            raise VerbEnvError(f"[verbs] secrets names {name}: {error} (set it with: "
+                               f"lnk-sandbox secret set {name} --rule FILE)") from None
+        except SecretRuleError as error:
+            raise VerbEnvError(f"[verbs] secrets names {name}: {error.reason}") from None
+    return found
+
+
+def sandbox_environment(env: Mapping[str, str], *, placeholders: Mapping[str, str],
+                        url_secret: str, proxy_address: str, proxy_port: int
+                        ) -> dict[str, str]:
+    """The program's environment: ours replaced, the proxy's never there."""
+    result = {name: value for name, value in env.items()
+              if not name.startswith(_PREFIX) and name not in (*_OURS, *_PROXYS)}
+    base = f"http://{proxy_address}:{proxy_port}/_link"
+    if placeholders:
+        from lnk_proxy.secret_rules import SecretRuleError, environment_variables
+
+        try:
+            variables = environment_variables(placeholders)
+        except SecretRuleError as error:
+            raise VerbEnvError(f"[verbs] secrets: {error.reason}") from None
+        for name, (url_variable, placeholder_variable) in variables.items():
+            result[url_variable] = f"{base}/secret/{name}"
+            result[placeholder_variable] = placeholders[name]
+    if url_secret:
+        result["LNK_SANDBOX_URL"] = f"{base}/s/{url_secret}"
+    return result
+
+
+def proxy_environment(placeholders: Mapping[str, str], url_secret: str) -> dict[str, str]:
+    """What the proxy is given beside the caller's environment."""
+    given: dict[str, str] = {}
+    if placeholders:
+        given["LNK_SECRET_PLACEHOLDERS"] = "".join(
+            f"{name}={value}\n" for name, value in placeholders.items())
+    if url_secret:
+        given["LNK_URL_SECRET"] = url_secret
+    return given
