@@ -100,7 +100,7 @@ def _policy(arguments: Mapping[str, object], env: Mapping[str, str]) -> Policy:
         if not is_name(wire):
             raise CliError(f"--wire {wire!r}: use letters, digits, '.', '_' and '-'")
         policy = policy.with_name(wire)
-    if policy.needs_proxy():
+    if policy.has_wire():  # the proxy and the relay both import h11 and orjson
         policy = policy.with_site_packages(_site_packages())
     return policy
 

@@ -571,7 +571,6 @@ def test_N6_ports_star_is_refused_with_the_seed_reason_and_nothing_runs(
      "a [localhost] port"),
     ('[localhost]\nports = [0]', "localhost.ports[0]", "1 to 65535"),
     ('[localhost]\nports = ["5432"]', "localhost.ports[0]", "must be a port number"),
-    ('[localhost]\nmodels = [11434]', "localhost.models", "not built yet"),
     ('[tcp]\nendpoints = ["db.lnkt"]', "tcp.endpoints[0]", "names its port"),
     ('[tcp]\nendpoints = ["10.0.0.1:5432"]', "tcp.endpoints[0]", "goes in [lan] hosts"),
     ('[tcp]\nendpoints = ["*:5432"]', "tcp.endpoints[0]", "every host"),
