@@ -56,8 +56,7 @@ STATED_GAPS = (
 
 # Protections of later issues, said plainly until they exist.
 NOT_YET_BUILT = (
-    {"protection": "the other verbs: open a page (issue 16), tools outside (issue 15), "
-                   "secrets by a plugin's rule (issue 14)",
+    {"protection": "the other verbs: open a page (issue 16), tools outside (issue 15)",
      "in_force": False, "why": "not built yet: their /_link/ paths answer 404, and a spec "
                                "that names them is refused"},
 )
@@ -184,6 +183,16 @@ def report(env: Mapping[str, str], policy: Policy | None = None) -> dict[str, An
                        "provider's key; server-side tools removed by allow-list unless "
                        "[network] server_tools; URL sources and search models refused",
          "in_force": namespaces},
+        {"protection": "the secret verb (/_link/secret/<name>), off unless [verbs] secrets "
+                       "names the secret: put into the calls its plugin's rule allows (one "
+                       "host, path shapes matched without decoding, refused names in any "
+                       "case); the sandbox holds a placeholder of the rule's shape",
+         "in_force": namespaces},
+        {"protection": "local model runtimes ([localhost] models): inference only, by exact "
+                       "method and path, one request a connection; admin, pull and cloud "
+                       "models refused; also as $LNK_SANDBOX_URL/local/<port> behind a URL "
+                       "secret compared in constant time and never logged",
+         "in_force": namespaces},
         *NOT_YET_BUILT,
     ]
     try:
@@ -206,7 +215,31 @@ def report(env: Mapping[str, str], policy: Policy | None = None) -> dict[str, An
         "gaps": list(STATED_GAPS),
         "placeholders": listed,
         "model_verb": _model_verb(settings, policy),
+        "secret_verb": _secret_verb(settings, policy),
     }
+
+
+def _secret_verb(settings: str | None, policy: Policy | None) -> dict[str, Any]:
+    """The secrets Link's store keeps with a rule (names only); with a spec, the ones it
+    names and which of those cannot be used yet (no secret, or no rule: the run is
+    refused until they are set)."""
+    from lnk_common.secrets import SecretError, list_secrets, rule_names
+
+    found: dict[str, Any] = {}
+    try:
+        stored = set(list_secrets(settings)) if settings else set()
+        ruled = set(rule_names(settings)) if settings else set()
+    except SecretError as error:
+        stored, ruled = set(), set()
+        found["secrets_error"] = str(error)
+    found["with_rule"] = sorted(stored & ruled)
+    if policy is not None:
+        found["spec"] = policy.spec
+        found["on"] = list(policy.secrets)
+        found["not_ready"] = [name for name in policy.secrets
+                              if name not in stored or name not in ruled]
+        found["local_models"] = list(policy.local_models)
+    return found
 
 
 def _show_model_verb(model: dict[str, Any]) -> list[str]:
@@ -236,6 +269,24 @@ def _show_model_verb(model: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _show_secret_verb(secret: dict[str, Any]) -> list[str]:
+    kept = ", ".join(secret["with_rule"]) or "none"
+    lines = [f"secret verb: secrets kept with a rule (names only): {kept}"]
+    if "secrets_error" in secret:
+        lines.append(f"  WARNING: the secrets cannot be listed: {secret['secrets_error']}")
+    if "on" not in secret:
+        return lines
+    if secret["on"]:
+        lines.append(f"  {secret['spec']}: on for {', '.join(secret['on'])}")
+    for name in secret["not_ready"]:
+        lines.append(f"  WARNING: {name} is not in Link's secrets with a rule: the run is "
+                     f"refused until it is (lnk-sandbox secret set {name} --rule FILE)")
+    if secret["local_models"]:
+        lines.append("  local models (inference only): ports "
+                     + ", ".join(map(str, secret["local_models"])))
+    return lines
+
+
 def show(found: dict[str, Any]) -> str:
     bubblewrap = found["bubblewrap"]
     lines = [f"kernel {found['kernel']}"]
@@ -262,6 +313,8 @@ def show(found: dict[str, Any]) -> str:
         lines.append(f"  {mark:12} {item['protection']}{why}")
     lines.append("")
     lines += _show_model_verb(found["model_verb"])
+    lines.append("")
+    lines += _show_secret_verb(found["secret_verb"])
     lines.append("")
     lines.append("stated gaps (open by design):")
     for gap in found["gaps"]:

@@ -104,7 +104,9 @@ def test_check_json_has_its_documented_shape(sandbox_env: dict[str, str]) -> Non
                             capture_output=True, text=True, check=False)
     found = json.loads(result.stdout)
     assert set(found) == {"ready", "kernel", "bubblewrap", "landlock_abi", "seccomp",
-                          "memfd_noexec", "protections", "gaps", "placeholders", "model_verb"}
+                          "memfd_noexec", "protections", "gaps", "placeholders", "model_verb",
+                          "secret_verb"}
+    assert found["secret_verb"] == {"with_rule": []}
     assert found["placeholders"] == []
     assert found["model_verb"] == {"providers": ["anthropic", "openai", "gemini", "openrouter"],
                                    "keys_set": []}

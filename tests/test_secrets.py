@@ -573,3 +573,27 @@ def test_read_rule_refuses_a_link_or_a_loose_file(lnk_home: Path, tmp_path: Path
     (folder / "linked").chmod(0o600)
     # A rule that is a link or not a regular file is not listed as kept.
     assert rule_names(str(lnk_home)) == ["loose"]
+
+
+def test_check_says_which_named_secrets_are_not_ready_and_a_run_is_refused(
+    sandbox_env: dict[str, str], write_spec: WriteSpec, run_sandbox: RunSandbox,
+) -> None:
+    """A spec naming a secret that is not in the store with a rule: `check` warns, and
+    the run is refused with one line naming it and the fix; nothing runs."""
+    rule = Path(__file__).parent.parent / "examples" / "telegram-rule.json"
+    spec = write_spec('[verbs]\nsecrets = ["telegram", "tracker"]\n')
+    assert secret(sandbox_env, "set", "telegram", "--rule", str(rule),
+                  stdin=b"123456:REALTOKEN-check").returncode == 0
+    assert secret(sandbox_env, "set", "tracker", stdin=b"no-rule-VALUE").returncode == 0
+    shown = subprocess.run([LNK_SANDBOX, "check", "--spec", str(spec)], env=sandbox_env,
+                           capture_output=True, text=True, check=False,
+                           timeout=SANDBOX_TIMEOUT_SECONDS).stdout
+    assert "secret verb: secrets kept with a rule (names only): telegram" in shown
+    assert f"  {spec}: on for telegram, tracker" in shown
+    assert ("  WARNING: tracker is not in Link's secrets with a rule: the run is refused "
+            "until it is (lnk-sandbox secret set tracker --rule FILE)") in shown
+    assert "REALTOKEN" not in shown and "VALUE" not in shown
+    result = run_sandbox(spec, "sh", "-c", "echo RAN")
+    assert (result.returncode, result.stdout) == (125, "")
+    assert "[verbs] secrets names tracker" in result.stderr
+    assert "VALUE" not in result.stderr and "REALTOKEN" not in result.stderr
