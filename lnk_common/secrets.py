@@ -405,3 +405,70 @@ def remove_secret(settings_root: str, name: str) -> bool:
     finally:
         os.close(folder)
     return removed
+
+
+# -- tools: a tool's definition is kept here too (it can hold a token) ----------------------
+
+TOOL_SUFFIX = ".tool"
+# A tool's definition: its command, the tools allowed without asking, and the asking mode;
+# a few kilobytes at most (a long command line with a header or two).
+MAX_TOOL_FILE_BYTES = 64 * 1024
+
+
+def read_tool_file(settings_root: str, name: str) -> bytes:
+    """The bytes of the tool `name`'s definition, read as strictly as a secret."""
+    _checked_name(name)
+    value = _read_file(settings_root, name + TOOL_SUFFIX, f"the tool {name}",
+                       MAX_TOOL_FILE_BYTES,
+                       missing=f"no tool named {name} (add it with: lnk-sandbox tool add "
+                               f"{name} -- COMMAND…)")
+    if len(value) > MAX_TOOL_FILE_BYTES:
+        raise SecretError(f"the tool {name}'s definition is over {MAX_TOOL_FILE_BYTES} bytes")
+    return value
+
+
+def write_tool_file(settings_root: str, name: str, definition: bytes) -> None:
+    _checked_name(name)
+    if len(definition) > MAX_TOOL_FILE_BYTES:
+        raise SecretError(f"the tool {name}'s definition is over {MAX_TOOL_FILE_BYTES} bytes")
+    _write_file(settings_root, name + TOOL_SUFFIX, definition, f"the tool {name}")
+
+
+def tool_names(settings_root: str) -> list[str]:
+    """The names of the tools defined, sorted (regular files `<name>.tool`)."""
+    folder = _secrets_folder(settings_root, make=False)
+    if folder is None:
+        return []
+    try:
+        names = []
+        for entry in os.listdir(folder):
+            name = entry.removesuffix(TOOL_SUFFIX)
+            if name == entry or name_problem(name) is not None:
+                continue
+            try:
+                info = os.stat(entry, dir_fd=folder, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISREG(info.st_mode):
+                names.append(name)
+    finally:
+        os.close(folder)
+    return sorted(names)
+
+
+def remove_tool_file(settings_root: str, name: str) -> bool:
+    _checked_name(name)
+    folder = _secrets_folder(settings_root, make=False)
+    if folder is None:
+        return False
+    try:
+        try:
+            os.unlink(name + TOOL_SUFFIX, dir_fd=folder)
+        except FileNotFoundError:
+            return False
+        except OSError as error:
+            raise SecretError(f"the tool {name} cannot be removed: {error.strerror}") from None
+        os.fsync(folder)
+        return True
+    finally:
+        os.close(folder)

@@ -14,6 +14,9 @@ Usage:
   lnk-sandbox secret set NAME [--rule=FILE]
   lnk-sandbox secret list [--json]
   lnk-sandbox secret remove NAME
+  lnk-sandbox tool add NAME [--allow=TOOL]... [--ask=MODE] [--] COMMAND...
+  lnk-sandbox tool list [--json]
+  lnk-sandbox tool remove NAME
   lnk-sandbox (-h | --help)
   lnk-sandbox --version
 
@@ -44,6 +47,12 @@ Verbs:
           secret is kept with the rule FILE (JSON, from the plugin that owns the
           service) that the secret verb enforces; a rule too weak to hold is refused,
           naming the field, and nothing is stored.
+  tool    Tools that run outside: stdio MCP servers a spec may name ([verbs] tools),
+          reached from inside through the MCP verb and started, outside, on first
+          use. `add` defines NAME as COMMAND (kept in Link's settings, hidden in every
+          sandbox: a token in it never reaches one); every tools/call asks you first
+          unless the MCP tool is named by --allow, or --ask none; `list` shows the
+          names (--json: with what each allows), `remove` deletes one.
   check   What this machine gives (bubblewrap, user namespaces, Landlock, seccomp) and
           which protections are therefore in force; the stated gaps, as open; which
           providers' keys are set. With --spec: which model verbs the spec turns on,
@@ -59,6 +68,8 @@ Options:
   --list        What is registered (on-stop).
   --remove=NAME  Take a registration off (on-stop).
   --rule=FILE   The rule kept with a secret (secret set): where it may go, and how.
+  --allow=TOOL  An MCP tool of the tool that runs without asking (tool add; repeat it).
+  --ask=MODE    each (the default: every other tools/call asks you) or none (tool add).
 
 `lnk sandbox VERB …` is the same as `lnk-sandbox VERB …`.
 Exit status: COMMAND's own; 128+N if it died of signal N; 125 when the sandbox could
@@ -128,7 +139,7 @@ _RUN_DEFAULTS: dict[str, object] = {
     "wrap": False, "run": True, "learn": False, "check": False, "log": False,
     "stop": False, "on-stop": False, "paused": False, "resume": False,
     "secret": False, "set": False, "list": False, "remove": False, "NAME": None,
-    "--rule": None,
+    "--rule": None, "tool": False, "add": False, "--allow": [], "--ask": None,
     "--spec": None, "--wire": None, "--json": False, "--follow": False, "--clear": False,
     "--name": None, "--list": False, "--remove": None, "-h": False, "--help": False,
     "--version": False, "--": False, "WIRE": None, "COMMAND": [],
@@ -273,6 +284,15 @@ def _dispatch(arguments: Mapping[str, object], env: Mapping[str, str]) -> int:
         try:
             return secrets(settings_folder(env).root, arguments)
         except (SecretError, SettingsError) as error:
+            raise CliError(str(error)) from None
+    if arguments["tool"]:
+        from lnk_common.settings import SettingsError, settings_folder
+        from lnk_common.tools import ToolError
+        from lnk_wrap.tools_view import tools
+
+        try:
+            return tools(settings_folder(env).root, arguments)
+        except (ToolError, SettingsError) as error:
             raise CliError(str(error)) from None
     if arguments["check"]:
         from lnk_wrap.check import report, show
