@@ -26,7 +26,7 @@ _PATH_OPTIONS = ("--read", "--write", "--hide", "--reopen", "--write-dot-files",
 _VALUE_OPTIONS = ("--settings", "--settings-via", "--name", "--agent", "--spec", "--learn",
                   "--network", "--site-packages", "--calls-per-minute", "--pause")
 _TEXT_LIST_OPTIONS = ("--host", "--endpoint", "--lan", "--localhost-port", "--model",
-                      "--secret", "--local-model")
+                      "--secret", "--local-model", "--tool")
 NETWORK_MODES = ("none", "proxy")
 # The seed's loose thresholds for pausing a wire (docs/SPEC.md [pause]): refusals and
 # distinct refused targets within a window of seconds. Patterns no normal work makes.
@@ -88,6 +88,8 @@ class Policy:
     placeholder is kept across runs (lnk_wrap.model_env).
     secrets: `[verbs] secrets`: the secrets of Link's store the program reaches through
     `/_link/secret/<name>/` (each with its rule), holding a placeholder for each.
+    tools: `[verbs] tools`: tools that run outside (lnk_common.tools), reached through
+    `/_link/s/<secret>/mcp/<name>`.
     local_models: `[localhost] models`: this machine's loopback ports of local model
     runtimes, relayed in through the inference filter (and reached as
     `/_link/s/<secret>/local/<port>` too).
@@ -102,7 +104,7 @@ class Policy:
     __slots__ = ("agent", "calls_per_minute", "commands", "endpoints", "hide", "hosts",
                  "keep_session", "lan", "learn", "local_models", "localhost_ports", "models",
                  "name", "network", "pause", "read", "reopen", "secrets", "server_tools",
-                 "settings", "settings_via", "site_packages", "spec", "write",
+                 "settings", "settings_via", "site_packages", "spec", "tools", "write",
                  "write_dot_files")
 
     def __init__(
@@ -133,6 +135,7 @@ class Policy:
         agent: str = "",
         secrets: tuple[str, ...] = (),
         local_models: tuple[int, ...] = (),
+        tools: tuple[str, ...] = (),
     ) -> None:
         for path in (settings, *((settings_via,) if settings_via else ()), *read, *write,
                      *hide, *reopen, *write_dot_files, *commands,
@@ -169,6 +172,12 @@ class Policy:
                                       "letters, digits, '-' and '_'")
         if len(set(secrets)) != len(secrets):
             raise PolicyArgvError("--secret names a secret twice")
+        for tool in tools:
+            if not is_secret_name(tool):
+                raise PolicyArgvError(f"--tool {tool!r}: a tool's name is ASCII letters, "
+                                      "digits, '-' and '_'")
+        if len(set(tools)) != len(tools):
+            raise PolicyArgvError("--tool names a tool twice")
         for provider in models:
             if provider not in MODEL_PROVIDERS:
                 raise PolicyArgvError(
@@ -210,6 +219,7 @@ class Policy:
         self.agent = agent
         self.secrets = tuple(secrets)
         self.local_models = tuple(local_models)
+        self.tools = tuple(tools)
 
     def _fields(self) -> tuple[object, ...]:
         return tuple(getattr(self, field) for field in self.__slots__)
@@ -241,13 +251,13 @@ class Policy:
         (each call on the wire's log, under its controls)."""
         return bool(self.network == "proxy" or self.endpoints or self.lan
                     or self.localhost_ports or self.models or self.secrets
-                    or self.local_models)
+                    or self.local_models or self.tools)
 
     def needs_proxy(self) -> bool:
         """Whether lnk-sandbox-proxy runs: for the proxy variables, endpoints, [lan] or
         the model verb (which it serves even with network "none")."""
         return bool(self.network == "proxy" or self.endpoints or self.lan or self.models
-                    or self.secrets or self.local_models)
+                    or self.secrets or self.local_models or self.tools)
 
     def with_site_packages(self, folder: str) -> Policy:
         return self.replace(site_packages=folder)
@@ -270,7 +280,8 @@ class Policy:
                               ("--lan", self.lan),
                               ("--localhost-port", tuple(map(str, self.localhost_ports))),
                               ("--model", self.models), ("--secret", self.secrets),
-                              ("--local-model", tuple(map(str, self.local_models)))):
+                              ("--local-model", tuple(map(str, self.local_models))),
+                              ("--tool", self.tools)):
             for text in texts:
                 argv += [option, text]
         if self.site_packages:
@@ -335,6 +346,7 @@ class Policy:
             agent=values.get("--agent", ""),
             models=tuple(lists["--model"]),
             secrets=tuple(lists["--secret"]),
+            tools=tuple(lists["--tool"]),
             local_models=tuple(_port(text, "--local-model") for text in lists["--local-model"]),
             server_tools="--server-tools" in flags,
             read=tuple(lists["--read"]),

@@ -104,7 +104,7 @@ _SCHEMA: dict[str, dict[str, str] | str] = {
     "verbs": {
         "model": _PROVIDERS,
         "open": f"{_NOT_BUILT} (opening a page in your browser: issue 16)",
-        "tools": f"{_NOT_BUILT} (tools that run outside: issue 15)",
+        "tools": _SECRET_NAMES,
         "secrets": _SECRET_NAMES,
     },
     "pause": {"refusals": _COUNT, "targets": _COUNT, "window": _STRING},
@@ -222,24 +222,27 @@ def _check_type(context: _Context, key: str, value: object, kind: str) -> None:
 
 
 def _check_secret_names(context: _Context, key: str, value: object) -> None:
-    """`[verbs] secrets`: names of Link's secrets, each once."""
+    """`[verbs] secrets` and `[verbs] tools`: names of Link's secrets or tools, each
+    once (the same name rule: both are files of the store)."""
+    noun, lister = (("tool", "lnk-sandbox tool list") if key.endswith("tools")
+                    else ("secret", "lnk-sandbox secret list"))
     if not isinstance(value, list):
         raise SpecError(context.file, key,
-                        f"must be a list of secrets' names, not {_kind(value)}")
+                        f"must be a list of {noun}s' names, not {_kind(value)}")
     if not value:
-        raise SpecError(context.file, key, "an empty list turns nothing on; name secrets "
-                                           "(lnk-sandbox secret list), or drop the key")
+        raise SpecError(context.file, key, f"an empty list turns nothing on; name {noun}s "
+                                           f"({lister}), or drop the key")
     if len(value) > MAX_SECRETS:
-        raise SpecError(context.file, key, f"more than {MAX_SECRETS} secrets")
+        raise SpecError(context.file, key, f"more than {MAX_SECRETS} {noun}s")
     seen: set[str] = set()
     for index, item in enumerate(value):
         where = f"{key}[{index}]"
         if not isinstance(item, str):
-            raise SpecError(context.file, where, f"must be a secret's name, not {_kind(item)}")
+            raise SpecError(context.file, where, f"must be a {noun}'s name, not {_kind(item)}")
         if not is_secret_name(item):
             # The name is not repeated: a value pasted where a name belongs must not be.
             raise SpecError(context.file, where,
-                            f"a secret's name is 1 to {SECRET_NAME_CHARACTERS} ASCII letters, "
+                            f"a {noun}'s name is 1 to {SECRET_NAME_CHARACTERS} ASCII letters, "
                             "digits, '-' or '_', starting with a letter or digit")
         if item in seen:
             raise SpecError(context.file, where, f"{item!r} is named twice")
@@ -507,9 +510,11 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
                             "relayed through the inference filter, a plain port is not; "
                             "name it once")
     secrets = tuple((document.get("verbs") or {}).get("secrets", []))
+    tools = tuple((document.get("verbs") or {}).get("tools", []))
     try:
         endpoint_plan.listeners(proxy=network == "proxy" or bool(models or secrets
-                                                                     or local_models),
+                                                                     or local_models
+                                                                     or tools),
                                 endpoints=endpoints, lan=lan,
                                 localhost_ports=(*localhost_ports, *local_models))
     except endpoint_plan.EndpointError as error:
@@ -517,7 +522,7 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
                         else "tcp.endpoints", str(error)) from None
     calls_per_minute = network_section.get("calls_per_minute", 0)
     if calls_per_minute and not (network == "proxy" or endpoints or lan or localhost_ports
-                                 or models or secrets or local_models):
+                                 or models or secrets or local_models or tools):
         raise SpecError(context.file, "network.calls_per_minute",
                         "counts the calls that go out, and nothing goes out: set mode = "
                         "\"proxy\", or name [tcp] endpoints, [lan] hosts, [localhost] ports "
@@ -553,6 +558,7 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
         agent=agent["name"] if agent is not None else "",
         secrets=secrets,
         local_models=local_models,
+        tools=tools,
     )
 
 

@@ -426,7 +426,7 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
     env = {name: value for name, value in env.items() if name != PLACEHOLDER_VARIABLE}
     env = _unreachable_trust_dropped(env, policy, facts)
     proxy_given: dict[str, str] = {PLACEHOLDER_VARIABLE: placeholder} if placeholder else {}
-    if policy.secrets or policy.local_models:
+    if policy.secrets or policy.local_models or policy.tools:
         # Each named secret's placeholder (of its rule's shape) and base URL, and the URL
         # secret for `/_link/s/…`, in the program's environment; the proxy gets them in its
         # own (lnk_wrap.verb_env).
@@ -435,7 +435,9 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
 
         try:
             secret_placeholders = verb_env.secret_placeholders(policy)
-            url_secret = verb_env.url_secret_for(policy) if policy.local_models else ""
+            verb_env.check_tools(policy)
+            url_secret = (verb_env.url_secret_for(policy)
+                          if policy.local_models or policy.tools else "")
             env = verb_env.sandbox_environment(
                 env, placeholders=secret_placeholders, url_secret=url_secret,
                 proxy_address=PROXY_ADDRESS, proxy_port=PROXY_PORT)
@@ -671,7 +673,7 @@ def _start_wire(policy: Policy, env: Mapping[str, str], proxy_given: Mapping[str
         # "none": then it serves verbs only.
         plan = endpoints.listeners(
             proxy=policy.network == "proxy" or bool(policy.models or policy.secrets
-                                                     or policy.local_models),
+                                                     or policy.local_models or policy.tools),
             endpoints=policy.endpoints, lan=policy.lan,
             localhost_ports=(*policy.localhost_ports, *policy.local_models))
         entries = endpoints.entries(policy.endpoints, policy.lan)
@@ -700,6 +702,8 @@ def _start_wire(policy: Policy, env: Mapping[str, str], proxy_given: Mapping[str
                 options += ["--secret", secret]
             for port in policy.local_models:
                 options += ["--local-model", str(port)]
+            for tool in policy.tools:
+                options += ["--tool", tool]
             # The placeholders and the URL secret: in its environment, never an argument.
             proxy_env = {**env, **proxy_given}
             pid, channel = _start_served("proxy", policy, options, proxy_env)

@@ -29,8 +29,8 @@ if TYPE_CHECKING:
 
     from lnk_common.policy import Policy
 
-__all__ = ["URL_SECRET_FILE", "VerbEnvError", "is_url_secret", "sandbox_environment",
-           "secret_placeholders", "url_secret_for"]
+__all__ = ["URL_SECRET_FILE", "VerbEnvError", "check_tools", "is_url_secret",
+           "sandbox_environment", "secret_placeholders", "url_secret_for"]
 
 URL_SECRET_FILE = "url-secret"  # noqa: S105  (a file's name)
 # 32 random bytes, hex: no guessing, and nothing a URL or a shell reads specially.
@@ -87,6 +87,20 @@ def secret_placeholders(policy: Policy) -> dict[str, str]:
         except SecretRuleError as error:
             raise VerbEnvError(f"[verbs] secrets names {name}: {error.reason}") from None
     return found
+
+
+def check_tools(policy: Policy) -> None:
+    """VerbEnvError naming the first tool the policy names that is not defined (or whose
+    definition is not ours): nothing could reach it, and nothing fails open."""
+    if not policy.tools:
+        return
+    from lnk_common.tools import ToolError, read_tool
+
+    for name in policy.tools:
+        try:
+            read_tool(policy.settings, name)
+        except ToolError as error:
+            raise VerbEnvError(f"[verbs] tools names {name}: {error}") from None
 
 
 def sandbox_environment(env: Mapping[str, str], *, placeholders: Mapping[str, str],

@@ -335,6 +335,7 @@ NOT_DEFAULT: dict[str, object] = {
     "agent": "main",
     "secrets": ("telegram", "github-bot"),
     "local_models": (11434, 8080),
+    "tools": ("github", "far"),
 }
 
 

@@ -147,9 +147,6 @@ NOT_BUILT = "not built yet in this version of lnk-sandbox"
     ("key", "value", "reason"),
     [
         ("open", "true", f"{NOT_BUILT} (opening a page in your browser: issue 16)"),
-        ("tools", '["github"]', f"{NOT_BUILT} (tools that run outside: issue 15)"),
-        ("secrets", '["telegram"]',
-         f"{NOT_BUILT} (secrets added by their plugin's rule: issue 14)"),
     ],
 )
 def test_V1_verbs_not_built_yet_are_refused_naming_their_issue(
@@ -1158,3 +1155,40 @@ def test_pause_refusals(write_spec: WriteSpec, env: dict[str, str], body: str,
                         reason: str) -> None:
     _file, _key, found = _error(write_spec(body + "\n"), env)
     assert reason in found
+
+
+
+def test_verbs_secrets_tools_and_local_models_read_into_the_policy(
+    write_spec: WriteSpec, env: dict[str, str]
+) -> None:
+    spec = write_spec('[verbs]\nsecrets = ["telegram", "bot-2"]\ntools = ["github"]\n'
+                      "[localhost]\nports = [5432]\nmodels = [11434, 8080]\n")
+    policy = load_spec(spec, env)
+    assert (policy.secrets, policy.tools, policy.local_models, policy.localhost_ports) == (
+        ("telegram", "bot-2"), ("github",), (11434, 8080), (5432,))
+    assert policy.needs_proxy() and policy.has_wire()
+
+
+@pytest.mark.parametrize(("text", "key", "reason"), [
+    ("[verbs]\nsecrets = []", "verbs.secrets", "an empty list turns nothing on; name "
+     "secrets (lnk-sandbox secret list), or drop the key"),
+    ("[verbs]\ntools = []", "verbs.tools", "an empty list turns nothing on; name tools "
+     "(lnk-sandbox tool list), or drop the key"),
+    ('[verbs]\nsecrets = "telegram"', "verbs.secrets",
+     "must be a list of secrets' names, not a string"),
+    ('[verbs]\nsecrets = ["a.b"]', "verbs.secrets[0]", "a secret's name is 1 to 32 ASCII "
+     "letters, digits, '-' or '_', starting with a letter or digit"),
+    ('[verbs]\ntools = ["x", "x"]', "verbs.tools[1]", "'x' is named twice"),
+    ("[localhost]\nports = [11434]\nmodels = [11434]", "localhost.models[0]",
+     "port 11434 is in [localhost] ports too: a models port is relayed through the "
+     "inference filter, a plain port is not; name it once"),
+    ("[localhost]\nmodels = [3128]", "localhost.ports", None),
+])
+def test_verbs_secrets_tools_and_local_models_refusals(
+    write_spec: WriteSpec, env: dict[str, str], text: str, key: str, reason: str | None
+) -> None:
+    spec = write_spec(text + "\n")
+    found = _error(spec, env)
+    assert found[:2] == (str(spec), key), found
+    if reason is not None:
+        assert found[2] == reason, found
