@@ -29,6 +29,10 @@ from __future__ import annotations
 
 from lnk_common import serving
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from lnk_proxy.mcp_verb import Asker
+
 __all__ = ["PLACEHOLDER_VARIABLE", "SECRET_PLACEHOLDERS_VARIABLE", "URL_SECRET_VARIABLE", "main",
            "secret_placeholders"]
 
@@ -52,7 +56,8 @@ def secret_placeholders(text: str) -> dict[str, bytes]:
 def main(argv: list[str] | None = None) -> None:
     options = serving.parse_options("lnk-sandbox-proxy", argv,
                                     ("--host", "--endpoint", "--lan", "--model",
-                                     "--server-tools", "--secret", "--local-model"))
+                                     "--server-tools", "--secret", "--local-model",
+                                     "--tool"))
     _check_verbs(options)
     serving.start_helper()
     listeners = serving.receive_listeners(options, "proxy tcp")
@@ -90,11 +95,32 @@ def _check_verbs(options: dict[str, list[str]]) -> None:
     elif any(not (port.isascii() and port.isdigit() and port[0] != "0"
                   and int(port) <= 65535) for port in options["--local-model"]):
         problem = "--local-model takes a port, 1 to 65535"
-    elif options["--local-model"] and len(os.environ.get(URL_SECRET_VARIABLE, "")) < 32:
-        problem = f"--local-model needs the sandbox's URL secret in {URL_SECRET_VARIABLE}"
+    elif (options["--local-model"] or options["--tool"]) and len(
+            os.environ.get(URL_SECRET_VARIABLE, "")) < 32:
+        problem = (f"--local-model and --tool need the sandbox's URL secret in "
+                   f"{URL_SECRET_VARIABLE}")
+    elif len(set(options["--tool"])) != len(options["--tool"]):
+        problem = "--tool names a tool twice"
     if problem:
         print(f"lnk-sandbox-proxy: {problem}", file=sys.stderr)
         sys.exit(2)
+
+
+def _asker(settings: str, wire: str) -> Asker | None:
+    """How the MCP verb asks the person before a tools/call (lnk_ask), or None where the
+    package is not there: then every call that must be asked is refused (fail closed)."""
+    import importlib
+
+    try:
+        ask_async = importlib.import_module("lnk_ask").ask_async
+    except (ImportError, AttributeError):
+        return None
+
+    async def ask(title: str, question: str) -> tuple[bool, str]:
+        yes, how = await ask_async(settings, wire, title, question)
+        return bool(yes), str(how)
+
+    return ask
 
 
 def serve(listeners: list[tuple[int, str]], options: dict[str, list[str]]) -> None:
@@ -138,14 +164,23 @@ def serve(listeners: list[tuple[int, str]], options: dict[str, list[str]]) -> No
         secret = SecretVerb(settings=settings,
                             placeholders={name: given[name] for name in options["--secret"]})
     url_secret = b""
-    if options["--local-model"]:
+    if options["--local-model"] or options["--tool"]:
         import os
 
         url_secret = os.environ[URL_SECRET_VARIABLE].encode()
+    tools = {}
+    for name in options["--tool"]:
+        from lnk_common.tools import ToolError, read_tool
+
+        try:
+            tools[name] = read_tool(settings, name)
+        except ToolError as error:  # removed since the run began: its calls are 404
+            serving.say(f"lnk-sandbox-proxy: the tool {name} is not served: {error}")
     proxy = Proxy(rules=rules, machine=Machine.gather(), book=book, model=model,
                   secret=secret, url_secret=url_secret,
                   local_ports=frozenset(int(port) for port in options["--local-model"]),
-                  server_tools=options["--server-tools"] == ["yes"],
+                  server_tools=options["--server-tools"] == ["yes"], tools=tools,
+                  ask=_asker(settings, wire) if tools else None,
                   log=WireLog(settings, wire), settings=settings, wire=wire,
                   controls=serving.controls_from(options), say=serving.say,
                   resolver=dns_resolver(server_address) if server_address else system_resolver)
@@ -171,6 +206,7 @@ def serve(listeners: list[tuple[int, str]], options: dict[str, list[str]]) -> No
             handler = proxy.handle_endpoint if role == "endpoint" else proxy.handle
             servers.append(await asyncio.start_server(handler, sock=sock, limit=1 << 20))
         closers += [server.close for server in servers]
+        closers.append(proxy.close_tools)
 
         def stop() -> None:
             for close in closers:

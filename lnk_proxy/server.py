@@ -40,6 +40,7 @@ import h11
 from lnk_common.controls import Controls, SharedControls
 from lnk_common.endpoints import PROXY_ADDRESS, PROXY_PORT, AddressBook
 from lnk_common.model_rules import MAX_BODY_BYTES, PROVIDER_HOSTS
+from lnk_common.tools import Tool
 from lnk_common.wire import OUT_OF_DESCRIPTORS, Refused, Wire, is_out_of_descriptors
 from lnk_common.wirelog import WireLog
 from lnk_proxy import sni
@@ -52,6 +53,7 @@ from lnk_proxy.decide import (
     matching_rule,
 )
 from lnk_proxy.head import HeadError, RequestHead, check_head, head_end
+from lnk_proxy.mcp_verb import Asker, ToolProcess
 from lnk_proxy.model_verb import ModelVerb
 from lnk_proxy.resolver import system_resolver
 from lnk_proxy.secret_verb import MAX_BODY_BYTES as SECRET_BODY_BYTES
@@ -83,6 +85,8 @@ HELLO_SECONDS = 10.0
 # rules' own limit (model_rules.MAX_BODY_BYTES, with its reason), refused (413) from the
 # Content-Length before a byte of it is read, else as it passes.
 MAX_MODEL_BODY_BYTES = MAX_BODY_BYTES
+# One MCP message from the program (lnk_proxy.mcp_verb.MAX_MESSAGE_BYTES, with its reason).
+MAX_MCP_BODY_BYTES = 16 * 1024 * 1024
 # How often a call that waits on its upstream looks whether its client went away.
 CLIENT_WATCH_SECONDS = 0.25
 
@@ -141,6 +145,7 @@ def _asks_to_upgrade(headers: Sequence[tuple[bytes, bytes]]) -> bool:
 
 
 _PHRASES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+            405: "Method Not Allowed",
             408: "Request Timeout", 413: "Content Too Large", 414: "URI Too Long",
             415: "Unsupported Media Type", 429: "Too Many Requests",
             500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable"}
@@ -167,6 +172,32 @@ class _Outcome:
         self.reusable = False
         self.client_gone = False
         self.failure = ""
+
+
+def _header(request: h11.Request, name: bytes) -> str | None:
+    for field, value in request.headers:
+        if field == name:
+            return value.decode("latin-1")
+    return None
+
+
+async def _respond(client: h11.Connection, writer: asyncio.StreamWriter, status: int,
+                   headers: list[tuple[bytes, bytes]], body: bytes) -> tuple[bool, bytes]:
+    """A response of ours (a verb's own answer), and whether the connection goes on."""
+    headers = [*headers, (b"content-length", str(len(body)).encode("ascii"))]
+    data = client.send(h11.Response(status_code=status, headers=headers)) or b""
+    if body:
+        data += client.send(h11.Data(data=body)) or b""
+    data += client.send(h11.EndOfMessage()) or b""
+    writer.write(data)
+    await writer.drain()
+    if client.our_state is not h11.DONE or client.their_state is not h11.DONE:
+        return False, b""
+    try:
+        client.start_next_cycle()
+    except h11.LocalProtocolError:
+        return False, b""
+    return True, client.trailing_data[0]
 
 
 def _next_cycle(client: h11.Connection, outcome: _Outcome) -> tuple[bool, bytes]:
@@ -229,8 +260,8 @@ class Proxy(Wire):
                  say: Callable[[str], None] | None = None,
                  book: AddressBook | None = None, model: ModelVerb | None = None,
                  secret: SecretVerb | None = None, url_secret: bytes = b"",
-                 local_ports: frozenset[int] = frozenset(), server_tools: bool = False
-                 ) -> None:
+                 local_ports: frozenset[int] = frozenset(), server_tools: bool = False,
+                 tools: dict[str, Tool] | None = None, ask: Asker | None = None) -> None:
         super().__init__(log=log, settings=settings, wire=wire, controls=controls, say=say)
         self.rules = rules
         self.model = model
@@ -239,7 +270,11 @@ class Proxy(Wire):
         # for [localhost] models ports.
         self.url_secret = url_secret
         self.local_ports = local_ports
-        self.url_parts = frozenset({"local"} if local_ports else ())
+        self.tools = tools or {}
+        self.tool_processes: dict[str, ToolProcess] = {}
+        self.ask = ask
+        self.url_parts = frozenset({part for part, on in (
+            ("local", bool(local_ports)), ("mcp", bool(self.tools))) if on})
         self.server_tools = server_tools
         # The verbs this sandbox's spec turned on ([verbs]); every other answers 404.
         self.verbs = frozenset({verb for verb, on in (
@@ -804,8 +839,90 @@ class Proxy(Wire):
         except Refused as refusal:
             await self._refuse(writer, "-", refusal, verb=True)
             return False, b""
-        assert part == "local"  # the one part built; the others are off (404) until theirs
+        if part == "mcp":
+            return await self._mcp_call(after, request, client, reader, writer)
+        assert part == "local"  # the parts built; `open` is off (404) until issue 16
         return await self._local_call(after, request, client, reader, writer)
+
+    async def _mcp_call(self, after: str, request: h11.Request, client: h11.Connection,
+                        reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+                        ) -> tuple[bool, bytes]:
+        """`/_link/s/<secret>/mcp/<name>`: one JSON-RPC message of MCP's Streamable HTTP
+        to the tool's process (lnk_proxy.mcp_verb), answered as JSON. Logged `mcp:<name>`,
+        never a method's arguments."""
+        from lnk_proxy.mcp_verb import McpError, parse_message
+
+        name = after[1:] if after.startswith("/") else ""
+        tool = self.tools.get(name)
+        if tool is None:
+            await self._refuse(writer, "-", Refused(404, "not among this sandbox's tools "
+                                                         "([verbs] tools names them)"),
+                               verb=True)
+            return False, b""
+        authority = f"mcp:{name}"
+        if request.method != b"POST":
+            if request.method == b"DELETE":
+                self._tool(tool).sessions.discard(_header(request, b"mcp-session-id") or "")
+                return await _respond(client, writer, 200, [], b"")
+            # Not a refusal: Streamable HTTP's way for a server to say it offers no
+            # stream of its own (a client opens one after initialize, and goes on).
+            return await _respond(client, writer, 405, [(b"allow", b"POST, DELETE")], b"")
+        try:
+            self.gate()
+            raw = await _read_body(request, client, reader, writer, MAX_MCP_BODY_BYTES)
+            message = parse_message(raw)
+        except McpError as error:
+            await self._refuse(writer, authority, Refused(error.status, error.reason),
+                               verb=True)
+            return False, b""
+        except Refused as refusal:
+            await self._refuse(writer, authority, refusal, verb=True)
+            return False, b""
+        call = next(self.ids)
+        self.log.write("allowed", authority, f"id={call} kind=mcp")
+        started = time.monotonic()
+        failure = ""
+        try:
+            response, session = await self._tool(tool).answer(
+                message, _header(request, b"mcp-session-id"), self.ask, self.wire or "-")
+        except McpError as error:
+            failure = f" error={error.status}"
+            await self._refuse(writer, authority, Refused(error.status, error.reason,
+                                                          counts=error.status != 502),
+                               verb=True)
+            return False, b""
+        finally:
+            self.log.write("ended", authority, f"id={call} seconds="
+                                               f"{time.monotonic() - started:.3f}{failure}")
+        if response is None:
+            return await _respond(client, writer, 202, [], b"")
+        if "error" in response and str(response["error"].get("message", "")).startswith(
+                "refused: "):
+            self.log.write("refused", authority, "reason=a tools/call the person did not "
+                                                 "allow, or could not be asked")
+        headers = [(b"content-type", b"application/json")]
+        if session is not None:
+            headers.append((b"mcp-session-id", session.encode("ascii")))
+        import orjson
+
+        return await _respond(client, writer, 200, headers, orjson.dumps(response))
+
+    def _tool(self, tool: Tool) -> ToolProcess:
+        """The tool's process for this sandbox (made, not started: started on use)."""
+        process = self.tool_processes.get(tool.name)
+        if process is None:
+            import os
+
+            # One log a tool, shared by the sandboxes that run it (appended; cut to its
+            # newest part when a process starts): a run's own would pile up a file a run.
+            log = os.path.join(self.settings or "/nonexistent", "sandbox", "tools",
+                               f"{tool.name}.log")
+            process = self.tool_processes[tool.name] = ToolProcess(tool, log)
+        return process
+
+    def close_tools(self) -> None:
+        for process in self.tool_processes.values():
+            process.close()
 
     async def _local_call(self, after: str, request: h11.Request, client: h11.Connection,
                           reader: asyncio.StreamReader, writer: asyncio.StreamWriter

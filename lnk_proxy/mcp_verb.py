@@ -1,0 +1,309 @@
+"""The MCP verb: `/_link/s/<URL secret>/mcp/<name>`, a tool that runs outside (a stdio MCP
+server the person defined: lnk_common.tools), reached from inside over MCP's Streamable
+HTTP.
+
+The proxy is the tool process's one client: it starts the command on first use (outside,
+as the person, one process per sandbox and tool, its stderr to a bounded log in Link's
+settings), initializes it itself (protocol 2025-11-25), and relays each JSON-RPC request
+of the program to it under ids of its own, answering with the tool's response under the
+program's id, as `application/json` (Streamable HTTP lets a server answer a POST with JSON
+instead of a stream). The program's `initialize` is answered from the tool's own
+InitializeResult (with the version the program asked for, when it is one we relay), with
+an `Mcp-Session-Id`; a request carrying a session id that is not ours is 404 (the client
+initializes again); one carrying none is taken (the stateless 2026-07-28 revision sends
+none). Notifications from the program are taken (202) and not relayed; requests from the
+tool to the program (sampling, elicitation, roots) are answered with an error: nothing in
+the sandbox is asked to act for a tool.
+
+Every `tools/call` asks the person first (lnk_ask), unless the tool's definition allows the
+MCP tool by name (`--allow`) or says `--ask none`; a refusal, an error or silence is a
+JSON-RPC error saying so, and the call never reaches the tool. `tools/list` passes as the
+tool gives it. Each call is a line on the wire's log (`mcp:<name>`, never its arguments)
+and counts toward calls a minute.
+
+McpError is the one error of the parsing here (an HTTP status and one line).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from lnk_common.tools import Tool
+
+__all__ = ["MAX_MESSAGE_BYTES", "RELAYED_VERSIONS", "McpError", "ToolProcess", "parse_message",
+           "plain"]
+
+# One JSON-RPC message from the program, or one line from the tool: a tool's result with
+# a screenshot or a file is a few MiB; more is refused (the program) or ends the tool
+# (a line the proxy will not hold).
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+# How long the tool has to start and answer `initialize`.
+START_SECONDS = 30.0
+# How long one request may wait for the tool's answer (a tool may work for minutes).
+CALL_SECONDS = 600.0
+# The MCP revisions whose requests are the same JSON-RPC for what is relayed here
+# (tools, resources, prompts): the program's `initialize` gets the version it asked for
+# when it is one of these, else the tool's own.
+RELAYED_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+OUR_VERSION = "2025-11-25"
+# A question shown to the person: bounded (lnk_ask escapes and bounds it again).
+MAX_SHOWN_ARGUMENTS = 2000
+
+
+class McpError(Exception):
+    """A request the MCP verb refuses before the tool sees it."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(status, reason)
+        self.status = status
+        self.reason = reason
+
+
+def parse_message(raw: bytes) -> dict[str, Any]:
+    """One JSON-RPC 2.0 message (a request or a notification), or McpError."""
+    if len(raw) > MAX_MESSAGE_BYTES:
+        raise McpError(413, f"a message is at most {MAX_MESSAGE_BYTES // (1024 * 1024)} MiB")
+    try:
+        message = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise McpError(400, "the body is not JSON") from None
+    if isinstance(message, list):
+        raise McpError(400, "a batch of messages is refused (MCP dropped batching in "
+                            "2025-06-18): send one message a POST")
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+        raise McpError(400, "the body is not a JSON-RPC 2.0 message")
+    method = message.get("method")
+    if not isinstance(method, str) or not method:
+        raise McpError(400, "a message to a tool is a request or a notification (a "
+                            "method); responses to the tool are not taken")
+    if "id" in message and not isinstance(message["id"], (str, int)):
+        raise McpError(400, "a request's id is a string or a number")
+    return message
+
+
+def plain(value: Any, limit: int = MAX_SHOWN_ARGUMENTS) -> str:
+    """`value` as JSON in printable ASCII (non-ASCII escaped), cut at `limit`."""
+    text = orjson.dumps(value).decode("utf-8")
+    shown = text.encode("ascii", "backslashreplace").decode("ascii")
+    shown = "".join(character if 32 <= ord(character) < 127 else f"\\x{ord(character):02x}"
+                    for character in shown)
+    return shown if len(shown) <= limit else shown[:limit] + f"… ({len(shown)} characters)"
+
+
+def _error(message_id: Any, code: int, text: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": message_id, "error": {"code": code, "message": text}}
+
+
+Asker = Callable[[str, str], Awaitable[tuple[bool, str]]]
+
+
+class ToolProcess:
+    """One tool's process for this sandbox, and the proxy's client session with it."""
+
+    def __init__(self, tool: Tool, log_path: str) -> None:
+        self.tool = tool
+        self.log_path = log_path
+        self.process: asyncio.subprocess.Process | None = None
+        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.next_id = 0
+        self.init_result: dict[str, Any] | None = None
+        self.sessions: set[str] = set()
+        self.starting: asyncio.Lock = asyncio.Lock()
+        self.writing: asyncio.Lock = asyncio.Lock()
+        self.reader: asyncio.Task[None] | None = None
+
+    # -- the process ----------------------------------------------------------------------
+
+    async def ensure(self) -> None:
+        """Started and initialized, or McpError (502) saying why."""
+        async with self.starting:
+            if self.process is not None and self.process.returncode is None \
+                    and self.init_result is not None:
+                return
+            await self._start()
+
+    async def _start(self) -> None:
+        self.close()
+        # stderr to a log of its own in Link's settings, appended (bounded by the
+        # rotation lnk_common.boundedlog gives the wire's logs is not applied to a child's
+        # raw stream: cut here at open time instead, keeping the newest part).
+        folder = os.path.dirname(self.log_path)
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        _trim(self.log_path)
+        log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+                      | os.O_NOFOLLOW, 0o600)
+        try:
+            self.process = await asyncio.create_subprocess_exec(
+                *self.tool.command, stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=log, limit=MAX_MESSAGE_BYTES,
+                cwd=os.environ.get("HOME") or "/", start_new_session=True)
+        except OSError as error:
+            raise McpError(502, f"the tool {self.tool.name} could not be started "
+                                f"({error.strerror})") from None
+        finally:
+            os.close(log)
+        self.reader = asyncio.ensure_future(self._read())
+        try:
+            result = await asyncio.wait_for(self.request("initialize", {
+                "protocolVersion": OUR_VERSION, "capabilities": {},
+                "clientInfo": {"name": "lnk-sandbox", "version": "1"}}), START_SECONDS)
+        except TimeoutError:
+            self.close()
+            raise McpError(502, f"the tool {self.tool.name} did not answer initialize in "
+                                f"{START_SECONDS:g} s") from None
+        if "result" not in result or not isinstance(result["result"], dict):
+            self.close()
+            raise McpError(502, f"the tool {self.tool.name} refused initialize")
+        self.init_result = result["result"]
+        await self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    async def _read(self) -> None:
+        """The tool's stdout, a message a line: responses resolve their request; the
+        tool's own requests get an error; notifications are dropped."""
+        assert self.process is not None and self.process.stdout is not None
+        stdout = self.process.stdout
+        try:
+            while True:
+                try:
+                    line = await stdout.readline()
+                except ValueError:  # a line over the limit: the tool is not one to hold
+                    break
+                if not line:
+                    break
+                try:
+                    message = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue  # not MCP: a tool that prints to stdout; nothing to relay
+                if not isinstance(message, dict):
+                    continue
+                if "method" in message and "id" in message:
+                    await self._send(_error(message["id"], -32601,
+                                            "lnk-sandbox relays no request to the sandbox"))
+                    continue
+                answered = message.get("id")
+                waiting = (self.pending.pop(answered, None) if isinstance(answered, int)
+                           else None)
+                if waiting is not None and not waiting.done():
+                    waiting.set_result(message)
+        finally:
+            for waiting in self.pending.values():
+                if not waiting.done():
+                    waiting.set_exception(McpError(502, f"the tool {self.tool.name} ended"))
+            self.pending.clear()
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        assert self.process is not None and self.process.stdin is not None
+        async with self.writing:
+            self.process.stdin.write(orjson.dumps(message) + b"\n")
+            try:
+                await self.process.stdin.drain()
+            except ConnectionError:
+                raise McpError(502, f"the tool {self.tool.name} ended") from None
+
+    async def request(self, method: str, params: Any) -> dict[str, Any]:
+        """The tool's response to one request of ours (its `result` or `error`)."""
+        self.next_id += 1
+        ours = self.next_id
+        waiting: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.pending[ours] = waiting
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": ours, "method": method}
+        if params is not None:
+            message["params"] = params
+        try:
+            await self._send(message)
+            return await waiting
+        finally:
+            self.pending.pop(ours, None)
+
+    def close(self) -> None:
+        if self.reader is not None:
+            self.reader.cancel()
+            self.reader = None
+        if self.process is not None and self.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.terminate()
+        self.process = None
+        self.init_result = None
+
+    # -- the program's messages --------------------------------------------------------------
+
+    async def answer(self, message: dict[str, Any], session: str | None, ask: Asker | None,
+                     wire: str) -> tuple[dict[str, Any] | None, str | None]:
+        """(the response to the program, or None for a notification; the session id to
+        send back, for an initialize)."""
+        method = message["method"]
+        if "id" not in message:
+            return None, None  # a notification: taken, not relayed
+        message_id = message["id"]
+        if session is not None and session not in self.sessions:
+            raise McpError(404, "no such session (it ended with the tool, or is not this "
+                                "sandbox's): initialize again")
+        await self.ensure()
+        if method == "initialize":
+            assert self.init_result is not None
+            result = dict(self.init_result)
+            asked = (message.get("params") or {}).get("protocolVersion")
+            if asked in RELAYED_VERSIONS:
+                result["protocolVersion"] = asked
+            new_session = secrets.token_hex(16)
+            self.sessions.add(new_session)
+            return {"jsonrpc": "2.0", "id": message_id, "result": result}, new_session
+        if method == "ping":
+            return {"jsonrpc": "2.0", "id": message_id, "result": {}}, None
+        if method == "tools/call":
+            params = message.get("params")
+            name = params.get("name") if isinstance(params, dict) else None
+            if not isinstance(name, str):
+                return _error(message_id, -32602, "tools/call needs a tool's name"), None
+            if self.tool.asks_for(name):
+                if ask is None:
+                    return _error(message_id, -32001, f"refused: {name} must be asked of "
+                                  "the person, and no way to ask is available here"), None
+                arguments = params.get("arguments") if isinstance(params, dict) else None
+                yes, how = await ask(
+                    f"The sandbox {wire} asks to run {self.tool.name}: {plain(name, 128)}",
+                    f"arguments: {plain(arguments)}")
+                if not yes:
+                    return _error(message_id, -32001, f"refused: the person did not allow "
+                                  f"{name} ({how})"), None
+        try:
+            response = await asyncio.wait_for(
+                self.request(method, message.get("params")), CALL_SECONDS)
+        except TimeoutError:
+            return _error(message_id, -32001, f"the tool did not answer in "
+                                              f"{CALL_SECONDS:g} s"), None
+        response = dict(response)
+        response["id"] = message_id
+        return response, None
+
+
+# A tool's stderr log is cut to its newest MAX_TOOL_LOG_BYTES when the tool starts: a
+# chatty tool cannot fill Link's settings.
+MAX_TOOL_LOG_BYTES = 1024 * 1024
+
+
+def _trim(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        size = os.fstat(fd).st_size
+        if size <= MAX_TOOL_LOG_BYTES:
+            return
+        os.lseek(fd, size - MAX_TOOL_LOG_BYTES // 2, os.SEEK_SET)
+        kept = os.read(fd, MAX_TOOL_LOG_BYTES // 2)
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, f"[{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} earlier "
+                     "lines cut]\n".encode() + kept)
+    finally:
+        os.close(fd)
