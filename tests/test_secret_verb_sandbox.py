@@ -66,6 +66,7 @@ RELATIVE = (400, "a relative segment ('.' or '..') is refused, never resolved")
 NO_SHAPE = (404, "the path has none of the shapes this secret's rule allows")
 SEGMENT_REFUSED = (403, "a segment of the path is a name the secret's rule refuses (whatever "
                         "its case)")
+METHOD_REFUSED = (405, "this method is not allowed for this secret (allowed: GET, POST)")
 WRONG_PLACEHOLDER = (403, "the call does not carry the placeholder this sandbox was given "
                           "where the rule puts the secret")
 IN_PATH = "(the method goes in the path, where the rule checks it)"
@@ -82,11 +83,13 @@ P = ENV["LNK_SECRET_TELEGRAM"]
 SPLIT = urllib.parse.urlsplit(URL)
 out = {}
 
-def raw(method, target, body=None, headers=None):
-    """[status, body] of one request to the verb, its target sent as written."""
+def raw(method, target, body=None, headers=None, *, whole=False):
+    """[status, body] of one request to the verb (`whole`: to the proxy), its target sent
+    as written."""
     connection = http.client.HTTPConnection(SPLIT.hostname, SPLIT.port, timeout=20)
     try:
-        connection.request(method, SPLIT.path + target, body=body, headers=headers or {})
+        connection.request(method, target if whole else SPLIT.path + target, body=body,
+                           headers=headers or {})
         response = connection.getresponse()
         return [response.status, response.read().decode("utf-8", "replace")]
     finally:
@@ -333,6 +336,9 @@ def attacks() -> list[tuple[str, str, str, str, dict[str, str], tuple[int, str]]
              (403, "a multipart field named method is refused (the method goes in the path)")),
         ]
     found += [
+        ("PUT", "PUT", "/botP/getMe", "", {}, METHOD_REFUSED),
+        ("DELETE", "DELETE", "/botP/getMe", "", {}, METHOD_REFUSED),
+        ("HEAD", "HEAD", "/botP/getMe", "", {}, METHOD_REFUSED),
         ("empty method", "POST", "/botP/", "", {}, EMPTY_SEGMENT),
         ("empty method, GET", "GET", "/botP/", "", {}, EMPTY_SEGMENT),
         ("no method", "POST", "/botP", "", {}, NO_SHAPE),
@@ -379,16 +385,36 @@ async def main():
     finally:
         await bot.session.close()
 asyncio.run(main())
+import gzip
+# A body the verb cannot read for a `method` field; the name's case; straight to the host.
+out["gzip"] = raw("POST", "/bot" + P + "/getMe", gzip.compress(b"method=logOut"),
+                  {"Content-Type": "application/x-www-form-urlencoded",
+                   "Content-Encoding": "gzip"})
+out["name case"] = raw("POST", "/_link/secret/Telegram/bot" + P + "/getMe", whole=True)
+out["direct"] = raw("POST", "http://api.telegram.org/bot" + P + "/logOut",
+                    headers={"Host": "api.telegram.org"}, whole=True)
+out["connect"] = raw("CONNECT", "api.telegram.org:443", whole=True)
 out["placeholder"] = P
 ''', str(write_json(tmp_path / "plan.json", plan)))
     placeholder = out["placeholder"]
-    for (label, *_, (status, reason)), (got, body) in zip(cases, out["raw"], strict=True):
+    for (label, method, *_, (status, reason)), (got, body) in zip(cases, out["raw"],
+                                                                  strict=True):
         assert got == status, (label, got, body)
+        if method == "HEAD":
+            continue  # its answer has no body: the status says it
         answer = json.loads(body)
         assert answer["ok"] is False and answer["error_code"] == status, (label, body)
         assert answer["description"] == reason, (label, body)
         assert answer["error"]["message"] == reason, (label, body)
         assert placeholder not in body and token not in body, (label, body)
+    assert out["gzip"][0] == 415, out["gzip"]
+    assert json.loads(out["gzip"][1])["description"] == (
+        "a compressed request body cannot be checked; send it uncompressed"), out["gzip"]
+    assert out["name case"][0] == 404 and "names are compared exactly" in out["name case"][1]
+    for way in ("direct", "connect"):
+        assert out[way][0] == 403, out[way]
+        assert "api.telegram.org:" in out[way][1] and "not in this sandbox's hosts" in (
+            out[way][1]), out[way]
     for client in ("ptb", "aiogram"):
         for name, (kind, shown) in out[client].items():
             assert NAME_REFUSED[1] in shown, (client, name, kind, shown)
