@@ -344,6 +344,21 @@ def attacks() -> list[tuple[str, str, str, str, dict[str, str], tuple[int, str]]
         ("no method", "POST", "/botP", "", {}, NO_SHAPE),
         ("double slash", "POST", "/botP//getMe", "", {}, EMPTY_SEGMENT),
         ("empty file path", "GET", "/file/botP/", "", {}, EMPTY_SEGMENT),
+        # `method` hidden in a body's other spellings.
+        ("form, second pair", "POST", "/botP/sendMessage", "chat_id=1&Method=logOut",
+         {"Content-Type": "Application/X-WWW-Form-Urlencoded; charset=utf-8"},
+         (403, f"a form parameter named method is refused {IN_PATH}")),
+        ("JSON escape", "POST", "/botP/sendMessage", '{"chat_id": 1, "\\u006dethod": "close"}',
+         {"Content-Type": "application/json"},
+         (403, f"a body field named method is refused {IN_PATH}")),
+        ("multipart, unquoted", "POST", "/botP/getMe",
+         '--b\r\nContent-Disposition: form-data; name=METHOD\r\n\r\nclose\r\n--b--\r\n',
+         {"Content-Type": 'multipart/form-data; boundary="b"'},
+         (403, "a multipart field named method is refused (the method goes in the path)")),
+        ("multipart, name*=", "POST", "/botP/getMe",
+         "--b\r\nContent-Disposition: form-data; name*=utf-8''method\r\n\r\nclose\r\n"
+         "--b--\r\n", {"Content-Type": "multipart/form-data; boundary=b"},
+         (400, "a multipart field name in the encoded form (name*=) is refused")),
     ]
     return found
 
