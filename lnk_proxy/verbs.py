@@ -66,14 +66,17 @@ _STATUS_WORDS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSI
 def verb_refusal_body(status: int, reason: str) -> bytes:
     """A verb's refusal as one line of JSON in the shape every provider SDK reads its
     error message from: Anthropic's (`type`, `error.type`, `error.message`), OpenAI's
-    (`error.message`, `error.type`, `error.code`) and Google's (`error.code`,
-    `error.message`, `error.status`) at once. Without it, the OpenAI SDK shows only
-    "Error code: 400" and the program never learns why."""
+    (`error.message`, `error.type`, `error.code`), Google's (`error.code`,
+    `error.message`, `error.status`) and Telegram's Bot API's (`ok`, `error_code`,
+    `description`) at once. Without it, the OpenAI SDK shows only "Error code: 400",
+    python-telegram-bot only "Forbidden (403)", aiogram "Failed to deserialize object"
+    (its answer model needs `ok`), and the program never learns why."""
     import orjson  # the proxy has it (the verbs' bodies are read with it), the frame not
 
     return orjson.dumps({"type": "error", "error": {
         "type": "lnk_sandbox_refused", "code": status,
-        "status": _STATUS_WORDS.get(status, "FAILED_PRECONDITION"), "message": reason}}) + b"\n"
+        "status": _STATUS_WORDS.get(status, "FAILED_PRECONDITION"), "message": reason},
+        "ok": False, "error_code": status, "description": reason}) + b"\n"
 
 
 def is_verb_target(path: str) -> bool:

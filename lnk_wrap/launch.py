@@ -424,7 +424,6 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
     # Never the placeholder's variable in the sandbox, whatever the caller's environment
     # held: the program's is its SDK's key variable.
     env = {name: value for name, value in env.items() if name != PLACEHOLDER_VARIABLE}
-    env = _unreachable_trust_dropped(env, policy, facts)
     proxy_given: dict[str, str] = {PLACEHOLDER_VARIABLE: placeholder} if placeholder else {}
     if policy.secrets or policy.local_models or policy.tools:
         # Each named secret's placeholder (of its rule's shape) and base URL, and the URL
@@ -444,6 +443,9 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
         except verb_env.VerbEnvError as error:
             raise LaunchError(str(error)) from None
         proxy_given.update(verb_env.proxy_environment(secret_placeholders, url_secret))
+    # After the secrets' check: a run refused for a secret not set says that one line, not
+    # a note about a trust variable first.
+    env = _unreachable_trust_dropped(env, policy, facts)
     watch, init_end = _start_watch(policy, facts.loaders)
     facts = facts.with_watch(init_end)
     wire: _Wire | None = None
@@ -545,7 +547,7 @@ def _unreachable_trust_dropped(env: dict[str, str], policy: Policy,
                    policy, facts, os.path.normpath(os.path.join(facts.cwd, env[name]))) is None]
     if not dropped:
         return env
-    _say(f"lnk-sandbox: {', '.join(dropped)} name{'s' if len(dropped) == 1 else ''} a file "
+    _say(f"{', '.join(dropped)} name{'s' if len(dropped) == 1 else ''} a file "
          "the sandbox cannot read; not passed in (the proxy outside still uses "
          f"{'it' if len(dropped) == 1 else 'them'})")
     return {name: value for name, value in env.items() if name not in dropped}

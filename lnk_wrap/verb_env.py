@@ -72,18 +72,38 @@ def url_secret_for(policy: Policy) -> str:
 def secret_placeholders(policy: Policy) -> dict[str, str]:
     """A new placeholder for each secret the policy names, of its rule's shape, or
     VerbEnvError naming the secret and the fix."""
-    from lnk_common.secrets import SecretError, read_rule, read_secret
+    from lnk_common.secrets import (
+        SecretError,
+        list_secrets,
+        read_rule,
+        read_secret,
+        rule_names,
+    )
     from lnk_proxy.secret_rules import SecretRuleError, make_placeholder, parse_rule
 
+    if not policy.secrets:
+        return {}
+    try:
+        stored, ruled = set(list_secrets(policy.settings)), set(rule_names(policy.settings))
+    except SecretError as error:
+        raise VerbEnvError(f"[verbs] secrets: {error}") from None
     found: dict[str, str] = {}
     for name in policy.secrets:
+        # The fix said once, with the rule the secret verb needs (the store's own "not
+        # set" names `secret set NAME` alone, the model verb's fix).
+        fix = f"lnk-sandbox secret set {name} --rule FILE"
+        if name not in stored:
+            raise VerbEnvError(f"[verbs] secrets names {name}, which is not set (set it, "
+                               f"its value on standard input: {fix})")
+        if name not in ruled:
+            raise VerbEnvError(f"[verbs] secrets names {name}, which has no rule kept with "
+                               f"it (set it again with its plugin's rule: {fix})")
         try:
             rule = parse_rule(read_rule(policy.settings, name))
             found[name] = make_placeholder(rule, read_secret(policy.settings, name)).decode(
                 "ascii")
         except SecretError as error:
-            raise VerbEnvError(f"[verbs] secrets names {name}: {error} (set it with: "
-                               f"lnk-sandbox secret set {name} --rule FILE)") from None
+            raise VerbEnvError(f"[verbs] secrets names {name}: {error}") from None
         except SecretRuleError as error:
             raise VerbEnvError(f"[verbs] secrets names {name}: {error.reason}") from None
     return found

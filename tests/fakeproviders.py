@@ -15,6 +15,13 @@ told apart by the path (as each SDK sends it), then the Host field:
                 :countTokens, :embedContent, :batchEmbedContents, GET /v1beta/models (and
                 the same under /v1/, which google-genai 3.x calls by default)
     OpenRouter  the OpenAI forms under /api/v1/ (Host openrouter.ai)
+    Telegram    the Bot API (Host api.telegram.org): /bot<token>/<method> by GET or POST,
+                parameters in the query, urlencoded, JSON or multipart; methods folded
+                to lower case as Telegram does (getMe, sendMessage, getUpdates, getFile,
+                sendPhoto, sendDocument, and every other name answers `true`, so a
+                method the verb should have refused and did not shows here as reached);
+                GET /file/bot<token>/<path> answers the bytes FILE_PREFIX + path. The
+                token is never echoed in an answer.
 
 Any other path answers 404 (so a path the verb should have refused and did not shows as a
 404 from here, never as a 200). Every request is appended, before it is answered, to
@@ -57,6 +64,15 @@ PROVIDER_NAMES = ("api.anthropic.com", "api.openai.com", "generativelanguage.goo
                   "openrouter.ai")
 PROVIDERS_ADDRESS = "10.212.0.3"
 PROVIDERS_PORT = 443
+# The Bot API's fake: its name, in the certificate and the DNS's fixed names beside the others.
+TELEGRAM_HOST = "api.telegram.org"
+SERVED_NAMES = (*PROVIDER_NAMES, TELEGRAM_HOST)
+# What a file download under /file/bot<token>/<path> answers: this, then the path.
+FILE_PREFIX = b"fake-telegram-file:"
+# The file_path getFile answers.
+TELEGRAM_FILE_PATH = "photos/file_7.jpg"
+_BOT_PATH = re.compile(r"/bot([^/]*)/(.*)", re.DOTALL)
+_FILE_PATH = re.compile(r"/file/bot([^/]*)/(.*)", re.DOTALL)
 # A request body larger than this is not read (the verb's own limit is 32 MiB).
 MAX_BODY_BYTES = 64 * 1024 * 1024
 # Pacing a model name may ask for: at most this many deltas, this far apart, this large.
@@ -91,7 +107,7 @@ def make_certificates(state: Path) -> None:
     where.mkdir(parents=True, exist_ok=True)
     os.chmod(where, 0o755)  # noqa: S103
     ca = trustme.CA(organization_name="lnk-sandbox test providers")
-    issued = ca.issue_cert(*PROVIDER_NAMES)
+    issued = ca.issue_cert(*SERVED_NAMES)
     ca.cert_pem.write_to_path(str(ca_file(state)))
     issued.cert_chain_pems[0].write_to_path(str(where / "cert.pem"))
     for extra in issued.cert_chain_pems[1:]:
@@ -246,6 +262,9 @@ class _Handler(BaseHTTPRequestHandler):
         split = urlsplit(self.path)
         path, query = split.path, split.query
         host = self.headers.get("Host", "").split(":")[0].lower()
+        if host == TELEGRAM_HOST:
+            self._telegram(path, query, body)
+            return
         if path.startswith("/api/v1/") and host in ("openrouter.ai", ""):
             path = path[len("/api"):]
         model = str(request.get("model") or "")
@@ -424,6 +443,55 @@ class _Handler(BaseHTTPRequestHandler):
                          "data": [{"object": "embedding", "index": 0, "embedding": vector}],
                          "usage": {"prompt_tokens": 1, "total_tokens": 1}})
 
+    # Telegram's Bot API
+
+    def _telegram(self, path: str, query: str, body: bytes) -> None:
+        if self.command == "GET" and (found := _FILE_PATH.fullmatch(path)):
+            data = FILE_PREFIX + found.group(2).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        found = _BOT_PATH.fullmatch(path)
+        if found is None or self.command not in ("GET", "POST"):
+            self._json(404, {"ok": False, "error_code": 404, "description": "Not Found"})
+            return
+        token, method = found.groups()
+        bot_id = int(token.partition(":")[0]) if token.partition(":")[0].isdigit() else 1
+        parameters = _parameters(self.headers.get("Content-Type", ""), query, body)
+        chat = {"id": 4242, "type": "private", "first_name": "Someone"}
+        message: dict[str, Any] = {"message_id": 7, "date": int(time.time()), "chat": chat,
+                                   "from": {"id": bot_id, "is_bot": True,
+                                            "first_name": "Fake"}}
+        result: Any
+        lowered = method.lower()
+        if lowered == "getme":
+            result = {"id": bot_id, "is_bot": True, "first_name": "Fake",
+                      "username": "fake_bot", "can_join_groups": True,
+                      "can_read_all_group_messages": False, "supports_inline_queries": False}
+        elif lowered == "sendmessage":
+            result = {**message, "text": parameters.get("text", "")}
+        elif lowered == "getupdates":
+            result = [{"update_id": 1000, "message": {
+                **message, "from": {"id": 4242, "is_bot": False, "first_name": "Someone"},
+                "text": "hello bot"}}]
+        elif lowered == "getfile":
+            result = {"file_id": parameters.get("file_id", "f"), "file_unique_id": "u7",
+                      "file_size": len(FILE_PREFIX) + len(TELEGRAM_FILE_PATH),
+                      "file_path": TELEGRAM_FILE_PATH}
+        elif lowered in ("sendphoto", "senddocument"):
+            result = {**message, "caption": parameters.get("caption", ""), "photo": [
+                {"file_id": "photo-7", "file_unique_id": "u7", "width": 1, "height": 1,
+                 "file_size": len(body)}]}
+        elif not method or not method.isalnum():
+            self._json(404, {"ok": False, "error_code": 404, "description": "Not Found"})
+            return
+        else:
+            result = True  # setWebhook, logOut …: reached, which the log shows
+        self._json(200, {"ok": True, "result": result})
+
     # Gemini
 
     def _gemini(self, model: str, method: str, sse: bool) -> None:
@@ -453,6 +521,36 @@ class _Handler(BaseHTTPRequestHandler):
             for index, text in enumerate(self._deltas(model)):
                 self._event(answer(text, "STOP" if index == last else None))
             self._end_stream()
+
+
+def _parameters(content_type: str, query: str, body: bytes) -> dict[str, str]:
+    """A Bot API call's parameters, from the query and a JSON, urlencoded or multipart body
+    (text fields only; a file part's bytes are left out)."""
+    from email.message import EmailMessage
+    from email.parser import BytesParser
+    from email.policy import default
+    from urllib.parse import parse_qsl
+
+    found = dict(parse_qsl(query, keep_blank_values=True))
+    kind = content_type.split(";")[0].strip().lower()
+    with contextlib.suppress(ValueError, UnicodeDecodeError):
+        if kind == "application/json":
+            loaded = json.loads(body or b"{}")
+            if isinstance(loaded, dict):
+                found.update({key: str(value) for key, value in loaded.items()})
+        elif kind == "application/x-www-form-urlencoded":
+            found.update(parse_qsl(body.decode(), keep_blank_values=True))
+        elif kind == "multipart/form-data":
+            message = BytesParser(policy=default).parsebytes(
+                b"Content-Type: " + content_type.encode() + b"\r\n\r\n" + body)
+            assert isinstance(message, EmailMessage)
+            for part in message.iter_parts() if message.is_multipart() else ():
+                name = part.get_param("name", header="content-disposition")
+                if isinstance(name, str) and part.get_filename() is None:
+                    payload = part.get_payload(decode=True)
+                    if isinstance(payload, bytes):
+                        found[name] = payload.decode("utf-8", "replace")
+    return found
 
 
 class _Server(ThreadingHTTPServer):

@@ -16,7 +16,8 @@ Names go into /etc/hosts (and are removed): allowed.lnkt, denied.lnkt, other.lnk
 origin; self-lo.lnkt → 127.0.0.1; self-eth.lnkt → this machine's own address; meta.lnkt →
 169.254.169.254. A second origin address (10.212.0.3) serves the fake model providers
 over HTTPS on 443 (tests/fakeproviders.py: api.anthropic.com, api.openai.com,
-generativelanguage.googleapis.com, openrouter.ai, which the test DNS server answers with
+generativelanguage.googleapis.com, openrouter.ai, and a fake Bot API for api.telegram.org,
+which the test DNS server answers with
 that address and /etc/hosts never names), with a certificate signed by a test CA whose
 PEM is STATE/providers/ca.pem; what they receive is logged in STATE/providers/requests.jsonl.
 The state folder holds the certificate, the served files, the DNS zone
@@ -327,7 +328,7 @@ def _up(state: Path, postgres: Path, init: subprocess.Popen[bytes]) -> None:
             os.chmod(Path(top, name), 0o644)
     testservers.write_initial_zone(state)
     testservers.write_fixed_zone(state, {name: {"A": [PROVIDERS_ADDRESS]}
-                                         for name in fakeproviders.PROVIDER_NAMES})
+                                         for name in fakeproviders.SERVED_NAMES})
     fakeproviders.make_certificates(state)
     _run("ip", "netns", "add", ROUTER)
     _run("ip", "netns", "add", ORIGIN)

@@ -13,8 +13,9 @@ the trailing dot to their records:
 
 STATE/dns/fixed.json (written by `up`, not writable by the tests) holds names answered
 whatever zone.json says (zone.json's entry wins where both have a name): the fake model
-providers' real names (tests/fakeproviders.py), so that a test which rewrites the zone
-from its own copy of INITIAL_ZONE never takes them away from a test running beside it.
+providers' real names and api.telegram.org (tests/fakeproviders.SERVED_NAMES), so that a
+test which rewrites the zone from its own copy of INITIAL_ZONE never takes them away from a
+test running beside it.
 
 A name absent is NXDOMAIN; a name present without the type asked is NOERROR with no
 answer; TTL 5. Every query received is appended to STATE/dns/queries.log as one line
