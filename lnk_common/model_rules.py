@@ -30,6 +30,8 @@ from typing import Any
 
 import orjson
 
+from lnk_common.refusal import StatusError
+
 __all__ = [
     "MAX_BODY_BYTES",
     "MAX_FALLBACK_MODELS",
@@ -71,18 +73,8 @@ MAX_FALLBACK_MODELS = 16
 MAX_TARGET_BYTES = 2048
 
 
-class ModelRequestError(Exception):
+class ModelRequestError(StatusError):
     """A call the model verb refuses: an HTTP status and one line the program may read."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        if "\n" in reason or "\r" in reason:
-            raise ValueError("a refusal reason is one line")
-        super().__init__(status, reason)
-        self.status = status
-        self.reason = reason
-
-    def __str__(self) -> str:
-        return f"{self.status} {self.reason}"
 
 
 # ---------------------------------------------------------------------------------------------

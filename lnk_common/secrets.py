@@ -289,21 +289,28 @@ def list_secrets(settings_root: str) -> list[str]:
 def rule_names(settings_root: str) -> list[str]:
     """The names of the secrets kept with a rule (a regular file `<name>.rule` beside a
     stored secret), sorted."""
+    return _names_with(settings_root, RULE_SUFFIX, beside_a_secret=True)
+
+
+def _names_with(settings_root: str, suffix: str, *, beside_a_secret: bool) -> list[str]:
+    """The valid names of regular files `<name><suffix>` in the secrets folder (with
+    `beside_a_secret`, only those whose secret `<name>` is a regular file too), sorted."""
     folder = _secrets_folder(settings_root, make=False)
     if folder is None:
         return []
     try:
         names = []
         for entry in os.listdir(folder):
-            name = entry.removesuffix(RULE_SUFFIX)
+            name = entry.removesuffix(suffix)
             if name == entry or name_problem(name) is not None:
                 continue
             try:
-                rule = os.stat(entry, dir_fd=folder, follow_symlinks=False)
-                value = os.stat(name, dir_fd=folder, follow_symlinks=False)
+                found = [os.stat(entry, dir_fd=folder, follow_symlinks=False)]
+                if beside_a_secret:
+                    found.append(os.stat(name, dir_fd=folder, follow_symlinks=False))
             except FileNotFoundError:
                 continue
-            if stat.S_ISREG(rule.st_mode) and stat.S_ISREG(value.st_mode):
+            if all(stat.S_ISREG(info.st_mode) for info in found):
                 names.append(name)
     finally:
         os.close(folder)
@@ -436,24 +443,7 @@ def write_tool_file(settings_root: str, name: str, definition: bytes) -> None:
 
 def tool_names(settings_root: str) -> list[str]:
     """The names of the tools defined, sorted (regular files `<name>.tool`)."""
-    folder = _secrets_folder(settings_root, make=False)
-    if folder is None:
-        return []
-    try:
-        names = []
-        for entry in os.listdir(folder):
-            name = entry.removesuffix(TOOL_SUFFIX)
-            if name == entry or name_problem(name) is not None:
-                continue
-            try:
-                info = os.stat(entry, dir_fd=folder, follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            if stat.S_ISREG(info.st_mode):
-                names.append(name)
-    finally:
-        os.close(folder)
-    return sorted(names)
+    return _names_with(settings_root, TOOL_SUFFIX, beside_a_secret=False)
 
 
 def remove_tool_file(settings_root: str, name: str) -> bool:

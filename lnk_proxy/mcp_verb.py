@@ -36,6 +36,7 @@ from typing import Any
 
 import orjson
 
+from lnk_common.refusal import StatusError
 from lnk_common.tools import Tool
 
 __all__ = ["MAX_MESSAGE_BYTES", "RELAYED_VERSIONS", "McpError", "ToolProcess", "parse_message",
@@ -58,13 +59,8 @@ OUR_VERSION = "2025-11-25"
 MAX_SHOWN_ARGUMENTS = 2000
 
 
-class McpError(Exception):
+class McpError(StatusError):
     """A request the MCP verb refuses before the tool sees it."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(status, reason)
-        self.status = status
-        self.reason = reason
 
 
 def parse_message(raw: bytes) -> dict[str, Any]:

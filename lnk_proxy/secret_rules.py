@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from lnk_common.refusal import StatusError
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
@@ -150,19 +152,9 @@ _SECRET_IN_PATH = re.compile(rb"[A-Za-z0-9._~:-]+\Z")
 _SECRET_ID = re.compile(rb"([0-9]{1,20}):")
 
 
-class SecretRuleError(Exception):
+class SecretRuleError(StatusError):
     """A rule or a call refused: an HTTP status and one line that never quotes a secret, a
     placeholder or the call's path."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        if "\n" in reason or "\r" in reason:
-            raise ValueError("a refusal reason is one line")
-        super().__init__(status, reason)
-        self.status = status
-        self.reason = reason
-
-    def __str__(self) -> str:
-        return f"{self.status} {self.reason}"
 
 
 def _rule_error(reason: str) -> SecretRuleError:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import hmac
 
+from lnk_common.refusal import StatusError
+
 __all__ = ["MODEL", "PREFIX", "SECRET", "URL_SECRET", "URL_SECRET_PARTS", "VERBS", "VerbError",
            "is_verb_target", "split_local", "split_provider", "split_url_secret", "split_verb",
            "verb_refusal_body"]
@@ -46,13 +48,8 @@ _URL_SECRET_SHAPE = ("the URL secret's path is /_link/s/<secret>/<"
                      + "|".join(sorted(URL_SECRET_PARTS)) + ">/…")
 
 
-class VerbError(Exception):
+class VerbError(StatusError):
     """A verb call refused before it is the verb's own: a status and one line."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(status, reason)
-        self.status = status
-        self.reason = reason
 
 
 # The error's `status` words by HTTP status, as Google's APIs spell them (google-genai
