@@ -50,7 +50,11 @@ Kind = Literal["request", "notification", "response"]
 
 
 class MessageError(Exception):
-    """A line is not one JSON-RPC message we relay."""
+    """A line is not one JSON-RPC message we relay; `code` is JSON-RPC's for it."""
+
+    def __init__(self, text: str, code: int = -32600) -> None:
+        super().__init__(text)
+        self.code = code
 
 
 class SseError(Exception):
@@ -98,7 +102,7 @@ def parse_message(raw: bytes) -> Message:
     try:
         body = load_json(raw)
     except (ValueError, RecursionError) as error:
-        raise MessageError(f"not JSON ({type(error).__name__})") from None
+        raise MessageError(f"not JSON ({type(error).__name__})", code=-32700) from None
     if not isinstance(body, dict) or body.get("jsonrpc") != "2.0":
         raise MessageError("not a JSON-RPC 2.0 object")
     has_id = "id" in body
@@ -145,8 +149,11 @@ class SessionState:
             version if isinstance(version, str) and _VISIBLE_ASCII.fullmatch(version) else None)
         return problem
 
-    def forget_session(self) -> None:
-        self.session_id = None
+    def forget_session(self, expired: str | None = None) -> None:
+        """Forget the session (all of it, or only if it is still `expired`: a request
+        that learnt of an expiry late must not drop the session a new handshake made)."""
+        if expired is None or self.session_id == expired:
+            self.session_id = None
 
 
 def routing_headers(message: Message, state: SessionState) -> list[tuple[str, str]]:

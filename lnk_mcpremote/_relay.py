@@ -173,7 +173,7 @@ class Relay:
         if message.kind == "request":
             with self._state_lock:
                 self._in_flight[message.id] = (connection, modern)
-        sent_session = any(name == "MCP-Session-Id" for name, _ in headers)
+        sent_session = next((value for name, value in headers if name == "MCP-Session-Id"), None)
         try:
             response = self._send(connection, "POST", headers, message.raw)
             self._answer(message, response, sent_session)
@@ -199,7 +199,7 @@ class Relay:
         return False
 
     def _answer(self, message: Message, response: http.client.HTTPResponse,
-                sent_session: bool) -> None:
+                sent_session: str | None) -> None:
         status = response.status
         if status == 202 or (message.kind != "request" and 200 <= status < 300):
             if message.kind == "request":
@@ -208,9 +208,9 @@ class Relay:
         if 300 <= status < 400:
             self._fail(message, f"the remote answered HTTP {status} (a redirect, not followed)")
             return
-        if status == 404 and sent_session:
+        if status == 404 and sent_session is not None:
             with self._state_lock:
-                self._state.forget_session()
+                self._state.forget_session(sent_session)
             self._fail(message, "the remote session expired (HTTP 404): initialize again")
             return
         if status >= 400:
@@ -309,9 +309,8 @@ class Relay:
             message = parse_message(raw)
         except MessageError as error:
             self._say(f"{_PROGRAM}: a line from the client refused: {error}")
-            # -32700 or -32600 with id null, as JSON-RPC says when the id cannot be read.
-            code = -32700 if "JSON" in str(error) else -32600
-            self._emit(error_line(None, code, f"{_PROGRAM}: {error}"))
+            # id null, as JSON-RPC says when the id cannot be read.
+            self._emit(error_line(None, error.code, f"{_PROGRAM}: {error}"))
             return
         modern = message.modern_version is not None
         if message.kind == "notification" and message.method == "notifications/cancelled" \
