@@ -68,7 +68,7 @@ class ArgumentError(Exception):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Target:
     """Where the remote server is. `connect_host` is the address dialled (for
-    `localhost`: 127.0.0.1, never a name /etc/hosts could point elsewhere);
+    http://localhost: 127.0.0.1, never a name /etc/hosts could point elsewhere);
     `host_header` is what the Host header says."""
 
     scheme: str
@@ -141,7 +141,9 @@ def parse_target(url: str) -> Target:
     path = parts.path or "/"
     if parts.query:
         path = f"{path}?{parts.query}"
-    connect_host = "127.0.0.1" if host == _LOOPBACK_NAME else literal
+    # Plain http to `localhost` dials 127.0.0.1 itself; over TLS the name is resolved as
+    # any other, since the certificate, checked against it, is what is trusted.
+    connect_host = "127.0.0.1" if scheme == "http" and host == _LOOPBACK_NAME else literal
     return Target(scheme=scheme, host=literal, port=port, path=path,
                   connect_host=connect_host, host_header=host_header)
 

@@ -16,6 +16,7 @@ import http.server
 import json
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -27,6 +28,7 @@ from typing import Any
 
 import anyio
 import pytest
+import trustme
 import uvicorn
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -247,7 +249,8 @@ class Recorder:
 def recorder() -> Iterator[Callable[..., Recorder]]:
     servers: list[http.server.ThreadingHTTPServer] = []
 
-    def start(answer: Handler, address: str = "127.0.0.1") -> Recorder:
+    def start(answer: Handler, address: str = "127.0.0.1",
+              tls: ssl.SSLContext | None = None) -> Recorder:
         record = Recorder(answer, address)
 
         class Handle(http.server.BaseHTTPRequestHandler):
@@ -272,6 +275,8 @@ def recorder() -> Iterator[Callable[..., Recorder]]:
             address_family = socket.AF_INET6 if ":" in address else socket.AF_INET
 
         server = Server((address, 0), Handle)
+        if tls is not None:
+            server.socket = tls.wrap_socket(server.socket, server_side=True)
         record.port = server.server_address[1]
         servers.append(server)
         threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -344,6 +349,30 @@ def test_loopback_by_every_name_is_taken(recorder: Callable[..., Recorder]) -> N
         assert code == 0 and out[0]["result"]["protocolVersion"] == "2025-11-25", err
         expected_host = f"{host}:{server.port}"
         assert server.requests[0][1]["host"] == expected_host
+
+
+def test_https_is_verified_against_the_cas_ssl_cert_file_names(
+        recorder: Callable[..., Recorder], tmp_path: Path) -> None:
+    """TLS with Python's default context: a certificate from a CA in SSL_CERT_FILE is
+    taken, for the name in the URL; an unknown CA, or a certificate for another name, is
+    no (and no token is sent)."""
+    authority = trustme.CA()
+    authority.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert("localhost").configure_cert(context)
+    server = recorder(answer_result, tls=context)
+    url = f"https://localhost:{server.port}/mcp"
+    header = ["--header", f"Authorization: Bearer {TOKEN}"]
+    trusted = {"SSL_CERT_FILE": str(tmp_path / "ca.pem")}
+    out, err, _ = relay([url, *header], [INITIALIZE], env=trusted)
+    assert out[0]["result"]["protocolVersion"] == "2025-11-25", err
+    assert server.requests[0][1]["authorization"] == f"Bearer {TOKEN}"
+    out, err, _ = relay([url, *header], [INITIALIZE])
+    assert "CERTIFICATE_VERIFY_FAILED" in out[0]["error"]["message"] and TOKEN not in err
+    out, _, _ = relay([f"https://127.0.0.1:{server.port}/mcp", *header], [INITIALIZE],
+                      env=trusted)
+    assert "CERTIFICATE_VERIFY_FAILED" in out[0]["error"]["message"]  # named for localhost only
+    assert len(server.requests) == 1
 
 
 def test_a_redirect_is_not_followed(recorder: Callable[..., Recorder]) -> None:
