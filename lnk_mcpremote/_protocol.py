@@ -9,6 +9,10 @@ Two revisions (PROVIDERS.md §6.1, §6.2), chosen by the client inside, never by
   carries `MCP-Protocol-Version`, `Mcp-Method` and, for `tools/call`, `prompts/get` and
   `resources/read`, `Mcp-Name`, all taken from the body (a server checks they agree).
 A body whose `_meta` names a revision is sent under it; any other is the handshake's.
+Under 2026-07-28 a tool may also ask for `Mcp-Param-{Name}` headers mirrored from its
+arguments (`x-mcp-header` on a property of its inputSchema): the client inside speaks
+stdio, where there are no headers, so they are made here from the tools/list answers
+this relay has carried (`SessionState.learn_tools`), as the SDK's own client does.
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from typing import Any, Literal
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
+    "MAX_PARAM_HEADERS_PER_TOOL",
+    "MAX_SCHEMA_DEPTH",
+    "MAX_TOOLS_KNOWN",
     "NAME_BEARING_METHODS",
     "PROTOCOL_VERSION_META_KEY",
     "Message",
@@ -31,6 +38,8 @@ __all__ = [
     "SseReader",
     "encode_header_value",
     "error_line",
+    "param_header_map",
+    "param_headers",
     "parse_message",
     "routing_headers",
 ]
@@ -41,6 +50,16 @@ MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 PROTOCOL_VERSION_META_KEY = "io.modelcontextprotocol/protocolVersion"
 # Method -> the params key mirrored into `Mcp-Name` (2026-07-28, basic/transports).
 NAME_BEARING_METHODS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+# Tools whose `x-mcp-header` map is kept, and headers a tool may ask for: a tools/list
+# is the server's to make as long as it likes; what is kept of it here is bounded.
+MAX_TOOLS_KNOWN = 4096
+MAX_PARAM_HEADERS_PER_TOOL = 16
+# How deep a chain of `properties` is followed for an `x-mcp-header`.
+MAX_SCHEMA_DEPTH = 16
+_X_MCP_HEADER = "x-mcp-header"
+# RFC 9110's token: what an `x-mcp-header` may name (the SDK's rule).
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,64}")
+_MIRRORED_TYPES = frozenset({"string", "integer", "boolean"})
 # A protocol version or a session id is visible ASCII (the spec's rule for the id).
 _VISIBLE_ASCII = re.compile(r"[\x21-\x7e]{1,256}")
 _HEADER_SAFE = re.compile(r"[\x20-\x7e]*")
@@ -125,13 +144,74 @@ def encode_header_value(value: str) -> str:
     return f"=?base64?{base64.b64encode(value.encode('utf-8')).decode('ascii')}?="
 
 
+def param_header_map(input_schema: Any) -> dict[tuple[str, ...], str]:
+    """`x-mcp-header` annotations reachable from a tool's inputSchema through a chain of
+    `properties` only, on string, integer or boolean properties: path -> header token.
+    Anything else is not mirrored (a server validates nothing for such a schema)."""
+    found: dict[tuple[str, ...], str] = {}
+    stack: list[tuple[tuple[str, ...], Any]] = [((), input_schema)]
+    while stack and len(found) < MAX_PARAM_HEADERS_PER_TOOL:
+        path, schema = stack.pop()
+        if not isinstance(schema, dict):
+            continue
+        token = schema.get(_X_MCP_HEADER)
+        if path and isinstance(token, str) and _TOKEN.fullmatch(token) \
+                and schema.get("type") in _MIRRORED_TYPES:
+            found[path] = token
+        properties = schema.get("properties")
+        if isinstance(properties, dict) and len(path) < MAX_SCHEMA_DEPTH:
+            stack.extend(((*path, name), sub) for name, sub in properties.items()
+                         if isinstance(name, str))
+    return found
+
+
+def param_headers(header_map: dict[tuple[str, ...], str], arguments: Any) -> list[tuple[str, str]]:
+    """The `Mcp-Param-*` headers of one tools/call: each annotated argument present and a
+    scalar, `true`/`false` for a boolean, encoded as any MCP header value."""
+    headers = []
+    for path, token in header_map.items():
+        value = arguments
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if isinstance(value, bool):
+            rendered = "true" if value else "false"
+        elif isinstance(value, str | int | float):
+            try:
+                rendered = str(value)
+            except ValueError:  # an int past CPython's digits limit has no rendering
+                continue
+        else:
+            continue
+        headers.append((f"Mcp-Param-{token}", encode_header_value(rendered)))
+    return headers
+
+
 @dataclass(slots=True)
 class SessionState:
-    """What 2025-11-25's handshake left: the session and the version it settled on."""
+    """What the remote has told: 2025-11-25's session and the version it settled on, and
+    the `x-mcp-header` maps of the tools its 2026-07-28 tools/list answers named."""
 
     session_id: str | None = None
     protocol_version: str | None = None
-    revisions_seen: set[str] = field(default_factory=set)
+    tool_param_headers: dict[str, dict[tuple[str, ...], str]] = field(default_factory=dict)
+
+    def learn_tools(self, answer: Any) -> None:
+        """From a tools/list answer: each tool's `x-mcp-header` map (a page adds to what
+        earlier pages gave; a tool named again is replaced)."""
+        result = answer.get("result") if isinstance(answer, dict) else None
+        tools = result.get("tools") if isinstance(result, dict) else None
+        for tool in tools if isinstance(tools, list) else []:
+            name = tool.get("name") if isinstance(tool, dict) else None
+            if not isinstance(name, str):
+                continue
+            header_map = param_header_map(tool.get("inputSchema"))
+            if header_map:
+                if name not in self.tool_param_headers \
+                        and len(self.tool_param_headers) >= MAX_TOOLS_KNOWN:
+                    continue
+                self.tool_param_headers[name] = header_map
+            else:
+                self.tool_param_headers.pop(name, None)
 
     def on_initialize_answer(self, session_id: str | None, answer: Any) -> str | None:
         """After `initialize` answered: keep its session and version. Returns a problem
@@ -171,6 +251,10 @@ def routing_headers(message: Message, state: SessionState) -> list[tuple[str, st
             name = params.get(key) if key is not None and isinstance(params, dict) else None
             if isinstance(name, str):
                 headers.append(("Mcp-Name", encode_header_value(name)))
+            header_map = state.tool_param_headers.get(name) \
+                if message.method == "tools/call" and isinstance(name, str) else None
+            if header_map and isinstance(params, dict):
+                headers.extend(param_headers(header_map, params.get("arguments")))
         return headers
     if message.method == "initialize":
         # A new handshake: no session and no version yet (an old one must not leak onto it).

@@ -240,6 +240,9 @@ class Relay:
 
     def _on_answer(self, message: Message, response: http.client.HTTPResponse,
                    answer: dict[str, Any]) -> None:
+        if message.method == "tools/list" and message.modern_version is not None:
+            with self._state_lock:
+                self._state.learn_tools(answer)
         if message.method == "initialize" and message.modern_version is None \
                 and answer.get("id") == message.id and "result" in answer:
             with self._state_lock:

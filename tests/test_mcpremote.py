@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 import pytest
@@ -35,6 +35,7 @@ from hypothesis import strategies as st
 from mcp import Client, ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.server.mcpserver import Context, MCPServer
+from pydantic import Field
 
 from lnk_mcpremote import (
     MAX_HEADERS,
@@ -43,7 +44,7 @@ from lnk_mcpremote import (
     parse_arguments,
     parse_target,
 )
-from lnk_mcpremote._protocol import SseError, SseEvent
+from lnk_mcpremote._protocol import SessionState, SseError, SseEvent, parse_message, routing_headers
 
 settings.register_profile("fast", max_examples=300, deadline=None)
 settings.register_profile("deep", max_examples=20000, deadline=None)
@@ -73,6 +74,11 @@ def _sdk_server() -> MCPServer:
     def add(a: int, b: int) -> int:
         """Add two numbers."""
         return a + b
+
+    @server.tool()
+    def fetch(repo: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Repo"})]) -> str:
+        """Names an argument the 2026-07-28 client mirrors as `Mcp-Param-Repo`."""
+        return f"fetched {repo}"
 
     @server.tool()
     async def note(text: str, ctx: Context) -> str:
@@ -148,7 +154,7 @@ def test_the_sdk_client_reaches_the_sdk_server_by_session_revision(
 
     initialized, tools, added, noted = anyio.run(session)
     assert initialized.protocol_version == "2025-11-25"
-    assert tools == ["add", "note"]
+    assert tools == ["add", "fetch", "note"]
     assert added.structured_content == {"result": 42}
     assert noted.structured_content == {"result": "noted far"}
     assert logs == ["working on far"]  # the notification came first, on the call's SSE
@@ -171,25 +177,30 @@ def test_the_sdk_client_reaches_the_sdk_server_by_session_revision(
 def test_the_sdk_client_reaches_the_sdk_server_by_stateless_revision(
         sdk_server: tuple[str, Seen]) -> None:
     """2026-07-28 (the SDK client's "auto" probes server/discover): no session, and on
-    every POST the version, Mcp-Method and (tools/call) Mcp-Name, which the SDK server
-    checks against the body."""
+    every POST the version, Mcp-Method, (tools/call) Mcp-Name and a tool's Mcp-Param-*
+    mirrored from its arguments, which the SDK server checks against the body."""
     url, seen = sdk_server
 
-    async def session() -> tuple[list[str], Any]:
+    async def session() -> tuple[list[str], Any, Any]:
         params = _params(url, f"Authorization: Bearer {TOKEN}")
         with anyio.fail_after(STEP_TIMEOUT_SECONDS):
             async with Client(params, mode="auto") as client:
                 tools = [tool.name for tool in (await client.list_tools()).tools]
-                return tools, await client.call_tool("add", {"a": 1, "b": 2})
+                added = await client.call_tool("add", {"a": 1, "b": 2})
+                return tools, added, await client.call_tool("fetch", {"repo": "caf\u00e9/x"})
 
-    tools, added = anyio.run(session)
-    assert tools == ["add", "note"]
+    tools, added, fetched = anyio.run(session)
+    assert tools == ["add", "fetch", "note"]
     assert added.structured_content == {"result": 3}
+    assert fetched.structured_content == {"result": "fetched caf\u00e9/x"}, fetched
     methods = [(h.get("mcp-method"), h.get("mcp-name")) for _, h in seen.requests]
-    assert methods == [("server/discover", None), ("tools/list", None), ("tools/call", "add")]
+    assert methods == [("server/discover", None), ("tools/list", None), ("tools/call", "add"),
+                       ("tools/call", "fetch")]
+    encoded = base64.b64encode("caf\u00e9/x".encode()).decode()
+    assert seen.requests[-1][1]["mcp-param-repo"] == f"=?base64?{encoded}?="
     assert all(h.get("mcp-protocol-version") == "2026-07-28" for _, h in seen.requests)
     assert all("mcp-session-id" not in h for _, h in seen.requests)
-    assert [method for method, _ in seen.requests] == ["POST"] * 3  # no session, no DELETE
+    assert [method for method, _ in seen.requests] == ["POST"] * 4  # no session, no DELETE
 
 
 # -- the console script alone, JSON lines in and out --------------------------------
@@ -480,6 +491,31 @@ def test_stateless_headers_come_from_the_body(recorder: Callable[..., Recorder])
     assert seen[4]["mcp-name"] == "p"
     assert all(h["mcp-protocol-version"] == "2026-07-28" and "mcp-session-id" not in h
                for h in seen.values())
+
+
+def test_param_headers_follow_the_tools_list_the_relay_carried() -> None:
+    """`x-mcp-header` on a properties chain (string, integer, boolean) is mirrored; on an
+    object, past the chain, or not a token, it is not; a tool listed again is replaced."""
+    state = SessionState()
+    schema = {"type": "object", "properties": {
+        "repo": {"type": "string", "x-mcp-header": "Repo"},
+        "opts": {"type": "object", "properties": {
+            "dry": {"type": "boolean", "x-mcp-header": "Dry"},
+            "n": {"type": "integer", "x-mcp-header": "N"}}},
+        "blob": {"type": "object", "x-mcp-header": "Blob"},
+        "bad": {"type": "string", "x-mcp-header": "no spaces"},
+        "deep": {"anyOf": [{"type": "string", "x-mcp-header": "Off"}]}}}
+    state.learn_tools({"result": {"tools": [{"name": "t", "inputSchema": schema}]}})
+    call = parse_message(json.dumps(_modern(5, "tools/call", {"name": "t", "arguments": {
+        "repo": "r", "opts": {"dry": True, "n": 7}, "blob": {}, "bad": "x"}})).encode())
+    headers = dict(routing_headers(call, state))
+    assert {k: v for k, v in headers.items() if k.startswith("Mcp-Param-")} == {
+        "Mcp-Param-Repo": "r", "Mcp-Param-Dry": "true", "Mcp-Param-N": "7"}
+    state.learn_tools({"result": {"tools": [{"name": "t", "inputSchema": {}}]}})
+    assert not [k for k, _ in routing_headers(call, state) if k.startswith("Mcp-Param-")]
+    legacy = parse_message(json.dumps({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+                                       "params": {"name": "t"}}).encode())
+    assert routing_headers(legacy, state) == []
 
 
 def test_a_404_on_a_session_says_it_expired_and_the_next_initialize_starts_clean(
