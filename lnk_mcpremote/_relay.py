@@ -340,6 +340,11 @@ class Relay:
         def run() -> None:
             try:
                 self._post(message, headers, modern)
+            except BrokenPipeError:
+                pass  # the client is gone; the reading thread sees its end
+            except Exception as error:  # a bug: this request is refused, the others go on
+                with contextlib.suppress(BrokenPipeError):
+                    self._fail(message, f"internal error ({type(error).__name__})")
             finally:
                 self._slots.release()
 
