@@ -86,10 +86,6 @@ def _printable(text: str, limit: int = 120) -> str:
     return "".join(c if " " <= c <= "~" else "?" for c in text[:limit])
 
 
-class _Cancelled(Exception):
-    """A 2026-07-28 request the client cancelled: its connection was closed on purpose."""
-
-
 class Relay:
     def __init__(self, arguments: Arguments, stdout: BinaryIO, stderr: Callable[[str], None],
                  ssl_context: ssl.SSLContext | None = None) -> None:
@@ -106,8 +102,10 @@ class Relay:
         self._write_lock = threading.Lock()
         self._state_lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(MAX_IN_FLIGHT)
-        # Requests in flight: id -> (connection, sent under 2026-07-28?).
-        self._in_flight: dict[Any, tuple[http.client.HTTPConnection, bool]] = {}
+        # Requests in flight: id -> (their socket, sent under 2026-07-28?). The socket, not
+        # the connection: http.client hands it to the response and forgets it when the
+        # answer is read to the connection's close (an SSE answer without a length).
+        self._in_flight: dict[Any, tuple[socket.socket, bool]] = {}
         self._cancelled: set[Any] = set()
         self._threads: list[threading.Thread] = []
         self._last_modern = False
@@ -123,7 +121,13 @@ class Relay:
         self._emit(json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode() + b"\n")
 
     def _fail(self, message: Message, text: str) -> None:
-        """A request gets a JSON-RPC error; anything else a line on stderr."""
+        """A request gets a JSON-RPC error; anything else a line on stderr. A request the
+        client cancelled (2026-07-28: its connection closed here) gets nothing: the
+        client has stopped waiting, and what failed is only the closing."""
+        if message.kind == "request":
+            with self._state_lock:
+                if message.id in self._cancelled:
+                    return
         self._say(f"{_PROGRAM}: {text}")
         if message.kind == "request":
             self._emit(error_line(message.id, ERROR_REMOTE, f"{_PROGRAM}: {text}"))
@@ -170,33 +174,24 @@ class Relay:
             self._fail(message, f"cannot reach {self._target.host_header}: "
                                 f"{_printable(str(error) or type(error).__name__)}")
             return
-        if message.kind == "request":
+        raw_socket = connection.sock
+        if message.kind == "request" and raw_socket is not None:
             with self._state_lock:
-                self._in_flight[message.id] = (connection, modern)
+                self._in_flight[message.id] = (raw_socket, modern)
         sent_session = next((value for name, value in headers if name == "MCP-Session-Id"), None)
         try:
             response = self._send(connection, "POST", headers, message.raw)
             self._answer(message, response, sent_session)
-        except _Cancelled:
-            pass
         except (OSError, http.client.HTTPException, ssl.SSLError) as error:
-            if self._was_cancelled(message):
-                return
             self._fail(message, f"the connection to {self._target.host_header} failed: "
                                 f"{_printable(str(error) or type(error).__name__)}")
         finally:
             with self._state_lock:
                 if message.kind == "request" and self._in_flight.get(message.id, (None,))[0] \
-                        is connection:
+                        is raw_socket:
                     del self._in_flight[message.id]
+                    self._cancelled.discard(message.id)
             connection.close()
-
-    def _was_cancelled(self, message: Message) -> bool:
-        with self._state_lock:
-            if message.kind == "request" and message.id in self._cancelled:
-                self._cancelled.discard(message.id)
-                return True
-        return False
 
     def _answer(self, message: Message, response: http.client.HTTPResponse,
                 sent_session: str | None) -> None:
@@ -362,13 +357,12 @@ class Relay:
             entry = self._in_flight.get(request_id) if request_id is not None else None
             if entry is None:
                 return self._last_modern and message.modern_version is not None
-            connection, modern = entry
+            raw_socket, modern = entry
             if not modern:
                 return False
             self._cancelled.add(request_id)
         with contextlib.suppress(OSError):
-            if connection.sock is not None:
-                connection.sock.shutdown(socket.SHUT_RDWR)
+            raw_socket.shutdown(socket.SHUT_RDWR)
         return True
 
     def end(self) -> None:
@@ -381,10 +375,9 @@ class Relay:
             session_id = self._state.session_id
             version = self._state.protocol_version
             self._state.forget_session()
-            for connection, _ in self._in_flight.values():
+            for raw_socket, _ in self._in_flight.values():
                 with contextlib.suppress(OSError):
-                    if connection.sock is not None:
-                        connection.sock.shutdown(socket.SHUT_RDWR)
+                    raw_socket.shutdown(socket.SHUT_RDWR)
         if session_id is None:
             return
         headers = [("MCP-Session-Id", session_id)]

@@ -518,6 +518,58 @@ def test_param_headers_follow_the_tools_list_the_relay_carried() -> None:
     assert routing_headers(legacy, state) == []
 
 
+def test_a_stateless_cancellation_closes_the_requests_answer_and_is_not_posted(
+        recorder: Callable[..., Recorder]) -> None:
+    """2026-07-28 over HTTP has no client notifications: closing the answer is the
+    cancellation. The relay closes the call's connection, POSTs nothing for it, and
+    answers nothing for the cancelled request; a later request still goes."""
+    closed = threading.Event()
+
+    def answer(handler: http.server.BaseHTTPRequestHandler, body: bytes) -> None:
+        message = json.loads(body)
+        if message["method"] != "tools/call":
+            reply(handler, 200, json.dumps({"jsonrpc": "2.0", "id": message["id"],
+                                            "result": {"resultType": "complete"}}).encode())
+            return
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.end_headers()
+        handler.wfile.flush()
+        handler.connection.settimeout(STEP_TIMEOUT_SECONDS)
+        if handler.rfile.read(1) == b"":  # the relay closed the call's connection
+            closed.set()
+
+    server = recorder(answer)
+    process = subprocess.Popen([MCP_REMOTE, server.url()], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdin is not None and process.stdout is not None
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled",
+              "params": {"requestId": 2, "reason": "no longer needed"}}
+    try:
+        process.stdin.write(json.dumps(_modern(2, "tools/call", {"name": "slow"})).encode()
+                            + b"\n")
+        process.stdin.flush()
+        deadline = time.monotonic() + STEP_TIMEOUT_SECONDS
+        while not server.requests:
+            assert time.monotonic() < deadline, "the call never reached the server"
+            time.sleep(0.02)
+        process.stdin.write(json.dumps(cancel).encode() + b"\n")
+        process.stdin.write(json.dumps(_modern(3, "tools/list", {})).encode() + b"\n")
+        process.stdin.flush()
+        assert closed.wait(STEP_TIMEOUT_SECONDS)
+        later = json.loads(process.stdout.readline())
+        assert later["id"] == 3 and "result" in later
+        process.stdin.close()
+        rest = process.stdout.read()
+        assert process.wait(STEP_TIMEOUT_SECONDS) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert rest == b""  # no answer, not even an error, for the cancelled request
+    assert [json.loads(body)["id"] for _, _, body in server.requests] == [2, 3]
+
+
 def test_a_404_on_a_session_says_it_expired_and_the_next_initialize_starts_clean(
         recorder: Callable[..., Recorder]) -> None:
     sessions = iter(range(1, 100))
