@@ -12,6 +12,7 @@ The installed SDK (mcp 2.3.0) speaks both revisions: its client in mode "auto" p
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.server
 import json
 import os
@@ -44,7 +45,15 @@ from lnk_mcpremote import (
     parse_arguments,
     parse_target,
 )
-from lnk_mcpremote._protocol import SessionState, SseError, SseEvent, parse_message, routing_headers
+from lnk_mcpremote._protocol import (
+    MAX_MESSAGE_BYTES,
+    MessageError,
+    SessionState,
+    SseError,
+    SseEvent,
+    parse_message,
+    routing_headers,
+)
 
 settings.register_profile("fast", max_examples=300, deadline=None)
 settings.register_profile("deep", max_examples=20000, deadline=None)
@@ -594,6 +603,58 @@ def test_a_404_on_a_session_says_it_expired_and_the_next_initialize_starts_clean
     assert "mcp-session-id" not in sent[3]  # the re-initialize carries no stale session
     # The new session is the one ended (a late 404 of the old one did not drop it).
     assert server.requests[-1][0] == "DELETE" and sent["end"]["mcp-session-id"] == "s-2"
+
+
+def test_sigterm_ends_the_session_too(recorder: Callable[..., Recorder]) -> None:
+    """Ended by a signal rather than by the end of stdin (the proxy ending a sandbox's
+    tools), the relay still DELETEs its session, and exits 0."""
+    def answer(handler: http.server.BaseHTTPRequestHandler, body: bytes) -> None:
+        if handler.command == "DELETE":
+            reply(handler, 204)
+            return
+        message = json.loads(body)
+        reply(handler, 200, json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": {
+            "protocolVersion": "2025-11-25"}}).encode(), headers={"Mcp-Session-Id": "s-9"})
+
+    server = recorder(answer)
+    process = subprocess.Popen([MCP_REMOTE, server.url()], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        process.stdin.write(json.dumps(INITIALIZE).encode() + b"\n")
+        process.stdin.flush()
+        assert json.loads(process.stdout.readline())["id"] == 1
+        process.terminate()
+        assert process.wait(STEP_TIMEOUT_SECONDS) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert [(method, headers.get("mcp-session-id")) for method, headers, _ in
+            server.requests] == [("POST", None), ("DELETE", "s-9")]
+
+
+def test_a_message_at_the_limit_is_taken_and_one_byte_more_is_not() -> None:
+    def message(size: int) -> bytes:
+        frame = b'{"jsonrpc":"2.0","method":"m","params":{"pad":""}}'
+        padding = b"x" * (size - len(frame))
+        return frame.replace(b'""', b'"' + padding + b'"')
+
+    assert len(message(MAX_MESSAGE_BYTES)) == MAX_MESSAGE_BYTES
+    assert parse_message(message(MAX_MESSAGE_BYTES)).kind == "notification"
+    with pytest.raises(MessageError, match="over"):
+        parse_message(message(MAX_MESSAGE_BYTES + 1))
+
+
+@settings(settings.get_profile(PROFILE))
+@given(st.one_of(st.binary(max_size=300), st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+        st.sampled_from(["jsonrpc", "id", "method", "params", "result", "error", "_meta"]),
+        inner, max_size=5), max_leaves=20).map(lambda value: json.dumps(value).encode())))
+def test_a_line_parses_or_raises_its_own_error(raw: bytes) -> None:
+    with contextlib.suppress(MessageError):
+        routing_headers(parse_message(raw), SessionState())
 
 
 def test_a_jsonrpc_error_at_an_http_error_is_relayed_with_the_requests_id(
