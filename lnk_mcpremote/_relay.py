@@ -118,7 +118,9 @@ class Relay:
             self._stdout.flush()
 
     def _emit_message(self, body: Any) -> None:
-        self._emit(json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode() + b"\n")
+        # ASCII out: a lone surrogate the remote escaped (`"\ud800"`) stays escaped, and
+        # no byte of a line can be taken for its end.
+        self._emit(json.dumps(body, separators=(",", ":")).encode() + b"\n")
 
     def _fail(self, message: Message, text: str) -> None:
         """A request gets a JSON-RPC error; anything else a line on stderr. A request the
@@ -326,7 +328,7 @@ class Relay:
             self._fail(message, problem)
             return
         if message.kind != "request" or message.method == "initialize":
-            self._post(message, headers, modern)
+            self._guarded_post(message, headers, modern)
             return
         if not self._slots.acquire(blocking=False):
             self._fail(message, f"more than {MAX_IN_FLIGHT} requests in flight")
@@ -334,12 +336,9 @@ class Relay:
 
         def run() -> None:
             try:
-                self._post(message, headers, modern)
+                self._guarded_post(message, headers, modern)
             except BrokenPipeError:
-                pass  # the client is gone; the reading thread sees its end
-            except Exception as error:  # a bug: this request is refused, the others go on
-                with contextlib.suppress(BrokenPipeError):
-                    self._fail(message, f"internal error ({type(error).__name__})")
+                pass  # the client is gone; the reading thread sees its end of stdin
             finally:
                 self._slots.release()
 
@@ -347,6 +346,15 @@ class Relay:
         self._threads = [t for t in self._threads if t.is_alive()]
         self._threads.append(thread)
         thread.start()
+
+    def _guarded_post(self, message: Message, headers: list[tuple[str, str]],
+                      modern: bool) -> None:
+        try:
+            self._post(message, headers, modern)
+        except BrokenPipeError:
+            raise  # the client is gone: the reading thread ends on it
+        except Exception as error:  # a bug: this message is refused, the others go on
+            self._fail(message, f"internal error ({type(error).__name__})")
 
     def _cancel_modern(self, message: Message) -> bool:
         """2026-07-28 over HTTP has no client notifications: closing a request's answer is

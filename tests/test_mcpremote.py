@@ -777,3 +777,16 @@ def test_the_installed_script_starts_python_isolated(tmp_path: Path) -> None:
     done = subprocess.run([MCP_REMOTE, "http://10.0.0.1/"], capture_output=True, text=True,
                           env={"PYTHONPATH": str(tmp_path)}, timeout=30, check=False)
     assert done.returncode == 2 and "swapped" not in done.stdout
+
+
+def test_what_the_remote_escapes_stays_escaped_on_one_ascii_line(
+        recorder: Callable[..., Recorder]) -> None:
+    """A lone surrogate, a U+2028 and a newline inside a string, from the remote: one
+    line, ASCII, the same JSON value."""
+    tricky = "a\ud800b\u2028c\nd"
+    server = recorder(lambda handler, body: reply(handler, 200, json.dumps(
+        {"jsonrpc": "2.0", "id": 1, "result": {"text": tricky}}, indent=2).encode()))
+    done = subprocess.run([MCP_REMOTE, server.url()], capture_output=True, timeout=30,
+                          input=json.dumps(INITIALIZE).encode() + b"\n", check=False)
+    assert done.stdout.isascii() and done.stdout.count(b"\n") == 1
+    assert json.loads(done.stdout)["result"]["text"] == tricky
