@@ -347,18 +347,18 @@ def test_plain_http_off_loopback_is_refused_before_any_connection(
     connection: to this machine's own addresses (a listener there counts connections) and
     to spellings that would land on loopback only once resolved or connected (127.1,
     0.0.0.0, an IPv4-mapped IPv6, `localhost.`)."""
-    addresses = _this_machines_addresses()
-    assert addresses, "this machine has no global address to listen on"
-    for address in addresses:
+    for address in _this_machines_addresses():
         listener = recorder(answer_result, address)
         url = listener.url()
         _, err, code = relay([url, "--header", f"Authorization: Bearer {TOKEN}"], [INITIALIZE])
         assert code == 2 and "plain http:// is refused" in err and TOKEN not in err
         assert err.count("\n") == 1
         assert listener.connections == 0
+    # A listener on every address of this machine (a machine with no global address
+    # still has this one): each spelling below would reach it if it were dialled.
     loopback = recorder(answer_result, "0.0.0.0")  # noqa: S104 - to see 0.0.0.0 not dialled
     for host in ("127.1", "0.0.0.0", "[::ffff:127.0.0.1]", "localhost.", "2130706433",  # noqa: S104
-                 "127.0.0.1.nip.io"):
+                 "127.0.0.1.nip.io", "192.0.2.1", "10.0.0.1"):
         _, err, code = relay([f"http://{host}:{loopback.port}/mcp"], [INITIALIZE])
         assert code == 2, host
         assert err.startswith("lnk-sandbox-mcp-remote: ") and err.count("\n") == 1
