@@ -790,3 +790,13 @@ def test_what_the_remote_escapes_stays_escaped_on_one_ascii_line(
                           input=json.dumps(INITIALIZE).encode() + b"\n", check=False)
     assert done.stdout.isascii() and done.stdout.count(b"\n") == 1
     assert json.loads(done.stdout)["result"]["text"] == tricky
+
+
+def test_an_entry_script_is_written_only_for_our_console_scripts() -> None:
+    from lnk_wrap.entry import EntryError, script
+
+    text = script("/usr/bin/python3.11", "/r", ["/s"], "lnk_mcpremote.main")
+    assert text.startswith("#!/usr/bin/python3.11 -IS\n")
+    assert "from lnk_mcpremote.main import main\n" in text
+    with pytest.raises(EntryError, match="not a module"):
+        script("/usr/bin/python3.11", "/r", ["/s"], "os; import evil")
