@@ -1,0 +1,28 @@
+"""lnk-sandbox-mcp-remote: a stdio MCP server that relays to a remote MCP server over
+Streamable HTTP (lnk_mcpremote.main says how it is run; docs/ARCHITECTURE.md why)."""
+
+from lnk_mcpremote._arguments import (
+    MAX_HEADER_VALUE_BYTES,
+    MAX_HEADERS,
+    ArgumentError,
+    Arguments,
+    Target,
+    parse_arguments,
+    parse_target,
+)
+from lnk_mcpremote._protocol import MAX_MESSAGE_BYTES, SseReader, routing_headers
+from lnk_mcpremote._relay import Relay
+
+__all__ = [
+    "MAX_HEADERS",
+    "MAX_HEADER_VALUE_BYTES",
+    "MAX_MESSAGE_BYTES",
+    "ArgumentError",
+    "Arguments",
+    "Relay",
+    "SseReader",
+    "Target",
+    "parse_arguments",
+    "parse_target",
+    "routing_headers",
+]
