@@ -287,6 +287,27 @@ def test_each_refused_path_and_cloud_model_says_why_and_never_reaches_the_runtim
         CLOUD_MODELS), log
 
 
+LARGE = r'''
+# Python's http.client sends the whole body before it reads a byte of the answer.
+out["answers"] = [ask("POST", "/api/pull", b'{"model": "' + b"a" * (8 << 20) + b'"}')
+                  for _ in range(3)]
+'''
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_large_body_to_a_refused_path_gets_its_refusal_not_a_reset(
+        form: str, runtime: FakeRuntime, write_spec: WriteSpec, sandbox_env: dict[str, str],
+        tmp_path: Path) -> None:
+    """Refused from its head, the body unread: the relay, and the proxy after a verb's
+    refusal, read and drop what still comes (for a while) before they close. The proxy
+    did not: http.client saw "connection reset" instead of its 403."""
+    spec = models_spec(write_spec, tmp_path, runtime.port)
+    out, _ = run_script(spec, sandbox_env, tmp_path, LARGE, form, str(runtime.port))
+    reason = ADMIN_REASONS["pull"]
+    assert out["answers"] == 3 * [[403, refusal_body(403, reason).decode()]]
+    assert runtime.seen == []
+
+
 PROXY_PREFIX = r'''
 secret = SANDBOX_URL.rsplit("/", 1)[1]
 base = f"/_link/s/{secret}"
