@@ -31,6 +31,7 @@ import re
 import secrets
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -306,6 +307,50 @@ def test_a_large_body_to_a_refused_path_gets_its_refusal_not_a_reset(
     reason = ADMIN_REASONS["pull"]
     assert out["answers"] == 3 * [[403, refusal_body(403, reason).decode()]]
     assert runtime.seen == []
+
+
+GONE = r'''
+import socket
+where = urllib.parse.urlsplit(BASE)
+conn = socket.create_connection((where.hostname, where.port), timeout=20)
+body = b'{"model": "hold", "prompt": "x"}'
+conn.sendall(b"POST %s/api/generate HTTP/1.1\r\nHost: %s\r\n"
+             b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+             % (PREFIX.encode(), where.netloc.encode(), len(body), body))
+print("sent", flush=True)
+sys.stdin.readline()  # until the test has seen the runtime get it; then the program ends
+'''
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_program_that_goes_away_ends_the_runtimes_call(
+        form: str, runtime: FakeRuntime, write_spec: WriteSpec, sandbox_env: dict[str, str],
+        tmp_path: Path) -> None:
+    """A runtime thinking for a program that has gone is closed at once (its work and
+    socket not held for nobody), by the relay and by the proxy."""
+    spec = models_spec(write_spec, tmp_path, runtime.port)
+    script = tmp_path / "gone.py"
+    script.write_text(PRELUDE + GONE)
+    run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", VENV_PYTHON,
+                            str(script), form, str(runtime.port)], cwd=str(tmp_path),
+                           env=sandbox_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        assert run.stdin is not None and run.stdout is not None
+        assert run.stdout.readline() == "sent\n"
+        deadline = time.monotonic() + 20
+        while not runtime.seen and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert runtime.paths() == ["POST /api/generate"]
+        assert not runtime.client_closed.is_set()
+        run.stdin.write("\n")
+        run.stdin.flush()
+        assert run.wait(timeout=SANDBOX_TIMEOUT_SECONDS) == 0
+        assert runtime.client_closed.wait(20)  # the runtime's socket closed for it
+    finally:
+        end_run(run)
+    ended = [line for line in wire_log(sandbox_env).splitlines() if "\tended\t" in line]
+    assert len(ended) == 1 and "error=" in ended[0], ended
 
 
 PROXY_PREFIX = r'''
