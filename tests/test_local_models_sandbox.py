@@ -488,6 +488,63 @@ def test_every_wrong_url_secret_gets_the_one_same_refusal(
     assert secret not in done.stderr
 
 
+MALFORMED = r'''
+import socket
+where = urllib.parse.urlsplit(SANDBOX_URL)
+secret = where.path.rsplit("/", 1)[1]
+base = f"{where.path}/local/{PORT}"
+close = "Connection: close\r\n"
+heads = [
+    f"GET {base}/api/tags HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n",
+    f"GET {base}/api/tags\x01 HTTP/1.1\r\nHost: x\r\n\r\n",
+    f"GET {base}/api/tags HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+    f"GET {base}/api/tags HTTP/9.9\r\nHost: x\r\n\r\n",
+    f"GET {base}/" + "a" * 70000 + " HTTP/1.1\r\nHost: x\r\n\r\n",
+    f"GET {base}/api/tags HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n",
+    f"GET http://evil.example{base}/api/tags HTTP/1.1\r\nHost: evil.example\r\n\r\n",
+    f"GET {base}/api/tags?{secret} HTTP/1.1\r\nHost: x\r\n{close}\r\n",
+    f"GET {base}/api/%{secret} HTTP/1.1\r\nHost: x\r\n{close}\r\n",
+    f"GET {base}/api/{secret} HTTP/1.1\r\nHost: x\r\n{close}\r\n",
+    f"GET {base}/api/tags HTTP/1.1\r\nHost: {secret}\r\n{close}\r\n",
+    f"GET http://127.0.0.1:3128{base}/api/{secret} HTTP/1.1\r\nHost: 127.0.0.1:3128\r\n"
+    f"{close}\r\n",
+    f"POST {base}/api/chat HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n{{\"model\":",
+]
+answers = []
+for head in heads:
+    conn = socket.create_connection((where.hostname, where.port), timeout=20)
+    conn.sendall(head.encode())
+    if head.startswith("POST"):
+        conn.shutdown(socket.SHUT_WR)  # a body cut short
+    data = b""
+    while chunk := conn.recv(65536):
+        data += chunk
+    conn.close()
+    answers.append([data.split(b" ")[1].decode(), secret.encode() in data])
+out["answers"] = answers
+out["secret"] = secret
+'''
+
+
+def test_malformed_calls_that_carry_the_url_secret_never_echo_or_log_it(
+        runtime: FakeRuntime, write_spec: WriteSpec, sandbox_env: dict[str, str],
+        tmp_path: Path) -> None:
+    """The secret in the target of heads the proxy refuses before it reads the path (a
+    bad header, a control character, two lengths, another version, a head too large,
+    another coding, another host), in a query, an encoded path, an unknown path and a
+    Host, and a body cut short: no answer and no log line holds it."""
+    spec = models_spec(write_spec, tmp_path, runtime.port, extra=NO_PAUSE)
+    out, done = run_script(spec, sandbox_env, tmp_path, MALFORMED, "proxy", str(runtime.port))
+    statuses = [status for status, _ in out["answers"]]
+    assert statuses == ["400", "400", "400", "400", "400", "400", "403", "400", "400", "404",
+                        "200", "404", "400"], out
+    assert not any(echoed for _, echoed in out["answers"]), out
+    assert out["secret"] not in wire_log(sandbox_env) + done.stderr
+    # The one call the filter passed reached the runtime with its own name as the Host.
+    assert [(seen["path"], seen["headers"]["host"]) for seen in runtime.seen] == [
+        ("/api/tags", f"localhost:{runtime.port}")]
+
+
 def test_an_agents_url_secret_is_kept_and_a_plain_specs_changes(
         agent_specs: dict[str, Path], sandbox_env: dict[str, str], lnk_home: Path,
         tmp_path: Path) -> None:
