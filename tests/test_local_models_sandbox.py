@@ -640,8 +640,8 @@ def test_the_callers_own_variables_of_ours_never_reach_the_program(
            "LNK_SECRET_TELEGRAM_URL": "http://evil.example/", "LNK_SECRET_PLACEHOLDERS":
            "telegram=123:given\n"}
     body = r'''
-out["env"] = {name: value for name, value in os.environ.items() if name.startswith("LNK_")
-              and name != "LNK_HOME"}
+out["env"] = {name: value for name, value in os.environ.items()
+              if name.startswith(("LNK_SECRET", "LNK_URL", "LNK_SANDBOX"))}
 secret = SANDBOX_URL.rsplit("/", 1)[1]
 out["ours"] = ask("GET", f"/_link/s/{secret}/local/{PORT}/api/tags", whole=True)[0]
 out["given"] = ask("GET", f"/_link/s/{GIVEN}/local/{PORT}/api/tags", whole=True)[0]
