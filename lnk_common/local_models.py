@@ -56,6 +56,7 @@ __all__ = [
     "check_body",
     "check_headers",
     "is_cloud_model",
+    "refusal_body",
     "route",
 ]
 
@@ -89,6 +90,25 @@ class LocalModelError(Exception):
 
     def __str__(self) -> str:
         return f"{self.status} {self.reason}"
+
+
+# The verbs' status words (lnk_proxy.verbs._STATUS_WORDS), here so the relay needs nothing
+# of the proxy's package; a test holds the two bodies equal.
+_STATUS_WORDS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
+                 404: "NOT_FOUND", 413: "INVALID_ARGUMENT", 414: "INVALID_ARGUMENT",
+                 415: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL",
+                 502: "UNAVAILABLE", 503: "UNAVAILABLE"}
+
+
+def refusal_body(status: int, reason: str) -> bytes:
+    """A refusal of the filter as the program reads it: the verbs' one line of JSON
+    (lnk_proxy.verbs.verb_refusal_body, byte for byte), so a refusal reads the same by the
+    relayed port and by `/_link/s/<secret>/local/<port>`. A text body was shown by the
+    `openai` SDK as "Error code: 403" alone (it reads only `error.message` of a JSON
+    body); the `ollama` client shows the `error` it finds."""
+    return orjson.dumps({"type": "error", "error": {
+        "type": "lnk_sandbox_refused", "code": status,
+        "status": _STATUS_WORDS.get(status, "FAILED_PRECONDITION"), "message": reason}}) + b"\n"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -89,6 +89,12 @@ MAX_MODEL_BODY_BYTES = MAX_BODY_BYTES
 MAX_MCP_BODY_BYTES = 16 * 1024 * 1024
 # How often a call that waits on its upstream looks whether its client went away.
 CLIENT_WATCH_SECONDS = 0.25
+# After a verb's refusal, what the program still sends (a body not read) is read and
+# dropped for at most this long before the close: a socket closed with unread data
+# resets, and the program's side drops the refusal unread (Python's http.client, which
+# sends a whole body before it reads, saw a reset, not its 403, for an 8 MiB body to a
+# refused local path). The relay's LINGER_SECONDS, for the same reason.
+VERB_LINGER_SECONDS = 2.0
 
 Resolver = Callable[[str, int], Awaitable[list[Address]]]
 
@@ -374,6 +380,16 @@ class Proxy(Wire):
         self.count_refusal(target, refusal)
         with contextlib.suppress(ConnectionError):
             await writer.drain()
+
+    async def _refuse_verb(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                           target: str, refusal: Refused) -> None:
+        """A verb's refusal (JSON), then what the program still sends dropped until it
+        closes, for at most VERB_LINGER_SECONDS: its refusal is read, not reset away."""
+        await self._refuse(writer, target, refusal, verb=True)
+        with contextlib.suppress(OSError, TimeoutError):
+            if writer.can_write_eof():
+                writer.write_eof()
+            await asyncio.wait_for(_drop_until_closed(reader), VERB_LINGER_SECONDS)
 
     # -- the decision -------------------------------------------------------------------
 
@@ -738,7 +754,8 @@ class Proxy(Wire):
         try:
             verb, rest = split_verb(path, self.verbs)
         except VerbError as error:
-            await self._refuse(writer, "-", Refused(error.status, error.reason), verb=True)
+            await self._refuse_verb(reader, writer, "-",
+                                    Refused(error.status, error.reason))
             return False, b""
         if verb == MODEL and self.model is not None:
             return await self._model_call(self.model, rest, request, client, reader, writer)
@@ -764,7 +781,7 @@ class Proxy(Wire):
             raw = await _read_body(request, client, reader, writer, MAX_MODEL_BODY_BYTES)
             outgoing, body = model.request(admitted, raw)
         except Refused as refusal:
-            await self._refuse(writer, authority, refusal, verb=True)
+            await self._refuse_verb(reader, writer, authority, refusal)
             return False, b""
         return await self._service_call(
             "model", admitted.host, model.pools[admitted.provider], model.tls, client, reader,
@@ -788,7 +805,7 @@ class Proxy(Wire):
             raw = await _read_body(request, client, reader, writer, SECRET_BODY_BYTES)
             outgoing, body = verb.request(admitted, raw)
         except Refused as refusal:
-            await self._refuse(writer, authority, refusal, verb=True)
+            await self._refuse_verb(reader, writer, authority, refusal)
             return False, b""
         return await self._service_call(
             "secret", rule.host, verb.pool(authority), verb.tls, client, reader, writer,
@@ -813,7 +830,7 @@ class Proxy(Wire):
                     address = await self.checked_address(Target(host, port, None), lan=False)
                     upstream = await open_upstream(address, port, authority, tls=tls, host=host)
                 except Refused as refusal:
-                    await self._refuse(writer, authority, refusal, verb=True)
+                    await self._refuse_verb(reader, writer, authority, refusal)
                     return False, b""
             outcome = await self._exchange(authority, kind, client, reader, writer,
                                            upstream, outgoing, body=body, watch_client=True)
@@ -834,10 +851,11 @@ class Proxy(Wire):
             self.gate()
             part, after = split_url_secret(rest, self.url_secret, self.url_parts)
         except VerbError as error:
-            await self._refuse(writer, "-", Refused(error.status, error.reason), verb=True)
+            await self._refuse_verb(reader, writer, "-",
+                                    Refused(error.status, error.reason))
             return False, b""
         except Refused as refusal:
-            await self._refuse(writer, "-", refusal, verb=True)
+            await self._refuse_verb(reader, writer, "-", refusal)
             return False, b""
         if part == "mcp":
             return await self._mcp_call(after, request, client, reader, writer)
@@ -943,16 +961,12 @@ class Proxy(Wire):
                                    local_models.MAX_BODY_BYTES)
             body = local_models.check_body(admitted, raw, server_tools=self.server_tools)
             upstream = await open_upstream(ipaddress.ip_address("127.0.0.1"), port, authority)
-        except VerbError as error:
-            await self._refuse(writer, authority, Refused(error.status, error.reason),
-                               verb=True)
-            return False, b""
-        except local_models.LocalModelError as error:
-            await self._refuse(writer, authority, Refused(error.status, error.reason),
-                               verb=True)
+        except (VerbError, local_models.LocalModelError) as error:
+            await self._refuse_verb(reader, writer, authority,
+                                    Refused(error.status, error.reason))
             return False, b""
         except Refused as refusal:
-            await self._refuse(writer, authority, refusal, verb=True)
+            await self._refuse_verb(reader, writer, authority, refusal)
             return False, b""
         fields = [(name, value) for name, value in headers
                   if name not in (b"host", b"content-type")]
@@ -1013,3 +1027,9 @@ class Proxy(Wire):
                 f"the Host header names another host than the tunnel's ({tunnel.authority})"))
             return None
         return target, path
+
+
+async def _drop_until_closed(reader: asyncio.StreamReader) -> None:
+    """Read and drop what the program still sends, until it closes."""
+    while await reader.read(CHUNK):
+        pass

@@ -7,8 +7,8 @@ IO), our own re-serialisation sent on with `Connection: close`, the response str
 as it arrives (an SSE or NDJSON stream token by token, never held whole) with `Connection:
 close`, and the connection closed after it: every request on a models port is read, none
 rides on an earlier one's connection. A refusal is one line to the program (an HTTP status
-and a one-line body) and one `refused localhost:PORT reason=…` line on the wire's log, which
-never holds the path, a header or the body.
+and a one-line JSON body, the verbs' shape) and one `refused localhost:PORT reason=…` line
+on the wire's log, which never holds the path, a header or the body.
 """
 
 from __future__ import annotations
@@ -193,11 +193,16 @@ class Relay(Wire):
     async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                       target: str, refusal: Refused) -> None:
         self.log.write("refused", target, f"reason={refusal.logged}")
-        text = (refusal.reason + "\n").encode("utf-8", "replace")
+        from lnk_common import local_models
+
+        # The verbs' JSON, which every SDK reads its error message from (a text body's
+        # reason the openai SDK never showed).
+        text = local_models.refusal_body(refusal.status, refusal.reason)
         retry = (f"Retry-After: {int(refusal.retry_after) + 1}\r\n"
                  if refusal.retry_after is not None else "")
         writer.write(f"HTTP/1.1 {refusal.status} {_PHRASES.get(refusal.status, 'Refused')}"
-                     f"\r\nContent-Type: text/plain\r\n{retry}Content-Length: {len(text)}\r\n"
+                     "\r\nContent-Type: application/json\r\n"
+                     f"{retry}Content-Length: {len(text)}\r\n"
                      "Connection: close\r\n\r\n".encode() + text)
         self.count_refusal(target, refusal)
         with contextlib.suppress(OSError):  # the program gone already: nothing to say

@@ -250,6 +250,12 @@ PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "http
 # Node's own fetch (undici) ignores the proxy variables unless this is set (Node 22.21+,
 # 24): without it a harness's fetch fails where curl works.
 NODE_PROXY_SWITCH = ("NODE_USE_ENV_PROXY", "1")
+# The sandbox's own loopback is never the proxy's to reach: a [localhost] port (a local
+# model's included: the program keeps `http://localhost:11434`) is relayed there, and the
+# proxy's own address is there. Without this every HTTP client sent `localhost:PORT` to
+# the proxy, which refused it as a host not listed (the `ollama` client and the `openai`
+# SDK did). The caller's own NO_PROXY is replaced (its names would skip the proxy).
+NO_PROXY_LOOPBACK = "localhost,127.0.0.1,::1"
 
 
 def inside(path: str, folder: str) -> bool:
@@ -361,7 +367,7 @@ def plan(policy: Policy, facts: HostFacts) -> Plan:
         proxy_url = f"http://{PROXY_ADDRESS}:{PROXY_PORT}"
         head += [Pair("setenv", name, proxy_url) for name in PROXY_VARIABLES]
         head.append(Pair("setenv", *NODE_PROXY_SWITCH))
-        head += [Value("unsetenv", name) for name in ("NO_PROXY", "no_proxy")]
+        head += [Pair("setenv", name, NO_PROXY_LOOPBACK) for name in ("NO_PROXY", "no_proxy")]
 
     system: list[Option] = [Pair("ro-bind", path, path) for path in facts.system_dirs]
     system += [Pair("symlink", target, path) for path, target in facts.system_links]

@@ -133,7 +133,8 @@ def test_F8_private_temp_folders_may_make_fifos_unless_a_written_folder_lies_ben
 
 def test_plan_proxy_variables_golden_with_node_switch() -> None:
     """Where the proxy variables are set, Node's fetch is told to read them
-    (NODE_USE_ENV_PROXY=1), and NO_PROXY goes: the head of the argv, whole."""
+    (NODE_USE_ENV_PROXY=1), and NO_PROXY names only loopback (the sandbox's own, where
+    [localhost] ports are relayed): the head of the argv, whole."""
     argv = plan(Policy(settings="/s", network="proxy", hosts=("example.com",)),
                 FACTS).bwrap_argv("bwrap")
     start = argv.index("--info-fd") + 2
@@ -145,7 +146,8 @@ def test_plan_proxy_variables_golden_with_node_switch() -> None:
         "--setenv", "https_proxy", "http://127.0.0.1:3128",
         "--setenv", "all_proxy", "http://127.0.0.1:3128",
         "--setenv", "NODE_USE_ENV_PROXY", "1",
-        "--unsetenv", "NO_PROXY", "--unsetenv", "no_proxy",
+        "--setenv", "NO_PROXY", "localhost,127.0.0.1,::1",
+        "--setenv", "no_proxy", "localhost,127.0.0.1,::1",
     ]
 
 

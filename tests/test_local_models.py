@@ -237,6 +237,18 @@ def test_a_body_coding_other_than_identity_is_refused(coding: bytes) -> None:
     assert (refused.value.status, refused.value.reason) == (415, CODING)
 
 
+@pytest.mark.parametrize("status", [400, 403, 404, 405, 413, 414, 415, 429, 431, 502, 503])
+def test_a_refusal_reads_as_the_verbs_do_byte_for_byte(status: int) -> None:
+    """The relay's refusal body is the proxy's (`/_link/s/…/local/<port>` gives that one),
+    so a program reads one refusal whichever way it came; JSON with `error.message`, the
+    one place the `openai` SDK shows a reason from."""
+    from lnk_proxy.verbs import verb_refusal_body
+
+    body = lm.refusal_body(status, CLOUD)
+    assert body == verb_refusal_body(status, CLOUD)
+    assert json.loads(body)["error"]["message"] == CLOUD and body.endswith(b"}\n")
+
+
 def test_headers_sent_on_lose_hop_by_hop_and_framing() -> None:
     kept = lm.check_headers([
         (b"Host", b"localhost:11434"), (b"content-type", b"application/json"),
@@ -721,8 +733,9 @@ def test_each_refused_path_of_the_acceptance_script_never_reaches_the_runtime(
         relay: RunningRelay, path: str, status: int, reason: str) -> None:
     answer, headers, body = relay.ask(_post(path, b'{"model":"llama3"}'))
     assert answer.startswith(f"HTTP/1.1 {status} ")
-    assert body == (reason + "\n").encode()
+    assert body == lm.refusal_body(status, reason)
     assert headers["connection"] == "close"
+    assert headers["content-type"] == "application/json"
     assert relay.runtime.seen == []
     line, = relay.log_lines(1)
     assert line.split("\t")[1:] == ["refused", f"localhost:{relay.runtime.port}",
@@ -733,7 +746,7 @@ def test_each_refused_path_of_the_acceptance_script_never_reaches_the_runtime(
 def test_a_cloud_model_on_the_acceptance_scripts_chat_is_refused(relay: RunningRelay) -> None:
     answer, _, body = relay.ask(_post("/api/chat",
                                       b'{"model":"gpt-oss:120b-cloud","messages":[]}'))
-    assert answer.startswith("HTTP/1.1 403 ") and body == (CLOUD + "\n").encode()
+    assert answer.startswith("HTTP/1.1 403 ") and body == lm.refusal_body(403, CLOUD)
     assert relay.runtime.seen == []
     assert "cloud" not in relay.log_lines(1)[0].split("reason=")[0]
 
@@ -799,7 +812,7 @@ def test_malformed_or_unreadable_requests_are_refused_before_the_runtime(
         relay: RunningRelay, raw: bytes, status: int, reason: str) -> None:
     answer, _, body = relay.ask(raw)
     assert answer.startswith(f"HTTP/1.1 {status} ")
-    assert body == (reason + "\n").encode()
+    assert body == lm.refusal_body(status, reason)
     assert relay.runtime.seen == []
 
 
@@ -829,8 +842,9 @@ def test_the_relay_holds_at_most_its_limit_of_request_bodies_at_once(
                 continue
         break
     assert answer.startswith(b"HTTP/1.1 503 ")
-    assert answer.endswith(b"\r\n\r\nthe relay holds 128 MiB of request bodies already "
-                           b"(MAX_HELD_BODY_BYTES); try again when a call has ended\n")
+    assert answer.endswith(b"\r\n\r\n" + lm.refusal_body(
+        503, "the relay holds 128 MiB of request bodies already (MAX_HELD_BODY_BYTES); try "
+             "again when a call has ended"))
     held.pop().close()
     deadline = time.monotonic() + 20
     status = ""
@@ -851,14 +865,15 @@ def test_a_large_body_to_a_refused_path_gets_its_refusal_not_a_reset(
     (for a while) before it closes, so the program reads its 403 rather than a reset."""
     body = b'{"model":"llama3","pad":"' + b"a" * (8 * 1024 * 1024) + b'"}'
     answer, _, said = relay.ask(_post("/api/pull", body))
-    assert answer.startswith("HTTP/1.1 403 ") and said == (PULL + "\n").encode()
+    assert answer.startswith("HTTP/1.1 403 ") and said == lm.refusal_body(403, PULL)
     assert relay.runtime.seen == []
 
 
 def test_the_kill_switch_refuses_a_models_port_call(relay: RunningRelay) -> None:
     wirestate.stop(str(relay.settings))
     answer, _, body = relay.ask(_post("/api/chat", b'{"model":"llama3","messages":[]}'))
-    assert answer.startswith("HTTP/1.1 403 ") and body.startswith(b"the kill switch is on")
+    assert answer.startswith("HTTP/1.1 403 ")
+    assert json.loads(body)["error"]["message"].startswith("the kill switch is on")
     assert relay.runtime.seen == []
 
 

@@ -412,20 +412,22 @@ def test_V2_with_the_proxy_variables_node_is_told_to_use_them_and_the_verb_answe
     run_sandbox: RunSandbox, write_spec: WriteSpec, sandbox_env: dict[str, str],
     tmp_path: Path,
 ) -> None:
-    """mode = "proxy": the SDK's call to the base URL goes through HTTP_PROXY (absolute
-    form to the proxy's own address), and reaches the verb all the same."""
+    """mode = "proxy": the SDK's call to the base URL goes to the proxy's own address
+    directly (NO_PROXY names loopback), and a client that ignores NO_PROXY sends it in
+    absolute form through HTTP_PROXY (curl's `--noproxy ''`): both reach the verb."""
     spec = write_spec(f'[files]\nread = {toml_list(tmp_path)}\n'
                       '[network]\nmode = "proxy"\nhosts = ["example.com"]\n'
                       '[verbs]\nmodel = ["openai"]\n')
-    script = ('echo "$NODE_USE_ENV_PROXY $HTTP_PROXY $OPENAI_BASE_URL"; '
-              + _curl("OPENAI_BASE_URL", "Authorization: Bearer $OPENAI_API_KEY",
-                      "/chat/completions"))
+    call = _curl("OPENAI_BASE_URL", "Authorization: Bearer $OPENAI_API_KEY",
+                 "/chat/completions")
+    script = ('echo "$NODE_USE_ENV_PROXY $HTTP_PROXY $NO_PROXY $OPENAI_BASE_URL"; '
+              + call + "; " + call.replace("curl ", "curl --noproxy '' ", 1))
     result = run_sandbox(spec, "sh", "-c", script, env={**sandbox_env, **HARNESS})
     assert result.returncode == 0, result.stderr
     first, _, rest = result.stdout.partition("\n")
-    assert first == f"1 http://127.0.0.1:3128 {BASE}/openai/v1"
-    assert _answers(rest) == [("503", "no usable key for openai: no secret named openai (set "
-                                      "it with: lnk-sandbox secret set openai)")]
+    assert first == f"1 http://127.0.0.1:3128 localhost,127.0.0.1,::1 {BASE}/openai/v1"
+    assert _answers(rest) == 2 * [("503", "no usable key for openai: no secret named openai "
+                                          "(set it with: lnk-sandbox secret set openai)")]
 
 
 def test_V2_an_agents_placeholder_survives_runs_and_a_runs_does_not(
