@@ -42,6 +42,8 @@ import orjson
 
 from lnk_common import model_rules
 from lnk_common.model_rules import ModelRequestError
+from lnk_common.refusal import StatusError
+from lnk_common.refusal import refusal_body as _refusal_body
 
 __all__ = [
     "ALLOWED_ROUTES",
@@ -77,38 +79,16 @@ MAX_TARGET_BYTES = model_rules.MAX_TARGET_BYTES
 MAX_MODEL_NAME_BYTES = 512
 
 
-class LocalModelError(Exception):
+class LocalModelError(StatusError):
     """A call the local filter refuses: an HTTP status and one line the program may read
     and the wire's log may keep (never the path, query, a header or the body)."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        if "\n" in reason or "\r" in reason:
-            raise ValueError("a refusal reason is one line")
-        super().__init__(status, reason)
-        self.status = status
-        self.reason = reason
-
-    def __str__(self) -> str:
-        return f"{self.status} {self.reason}"
-
-
-# The verbs' status words (lnk_proxy.verbs._STATUS_WORDS), here so the relay needs nothing
-# of the proxy's package; a test holds the two bodies equal.
-_STATUS_WORDS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
-                 404: "NOT_FOUND", 413: "INVALID_ARGUMENT", 414: "INVALID_ARGUMENT",
-                 415: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL",
-                 502: "UNAVAILABLE", 503: "UNAVAILABLE"}
 
 
 def refusal_body(status: int, reason: str) -> bytes:
     """A refusal of the filter as the program reads it: the verbs' one line of JSON
-    (lnk_proxy.verbs.verb_refusal_body, byte for byte), so a refusal reads the same by the
-    relayed port and by `/_link/s/<secret>/local/<port>`. A text body was shown by the
-    `openai` SDK as "Error code: 403" alone (it reads only `error.message` of a JSON
-    body); the `ollama` client shows the `error` it finds."""
-    return orjson.dumps({"type": "error", "error": {
-        "type": "lnk_sandbox_refused", "code": status,
-        "status": _STATUS_WORDS.get(status, "FAILED_PRECONDITION"), "message": reason}}) + b"\n"
+    (lnk_common.refusal.refusal_body), so a refusal reads the same by the relayed port and
+    by `/_link/s/<secret>/local/<port>`."""
+    return _refusal_body(status, reason)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ its reasons never to quote a key, a secret, a placeholder or a path.
 
 from __future__ import annotations
 
-__all__ = ["StatusError"]
+__all__ = ["StatusError", "refusal_body"]
 
 
 class StatusError(Exception):
@@ -24,3 +24,29 @@ class StatusError(Exception):
 
     def __str__(self) -> str:
         return f"{self.status} {self.reason}"
+
+
+# The error's `status` words by HTTP status, as Google's APIs spell them (google-genai
+# shows them); anything else is FAILED_PRECONDITION.
+_STATUS_WORDS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
+                 404: "NOT_FOUND", 405: "INVALID_ARGUMENT", 408: "DEADLINE_EXCEEDED",
+                 413: "INVALID_ARGUMENT", 414: "INVALID_ARGUMENT", 415: "INVALID_ARGUMENT",
+                 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 502: "UNAVAILABLE",
+                 503: "UNAVAILABLE"}
+
+
+def refusal_body(status: int, reason: str) -> bytes:
+    """A refusal of ours (a verb's, the local model filter's) as one line of JSON in the
+    shape every client we serve reads its error message from: Anthropic's (`type`,
+    `error.type`, `error.message`), OpenAI's (`error.message`, `error.type`,
+    `error.code`), Google's (`error.code`, `error.message`, `error.status`) and Telegram's
+    Bot API's (`ok`, `error_code`, `description`) at once. Without it, the OpenAI SDK
+    showed only "Error code: 400", python-telegram-bot only "Forbidden (403)", aiogram
+    "Failed to deserialize object" (its answer model needs `ok`), and the program never
+    learned why. The same bytes by the relayed port and by the proxy's verbs."""
+    import orjson  # the helpers have it; this module's importers on a start path do not
+
+    return orjson.dumps({"type": "error", "error": {
+        "type": "lnk_sandbox_refused", "code": status,
+        "status": _STATUS_WORDS.get(status, "FAILED_PRECONDITION"), "message": reason},
+        "ok": False, "error_code": status, "description": reason}) + b"\n"

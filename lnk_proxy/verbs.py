@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hmac
 
-from lnk_common.refusal import StatusError
+from lnk_common.refusal import StatusError, refusal_body
 
 __all__ = ["MODEL", "PREFIX", "SECRET", "URL_SECRET", "URL_SECRET_PARTS", "VERBS", "VerbError",
            "is_verb_target", "split_local", "split_provider", "split_url_secret", "split_verb",
@@ -52,28 +52,10 @@ class VerbError(StatusError):
     """A verb call refused before it is the verb's own: a status and one line."""
 
 
-# The error's `status` words by HTTP status, as Google's APIs spell them (google-genai
-# shows them); anything else is FAILED_PRECONDITION.
-_STATUS_WORDS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
-                 404: "NOT_FOUND", 413: "INVALID_ARGUMENT", 414: "INVALID_ARGUMENT",
-                 415: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL",
-                 502: "UNAVAILABLE", 503: "UNAVAILABLE"}
-
-
 def verb_refusal_body(status: int, reason: str) -> bytes:
-    """A verb's refusal as one line of JSON in the shape every provider SDK reads its
-    error message from: Anthropic's (`type`, `error.type`, `error.message`), OpenAI's
-    (`error.message`, `error.type`, `error.code`), Google's (`error.code`,
-    `error.message`, `error.status`) and Telegram's Bot API's (`ok`, `error_code`,
-    `description`) at once. Without it, the OpenAI SDK shows only "Error code: 400",
-    python-telegram-bot only "Forbidden (403)", aiogram "Failed to deserialize object"
-    (its answer model needs `ok`), and the program never learns why."""
-    import orjson  # the proxy has it (the verbs' bodies are read with it), the frame not
-
-    return orjson.dumps({"type": "error", "error": {
-        "type": "lnk_sandbox_refused", "code": status,
-        "status": _STATUS_WORDS.get(status, "FAILED_PRECONDITION"), "message": reason},
-        "ok": False, "error_code": status, "description": reason}) + b"\n"
+    """A verb's refusal: lnk_common.refusal.refusal_body (one line of JSON every SDK
+    reads its message from)."""
+    return refusal_body(status, reason)
 
 
 def is_verb_target(path: str) -> bool:
