@@ -17,8 +17,11 @@ import sys
 
 from lnk_wrap.helpers import package_root
 
-__all__ = ["EntryError", "main", "script"]
+__all__ = ["SCRIPTS", "EntryError", "main", "script"]
 
+# The console scripts written so (their name in the venv's bin/, the module they run):
+# the verbs, and lnk-sandbox-ask, which a script or administrator runs directly.
+SCRIPTS = {"lnk-sandbox": "lnk_wrap.cli", "lnk-sandbox-ask": "lnk_ask.main"}
 # Linux reads at most this much of a `#!` line (BINPRM_BUF_SIZE, 256 with its NUL).
 MAX_SHEBANG_BYTES = 255
 
@@ -27,9 +30,14 @@ class EntryError(Exception):
     """The script cannot be written; pip's stays (slower, but it works)."""
 
 
-def script(python: str, root: str, site_packages: list[str]) -> str:
+def script(python: str, root: str, site_packages: list[str],
+           module: str = "lnk_wrap.cli") -> str:
     """The script's text. `python` takes one argument on the `#!` line: `-IS`;
-    `site_packages`: the venv's folders of libraries (pure, then compiled, if apart)."""
+    `site_packages`: the venv's folders of libraries (pure, then compiled, if apart);
+    `module`: whose `main` it runs (one of SCRIPTS' values)."""
+    if module not in SCRIPTS.values():
+        raise EntryError(f"{module!r}: no script of ours runs it")
+    name = next(name for name, runs in SCRIPTS.items() if runs == module)
     shebang = f"#!{python} -IS"
     if any(character.isspace() for character in python) or not os.path.isabs(python):
         raise EntryError(f"{python!r}: a `#!` line needs an absolute path without spaces")
@@ -37,21 +45,22 @@ def script(python: str, root: str, site_packages: list[str]) -> str:
         raise EntryError(f"{python!r}: longer than a `#!` line takes")
     return (
         f"{shebang}\n"
-        '"""lnk-sandbox, written by bin/setup (lnk_wrap/entry.py says why): the interpreter\n'
+        f'"""{name}, written by bin/setup (lnk_wrap/entry.py says why): the interpreter\n'
         'without `site`, isolated, as every helper of the chain starts."""\n'
         "import sys\n"
         "\n"
         f"sys.path.insert(0, {root!r})\n"
         f"sys.path.extend({site_packages!r})\n"
-        "from lnk_wrap.cli import main\n"
+        f"from {module} import main\n"
         "\n"
         "main()\n"
     )
 
 
 def main() -> None:
-    if len(sys.argv) != 2:
-        sys.stderr.write("usage: python -m lnk_wrap.entry TARGET (the venv's bin/lnk-sandbox)\n")
+    if len(sys.argv) != 2 or os.path.basename(sys.argv[1]) not in SCRIPTS:
+        sys.stderr.write("usage: python -m lnk_wrap.entry TARGET (the venv's bin/lnk-sandbox "
+                         "or bin/lnk-sandbox-ask)\n")
         sys.exit(2)
     import sysconfig
 
@@ -60,7 +69,8 @@ def main() -> None:
     if sysconfig.get_path("platlib") not in libraries:
         libraries.append(sysconfig.get_path("platlib"))
     try:
-        text = script(os.path.realpath(sys.executable), package_root(), libraries)
+        text = script(os.path.realpath(sys.executable), package_root(), libraries,
+                      SCRIPTS[os.path.basename(target)])
     except EntryError as error:
         # Slower, not less safe: setup goes on, and says so.
         sys.stderr.write(f"lnk-sandbox: {error}; pip's script stays in {target} "
