@@ -141,7 +141,7 @@ def ask(settings_root: str, wire: str, title: str, question: str,
                                         time.time() + timeout)
         except QueueError as error:
             _log(log, wire, "-", "asked", shown_title, shown_question)
-            _log(log, wire, "-", "no", "error", str(error))
+            _log(log, wire, "-", "no", "error", plain_text.plain(str(error)))
             return Answer("no", "error", reason=str(error))
         _log(log, wire, ident, "asked", shown_title, shown_question)
         try:
@@ -156,7 +156,7 @@ def ask(settings_root: str, wire: str, title: str, question: str,
             except QueueError:
                 answer, how = "no", "error"
             found = Answer(answer, how, ident, reason if how == "error" else "")
-            _log(log, wire, ident, found.answer, found.how, found.reason)
+            _log(log, wire, ident, found.answer, found.how, plain_text.plain(found.reason))
             with contextlib.suppress(QueueError):
                 queue.close_question(ident)
             if isinstance(error, Exception):
@@ -173,9 +173,9 @@ def ask(settings_root: str, wire: str, title: str, question: str,
 def _log(log: BoundedLog, wire: str, ident: str, event: str, first: str,
          second: str) -> None:
     """TIME\\tWIRE\\tID\\tEVENT\\t… : `asked TITLE QUESTION`, or `yes|no HOW [REASON]`.
-    Every field is plain ASCII already (no tab, no newline)."""
+    Every field is given plain ASCII already (no tab, no newline)."""
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    fields = [stamp, wire, ident, event, first, plain_text.plain(second)]
+    fields = [stamp, wire, ident, event, first, second]
     line = clip("\t".join(fields).rstrip("\t"))
     with contextlib.suppress(OSError):
         log.append(line.encode() + b"\n")
@@ -283,7 +283,10 @@ def _wait(queue: AskQueue, ident: str, wire: str, title: str, question: str,
           started: float, deadline: float, env: Mapping[str, str], platform: str,
           terminal_path: str) -> tuple[str, str]:
     seconds = max(1, round(deadline - started))
-    dialog = ways.pick_dialog(env, platform, title, question, seconds)
+    # The wire is part of the text a dialog shows (never of its window's title, which
+    # the person does not always see): which sandbox asks is half the question.
+    dialog = ways.pick_dialog(env, platform, title, f"{question}\n\n(asked by the wire {wire})",
+                              seconds)
     process = _start_dialog(dialog, env) if dialog else None
     terminal = _open_terminal(terminal_path) if terminal_path else None
     prompt = ""
