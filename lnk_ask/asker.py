@@ -122,7 +122,8 @@ def ask(settings_root: str, wire: str, title: str, question: str,
         timeout: float = DEFAULT_TIMEOUT_SECONDS, *, env: Mapping[str, str] | None = None,
         platform: str = sys.platform, terminal: str = "/dev/tty") -> Answer:
     """Ask, block until the first answer or the timeout, and return it. Never raises but
-    AskUsageError (bad arguments); every other failure is Answer("no", "error")."""
+    AskUsageError (bad arguments); every other failure, an interruption included
+    (KeyboardInterrupt, SystemExit), is Answer("no", "error")."""
     check_usage(wire, title, timeout)
     shown_title = plain_text.plain(title, plain_text.MAX_TITLE_CHARS)
     shown_question = plain_text.plain(question)
@@ -159,9 +160,9 @@ def ask(settings_root: str, wire: str, title: str, question: str,
             _log(log, wire, ident, found.answer, found.how, plain_text.plain(found.reason))
             with contextlib.suppress(QueueError):
                 queue.close_question(ident)
-            if isinstance(error, Exception):
-                return found
-            raise
+            # An interruption (SIGTERM, SIGHUP, Ctrl-C in the console script) is an
+            # answer too: no, returned so the script prints it and exits 1.
+            return found
         _log(log, wire, ident, found.answer, found.how, "")
         with contextlib.suppress(QueueError):
             queue.close_question(ident)
@@ -348,15 +349,17 @@ def _wait(queue: AskQueue, ident: str, wire: str, title: str, question: str,
             terminal.close(outcome)
 
 
-def command(settings_root: str, wire: str, title: str, question: str,
+def command(settings_root: str, wire: str, title: str,
             timeout: float = DEFAULT_TIMEOUT_SECONDS) -> list[str]:
-    """The argv that runs `lnk-sandbox-ask` for this question, isolated as every helper
-    (`python -I -S _start.py ask …`: lnk_wrap.helpers.helper_argv)."""
+    """The argv that runs `lnk-sandbox-ask` for a question given on its standard input
+    (never in argv: a tool's arguments may be long, and argv is every local process's to
+    read), isolated as every helper (`python -I -S _start.py ask …`:
+    lnk_wrap.helpers.helper_argv)."""
     from lnk_wrap.helpers import helper_argv
 
     check_usage(wire, title, timeout)
     return [*helper_argv("ask"), "--settings", settings_root, "--wire", wire,
-            "--title", title, "--question", question, "--timeout", f"{timeout:g}", "--json"]
+            "--title", title, "--question", "-", "--timeout", f"{timeout:g}", "--json"]
 
 
 async def ask_async(settings_root: str, wire: str, title: str, question: str,
@@ -368,15 +371,15 @@ async def ask_async(settings_root: str, wire: str, title: str, question: str,
     import asyncio
     import json
 
-    argv = command(settings_root, wire, title, question, timeout)
+    argv = command(settings_root, wire, title, timeout)
     try:
         child = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, env=dict(os.environ if env is None else env))
     except OSError as error:
         return Answer("no", "error", reason=f"lnk-sandbox-ask cannot start: {error.strerror}")
     try:
-        out, err = await child.communicate()
+        out, err = await child.communicate(question.encode("utf-8", "surrogatepass"))
     except BaseException:
         with contextlib.suppress(ProcessLookupError):
             child.terminate()

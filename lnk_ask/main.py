@@ -12,7 +12,9 @@ Link's settings (sandbox/asks.log).
 
 Options:
   --title=T            A few words: what is asking, e.g. "Tool call: github".
-  --question=Q         The question, shown in plain ASCII (controls and non-ASCII escaped).
+  --question=Q         The question, shown in plain ASCII (controls and non-ASCII escaped);
+                       `-`: read it from standard input (UTF-8, at most 1 MiB), which
+                       keeps a long question (a tool's arguments) out of argv.
   --timeout=SECONDS    How long to wait for an answer [default: 120].
   --wire=NAME          The wire that asks (named in the queue and the log) [default: ask].
   --json               Print {"answer": "yes"|"no", "how": ..., "id": ...}.
@@ -33,6 +35,10 @@ __all__ = ["UsageError", "main", "parse"]
 EXIT_YES = 0
 EXIT_NO = 1
 EXIT_USAGE = 2
+# A question read from standard input: a tool call's arguments may be long, but what is
+# shown is cut at lnk_ask.text.MAX_QUESTION_CHARS (with a digest of the whole), so more
+# than this is not a question a person could judge; refused as bad usage.
+MAX_QUESTION_INPUT_BYTES = 1 << 20
 _VALUED = ("--title", "--question", "--timeout", "--wire", "--settings")
 _FLAGS = ("--json",)
 
@@ -95,6 +101,13 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError:
         _usage_exit("--timeout is a number of seconds")
         return
+    question = str(options["--question"])
+    if question == "-":
+        data = sys.stdin.buffer.read(MAX_QUESTION_INPUT_BYTES + 1)
+        if len(data) > MAX_QUESTION_INPUT_BYTES:
+            _usage_exit(f"the question on standard input is longer than "
+                        f"{MAX_QUESTION_INPUT_BYTES} bytes")
+        question = data.decode("utf-8", "surrogateescape")
     signal.signal(signal.SIGTERM, _end)
     signal.signal(signal.SIGHUP, _end)
     from lnk_ask.asker import Answer, AskUsageError, ask
@@ -111,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
                 settings = None
         if isinstance(settings, str):
             found = ask(settings, str(options["--wire"]), str(options["--title"]),
-                        str(options["--question"]), timeout)
+                        question, timeout)
     except AskUsageError as error:
         _usage_exit(str(error))
         return

@@ -739,3 +739,39 @@ def test_attack_queue_and_another_wires_question(
         for asker in (first, second):
             asker.kill()
             asker.communicate()
+
+
+def test_sigterm_is_no_and_cleans_up(sandbox_env: dict[str, str], lnk_home: Path) -> None:
+    asker = start_ask(sandbox_env, "--title", "T", "--question", "Q", "--wire", "term")
+    try:
+        entries = wait_for(lambda: waiting(sandbox_env, "term"), "the question")
+        assert isinstance(entries, list)
+        asker.terminate()
+        status, found, err = finish(asker)
+        assert (status, found["answer"], found["how"]) == (1, "no", "error")
+        assert err == "lnk-sandbox-ask: no: interrupted\n"
+        assert waiting(sandbox_env) == []
+        assert not (lnk_home / "sandbox" / "asks" / f"{entries[0]['id']}.json").exists()
+    finally:
+        asker.kill()
+        asker.communicate()
+
+
+def test_question_from_standard_input(sandbox_env: dict[str, str]) -> None:
+    quiet = {key: value for key, value in sandbox_env.items() if key != "DISPLAY"}
+    asker = subprocess.Popen([ASK, "--title", "T", "--question", "-", "--timeout", "30",
+                              "--json", "--wire", "stdin"], env=quiet, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             start_new_session=True)
+    try:
+        assert asker.stdin is not None
+        asker.stdin.write("line one\nline two \u202e".encode())
+        asker.stdin.close()
+        entries = wait_for(lambda: waiting(sandbox_env, "stdin"), "the question")
+        assert isinstance(entries, list)
+        assert entries[0]["question"] == "line one\\x0aline two \\u202e"
+        assert cli(sandbox_env, "answer", str(entries[0]["id"]), "yes").returncode == 0
+        assert asker.wait(WAIT_SECONDS) == 0
+    finally:
+        asker.kill()
+        asker.wait()
