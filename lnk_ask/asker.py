@@ -318,7 +318,10 @@ def _wait(queue: AskQueue, ident: str, wire: str, title: str, question: str,
                     break
             if terminal is not None and not terminal.shown:
                 terminal.try_show(prompt)
-            waiting = [terminal.fd] if terminal is not None and terminal.shown else []
+            # Only while in the foreground: a terminal readable by a job in the
+            # background would wake this loop at once, again and again.
+            waiting = ([terminal.fd] if terminal is not None and terminal.shown
+                       and terminal.foreground() else [])
             timeout = max(0.0, min(POLL_SECONDS, deadline - now))
             if waiting:
                 readable, _, _ = select.select(waiting, [], [], timeout)

@@ -26,10 +26,12 @@ __all__ = [
     "DENY_LABEL",
     "DIALOG_ENVIRONMENT",
     "DIALOG_FOLDERS",
+    "DIALOG_LINE_CHARS",
     "MAX_TYPED_BYTES",
     "Dialog",
     "code_matches",
     "dialog_environment",
+    "dialog_lines",
     "dialog_verdict",
     "find_program",
     "notify_argv",
@@ -52,6 +54,11 @@ DIALOG_ENVIRONMENT = ("DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "XDG_RUNTIME_D
 CODE_DIGITS = 6
 # A line typed at the prompt longer than this is no (a code is six digits).
 MAX_TYPED_BYTES = 64
+# A dialog's line, in characters: GTK wraps a label only between words, so one long
+# word (an escaped argument, a token) made the window wider than the screen and put the
+# buttons off it (seen on a 1024-pixel screen). The text is cut into lines here instead:
+# 90 characters of the default font are about 650 pixels.
+DIALOG_LINE_CHARS = 90
 ALLOW_LABEL = "Allow"
 DENY_LABEL = "Deny"
 
@@ -90,11 +97,26 @@ def dialog_environment(env: Mapping[str, str]) -> dict[str, str]:
     return kept
 
 
+def dialog_lines(text: str, width: int = DIALOG_LINE_CHARS) -> str:
+    """`text` (plain ASCII; its own line breaks are ours) cut into lines of at most
+    `width`, between words where it can, inside a word where it must. Every character
+    is kept (no space dropped or merged), so the lines still read as the text."""
+    import textwrap
+
+    lines: list[str] = []
+    for line in text.split("\n"):
+        lines += textwrap.wrap(line, width, drop_whitespace=False, replace_whitespace=False,
+                               break_on_hyphens=False, break_long_words=True) or [""]
+    return "\n".join(lines)
+
+
 def zenity_argv(zenity: str, title: str, question: str, seconds: int) -> list[str]:
     """`zenity --question`: Deny is the default button, so a stray Enter is no;
-    --no-markup, so the text is shown as given (no Pango markup, no escapes read)."""
-    return [zenity, "--question", f"--title={title}", f"--text={title}\n\n{question}",
-            "--no-markup", "--no-wrap" if len(question) < 80 else "--width=600",
+    --no-markup, so the text is shown as given (no Pango markup, no escapes read);
+    --no-wrap, the lines cut here (dialog_lines)."""
+    text = dialog_lines(f"{title}\n\n{question}")
+    return [zenity, "--question", f"--title={title}", f"--text={text}",
+            "--no-markup", "--no-wrap",
             f"--ok-label={ALLOW_LABEL}", f"--cancel-label={DENY_LABEL}", "--default-cancel",
             "--icon-name=dialog-warning", f"--timeout={max(1, seconds)}"]
 

@@ -33,8 +33,10 @@ from lnk_ask.main import UsageError, parse
 from lnk_ask.queue import MAX_WAITING_PER_WIRE, AskQueue, QueueError, id_problem
 from lnk_ask.text import MAX_QUESTION_CHARS
 from lnk_ask.ways import (
+    DIALOG_LINE_CHARS,
     code_matches,
     dialog_environment,
+    dialog_lines,
     dialog_verdict,
     find_program,
     notify_argv,
@@ -130,6 +132,14 @@ def test_zenity_argv_golden() -> None:
         "/usr/bin/zenity", "--question", "--title=Tool call", "--text=Tool call\n\nwipe?",
         "--no-markup", "--no-wrap", "--ok-label=Allow", "--cancel-label=Deny",
         "--default-cancel", "--icon-name=dialog-warning", "--timeout=120"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=400))
+def test_dialog_lines_keep_every_character(text: str) -> None:
+    lines = dialog_lines(text).split("\n")
+    assert "".join(lines) == text
+    assert all(len(line) <= DIALOG_LINE_CHARS for line in lines)
 
 
 def test_notify_argv_golden() -> None:
@@ -524,9 +534,9 @@ def screenshot(display: str, path: Path) -> None:
     assert path.stat().st_size > 1000
 
 
-def start_dialog_ask(env: dict[str, str], display: str, title: str,
-                     timeout: int) -> subprocess.Popen[str]:
-    return subprocess.Popen([ASK, "--title", title, "--question", "wipe\u202e everything?",
+def start_dialog_ask(env: dict[str, str], display: str, title: str, timeout: int,
+                     question: str = "wipe\u202e everything?") -> subprocess.Popen[str]:
+    return subprocess.Popen([ASK, "--title", title, "--question", question,
                              "--timeout", str(timeout), "--json", "--wire", "dlg"],
                             env={**env, "DISPLAY": display}, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -549,6 +559,27 @@ def test_dialog_clicked(display: str, sandbox_env: dict[str, str], tmp_path: Pat
         status, found, _ = finish(asker)
         assert (found["answer"], found["how"], status) == (
             expected, "dialog", 0 if expected == "yes" else 1)
+    finally:
+        asker.kill()
+        asker.communicate()
+
+
+def test_dialog_of_a_long_question_fits_the_screen(display: str, sandbox_env: dict[str, str],
+                                                   tmp_path: Path) -> None:
+    """A long word (an escaped argument) once made the window wider than the screen, its
+    buttons off it; the lines are cut, and the whole question (at its limit) fits."""
+    title = f"Tool call {secrets.token_hex(4)}"
+    question = "call create_issue " + "\u202e\u0430bc " * 60 + "Z" * 3000
+    asker = start_dialog_ask(sandbox_env, display, title, 60, question)
+    try:
+        where = window(display, title)
+        screenshot(display, tmp_path / "dialog-long.png")
+        assert where["X"] >= 0 and where["X"] + where["WIDTH"] <= 1024, where
+        assert where["Y"] >= 0 and where["Y"] + where["HEIGHT"] <= 768, where
+        xdotool(display, "mousemove", str(where["X"] + where["WIDTH"] - 50),
+                str(where["Y"] + where["HEIGHT"] - 25), "click", "1")
+        status, found, _ = finish(asker)
+        assert (status, found["how"]) == (0, "dialog")
     finally:
         asker.kill()
         asker.communicate()
@@ -775,3 +806,34 @@ def test_question_from_standard_input(sandbox_env: dict[str, str]) -> None:
     finally:
         asker.kill()
         asker.wait()
+
+
+def test_the_ask_script_is_isolated(tmp_path: Path, sandbox_env: dict[str, str]) -> None:
+    """bin/setup's `lnk-sandbox-ask` starts Python `-IS` (lnk_wrap/entry.py), and so does
+    helper_argv("ask"): a PYTHONPATH handed in (a folder a sandbox wrote) cannot put an
+    `lnk_ask` of its own in place of ours and answer yes."""
+    fake = tmp_path / "fake" / "lnk_ask"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "main.py").write_text("import sys\ndef main():\n    print('{\"answer\": \"yes\"}')\n"
+                                  "    sys.exit(0)\n")
+    env = {**sandbox_env, "PYTHONPATH": str(tmp_path / "fake")}
+    env.pop("DISPLAY", None)
+    assert Path(ASK).read_text().splitlines()[0].endswith(" -IS")
+    for argv in ([ASK], helper_argv("ask")):
+        done = subprocess.run([*argv, "--title", "T", "--question", "Q", "--timeout", "1",
+                               "--json"], env=env, capture_output=True, text=True,
+                              timeout=WAIT_SECONDS, check=False, stdin=subprocess.DEVNULL,
+                              start_new_session=True)
+        assert done.returncode == 1, done
+        assert json.loads(done.stdout)["how"] == "timeout"
+
+
+def test_entry_writes_only_our_scripts() -> None:
+    from lnk_wrap.entry import EntryError, script
+
+    text = script("/usr/bin/python3", "/x", ["/y"], "lnk_ask.main")
+    assert text.startswith("#!/usr/bin/python3 -IS\n\"\"\"lnk-sandbox-ask, written")
+    assert "from lnk_ask.main import main\n" in text
+    with pytest.raises(EntryError):
+        script("/usr/bin/python3", "/x", ["/y"], "os")
