@@ -311,7 +311,7 @@ class AskQueue:
                                      f"{given.get('answer')} ({given.get('how')})")
                 raise QueueError(f"no question {ident} waits (see lnk-sandbox asks)")
             if not _alive(record, time.time()):
-                raise QueueError(f"the question {ident} has ended (its asker is gone); "
+                raise QueueError(f"the question {ident} has ended (its time ran out); "
                                  "nothing was answered")
             data = json.dumps({"answer": answer, "how": "queue"}).encode() + b"\n"
             if not self._place(folder, f"{ident}.answer", data):
