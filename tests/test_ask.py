@@ -837,3 +837,20 @@ def test_entry_writes_only_our_scripts() -> None:
     assert "from lnk_ask.main import main\n" in text
     with pytest.raises(EntryError):
         script("/usr/bin/python3", "/x", ["/y"], "os")
+
+
+def test_terminal_in_the_background_is_left_alone(
+    tmux: Tmux, tmp_path: Path, sandbox_env: dict[str, str],
+) -> None:
+    """An asker outside the terminal's foreground process group (GNU timeout makes a
+    group of its own) neither shows the question there nor is stopped by job control;
+    the queue answers it."""
+    out = tmp_path / "answer.json"
+    ask_in_pane(tmux, out, before="timeout 50 ", wire="bg")
+    entries = wait_for(lambda: waiting(sandbox_env, "bg"), "the question")
+    assert isinstance(entries, list)
+    time.sleep(1)
+    assert "lnk-sandbox asks" not in tmux.screen()
+    assert cli(sandbox_env, "answer", str(entries[0]["id"]), "yes").returncode == 0
+    assert answer_in(out)["how"] == "queue"
+    assert "lnk-sandbox" not in tmux.screen()
