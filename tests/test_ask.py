@@ -854,3 +854,22 @@ def test_terminal_in_the_background_is_left_alone(
     assert cli(sandbox_env, "answer", str(entries[0]["id"]), "yes").returncode == 0
     assert answer_in(out)["how"] == "queue"
     assert "lnk-sandbox" not in tmux.screen()
+
+
+def test_ask_async_cancelled_ends_the_child(sandbox_env: dict[str, str],
+                                           lnk_home: Path) -> None:
+    """The proxy cancels a call's question (the program went away): the child is sent
+    SIGTERM, answers no and takes its question out of the queue."""
+    env = {key: value for key, value in sandbox_env.items() if key != "DISPLAY"}
+
+    async def cancelled() -> None:
+        task = asyncio.create_task(ask_async(str(lnk_home), "gone", "T", "Q", 60, env=env))
+        await asyncio.to_thread(wait_for, lambda: waiting(sandbox_env, "gone"), "the question")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancelled())
+    assert waiting(sandbox_env) == []
+    lines = Path(log_path(str(lnk_home))).read_text().splitlines()
+    assert lines[-1].split("\t")[3:] == ["no", "error", "interrupted"]
