@@ -476,8 +476,10 @@ def test_terminal_keys_typed_before_the_question_are_not_an_answer(
     """Type-ahead is flushed when the question is shown; the queue answers meanwhile, and
     the terminal shows who did."""
     out = tmp_path / "answer.json"
-    ask_in_pane(tmux, out, before="sleep 1; ")
-    tmux.send("y", "Enter")  # typed while the shell sleeps, before the question
+    go = tmp_path / "go"
+    ask_in_pane(tmux, out, before=f"while [ ! -e {shlex.quote(str(go))} ]; do sleep 0.1; done; ")
+    tmux.send("y", "Enter")  # typed while the shell waits, before the question
+    go.touch()
     ident, _ = shown_code(tmux)
     time.sleep(1)
     assert not out.read_text().strip() if out.exists() else True
