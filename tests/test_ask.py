@@ -530,6 +530,22 @@ def window(display: str, title: str) -> dict[str, int]:
     return found
 
 
+def click(display: str, title: str, button: str, asker: subprocess.Popen[str]) -> None:
+    """Click the dialog's button, again (with its geometry read again) while the asker
+    has not ended: on a loaded machine a window may be mapped before it is laid out.
+    The buttons sit at the window's bottom right: Deny, then Allow."""
+    for _ in range(10):
+        where = window(display, title)
+        x = where["X"] + where["WIDTH"] - (50 if button == "Allow" else 139)
+        y = where["Y"] + where["HEIGHT"] - 25
+        xdotool(display, "mousemove", str(x), str(y), "click", "1")
+        try:
+            asker.wait(3)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def screenshot(display: str, path: Path) -> None:
     subprocess.run(["import", "-window", "root", str(path)], check=True, timeout=WAIT_SECONDS,
                    env={**os.environ, "DISPLAY": display}, capture_output=True)
@@ -551,13 +567,9 @@ def test_dialog_clicked(display: str, sandbox_env: dict[str, str], tmp_path: Pat
     title = f"Tool call {secrets.token_hex(4)}"
     asker = start_dialog_ask(sandbox_env, display, title, 60)
     try:
-        where = window(display, title)
+        window(display, title)
         screenshot(display, tmp_path / f"dialog-{button}.png")
-        # The buttons sit at the window's bottom right: Deny, then Allow (the default is
-        # Deny, so a stray Enter is no; here the mouse clicks).
-        x = where["X"] + where["WIDTH"] - (50 if button == "Allow" else 139)
-        y = where["Y"] + where["HEIGHT"] - 25
-        xdotool(display, "mousemove", str(x), str(y), "click", "1")
+        click(display, title, button, asker)  # the mouse (Enter would be Deny's)
         status, found, _ = finish(asker)
         assert (found["answer"], found["how"], status) == (
             expected, "dialog", 0 if expected == "yes" else 1)
@@ -578,8 +590,7 @@ def test_dialog_of_a_long_question_fits_the_screen(display: str, sandbox_env: di
         screenshot(display, tmp_path / "dialog-long.png")
         assert where["X"] >= 0 and where["X"] + where["WIDTH"] <= 1024, where
         assert where["Y"] >= 0 and where["Y"] + where["HEIGHT"] <= 768, where
-        xdotool(display, "mousemove", str(where["X"] + where["WIDTH"] - 50),
-                str(where["Y"] + where["HEIGHT"] - 25), "click", "1")
+        click(display, title, "Allow", asker)
         status, found, _ = finish(asker)
         assert (status, found["how"]) == (0, "dialog")
     finally:
