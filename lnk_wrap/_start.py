@@ -30,6 +30,8 @@ elif _HELPER == "relay":
     from lnk_relay.main import main
 elif _HELPER == "dns-helper":
     from lnk_dns.helper import main
+elif _HELPER == "ask":
+    from lnk_ask.main import main
 elif _HELPER == "cli":
     from lnk_wrap.cli import main
 else:

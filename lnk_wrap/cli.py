@@ -17,6 +17,8 @@ Usage:
   lnk-sandbox tool add NAME [--allow=TOOL]... [--ask=MODE] [--] COMMAND...
   lnk-sandbox tool list [--json]
   lnk-sandbox tool remove NAME
+  lnk-sandbox asks [--json]
+  lnk-sandbox answer ID ANSWER
   lnk-sandbox (-h | --help)
   lnk-sandbox --version
 
@@ -53,6 +55,11 @@ Verbs:
           sandbox: a token in it never reaches one); every tools/call asks you first
           unless the MCP tool is named by --allow, or --ask none; `list` shows the
           names (--json: with what each allows), `remove` deletes one.
+  asks    The questions that wait for your answer (a tool call a sandbox made, …):
+          id, wire, since when, the question in plain ASCII; --json:
+          {"asks": [{"id", "wire", "title", "question", "since"}]}.
+  answer  Answer the question ID (from asks) yes or no. The first answer a question
+          gets stands (a dialog, the terminal, or this); two minutes without one is no.
   check   What this machine gives (bubblewrap, user namespaces, Landlock, seccomp) and
           which protections are therefore in force; the stated gaps, as open; which
           providers' keys are set. With --spec: which model verbs the spec turns on,
@@ -140,6 +147,7 @@ _RUN_DEFAULTS: dict[str, object] = {
     "stop": False, "on-stop": False, "paused": False, "resume": False,
     "secret": False, "set": False, "list": False, "remove": False, "NAME": None,
     "--rule": None, "tool": False, "add": False, "--allow": [], "--ask": None,
+    "asks": False, "answer": False, "ID": None, "ANSWER": None,
     "--spec": None, "--wire": None, "--json": False, "--follow": False, "--clear": False,
     "--name": None, "--list": False, "--remove": None, "-h": False, "--help": False,
     "--version": False, "--": False, "WIRE": None, "COMMAND": [],
@@ -294,6 +302,18 @@ def _dispatch(arguments: Mapping[str, object], env: Mapping[str, str]) -> int:
             return tools(settings_folder(env).root, arguments)
         except (ToolError, SettingsError) as error:
             raise CliError(str(error)) from None
+
+    if arguments["asks"] or arguments["answer"]:
+        from lnk_common.settings import SettingsError, settings_folder
+        from lnk_wrap.asks_view import answer, asks
+
+        try:
+            settings = settings_folder(env).root
+        except SettingsError as error:
+            raise CliError(str(error)) from None
+        if arguments["asks"]:
+            return asks(settings, as_json=bool(arguments["--json"]))
+        return answer(settings, str(arguments["ID"]), str(arguments["ANSWER"]))
     if arguments["check"]:
         from lnk_wrap.check import report, show
 

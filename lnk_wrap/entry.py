@@ -7,10 +7,7 @@ imports `re` for its own sake: 20 ms before the first line of ours, at every
 (lnk_wrap/_start.py): `-I -S` (isolated: the caller's PYTHONPATH and user site cannot
 swap our code; no `site`), with our packages' folder first on sys.path and the venv's
 site-packages (docopt-ng, h11, orjson) after the standard library, as `site` would put
-it. The paths are written in, once, by `python -m lnk_wrap.entry TARGET [MODULE]` in the
-venv; MODULE (default lnk_wrap.cli) is the package whose `main` the script runs
-(lnk-sandbox-mcp-remote: lnk_mcpremote.main, which runs as the person's tool and so is
-started isolated too: no PYTHONPATH of its caller's can swap its code).
+it. The paths are written in, once, by `python -m lnk_wrap.entry TARGET` in the venv.
 """
 
 from __future__ import annotations
@@ -20,8 +17,12 @@ import sys
 
 from lnk_wrap.helpers import package_root
 
-__all__ = ["EntryError", "main", "script"]
+__all__ = ["SCRIPTS", "EntryError", "main", "script"]
 
+# The console scripts written so (their name in the venv's bin/, the module they run):
+# the verbs, and lnk-sandbox-ask, which a script or administrator runs directly.
+SCRIPTS = {"lnk-sandbox": "lnk_wrap.cli", "lnk-sandbox-ask": "lnk_ask.main",
+           "lnk-sandbox-mcp-remote": "lnk_mcpremote.main"}
 # Linux reads at most this much of a `#!` line (BINPRM_BUF_SIZE, 256 with its NUL).
 MAX_SHEBANG_BYTES = 255
 
@@ -30,16 +31,15 @@ class EntryError(Exception):
     """The script cannot be written; pip's stays (slower, but it works)."""
 
 
-# The modules a script may be written for: each one's `main`, a console script of ours.
-ENTRY_MODULES = ("lnk_wrap.cli", "lnk_mcpremote.main")
-
-
 def script(python: str, root: str, site_packages: list[str],
            module: str = "lnk_wrap.cli") -> str:
     """The script's text. `python` takes one argument on the `#!` line: `-IS`;
-    `site_packages`: the venv's folders of libraries (pure, then compiled, if apart)."""
-    if module not in ENTRY_MODULES:
-        raise EntryError(f"{module!r}: not a module a script is written for")
+    `site_packages`: the venv's folders of libraries (pure, then compiled, if apart);
+    `module`: whose `main` it runs (one of SCRIPTS' values)."""
+    if module not in SCRIPTS.values():
+        raise EntryError(f"{module!r}: not a module a script is written for (no script of "
+                         "ours runs it)")
+    name = next(name for name, runs in SCRIPTS.items() if runs == module)
     shebang = f"#!{python} -IS"
     if any(character.isspace() for character in python) or not os.path.isabs(python):
         raise EntryError(f"{python!r}: a `#!` line needs an absolute path without spaces")
@@ -47,7 +47,7 @@ def script(python: str, root: str, site_packages: list[str],
         raise EntryError(f"{python!r}: longer than a `#!` line takes")
     return (
         f"{shebang}\n"
-        f'"""{module}, written by bin/setup (lnk_wrap/entry.py says why): the interpreter\n'
+        f'"""{name}, written by bin/setup (lnk_wrap/entry.py says why): the interpreter\n'
         'without `site`, isolated, as every helper of the chain starts."""\n'
         "import sys\n"
         "\n"
@@ -60,11 +60,10 @@ def script(python: str, root: str, site_packages: list[str],
 
 
 def main() -> None:
-    if len(sys.argv) not in (2, 3):
-        sys.stderr.write("usage: python -m lnk_wrap.entry TARGET [MODULE] (the venv's"
-                         " bin/lnk-sandbox, or another console script of ours)\n")
+    if len(sys.argv) != 2 or os.path.basename(sys.argv[1]) not in SCRIPTS:
+        sys.stderr.write("usage: python -m lnk_wrap.entry TARGET (the venv's bin/lnk-sandbox, "
+                         "bin/lnk-sandbox-ask or bin/lnk-sandbox-mcp-remote)\n")
         sys.exit(2)
-    module = sys.argv[2] if len(sys.argv) == 3 else "lnk_wrap.cli"
     import sysconfig
 
     target = sys.argv[1]
@@ -72,7 +71,8 @@ def main() -> None:
     if sysconfig.get_path("platlib") not in libraries:
         libraries.append(sysconfig.get_path("platlib"))
     try:
-        text = script(os.path.realpath(sys.executable), package_root(), libraries, module)
+        text = script(os.path.realpath(sys.executable), package_root(), libraries,
+                      SCRIPTS[os.path.basename(target)])
     except EntryError as error:
         # Slower, not less safe: setup goes on, and says so.
         sys.stderr.write(f"lnk-sandbox: {error}; pip's script stays in {target} "

@@ -12,7 +12,7 @@ import sys
 
 __all__ = ["HELPERS", "helper_argv", "package_root"]
 
-HELPERS = ("launch", "init", "exec-watch", "proxy", "relay", "dns-helper")
+HELPERS = ("launch", "init", "exec-watch", "proxy", "relay", "dns-helper", "ask")
 _START = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_start.py")
 
 

@@ -1,0 +1,401 @@
+"""Ask the person one question, every available way at once; the first answer wins.
+
+Ways (lnk_ask.ways): a dialog on the person's screen (zenity; notify-send with actions;
+osascript on macOS), the controlling terminal (/dev/tty, with a code typed back), and
+the queue in Link's settings (lnk_ask.queue, always). They run at once, not one after
+another: the person is at one of them, and which one is not known here (at the screen,
+in the terminal that started the harness, or away, answering from another shell with
+`lnk-sandbox answer`). In turn, a person away from the screen would wait out the
+dialog's time before the terminal asked, and the two minutes are for the whole question.
+The dialog is first in the sense that it is shown first and is where a person at a
+screen looks; the queue is always there, since it is what makes a box or an agent in the
+background askable at all.
+
+No answer in `timeout` seconds is no. Silence is never yes; an error is never yes:
+a way that fails (no display, a terminal in the background, a dialog that crashed)
+drops out and the question stays open on the others; an error of the queue, which is
+where the question is decided, is no at once. The decision is made once, in the queue
+(`AskQueue.decide`, by link(2)), whichever way it came.
+
+`ask` blocks (run it in a thread); `ask_async` runs `lnk-sandbox-ask` as a child
+process for an asyncio caller (the proxy), so a question never stops its loop and the
+terminal's job-control signals never reach it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import secrets
+import select
+import signal
+import subprocess
+import sys
+import termios
+import time
+
+from lnk_ask import text as plain_text
+from lnk_ask import ways
+from lnk_ask.queue import AskQueue, QueueError
+from lnk_common.boundedlog import BoundedLog, clip
+from lnk_common.policy import is_name
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = [
+    "DEFAULT_TIMEOUT_SECONDS",
+    "HOWS",
+    "LOG_PATH",
+    "MAX_TIMEOUT_SECONDS",
+    "Answer",
+    "AskUsageError",
+    "ask",
+    "ask_async",
+    "command",
+    "log_path",
+]
+
+# Two minutes without an answer is no (the issue; a tool call waits this long at most).
+DEFAULT_TIMEOUT_SECONDS = 120
+# A question holds a call (and its sandbox's tool) while it waits; past a quarter of an
+# hour the person has gone, and a call held longer is a resource held for nothing.
+MAX_TIMEOUT_SECONDS = 900
+# How often the queue and a dialog's process are looked at: an answer from the queue is
+# taken within this, and a loop of ten wakes a second costs nothing.
+POLL_SECONDS = 0.1
+# The log of every question and answer, under the settings root (a BoundedLog).
+LOG_PATH = ("sandbox", "asks.log")
+# How an answer came.
+HOWS = ("dialog", "terminal", "queue", "timeout", "error")
+
+
+class AskUsageError(ValueError):
+    """The question cannot be asked as given (a bad wire, title or timeout): exit 2."""
+
+
+class Answer:
+    """The answer: `answer` "yes" or "no", `how` one of HOWS, the question's `id` (empty
+    when it was never queued), and for an error its one-line `reason`."""
+
+    __slots__ = ("answer", "how", "id", "reason")
+
+    def __init__(self, answer: str, how: str, ident: str = "", reason: str = "") -> None:
+        self.answer = answer if answer == "yes" and how not in ("timeout", "error") else "no"
+        self.how = how
+        self.id = ident
+        self.reason = reason
+
+    @property
+    def yes(self) -> bool:
+        return self.answer == "yes"
+
+    def as_json(self) -> dict[str, str]:
+        found = {"answer": self.answer, "how": self.how}
+        if self.id:
+            found["id"] = self.id
+        if self.reason:
+            found["reason"] = self.reason
+        return found
+
+    def __repr__(self) -> str:
+        return f"Answer({self.answer!r}, {self.how!r}, {self.id!r}, {self.reason!r})"
+
+
+def log_path(settings_root: str) -> str:
+    return os.path.join(settings_root, *LOG_PATH)
+
+
+def check_usage(wire: str, title: str, timeout: float) -> None:
+    if not is_name(wire):
+        raise AskUsageError(f"--wire {plain_text.plain(wire, 80)}: use letters, digits, "
+                            "'.', '_' and '-'")
+    if not title.strip():
+        raise AskUsageError("a question needs a title")
+    if not 0 < timeout <= MAX_TIMEOUT_SECONDS:
+        raise AskUsageError(f"--timeout is 1 to {MAX_TIMEOUT_SECONDS} seconds")
+
+
+def ask(settings_root: str, wire: str, title: str, question: str,
+        timeout: float = DEFAULT_TIMEOUT_SECONDS, *, env: Mapping[str, str] | None = None,
+        platform: str = sys.platform, terminal: str = "/dev/tty") -> Answer:
+    """Ask, block until the first answer or the timeout, and return it. Never raises but
+    AskUsageError (bad arguments); every other failure, an interruption included
+    (KeyboardInterrupt, SystemExit), is Answer("no", "error")."""
+    check_usage(wire, title, timeout)
+    shown_title = plain_text.plain(title, plain_text.MAX_TITLE_CHARS)
+    shown_question = plain_text.plain(question)
+    environment = os.environ if env is None else env
+    started = time.monotonic()
+    deadline = started + timeout
+    queue = AskQueue(settings_root)
+    try:
+        log = BoundedLog(log_path(settings_root))
+    except OSError as error:
+        return Answer("no", "error", reason=f"the log of questions cannot be opened: "
+                                            f"{error.strerror}")
+    try:
+        try:
+            ident = queue.open_question(wire, shown_title, shown_question,
+                                        time.time() + timeout)
+        except QueueError as error:
+            _log(log, wire, "-", "asked", shown_title, shown_question)
+            _log(log, wire, "-", "no", "error", plain_text.plain(str(error)))
+            return Answer("no", "error", reason=str(error))
+        _log(log, wire, ident, "asked", shown_title, shown_question)
+        try:
+            answer, how = _wait(queue, ident, wire, shown_title, shown_question, started,
+                                deadline, environment, platform, terminal)
+            found = Answer(answer, how, ident)
+        except BaseException as error:  # an interruption, a failure: no, and said so
+            reason = "interrupted" if isinstance(error, (KeyboardInterrupt, SystemExit)) \
+                else f"{type(error).__name__}: {error}"
+            try:
+                answer, how = queue.decide(ident, "no", "error")
+            except QueueError:
+                answer, how = "no", "error"
+            found = Answer(answer, how, ident, reason if how == "error" else "")
+            _log(log, wire, ident, found.answer, found.how, plain_text.plain(found.reason))
+            with contextlib.suppress(QueueError):
+                queue.close_question(ident)
+            # An interruption (SIGTERM, SIGHUP, Ctrl-C in the console script) is an
+            # answer too: no, returned so the script prints it and exits 1.
+            return found
+        _log(log, wire, ident, found.answer, found.how, "")
+        with contextlib.suppress(QueueError):
+            queue.close_question(ident)
+        return found
+    finally:
+        log.close()
+
+
+def _log(log: BoundedLog, wire: str, ident: str, event: str, first: str,
+         second: str) -> None:
+    """TIME\\tWIRE\\tID\\tEVENT\\t… : `asked TITLE QUESTION`, or `yes|no HOW [REASON]`.
+    Every field is given plain ASCII already (no tab, no newline)."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    fields = [stamp, wire, ident, event, first, second]
+    line = clip("\t".join(fields).rstrip("\t"))
+    with contextlib.suppress(OSError):
+        log.append(line.encode() + b"\n")
+
+
+class _Terminal:
+    """The controlling terminal, opened anew as /dev/tty (never stdin or stdout, which a
+    sandboxed program may share and redirect), used only while this process is in the
+    terminal's foreground and holds the terminal's lock (one question at a time on it)."""
+
+    __slots__ = ("code", "fd", "locked", "shown", "typed")
+
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC | os.O_NONBLOCK)
+        self.locked = False
+        self.shown = False
+        self.typed = bytearray()
+        self.code = f"{secrets.randbelow(10 ** ways.CODE_DIGITS):0{ways.CODE_DIGITS}d}"
+        if not os.isatty(self.fd):
+            self.close()
+            raise OSError("not a terminal")
+
+    def foreground(self) -> bool:
+        try:
+            return os.tcgetpgrp(self.fd) == os.getpgrp()
+        except OSError:
+            return False
+
+    def try_show(self, prompt: str) -> bool:
+        """Take the terminal's lock and show the question; False while another question
+        holds it or this process is not in the foreground."""
+        if not self.foreground():
+            return False
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        self.locked = True
+        # Keys typed before the question was shown are not an answer to it.
+        termios.tcflush(self.fd, termios.TCIFLUSH)
+        self._write(prompt)
+        self.shown = True
+        return True
+
+    def feed(self) -> str | None:
+        """Read what was typed: "yes" for the code and Enter, "no" for any other line,
+        None while a line is being typed. OSError when the terminal is gone."""
+        if not self.foreground():
+            return None
+        try:
+            data = os.read(self.fd, 256)
+        except BlockingIOError:
+            return None
+        if not data:
+            raise OSError("the terminal closed")
+        for byte in data:
+            if byte in (0x0A, 0x0D):
+                return "yes" if ways.code_matches(bytes(self.typed), self.code) else "no"
+            if byte in (0x7F, 0x08):  # a raw-mode terminal: the line's editing is ours
+                del self.typed[-1:]
+            elif byte in (0x03, 0x04, 0x1B):  # Ctrl-C, Ctrl-D, Escape in raw mode
+                return "no"
+            else:
+                self.typed.append(byte)
+            if len(self.typed) > ways.MAX_TYPED_BYTES:
+                return "no"
+        return None
+
+    def _write(self, message: str) -> None:
+        data = message.encode("ascii", "replace")
+        with contextlib.suppress(OSError):
+            while data:
+                try:
+                    data = data[os.write(self.fd, data):]
+                except BlockingIOError:
+                    select.select([], [self.fd], [], 1.0)
+
+    def close(self, outcome: str = "") -> None:
+        if self.shown and outcome:
+            self._write(f"\r\n  [lnk-sandbox] {outcome}\r\n")
+        if self.locked:
+            with contextlib.suppress(OSError):
+                termios.tcflush(self.fd, termios.TCIFLUSH)  # a half-typed code
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+
+
+def _open_terminal(path: str) -> _Terminal | None:
+    try:
+        return _Terminal(path)
+    except OSError:
+        return None  # no controlling terminal (a harness, a service): the other ways
+
+
+def _start_dialog(dialog: ways.Dialog, env: Mapping[str, str]) -> subprocess.Popen[bytes] | None:
+    try:
+        return subprocess.Popen(dialog.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=ways.dialog_environment(env),
+                                start_new_session=True, close_fds=True)
+    except OSError:
+        return None
+
+
+def _wait(queue: AskQueue, ident: str, wire: str, title: str, question: str,
+          started: float, deadline: float, env: Mapping[str, str], platform: str,
+          terminal_path: str) -> tuple[str, str]:
+    seconds = max(1, round(deadline - started))
+    # The wire is part of the text a dialog shows (never of its window's title, which
+    # the person does not always see): which sandbox asks is half the question.
+    dialog = ways.pick_dialog(env, platform, title, f"{question}\n\n(asked by the wire {wire})",
+                              seconds)
+    process = _start_dialog(dialog, env) if dialog else None
+    terminal = _open_terminal(terminal_path) if terminal_path else None
+    prompt = ""
+    if terminal is not None:
+        prompt = ways.terminal_prompt(title, question, wire, ident, terminal.code, seconds)
+    # Job control: reading the terminal from the background must fail (EIO), not stop
+    # this process; a blocked SIGTTIN counts as ignored for that, and blocking is per
+    # thread, so this holds in any thread of a caller.
+    masked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTTIN, signal.SIGTTOU})
+    decided: tuple[str, str] | None = None
+    try:
+        while decided is None:
+            now = time.monotonic()
+            if now >= deadline:
+                decided = queue.decide(ident, "no", "timeout")
+                break
+            given = queue.answered(ident)
+            if given is not None:
+                decided = given
+                break
+            if process is not None and dialog is not None and process.poll() is not None:
+                out, err = process.communicate()
+                verdict = ways.dialog_verdict(dialog.kind, process.returncode,
+                                              (out + err).decode("utf-8", "replace"))
+                process = None
+                if verdict is not None:
+                    decided = queue.decide(ident, verdict, "dialog")
+                    break
+            if terminal is not None and not terminal.shown:
+                terminal.try_show(prompt)
+            # Only while in the foreground: a terminal readable by a job in the
+            # background would wake this loop at once, again and again.
+            waiting = ([terminal.fd] if terminal is not None and terminal.shown
+                       and terminal.foreground() else [])
+            timeout = max(0.0, min(POLL_SECONDS, deadline - now))
+            if waiting:
+                readable, _, _ = select.select(waiting, [], [], timeout)
+                if readable and terminal is not None:
+                    try:
+                        verdict = terminal.feed()
+                    except OSError:
+                        terminal.close()
+                        terminal = None
+                        verdict = None
+                    if verdict is not None:
+                        decided = queue.decide(ident, verdict, "terminal")
+            else:
+                time.sleep(timeout)
+        return decided
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, masked)
+        if process is not None:
+            with contextlib.suppress(OSError):
+                process.terminate()
+            try:
+                process.communicate(timeout=2)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.communicate()
+        if terminal is not None:
+            outcome = (f"{decided[0]} ({decided[1]})" if decided else "no (ended)")
+            terminal.close(outcome)
+
+
+def command(settings_root: str, wire: str, title: str,
+            timeout: float = DEFAULT_TIMEOUT_SECONDS) -> list[str]:
+    """The argv that runs `lnk-sandbox-ask` for a question given on its standard input
+    (never in argv: a tool's arguments may be long, and argv is every local process's to
+    read), isolated as every helper (`python -I -S _start.py ask …`:
+    lnk_wrap.helpers.helper_argv)."""
+    from lnk_wrap.helpers import helper_argv
+
+    check_usage(wire, title, timeout)
+    return [*helper_argv("ask"), "--settings", settings_root, "--wire", wire,
+            "--title", title, "--question", "-", "--timeout", f"{timeout:g}", "--json"]
+
+
+async def ask_async(settings_root: str, wire: str, title: str, question: str,
+                    timeout: float = DEFAULT_TIMEOUT_SECONDS, *,
+                    env: Mapping[str, str] | None = None) -> Answer:
+    """`ask` in a child process (`lnk-sandbox-ask --json`), for an asyncio caller. The
+    child is ended (SIGTERM: it answers no and cleans up) when the caller is cancelled.
+    Anything but a well-formed yes from the child is no."""
+    import asyncio
+    import json
+
+    argv = command(settings_root, wire, title, timeout)
+    try:
+        child = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env=dict(os.environ if env is None else env))
+    except OSError as error:
+        return Answer("no", "error", reason=f"lnk-sandbox-ask cannot start: {error.strerror}")
+    try:
+        out, err = await child.communicate(question.encode("utf-8", "surrogatepass"))
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            child.terminate()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(child.wait(), 5)
+        raise
+    try:
+        found = json.loads(out)
+        answer, how = str(found["answer"]), str(found["how"])
+        ident = str(found.get("id", ""))
+    except (ValueError, KeyError, TypeError):
+        reason = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no answer"]
+        return Answer("no", "error", reason=plain_text.plain(reason[0], 200))
+    if how not in HOWS or (answer == "yes") != (child.returncode == 0):
+        return Answer("no", "error", ident, "lnk-sandbox-ask answered inconsistently")
+    return Answer(answer, how, ident, str(found.get("reason", "")))

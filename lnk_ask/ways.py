@@ -1,0 +1,219 @@
+"""The ways of asking, as data (sans IO): which dialog program, its argv, what its exit
+means; the terminal's prompt and how a typed line is judged.
+
+A dialog program is found only in the system's own folders (DIALOG_FOLDERS), owned by
+root (or by us) and writable by no one else, never on PATH: PATH is the caller's, and a
+harness's PATH may hold a folder a sandbox writes (`~/.local/bin`, a project's
+`node_modules/.bin`), where a planted `zenity` would run outside the sandbox and say
+yes. It runs with DIALOG_ENVIRONMENT only (the display, the session bus, the locale):
+GTK_MODULES, GTK_PATH, LD_PRELOAD and the like in the caller's environment would load
+code into the one program whose answer is trusted.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import stat
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = [
+    "ALLOW_LABEL",
+    "CODE_DIGITS",
+    "DENY_LABEL",
+    "DIALOG_ENVIRONMENT",
+    "DIALOG_FOLDERS",
+    "DIALOG_LINE_CHARS",
+    "MAX_TYPED_BYTES",
+    "Dialog",
+    "code_matches",
+    "dialog_environment",
+    "dialog_lines",
+    "dialog_verdict",
+    "find_program",
+    "notify_argv",
+    "osascript_argv",
+    "pick_dialog",
+    "terminal_prompt",
+    "zenity_argv",
+]
+
+# Where a dialog program is looked for: the system's folders only (see above).
+DIALOG_FOLDERS = ("/usr/bin", "/bin", "/usr/local/bin")
+# What a dialog program is given of the caller's environment.
+DIALOG_ENVIRONMENT = ("DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "XDG_RUNTIME_DIR",
+                      "DBUS_SESSION_BUS_ADDRESS", "HOME", "LANG", "LANGUAGE", "LC_ALL",
+                      "LC_MESSAGES", "LC_CTYPE")
+# The terminal's code: six digits. Nothing in a sandbox sees it (it is written to the
+# terminal, which a program can write to and read keystrokes from, but not read the
+# screen of), so it proves the line typed was typed by someone who read this question;
+# a code typed from a faked question matches it by chance once in a million.
+CODE_DIGITS = 6
+# A line typed at the prompt longer than this is no (a code is six digits).
+MAX_TYPED_BYTES = 64
+# A dialog's line, in characters: GTK wraps a label only between words, so one long
+# word (an escaped argument, a token) made the window wider than the screen and put the
+# buttons off it (seen on a 1024-pixel screen). The text is cut into lines here instead:
+# 90 characters of the default font are about 650 pixels.
+DIALOG_LINE_CHARS = 90
+ALLOW_LABEL = "Allow"
+DENY_LABEL = "Deny"
+
+
+class Dialog:
+    """A dialog to start: `kind` (zenity, notify-send, osascript) and its argv."""
+
+    __slots__ = ("argv", "kind")
+
+    def __init__(self, kind: str, argv: list[str]) -> None:
+        self.kind = kind
+        self.argv = argv
+
+
+def find_program(name: str, folders: tuple[str, ...] = DIALOG_FOLDERS) -> str | None:
+    """The first `name` in `folders` that is a regular executable file owned by root or
+    us and writable by no one else, in a folder likewise; None when there is none."""
+    trusted = {0, os.geteuid()}
+    for folder in folders:
+        path = os.path.join(folder, name)
+        try:
+            where = os.stat(folder)
+            info = os.stat(path)
+        except OSError:
+            continue
+        if (stat.S_ISREG(info.st_mode) and info.st_mode & 0o111
+                and info.st_uid in trusted and not info.st_mode & 0o022
+                and where.st_uid in trusted and not where.st_mode & 0o022):
+            return path
+    return None
+
+
+def dialog_environment(env: Mapping[str, str]) -> dict[str, str]:
+    kept = {name: env[name] for name in DIALOG_ENVIRONMENT if env.get(name)}
+    kept["PATH"] = "/usr/bin:/bin"
+    return kept
+
+
+def dialog_lines(text: str, width: int = DIALOG_LINE_CHARS) -> str:
+    """`text` (plain ASCII; its own line breaks are ours) cut into lines of at most
+    `width`, between words where it can, inside a word where it must. Every character
+    is kept (no space dropped or merged), so the lines still read as the text."""
+    import textwrap
+
+    lines: list[str] = []
+    for line in text.split("\n"):
+        lines += textwrap.wrap(line, width, drop_whitespace=False, replace_whitespace=False,
+                               break_on_hyphens=False, break_long_words=True) or [""]
+    return "\n".join(lines)
+
+
+def zenity_argv(zenity: str, title: str, question: str, seconds: int) -> list[str]:
+    """`zenity --question`: Deny is the default button, so a stray Enter is no;
+    --no-markup, so the text is shown as given (no Pango markup, no escapes read);
+    --no-wrap, the lines cut here (dialog_lines)."""
+    text = dialog_lines(f"{title}\n\n{question}")
+    return [zenity, "--question", f"--title={title}", f"--text={text}",
+            "--no-markup", "--no-wrap",
+            f"--ok-label={ALLOW_LABEL}", f"--cancel-label={DENY_LABEL}", "--default-cancel",
+            "--icon-name=dialog-warning", f"--timeout={max(1, seconds)}"]
+
+
+def _markup_escaped(text: str) -> str:
+    # A notification's body may be read as markup by the server (the spec's subset):
+    # the text is plain ASCII already; these three are all markup reads.
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def notify_argv(notify: str, title: str, question: str, seconds: int) -> list[str]:
+    """notify-send with actions (libnotify 0.7.10+): --wait until acted on or closed;
+    the chosen action's key is printed."""
+    return [notify, "--app-name=lnk-sandbox", "--urgency=critical", "--wait",
+            f"--expire-time={max(1, seconds) * 1000}",
+            f"--action=yes={ALLOW_LABEL}", f"--action=no={DENY_LABEL}",
+            "--", title, _markup_escaped(question)]
+
+
+def _applescript_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def osascript_argv(title: str, question: str, seconds: int) -> list[str]:
+    """macOS: `display dialog` with Deny as the default and cancel button. Generated and
+    golden-tested here; not run on a Mac yet (docs/ARCHITECTURE.md)."""
+    script = (f"display dialog {_applescript_string(question)} "
+              f"with title {_applescript_string(title)} "
+              f'buttons {{"{DENY_LABEL}", "{ALLOW_LABEL}"}} default button "{DENY_LABEL}" '
+              f'cancel button "{DENY_LABEL}" with icon caution '
+              f"giving up after {max(1, seconds)}")
+    return ["/usr/bin/osascript", "-e", script]
+
+
+def pick_dialog(env: Mapping[str, str], platform: str, title: str, question: str,
+                seconds: int, *, notify_has_actions: bool | None = None) -> Dialog | None:
+    """The dialog to show, or None where there is no screen or no program for it.
+    `notify_has_actions`: whether notify-send takes --action (None: ask it)."""
+    if platform == "darwin":
+        if os.path.isfile("/usr/bin/osascript"):
+            return Dialog("osascript", osascript_argv(title, question, seconds))
+        return None
+    if not (env.get("DISPLAY") or env.get("WAYLAND_DISPLAY")):
+        return None
+    zenity = find_program("zenity")
+    if zenity:
+        return Dialog("zenity", zenity_argv(zenity, title, question, seconds))
+    notify = find_program("notify-send")
+    if notify:
+        if notify_has_actions is None:
+            notify_has_actions = _notify_takes_actions(notify, env)
+        if notify_has_actions:
+            return Dialog("notify-send", notify_argv(notify, title, question, seconds))
+    return None
+
+
+def _notify_takes_actions(notify: str, env: Mapping[str, str]) -> bool:
+    import subprocess
+
+    try:
+        shown = subprocess.run([notify, "--help"], capture_output=True, text=True,
+                               timeout=5, check=False, env=dialog_environment(env),
+                               stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--action" in shown.stdout
+
+
+def dialog_verdict(kind: str, status: int, output: str) -> str | None:
+    """What a dialog's end means: "yes", "no", or None (no answer: its own timeout, a
+    notification closed or expired, an error; the question stays open elsewhere)."""
+    if kind == "zenity":
+        # 0 Allow; 1 Deny, Escape or the window closed (the person said no); 5 its
+        # timeout; anything else (-1/255: no display) is an error.
+        return {0: "yes", 1: "no"}.get(status)
+    if kind == "notify-send":
+        chosen = output.strip()
+        return chosen if status == 0 and chosen in ("yes", "no") else None
+    if kind == "osascript":
+        if status == 0 and "gave up:true" not in output:
+            return "yes" if f"button returned:{ALLOW_LABEL}" in output else "no"
+        # Cancel (Deny, Escape) is error -128 on stderr and status 1.
+        return "no" if status == 1 and "(-128)" in output else None
+    return None
+
+
+def terminal_prompt(title: str, question: str, wire: str, ident: str, code: str,
+                    seconds: int) -> str:
+    """What the terminal shows (every part plain ASCII already). The code is on the
+    same line as the instruction, after the question."""
+    return (f"\r\n[lnk-sandbox asks] {title} (wire {wire}, question {ident})\r\n"
+            f"  {question}\r\n"
+            f"  To allow, type {code} and Enter. Anything else is no; "
+            f"no answer in {seconds} s is no.\r\n  > ")
+
+
+def code_matches(typed: bytes, code: str) -> bool:
+    """A typed line is yes only when it is the code (spaces around or inside ignored)."""
+    text = typed.replace(b" ", b"").strip()
+    return hmac.compare_digest(text, code.encode())

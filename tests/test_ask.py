@@ -1,0 +1,888 @@
+"""Asking the person (lnk_ask, lnk-sandbox-ask, `lnk-sandbox asks|answer`), for real.
+
+Each way is driven as the person would: the queue answered by `lnk-sandbox answer` from
+another process; the terminal through tmux (capture-pane reads what is shown, send-keys
+types); the dialog with zenity on Xvfb, clicked with xdotool (a screenshot kept in the
+test's folder). The attacks run in a real sandbox (`lnk-sandbox run`): a faked question
+on the terminal, TIOCSTI, the queue, another wire's question.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import secrets
+import shlex
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lnk_ask import Answer, ask, ask_async, plain
+from lnk_ask.asker import AskUsageError, log_path
+from lnk_ask.main import UsageError, parse
+from lnk_ask.queue import MAX_WAITING_PER_WIRE, AskQueue, QueueError, id_problem
+from lnk_ask.text import MAX_QUESTION_CHARS
+from lnk_ask.ways import (
+    DIALOG_LINE_CHARS,
+    code_matches,
+    dialog_environment,
+    dialog_lines,
+    dialog_verdict,
+    find_program,
+    notify_argv,
+    osascript_argv,
+    pick_dialog,
+    zenity_argv,
+)
+from lnk_wrap.helpers import helper_argv
+from tests.conftest import LNK_SANDBOX, WriteSpec, toml_list
+
+ASK = str(Path(sys.executable).parent / "lnk-sandbox-ask")
+EXIT_REFUSED = 125
+# A step a test waits for (a question queued, a window shown) that takes longer is hung.
+WAIT_SECONDS = 30.0
+
+
+def wait_for(found: Callable[[], object], what: str, seconds: float = WAIT_SECONDS) -> object:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        value = found()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+# -- plain(): what the person reads -------------------------------------------------------
+
+
+def unplain(shown: str) -> str:
+    """plain()'s inverse (for a text under the limit): proves no two texts read alike."""
+    out, index = [], 0
+    while index < len(shown):
+        char = shown[index]
+        if char != "\\":
+            out.append(char)
+            index += 1
+            continue
+        kind = shown[index + 1]
+        width = {"\\": 0, "x": 2, "u": 4, "U": 8}[kind]
+        out.append("\\" if kind == "\\" else chr(int(shown[index + 2:index + 2 + width], 16)))
+        index += 2 + width
+    return "".join(out)
+
+
+def printable_ascii(text: str) -> bool:
+    return all(0x20 <= ord(char) <= 0x7E for char in text)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=st.characters(codec=None), max_size=300))
+def test_plain_is_printable_ascii_and_reads_back(text: str) -> None:
+    shown = plain(text)
+    assert printable_ascii(shown)
+    assert unplain(shown) == text
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=80), st.text(max_size=80))
+def test_plain_keeps_distinct_texts_distinct(first: str, second: str) -> None:
+    if first != second:
+        assert plain(first) != plain(second)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(min_size=1, max_size=50), st.integers(min_value=0, max_value=40))
+def test_plain_bounds_long_texts_and_tells_them_apart(tail: str, extra: int) -> None:
+    head = "\u202e" * (MAX_QUESTION_CHARS // 6 + 1 + extra)  # each escape: 6 characters
+    first, second = plain(head + tail), plain(head + tail + "!")
+    assert len(first) <= MAX_QUESTION_CHARS and len(second) <= MAX_QUESTION_CHARS
+    assert printable_ascii(first) and printable_ascii(second)
+    assert first != second  # the digest of the whole differs
+    assert "not shown whole; sha256" in first
+    # No half escape before the note: the kept part reads back as a prefix of the text.
+    kept = first.split(" [... ")[0]
+    assert (head + tail).startswith(unplain(kept))
+
+
+def test_plain_examples() -> None:
+    assert plain("rm -rf /") == "rm -rf /"
+    assert plain("a\nb\x1b[2J") == "a\\x0ab\\x1b[2J"
+    assert plain("evil\u202etxt.exe") == "evil\\u202etxt.exe"  # a bidi override
+    assert plain("p\u0430ypal") == "p\\u0430ypal"  # Cyrillic a
+    assert plain("\\x0a") == "\\\\x0a"  # a typed escape is not a newline
+    assert plain("\U0001f600") == "\\U0001f600"
+
+
+# -- the ways as data ---------------------------------------------------------------------
+
+
+def test_zenity_argv_golden() -> None:
+    assert zenity_argv("/usr/bin/zenity", "Tool call", "wipe?", 120) == [
+        "/usr/bin/zenity", "--question", "--title=Tool call", "--text=Tool call\n\nwipe?",
+        "--no-markup", "--no-wrap", "--ok-label=Allow", "--cancel-label=Deny",
+        "--default-cancel", "--icon-name=dialog-warning", "--timeout=120"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=400))
+def test_dialog_lines_keep_every_character(text: str) -> None:
+    lines = dialog_lines(text).split("\n")
+    assert "".join(lines) == text
+    assert all(len(line) <= DIALOG_LINE_CHARS for line in lines)
+
+
+def test_notify_argv_golden() -> None:
+    assert notify_argv("/usr/bin/notify-send", "T", "a <b> & c", 3) == [
+        "/usr/bin/notify-send", "--app-name=lnk-sandbox", "--urgency=critical", "--wait",
+        "--expire-time=3000", "--action=yes=Allow", "--action=no=Deny", "--",
+        "T", "a &lt;b&gt; &amp; c"]
+
+
+def test_osascript_argv_golden() -> None:
+    """Generated here; not run on a Mac yet (docs/ARCHITECTURE.md says so)."""
+    assert osascript_argv('T "x"', 'say \\ "hi"', 60) == [
+        "/usr/bin/osascript", "-e",
+        'display dialog "say \\\\ \\"hi\\"" with title "T \\"x\\"" buttons {"Deny", "Allow"} '
+        'default button "Deny" cancel button "Deny" with icon caution giving up after 60']
+
+
+@pytest.mark.parametrize(("kind", "status", "output", "verdict"), [
+    ("zenity", 0, "", "yes"), ("zenity", 1, "", "no"), ("zenity", 5, "", None),
+    ("zenity", 255, "cannot open display", None), ("zenity", -15, "", None),
+    ("notify-send", 0, "yes\n", "yes"), ("notify-send", 0, "no\n", "no"),
+    ("notify-send", 0, "\n", None), ("notify-send", 1, "yes", None),
+    ("osascript", 0, "button returned:Allow, gave up:false", "yes"),
+    ("osascript", 0, "button returned:, gave up:true", None),
+    ("osascript", 1, "execution error: User canceled. (-128)", "no"),
+    ("osascript", 1, "execution error: other (-1728)", None),
+    ("other", 0, "yes", None),
+])
+def test_dialog_verdicts(kind: str, status: int, output: str, verdict: str | None) -> None:
+    assert dialog_verdict(kind, status, output) == verdict
+
+
+def test_no_screen_no_dialog_and_programs_only_from_system_folders(tmp_path: Path) -> None:
+    assert pick_dialog({}, "linux", "T", "Q", 5) is None
+    planted = tmp_path / "zenity"
+    planted.write_text("#!/bin/sh\nexit 0\n")
+    planted.chmod(0o755)
+    # A zenity on PATH (a folder a sandbox may write) is never the one run.
+    assert find_program("zenity", (str(tmp_path),)) == str(planted)  # a sane folder: found
+    tmp_path.chmod(0o777)
+    try:
+        assert find_program("zenity", (str(tmp_path),)) is None  # others may write it
+    finally:
+        tmp_path.chmod(0o755)
+    found = pick_dialog({"DISPLAY": ":9", "PATH": str(tmp_path)}, "linux", "T", "Q", 5)
+    assert found is not None and found.argv[0] == "/usr/bin/zenity"
+    kept = dialog_environment({"DISPLAY": ":9", "LD_PRELOAD": "/x.so", "GTK_MODULES": "x",
+                               "PATH": str(tmp_path), "HOME": "/root"})
+    assert kept == {"DISPLAY": ":9", "HOME": "/root", "PATH": "/usr/bin:/bin"}
+
+
+def test_code_matches_only_the_code() -> None:
+    assert code_matches(b"123456", "123456")
+    assert code_matches(b" 123 456 ", "123456")
+    for typed in (b"", b"12345", b"1234567", b"y", b"yes", b"123457"):
+        assert not code_matches(typed, "123456")
+
+
+def test_command_line_parse() -> None:
+    assert parse(["--title", "T", "--question=Q"]) == {
+        "--title": "T", "--question": "Q", "--timeout": "120", "--wire": "ask", "--json": False}
+    for words in (["--title", "T"], ["--title", "T", "--question"], ["--title=T",
+                  "--question=Q", "--title=U"], ["--title=T", "--question=Q", "--yes"],
+                  ["--title=T", "--question=Q", "--json=1"]):
+        with pytest.raises(UsageError):
+            parse(words)
+
+
+def test_ask_helper_argv_is_isolated() -> None:
+    argv = helper_argv("ask")
+    assert argv[1:3] == ["-I", "-S"] and argv[-1] == "ask"
+
+
+@pytest.mark.parametrize("words", [
+    [], ["--title=T"], ["--title=T", "--question=Q", "--timeout=0"],
+    ["--title=T", "--question=Q", "--timeout=x"], ["--title=T", "--question=Q", "--wire=a/b"],
+    ["--title=T", "--question=Q", "--timeout=100000"], ["--title= ", "--question=Q"],
+])
+def test_bad_usage_exits_2(words: list[str], sandbox_env: dict[str, str]) -> None:
+    done = subprocess.run([ASK, *words], env=sandbox_env, capture_output=True, text=True,
+                          timeout=WAIT_SECONDS, check=False, stdin=subprocess.DEVNULL,
+                          start_new_session=True)
+    assert done.returncode == 2, done
+    assert done.stderr.strip().splitlines()[-1].startswith("lnk-sandbox-ask: ")
+
+
+def test_id_problem() -> None:
+    assert id_problem("0123456789ab") is None
+    for bad in ("", "0123456789a", "0123456789abc", "0123456789aB", "../../etc/pa",
+                "0123456789a/"):
+        assert id_problem(bad) is not None
+
+
+# -- the queue, answered from another process ----------------------------------------------
+
+
+def cli(env: dict[str, str], *words: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([LNK_SANDBOX, *words], env=env, capture_output=True, text=True,
+                          timeout=WAIT_SECONDS, check=False, stdin=subprocess.DEVNULL)
+
+
+def start_ask(env: dict[str, str], *words: str, timeout: int = 30) -> subprocess.Popen[str]:
+    """lnk-sandbox-ask with no terminal (a new session) and no screen: the queue only."""
+    quiet = {key: value for key, value in env.items()
+             if key not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    return subprocess.Popen([ASK, "--timeout", str(timeout), "--json", *words], env=quiet,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def finish(process: subprocess.Popen[str]) -> tuple[int, dict[str, str], str]:
+    out, err = process.communicate(timeout=WAIT_SECONDS * 2)
+    return process.returncode, json.loads(out), err
+
+
+def waiting(env: dict[str, str], wire: str | None = None) -> list[dict[str, object]]:
+    listed = cli(env, "asks", "--json")
+    assert listed.returncode == 0, listed
+    found: list[dict[str, object]] = json.loads(listed.stdout)["asks"]
+    return [entry for entry in found if wire is None or entry["wire"] == wire]
+
+
+def test_queue_answered_yes_by_another_process(sandbox_env: dict[str, str],
+                                               lnk_home: Path) -> None:
+    asker = start_ask(sandbox_env, "--title", "Tool call: demo", "--question",
+                      "wipe {\"all\": true}\nnow\u202e?", "--wire", "w1")
+    try:
+        entries = wait_for(lambda: waiting(sandbox_env), "the question in asks")
+        assert isinstance(entries, list) and len(entries) == 1
+        entry = entries[0]
+        assert set(entry) == {"id", "wire", "title", "question", "since"}
+        assert entry["wire"] == "w1" and entry["title"] == "Tool call: demo"
+        assert entry["question"] == 'wipe {"all": true}\\x0anow\\u202e?'
+        ident = str(entry["id"])
+        folder = lnk_home / "sandbox" / "asks"
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+        assert stat.S_IMODE((folder / f"{ident}.json").stat().st_mode) == 0o600
+        shown = cli(sandbox_env, "asks")
+        assert ident in shown.stdout and f"lnk-sandbox answer {ident} yes|no" in shown.stdout
+        done = cli(sandbox_env, "answer", ident, "yes")
+        assert (done.returncode, done.stdout) == (0, f"answered yes: {ident}\n"), done
+        status, found, _ = finish(asker)
+        assert (status, found) == (0, {"answer": "yes", "how": "queue", "id": ident})
+        # Answered already: one line, 125, saying how it was answered.
+        again = cli(sandbox_env, "answer", ident, "no")
+        assert again.returncode == EXIT_REFUSED
+        assert again.stderr == (f"lnk-sandbox: the question {ident} has ended: answered yes "
+                                "(queue)\n")
+        assert waiting(sandbox_env) == []
+        log = Path(log_path(str(lnk_home))).read_text().splitlines()
+        assert [line.split("\t")[1:] for line in log] == [
+            ["w1", ident, "asked", "Tool call: demo", 'wipe {"all": true}\\x0anow\\u202e?'],
+            ["w1", ident, "yes", "queue"]]
+        assert stat.S_IMODE(Path(log_path(str(lnk_home))).stat().st_mode) == 0o600
+    finally:
+        asker.kill()
+        asker.communicate()
+
+
+def test_queue_answered_no(sandbox_env: dict[str, str]) -> None:
+    asker = start_ask(sandbox_env, "--title", "T", "--question", "Q")
+    try:
+        entries = wait_for(lambda: waiting(sandbox_env), "the question")
+        assert isinstance(entries, list)
+        ident = str(entries[0]["id"])
+        assert cli(sandbox_env, "answer", ident, "no").returncode == 0
+        status, found, _ = finish(asker)
+        assert (status, found["answer"], found["how"]) == (1, "no", "queue")
+    finally:
+        asker.kill()
+        asker.communicate()
+
+
+def test_answer_refusals(sandbox_env: dict[str, str]) -> None:
+    unknown = cli(sandbox_env, "answer", "0123456789ab", "yes")
+    assert (unknown.returncode, unknown.stderr) == (
+        EXIT_REFUSED, "lnk-sandbox: no question 0123456789ab waits (see lnk-sandbox asks)\n")
+    bad_id = cli(sandbox_env, "answer", "../../x", "yes")
+    assert bad_id.returncode == EXIT_REFUSED and len(bad_id.stderr.splitlines()) == 1
+    for word in ("maybe", "YES", "y", "1", ""):
+        done = cli(sandbox_env, "answer", "0123456789ab", word)
+        assert done.returncode == 2, done
+        assert len(done.stderr.splitlines()) == 1
+    assert cli(sandbox_env, "answer", "0123456789ab").returncode == 2  # docopt's usage
+
+
+def test_silence_is_no_after_the_timeout(sandbox_env: dict[str, str], lnk_home: Path) -> None:
+    started = time.monotonic()
+    asker = start_ask(sandbox_env, "--title", "T", "--question", "Q", timeout=2)
+    status, found, _ = finish(asker)
+    assert time.monotonic() - started >= 2
+    assert (status, found["answer"], found["how"]) == (1, "no", "timeout")
+    # The late answer is told who decided.
+    late = cli(sandbox_env, "answer", found["id"], "yes")
+    assert late.returncode == EXIT_REFUSED and "answered no (timeout)" in late.stderr
+    assert Path(log_path(str(lnk_home))).read_text().splitlines()[-1].endswith("\tno\ttimeout")
+
+
+def test_python_api_in_a_thread_and_async(sandbox_env: dict[str, str], lnk_home: Path) -> None:
+    env = {key: value for key, value in sandbox_env.items() if key != "DISPLAY"}
+    result: list[Answer] = []
+    thread = threading.Thread(target=lambda: result.append(
+        ask(str(lnk_home), "api", "T", "Q", 30, env=env, terminal="")))
+    thread.start()
+    entries = wait_for(lambda: waiting(sandbox_env, "api"), "the API's question")
+    assert isinstance(entries, list)
+    assert cli(sandbox_env, "answer", str(entries[0]["id"]), "yes").returncode == 0
+    thread.join(WAIT_SECONDS)
+    assert result and result[0].yes and result[0].how == "queue"
+
+    async def asked() -> Answer:
+        return await ask_async(str(lnk_home), "api2", "T", "Q", 30, env=env)
+
+    answers: list[Answer] = []
+    runner = threading.Thread(target=lambda: answers.append(asyncio.run(asked())))
+    runner.start()
+    entries = wait_for(lambda: waiting(sandbox_env, "api2"), "the async question")
+    assert isinstance(entries, list)
+    assert cli(sandbox_env, "answer", str(entries[0]["id"]), "no").returncode == 0
+    runner.join(WAIT_SECONDS)
+    assert answers and not answers[0].yes and answers[0].how == "queue"
+    with pytest.raises(AskUsageError):
+        ask(str(lnk_home), "bad/wire", "T", "Q", 5)
+
+
+def test_too_many_questions_of_one_wire(lnk_home: Path) -> None:
+    queue = AskQueue(str(lnk_home))
+    for _ in range(MAX_WAITING_PER_WIRE):
+        queue.open_question("busy", "T", "Q", time.time() + 60)
+    with pytest.raises(QueueError, match="wait already"):
+        queue.open_question("busy", "T", "Q", time.time() + 60)
+    queue.open_question("other", "T", "Q", time.time() + 60)  # another wire still asks
+    found = ask(str(lnk_home), "busy", "T", "Q", 5, env={}, terminal="")
+    assert (found.answer, found.how) == ("no", "error")
+
+
+def test_a_link_planted_at_the_queue_is_refused(lnk_home: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (lnk_home / "sandbox").mkdir()
+    (lnk_home / "sandbox" / "asks").symlink_to(elsewhere)
+    found = ask(str(lnk_home), "w", "T", "Q", 5, env={}, terminal="")
+    assert (found.answer, found.how) == ("no", "error") and "not a folder" in found.reason
+    assert list(elsewhere.iterdir()) == []
+
+
+# -- the terminal, through tmux -------------------------------------------------------------
+
+
+class Tmux:
+    """A tmux server of the test's own (its socket in the test's folder)."""
+
+    def __init__(self, tmp_path: Path, env: dict[str, str]) -> None:
+        self.socket = str(tmp_path / "tmux.sock")
+        self.env = env
+
+    def tmux(self, *words: str) -> str:
+        return subprocess.run(["tmux", "-S", self.socket, "-f", "/dev/null", *words],
+                              env=self.env, capture_output=True, text=True, check=True,
+                              timeout=WAIT_SECONDS).stdout
+
+    def start(self, command: str) -> None:
+        self.tmux("new-session", "-d", "-x", "200", "-y", "50", "-s", "t", command)
+
+    def screen(self) -> str:
+        try:
+            return self.tmux("capture-pane", "-p", "-t", "t")
+        except subprocess.CalledProcessError:
+            return ""
+
+    def send(self, *keys: str) -> None:
+        self.tmux("send-keys", "-t", "t", *keys)
+
+    def stop(self) -> None:
+        subprocess.run(["tmux", "-S", self.socket, "kill-server"], capture_output=True,
+                       check=False, timeout=WAIT_SECONDS)
+
+
+@pytest.fixture
+def tmux(tmp_path: Path, sandbox_env: dict[str, str]) -> Iterator[Tmux]:
+    env = {key: value for key, value in sandbox_env.items()
+           if key not in ("DISPLAY", "WAYLAND_DISPLAY", "TMUX")}
+    found = Tmux(tmp_path, env)
+    yield found
+    found.stop()
+
+
+QUESTION_SHOWN = re.compile(r"question ([0-9a-f]{12})\)[\s\S]*To allow, type (\d{6}) and Enter")
+
+
+def shown_code(tmux: Tmux) -> tuple[str, str]:
+    match = wait_for(lambda: QUESTION_SHOWN.search(tmux.screen()), "the question on the terminal")
+    assert isinstance(match, re.Match)
+    return match.group(1), match.group(2)
+
+
+def ask_in_pane(tmux: Tmux, out: Path, before: str = "", wire: str = "term") -> None:
+    command = (f"{before}{shlex.quote(ASK)} --title 'Tool call: demo' "
+               f"--question 'wipe everything?' --wire {wire} --timeout 60 --json "
+               f"> {shlex.quote(str(out))}")
+    tmux.start(f"sh -c {shlex.quote(command + '; sleep 60')}")
+
+
+def answer_in(out: Path) -> dict[str, str]:
+    text = wait_for(lambda: out.exists() and out.read_text().strip(), "the asker's answer")
+    assert isinstance(text, str)
+    found: dict[str, str] = json.loads(text)
+    return found
+
+
+def test_terminal_code_typed_back_is_yes(tmux: Tmux, tmp_path: Path) -> None:
+    out = tmp_path / "answer.json"
+    ask_in_pane(tmux, out)
+    ident, code = shown_code(tmux)
+    assert "[lnk-sandbox asks] Tool call: demo (wire term, question " in tmux.screen()
+    assert "wipe everything?" in tmux.screen()
+    tmux.send(code, "Enter")
+    assert answer_in(out) == {"answer": "yes", "how": "terminal", "id": ident}
+    wait_for(lambda: "[lnk-sandbox] yes (terminal)" in tmux.screen(), "the outcome shown")
+
+
+def test_terminal_wrong_code_is_no(tmux: Tmux, tmp_path: Path) -> None:
+    out = tmp_path / "answer.json"
+    ask_in_pane(tmux, out)
+    ident, code = shown_code(tmux)
+    wrong = f"{(int(code) + 1) % 10 ** 6:06d}"
+    tmux.send(wrong, "Enter")
+    assert answer_in(out) == {"answer": "no", "how": "terminal", "id": ident}
+
+
+def test_terminal_keys_typed_before_the_question_are_not_an_answer(
+    tmux: Tmux, tmp_path: Path, sandbox_env: dict[str, str],
+) -> None:
+    """Type-ahead is flushed when the question is shown; the queue answers meanwhile, and
+    the terminal shows who did."""
+    out = tmp_path / "answer.json"
+    go = tmp_path / "go"
+    ask_in_pane(tmux, out, before=f"while [ ! -e {shlex.quote(str(go))} ]; do sleep 0.1; done; ")
+    tmux.send("y", "Enter")  # typed while the shell waits, before the question
+    go.touch()
+    ident, _ = shown_code(tmux)
+    time.sleep(1)
+    assert not out.read_text().strip() if out.exists() else True
+    assert cli(sandbox_env, "answer", ident, "no").returncode == 0
+    assert answer_in(out) == {"answer": "no", "how": "queue", "id": ident}
+    wait_for(lambda: "[lnk-sandbox] no (queue)" in tmux.screen(), "the outcome shown")
+
+
+# -- the dialog: zenity on Xvfb, clicked with xdotool -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def display() -> Iterator[str]:
+    """A virtual screen of this module's own (Xvfb picks a free display number)."""
+    read, write = os.pipe()
+    server = subprocess.Popen(["Xvfb", "-displayfd", str(write), "-screen", "0", "1024x768x24",
+                               "-nolisten", "tcp"], pass_fds=(write,),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.close(write)
+    try:
+        with os.fdopen(read) as numbers:
+            number = numbers.readline().strip()
+        assert number.isdigit(), "Xvfb gave no display"
+        yield f":{number}"
+    finally:
+        server.terminate()
+        server.wait(WAIT_SECONDS)
+
+
+def xdotool(display: str, *words: str) -> str:
+    return subprocess.run(["xdotool", *words], env={**os.environ, "DISPLAY": display},
+                          capture_output=True, text=True, check=False,
+                          timeout=WAIT_SECONDS).stdout
+
+
+def window(display: str, title: str) -> dict[str, int]:
+    def geometry() -> dict[str, int] | None:
+        found = xdotool(display, "search", "--onlyvisible", "--name", f"^{title}$").split()
+        if not found:
+            return None
+        shell = xdotool(display, "getwindowgeometry", "--shell", found[0])
+        values = dict(line.split("=", 1) for line in shell.split())
+        return {key: int(value) for key, value in values.items()}
+
+    found = wait_for(geometry, f"the dialog {title!r}")
+    assert isinstance(found, dict)
+    time.sleep(0.5)  # drawn, not only mapped, before it is photographed and clicked
+    return found
+
+
+def click(display: str, title: str, button: str, asker: subprocess.Popen[str]) -> None:
+    """Click the dialog's button, again (with its geometry read again) while the asker
+    has not ended: on a loaded machine a window may be mapped before it is laid out.
+    The buttons sit at the window's bottom right: Deny, then Allow."""
+    for _ in range(10):
+        where = window(display, title)
+        x = where["X"] + where["WIDTH"] - (50 if button == "Allow" else 139)
+        y = where["Y"] + where["HEIGHT"] - 25
+        xdotool(display, "mousemove", str(x), str(y), "click", "1")
+        try:
+            asker.wait(3)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def screenshot(display: str, path: Path) -> None:
+    subprocess.run(["import", "-window", "root", str(path)], check=True, timeout=WAIT_SECONDS,
+                   env={**os.environ, "DISPLAY": display}, capture_output=True)
+    assert path.stat().st_size > 1000
+
+
+def start_dialog_ask(env: dict[str, str], display: str, title: str, timeout: int,
+                     question: str = "wipe\u202e everything?") -> subprocess.Popen[str]:
+    return subprocess.Popen([ASK, "--title", title, "--question", question,
+                             "--timeout", str(timeout), "--json", "--wire", "dlg"],
+                            env={**env, "DISPLAY": display}, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+@pytest.mark.parametrize(("button", "expected"), [("Allow", "yes"), ("Deny", "no")])
+def test_dialog_clicked(display: str, sandbox_env: dict[str, str], tmp_path: Path,
+                        button: str, expected: str) -> None:
+    title = f"Tool call {secrets.token_hex(4)}"
+    asker = start_dialog_ask(sandbox_env, display, title, 60)
+    try:
+        window(display, title)
+        screenshot(display, tmp_path / f"dialog-{button}.png")
+        click(display, title, button, asker)  # the mouse (Enter would be Deny's)
+        status, found, _ = finish(asker)
+        assert (found["answer"], found["how"], status) == (
+            expected, "dialog", 0 if expected == "yes" else 1)
+    finally:
+        asker.kill()
+        asker.communicate()
+
+
+def test_dialog_of_a_long_question_fits_the_screen(display: str, sandbox_env: dict[str, str],
+                                                   tmp_path: Path) -> None:
+    """A long word (an escaped argument) once made the window wider than the screen, its
+    buttons off it; the lines are cut, and the whole question (at its limit) fits."""
+    title = f"Tool call {secrets.token_hex(4)}"
+    question = "call create_issue " + "\u202e\u0430bc " * 60 + "Z" * 3000
+    asker = start_dialog_ask(sandbox_env, display, title, 60, question)
+    try:
+        where = window(display, title)
+        screenshot(display, tmp_path / "dialog-long.png")
+        assert where["X"] >= 0 and where["X"] + where["WIDTH"] <= 1024, where
+        assert where["Y"] >= 0 and where["Y"] + where["HEIGHT"] <= 768, where
+        click(display, title, "Allow", asker)
+        status, found, _ = finish(asker)
+        assert (status, found["how"]) == (0, "dialog")
+    finally:
+        asker.kill()
+        asker.communicate()
+
+
+def test_dialog_enter_is_deny(display: str, sandbox_env: dict[str, str]) -> None:
+    title = f"Tool call {secrets.token_hex(4)}"
+    asker = start_dialog_ask(sandbox_env, display, title, 60)
+    try:
+        shown = window(display, title)
+        xdotool(display, "windowfocus", "--sync", str(shown["WINDOW"]), "key", "Return")
+        status, found, _ = finish(asker)
+        assert (status, found["answer"], found["how"]) == (1, "no", "dialog")
+    finally:
+        asker.kill()
+        asker.communicate()
+
+
+def test_dialog_left_alone_is_no_after_the_timeout(display: str, sandbox_env: dict[str, str],
+                                                   tmp_path: Path) -> None:
+    title = f"Tool call {secrets.token_hex(4)}"
+    started = time.monotonic()
+    asker = start_dialog_ask(sandbox_env, display, title, 3)
+    window(display, title)
+    screenshot(display, tmp_path / "dialog-waiting.png")
+    status, found, _ = finish(asker)
+    assert time.monotonic() - started >= 3
+    assert (status, found["answer"], found["how"]) == (1, "no", "timeout")
+    # The dialog is gone with the question.
+    wait_for(lambda: not xdotool(display, "search", "--name", f"^{title}$").split(),
+             "the dialog to close")
+
+
+def test_dialog_answered_from_the_queue_closes(display: str, sandbox_env: dict[str, str]) -> None:
+    title = f"Tool call {secrets.token_hex(4)}"
+    asker = start_dialog_ask(sandbox_env, display, title, 60)
+    try:
+        window(display, title)
+        entries = waiting(sandbox_env, "dlg")
+        assert len(entries) == 1
+        assert cli(sandbox_env, "answer", str(entries[0]["id"]), "yes").returncode == 0
+        status, found, _ = finish(asker)
+        assert (status, found["how"]) == (0, "queue")
+        wait_for(lambda: not xdotool(display, "search", "--name", f"^{title}$").split(),
+                 "the dialog to close")
+    finally:
+        asker.kill()
+        asker.communicate()
+
+
+# -- attacks from inside a real sandbox -------------------------------------------------------
+
+ATTACKER = r'''
+import ctypes, errno, json, os, sys, time
+work = sys.argv[1]
+settings = sys.argv[2]
+ident = sys.argv[3] if len(sys.argv) > 3 else ""
+go = os.path.join(work, "go")
+while not os.path.exists(go):
+    time.sleep(0.05)
+found = {}
+# 1. A faked question on the terminal, with a code of its own.
+os.write(1, b"\r\n[lnk-sandbox asks] Tool call: demo (wire term, question 000000000000)\r\n"
+            b"  read README?\r\n  To allow, type 111111 and Enter.\r\n  > ")
+# 2. Everything it can look at for the real code.
+seen = []
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        for part in ("cmdline", "environ"):
+            try:
+                seen.append(open(f"/proc/{pid}/{part}", "rb").read().decode("latin-1"))
+            except OSError as error:
+                seen.append(str(error))
+found["pids"] = sorted(int(pid) for pid in os.listdir("/proc") if pid.isdigit())
+for path in (settings, os.path.join(settings, "sandbox", "asks"),
+             os.path.join(settings, "sandbox", "asks.log")):
+    try:
+        seen.append(repr(os.listdir(path)) if os.path.isdir(path) else open(path).read())
+        found[path] = "read"
+    except OSError as error:
+        found[path] = errno.errorcode[error.errno]
+# 3. TIOCSTI: type into the terminal (on its stdin, and on a descriptor that is none).
+libc = ctypes.CDLL(None, use_errno=True)
+for fd in (0, 999):
+    result = libc.ioctl(fd, 0x5412, ctypes.c_char_p(b"1"))
+    found[f"tiocsti {fd}"] = [result, errno.errorcode.get(ctypes.get_errno(), "")]
+# 4. The queue: answer the real question (its id given), or plant one.
+for name in (f"{ident}.answer", "0123456789ab.json"):
+    target = os.path.join(settings, "sandbox", "asks", name)
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, b'{"answer": "yes", "how": "queue"}\n')
+        found[name] = "written"
+    except OSError as error:
+        found[name] = errno.errorcode[error.errno]
+found["seen"] = seen
+open(os.path.join(work, "probe.json"), "w").write(json.dumps(found))
+open(os.path.join(work, "done"), "w").close()
+'''
+
+
+def attack_spec(write_spec: WriteSpec, tmp_path: Path, work: Path) -> Path:
+    attacker = tmp_path / "attacker.py"
+    attacker.write_text(ATTACKER)
+    # The program reads the whole test folder, Link's settings among it (hidden anyway).
+    return write_spec(f"[files]\nread = {toml_list(tmp_path)}\nwrite = {toml_list(work)}\n")
+
+
+def test_attack_terminal_fake_question_and_tiocsti(
+    tmux: Tmux, tmp_path: Path, write_spec: WriteSpec, lnk_home: Path,
+) -> None:
+    """A sandboxed program on the same terminal fakes a question with its own code and
+    tries to type (TIOCSTI): the real code is nowhere it can look, TIOCSTI is refused by
+    the seccomp filter (EPERM even on a descriptor that is none, which the kernel would
+    call EBADF), and the person typing the fake code answers the real question no."""
+    work = tmp_path / "work"
+    work.mkdir()
+    spec = attack_spec(write_spec, tmp_path, work)
+    out = tmp_path / "answer.json"
+    sandboxed = (f"{shlex.quote(LNK_SANDBOX)} run --spec {shlex.quote(str(spec))} -- "
+                 f"python3 {shlex.quote(str(tmp_path / 'attacker.py'))} "
+                 f"{shlex.quote(str(work))} {shlex.quote(str(lnk_home))} "
+                 f"</dev/tty >/dev/tty 2>{shlex.quote(str(tmp_path / 'sandbox.err'))} & ")
+    ask_in_pane(tmux, out, before=sandboxed)
+    ident, code = shown_code(tmux)
+    (work / "go").touch()
+    wait_for(lambda: (work / "done").exists(), "the attacker to finish")
+    probe = json.loads((work / "probe.json").read_text())
+    screen = tmux.screen()
+    assert "type 111111" in screen and f"type {code}" in screen  # both on the terminal
+    assert code not in json.dumps(probe), "the real code was visible inside"
+    assert probe["tiocsti 0"] == [-1, "EPERM"]
+    assert probe["tiocsti 999"] == [-1, "EPERM"]  # the filter, not the kernel's EBADF
+    libc_result = subprocess.run([sys.executable, "-c", (
+        "import ctypes, errno; libc = ctypes.CDLL(None, use_errno=True); "
+        "print(libc.ioctl(999, 0x5412, ctypes.c_char_p(b'1')), "
+        "errno.errorcode[ctypes.get_errno()])")], capture_output=True, text=True, check=True)
+    assert libc_result.stdout.split() == ["-1", "EBADF"]  # outside: no filter
+    assert probe[str(lnk_home)] in ("EACCES", "ENOENT")
+    assert probe[str(lnk_home / "sandbox" / "asks")] == "ENOENT"
+    assert all(":" not in pid for pid in map(str, probe["pids"]))
+    # Nothing was typed for it, and the question still waits.
+    assert not out.exists() or not out.read_text().strip()
+    assert AskQueue(str(lnk_home)).answered(ident) is None
+    tmux.send("111111", "Enter")  # the person types the faked code
+    assert answer_in(out) == {"answer": "no", "how": "terminal", "id": ident}
+
+
+def test_attack_queue_and_another_wires_question(
+    tmp_path: Path, write_spec: WriteSpec, sandbox_env: dict[str, str], lnk_home: Path,
+) -> None:
+    """The program knows a waiting question's id and tries to answer it, and to plant a
+    question: Link's settings are not there for it at all; the question still waits. An
+    answer names one id: answering wire a's question leaves wire b's waiting."""
+    first = start_ask(sandbox_env, "--title", "T", "--question", "a?", "--wire", "a")
+    second = start_ask(sandbox_env, "--title", "T", "--question", "b?", "--wire", "b")
+    try:
+        of_a = wait_for(lambda: waiting(sandbox_env, "a"), "a's question")
+        of_b = wait_for(lambda: waiting(sandbox_env, "b"), "b's question")
+        assert isinstance(of_a, list) and isinstance(of_b, list)
+        ident_a, ident_b = str(of_a[0]["id"]), str(of_b[0]["id"])
+        work = tmp_path / "work"
+        work.mkdir()
+        spec = attack_spec(write_spec, tmp_path, work)
+        (work / "go").touch()
+        run = subprocess.run([LNK_SANDBOX, "run", "--spec", str(spec), "--", "python3",
+                              str(tmp_path / "attacker.py"), str(work), str(lnk_home),
+                              ident_a], env=sandbox_env, capture_output=True, text=True,
+                             timeout=WAIT_SECONDS, check=False, stdin=subprocess.DEVNULL)
+        assert run.returncode == 0, run
+        probe = json.loads((work / "probe.json").read_text())
+        assert probe[f"{ident_a}.answer"] == "ENOENT"
+        assert probe["0123456789ab.json"] == "ENOENT"
+        assert probe[str(lnk_home / "sandbox" / "asks")] == "ENOENT"
+        assert probe[str(lnk_home / "sandbox" / "asks.log")] == "ENOENT"
+        assert "a?" not in json.dumps(probe["seen"])
+        assert {str(entry["id"]) for entry in waiting(sandbox_env)} == {ident_a, ident_b}
+        assert not (lnk_home / "sandbox" / "asks" / "0123456789ab.json").exists()
+        # The person answers a's question: b's still waits.
+        assert cli(sandbox_env, "answer", ident_a, "yes").returncode == 0
+        status, found, _ = finish(first)
+        assert (status, found["how"], found["id"]) == (0, "queue", ident_a)
+        assert [str(entry["id"]) for entry in waiting(sandbox_env)] == [ident_b]
+        assert cli(sandbox_env, "answer", ident_b, "no").returncode == 0
+        status, found, _ = finish(second)
+        assert (status, found["answer"], found["id"]) == (1, "no", ident_b)
+    finally:
+        for asker in (first, second):
+            asker.kill()
+            asker.communicate()
+
+
+def test_sigterm_is_no_and_cleans_up(sandbox_env: dict[str, str], lnk_home: Path) -> None:
+    asker = start_ask(sandbox_env, "--title", "T", "--question", "Q", "--wire", "term")
+    try:
+        entries = wait_for(lambda: waiting(sandbox_env, "term"), "the question")
+        assert isinstance(entries, list)
+        asker.terminate()
+        status, found, err = finish(asker)
+        assert (status, found["answer"], found["how"]) == (1, "no", "error")
+        assert err == "lnk-sandbox-ask: no: interrupted\n"
+        assert waiting(sandbox_env) == []
+        assert not (lnk_home / "sandbox" / "asks" / f"{entries[0]['id']}.json").exists()
+    finally:
+        asker.kill()
+        asker.communicate()
+
+
+def test_question_from_standard_input(sandbox_env: dict[str, str]) -> None:
+    quiet = {key: value for key, value in sandbox_env.items() if key != "DISPLAY"}
+    asker = subprocess.Popen([ASK, "--title", "T", "--question", "-", "--timeout", "30",
+                              "--json", "--wire", "stdin"], env=quiet, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             start_new_session=True)
+    try:
+        assert asker.stdin is not None
+        asker.stdin.write("line one\nline two \u202e".encode())
+        asker.stdin.close()
+        entries = wait_for(lambda: waiting(sandbox_env, "stdin"), "the question")
+        assert isinstance(entries, list)
+        assert entries[0]["question"] == "line one\\x0aline two \\u202e"
+        assert cli(sandbox_env, "answer", str(entries[0]["id"]), "yes").returncode == 0
+        assert asker.wait(WAIT_SECONDS) == 0
+    finally:
+        asker.kill()
+        asker.wait()
+
+
+def test_the_ask_script_is_isolated(tmp_path: Path, sandbox_env: dict[str, str]) -> None:
+    """bin/setup's `lnk-sandbox-ask` starts Python `-IS` (lnk_wrap/entry.py), and so does
+    helper_argv("ask"): a PYTHONPATH handed in (a folder a sandbox wrote) cannot put an
+    `lnk_ask` of its own in place of ours and answer yes."""
+    fake = tmp_path / "fake" / "lnk_ask"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "main.py").write_text("import sys\ndef main():\n    print('{\"answer\": \"yes\"}')\n"
+                                  "    sys.exit(0)\n")
+    env = {**sandbox_env, "PYTHONPATH": str(tmp_path / "fake")}
+    env.pop("DISPLAY", None)
+    assert Path(ASK).read_text().splitlines()[0].endswith(" -IS")
+    for argv in ([ASK], helper_argv("ask")):
+        done = subprocess.run([*argv, "--title", "T", "--question", "Q", "--timeout", "1",
+                               "--json"], env=env, capture_output=True, text=True,
+                              timeout=WAIT_SECONDS, check=False, stdin=subprocess.DEVNULL,
+                              start_new_session=True)
+        assert done.returncode == 1, done
+        assert json.loads(done.stdout)["how"] == "timeout"
+
+
+def test_entry_writes_only_our_scripts() -> None:
+    from lnk_wrap.entry import EntryError, script
+
+    text = script("/usr/bin/python3", "/x", ["/y"], "lnk_ask.main")
+    assert text.startswith("#!/usr/bin/python3 -IS\n\"\"\"lnk-sandbox-ask, written")
+    assert "from lnk_ask.main import main\n" in text
+    with pytest.raises(EntryError):
+        script("/usr/bin/python3", "/x", ["/y"], "os")
+
+
+def test_terminal_in_the_background_is_left_alone(
+    tmux: Tmux, tmp_path: Path, sandbox_env: dict[str, str],
+) -> None:
+    """An asker outside the terminal's foreground process group (GNU timeout makes a
+    group of its own) neither shows the question there nor is stopped by job control;
+    the queue answers it."""
+    out = tmp_path / "answer.json"
+    ask_in_pane(tmux, out, before="timeout 50 ", wire="bg")
+    entries = wait_for(lambda: waiting(sandbox_env, "bg"), "the question")
+    assert isinstance(entries, list)
+    time.sleep(1)
+    assert "lnk-sandbox asks" not in tmux.screen()
+    assert cli(sandbox_env, "answer", str(entries[0]["id"]), "yes").returncode == 0
+    assert answer_in(out)["how"] == "queue"
+    assert "lnk-sandbox" not in tmux.screen()
+
+
+def test_ask_async_cancelled_ends_the_child(sandbox_env: dict[str, str],
+                                           lnk_home: Path) -> None:
+    """The proxy cancels a call's question (the program went away): the child is sent
+    SIGTERM, answers no and takes its question out of the queue."""
+    env = {key: value for key, value in sandbox_env.items() if key != "DISPLAY"}
+
+    async def cancelled() -> None:
+        task = asyncio.create_task(ask_async(str(lnk_home), "gone", "T", "Q", 60, env=env))
+        await asyncio.to_thread(wait_for, lambda: waiting(sandbox_env, "gone"), "the question")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancelled())
+    assert waiting(sandbox_env) == []
+    lines = Path(log_path(str(lnk_home))).read_text().splitlines()
+    assert lines[-1].split("\t")[3:] == ["no", "error", "interrupted"]
