@@ -106,19 +106,18 @@ def _check_verbs(options: dict[str, list[str]]) -> None:
         sys.exit(2)
 
 
-def _asker(settings: str, wire: str) -> Asker | None:
-    """How the MCP verb asks the person before a tools/call (lnk_ask), or None where the
-    package is not there: then every call that must be asked is refused (fail closed)."""
-    import importlib
-
-    try:
-        ask_async = importlib.import_module("lnk_ask").ask_async
-    except (ImportError, AttributeError):
-        return None
+def _asker(settings: str, wire: str) -> Asker:
+    """How the MCP verb asks the person before a tools/call: lnk_ask in a child process
+    (a dialog, the terminal, the queue: the first answer wins; silence or any error is
+    no)."""
+    from lnk_ask import AskUsageError, ask_async
 
     async def ask(title: str, question: str) -> tuple[bool, str]:
-        yes, how = await ask_async(settings, wire, title, question)
-        return bool(yes), str(how)
+        try:
+            answer = await ask_async(settings, wire, title, question)
+        except AskUsageError as error:  # ours to get right: said, and no
+            return False, f"error: {error}"
+        return answer.yes, answer.how
 
     return ask
 

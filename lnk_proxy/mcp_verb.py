@@ -115,6 +115,9 @@ class ToolProcess:
         self.starting: asyncio.Lock = asyncio.Lock()
         self.writing: asyncio.Lock = asyncio.Lock()
         self.reader: asyncio.Task[None] | None = None
+        # Each listed tool's annotations, as the server gave them in tools/list (shown
+        # to the person when asking; never trusted).
+        self.annotations: dict[str, Any] = {}
 
     # -- the process ----------------------------------------------------------------------
 
@@ -231,6 +234,13 @@ class ToolProcess:
 
     # -- the program's messages --------------------------------------------------------------
 
+    def hints(self, name: str) -> str:
+        """What the tool's server said of `name` in tools/list, if it was listed: shown to
+        the person as the server's claim, never used to skip asking."""
+        annotations = self.annotations.get(name)
+        return (f" The server describes it as {plain(annotations, 300)} (its own words, "
+                "not checked).") if annotations else ""
+
     async def answer(self, message: dict[str, Any], session: str | None, ask: Asker | None,
                      wire: str) -> tuple[dict[str, Any] | None, str | None]:
         """(the response to the program, or None for a notification; the session id to
@@ -264,9 +274,14 @@ class ToolProcess:
                     return _error(message_id, -32001, f"refused: {name} must be asked of "
                                   "the person, and no way to ask is available here"), None
                 arguments = params.get("arguments") if isinstance(params, dict) else None
+                # The title short (a dialog's); the question says who asks what, in
+                # plain ASCII (lnk_ask escapes it again), the server's hints shown as
+                # what they are: its own words, not trusted.
                 yes, how = await ask(
-                    f"The sandbox {wire} asks to run {self.tool.name}: {plain(name, 128)}",
-                    f"arguments: {plain(arguments)}")
+                    f"{self.tool.name}: run {plain(name, 48)}?",
+                    f"The sandbox {wire} asks to run the tool {plain(name, 128)} of "
+                    f"{self.tool.name} with the arguments {plain(arguments)}."
+                    + self.hints(name))
                 if not yes:
                     return _error(message_id, -32001, f"refused: the person did not allow "
                                   f"{name} ({how})"), None
@@ -278,7 +293,19 @@ class ToolProcess:
                                               f"{CALL_SECONDS:g} s"), None
         response = dict(response)
         response["id"] = message_id
+        if method == "tools/list":
+            self._remember_annotations(response)
         return response, None
+
+    def _remember_annotations(self, response: dict[str, Any]) -> None:
+        result = response.get("result")
+        listed = result.get("tools") if isinstance(result, dict) else None
+        if not isinstance(listed, list):
+            return
+        for tool in listed[:1024]:
+            if isinstance(tool, dict) and isinstance(tool.get("name"), str) and isinstance(
+                    tool.get("annotations"), dict):
+                self.annotations[tool["name"]] = tool["annotations"]
 
 
 # A tool's stderr log is cut to its newest MAX_TOOL_LOG_BYTES when the tool starts: a

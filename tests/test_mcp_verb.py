@@ -3,8 +3,9 @@ real sandbox (`$LNK_SANDBOX_URL/mcp/<name>`), a real stdio MCP server outside (t
 MCPServer), defined with `lnk-sandbox tool add`.
 
 What holds: tools/list passes as the server gives it; an allowed tool runs; any other
-tools/call is asked of the person first (with no way to ask, it is refused: silence is
-never yes), whatever the server's hints say (a destructiveHint does not skip asking);
+tools/call is asked of the person first (answered from the queue here: yes runs it, no
+refuses it), whatever the server's hints say (a read-only "harmless" tool is asked all the
+same);
 `--ask none` asks for none; a tool the spec does not name is 404; a wrong URL secret is
 403; the log keeps `mcp:<name>` and never a tool's arguments; the tool's process ends
 with the sandbox.
@@ -12,6 +13,7 @@ with the sandbox.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -91,21 +93,58 @@ def _log(lnk_home: Path) -> str:
     return "".join(path.read_text() for path in (lnk_home / "sandbox" / "wires").glob("*/log"))
 
 
+def _answer_next(env: dict[str, str], answer: str, seen: set[str]) -> dict[str, str]:
+    """Wait for a new question in `lnk-sandbox asks --json` and answer it; the question."""
+    deadline = time.monotonic() + SANDBOX_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        listed = subprocess.run([LNK_SANDBOX, "asks", "--json"], env=env, capture_output=True,
+                                text=True, check=False, timeout=SANDBOX_TIMEOUT_SECONDS)
+        waiting = [ask for ask in json.loads(listed.stdout or '{"asks": []}')["asks"]
+                   if ask["id"] not in seen]
+        if waiting:
+            seen.add(waiting[0]["id"])
+            subprocess.run([LNK_SANDBOX, "answer", waiting[0]["id"], answer], env=env,
+                           check=True, capture_output=True, timeout=SANDBOX_TIMEOUT_SECONDS)
+            return dict(waiting[0])
+        time.sleep(0.1)
+    raise AssertionError("no question waited")
+
+
 def test_an_allowed_tool_runs_and_any_other_call_is_asked_and_never_silently_yes(
-    tool_setup: tuple[Path, Path], sandbox_env: dict[str, str], run_sandbox: RunSandbox,
-    lnk_home: Path,
+    tool_setup: tuple[Path, Path], sandbox_env: dict[str, str], lnk_home: Path,
 ) -> None:
+    """ping is allowed; wipe is asked each time (answered yes, then no, from the queue),
+    though its server says it is read-only and harmless: the person sees that claim as
+    the server's own words, and the arguments in plain ASCII."""
     folder, spec = tool_setup
     _tool(sandbox_env, "add", "demo", "--allow", "ping", "--", PYTHON, str(folder / "tool.py"))
-    result = run_sandbox(spec, PYTHON, str(folder / "client.py"), "demo")
-    lines = result.stdout.splitlines()
-    assert "TOOLS ping wipe" in lines, result
-    assert "CALL ping pong" in lines, result
-    # wipe says it is harmless (readOnlyHint, not destructive): it is asked all the same,
-    # and with no way to ask the person here, refused.
-    assert [line for line in lines if line.startswith(("CALL wipe", "ERROR wipe"))] == [
-        "ERROR wipe refused: wipe must be asked of the person, and no way to ask is "
-        "available here"], result
+    (folder / "client.py").write_text(CLIENT.replace(
+        '("wipe", {"what": "SECRETARG"})',
+        '("wipe", {"what": "SECRETARG"}), ("wipe", {"what": chr(0x202e) + "evil" + chr(10)})'))
+    run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", PYTHON,
+                            str(folder / "client.py"), "demo"], env=sandbox_env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           stdin=subprocess.DEVNULL)
+    seen: set[str] = set()
+    try:
+        first = _answer_next(sandbox_env, "yes", seen)
+        second = _answer_next(sandbox_env, "no", seen)
+        out, err = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    except AssertionError:
+        run.kill()
+        raise AssertionError(run.communicate()) from None
+    finally:
+        run.kill()
+    lines = out.splitlines()
+    assert "TOOLS ping wipe" in lines and "CALL ping pong" in lines, (out, err)
+    assert "CALL wipe did wipe SECRETARG" in lines, (out, err)
+    assert [line for line in lines if line.startswith("ERROR wipe")] == [
+        "ERROR wipe refused: the person did not allow wipe (queue)"], (out, err)
+    assert first["title"] == "demo: run \"wipe\"?", first
+    assert '{"what":"SECRETARG"}' in first["question"], first
+    assert "(its own words, not checked)" in first["question"], first
+    assert "readOnlyHint" in first["question"], first
+    assert second["question"].isascii() and "\u202e" not in second["question"], second
     log = _log(lnk_home)
     assert "\tmcp:demo\t" in log and "kind=mcp" in log
     assert "SECRETARG" not in log and "wipe" not in log and "ping" not in log
@@ -149,7 +188,7 @@ def test_the_tools_process_ends_with_the_sandbox(
 ) -> None:
     folder, spec = tool_setup
     marker = folder / "tool.py"
-    _tool(sandbox_env, "add", "demo", "--allow", "ping", "--", PYTHON, str(marker))
+    _tool(sandbox_env, "add", "demo", "--ask", "none", "--", PYTHON, str(marker))
     run_sandbox(spec, PYTHON, str(folder / "client.py"), "demo")
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
