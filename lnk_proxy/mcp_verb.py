@@ -262,6 +262,12 @@ class ToolProcess:
             new_session = secrets.token_hex(16)
             self.sessions.add(new_session)
             return {"jsonrpc": "2.0", "id": message_id, "result": result}, new_session
+        if method == "server/discover":
+            # 2026-07-28's probe. The relay speaks the initialize handshake to the tool
+            # (the one every stdio server takes), so it says "no such method": a client
+            # in auto mode (the SDK's default) then initializes, as the revision says.
+            return _error(message_id, -32601, "server/discover: this relay speaks the "
+                                              "initialize handshake (2025-11-25)"), None
         if method == "ping":
             return {"jsonrpc": "2.0", "id": message_id, "result": {}}, None
         if method == "tools/call":

@@ -198,3 +198,30 @@ def test_the_tools_process_ends_with_the_sandbox(
             break
         time.sleep(0.2)
     assert not alive, alive
+
+
+AUTO_CLIENT = '''
+import asyncio, os, sys
+from mcp.client.client import Client
+
+async def main():
+    async with Client(os.environ["LNK_SANDBOX_URL"] + "/mcp/" + sys.argv[1]) as client:
+        listed = await client.list_tools()
+        print("TOOLS", " ".join(sorted(tool.name for tool in listed.tools)))
+        print("CALL", (await client.call_tool("ping", {})).content[0].text)
+
+asyncio.run(main())
+'''
+
+
+def test_the_sdks_default_client_probes_server_discover_then_initializes(
+    tool_setup: tuple[Path, Path], sandbox_env: dict[str, str], run_sandbox: RunSandbox,
+) -> None:
+    """The SDK's `Client` in its default mode probes 2026-07-28's `server/discover`; the
+    verb says "no such method" (it speaks the initialize handshake to the tool), and the
+    client initializes as the revision says, then lists and calls."""
+    folder, spec = tool_setup
+    (folder / "auto.py").write_text(AUTO_CLIENT)
+    _tool(sandbox_env, "add", "demo", "--allow", "ping", "--", PYTHON, str(folder / "tool.py"))
+    result = run_sandbox(spec, PYTHON, str(folder / "auto.py"), "demo")
+    assert result.stdout.splitlines() == ["TOOLS ping wipe", "CALL pong"], result
