@@ -42,7 +42,7 @@ import orjson
 
 from lnk_common import model_rules
 from lnk_common.model_rules import ModelRequestError
-from lnk_common.refusal import StatusError
+from lnk_common.refusal import StatusError, odd_path
 from lnk_common.refusal import refusal_body as _refusal_body
 
 __all__ = [
@@ -346,23 +346,11 @@ def _ascii(value: bytes | str, what: str) -> str:
 
 
 def _refuse_odd_path(path: bytes) -> None:
-    # Refused, not cleaned: a path this filter and the runtime (Go's net/http cleans
-    # paths and redirects; others decode '%') could read differently is how a refused
-    # path is reached. No client sends any of these.
-    if not path.startswith(b"/"):
-        raise LocalModelError(400, "the path must start with '/' (origin form)")
-    if b"%" in path:
-        raise LocalModelError(400, "an encoded path is refused (no '%' is decoded)")
-    if b"\\" in path:
-        raise LocalModelError(400, "a backslash in the path is refused")
-    if b"#" in path:
-        raise LocalModelError(400, "a fragment in the path is refused")
-    if b"//" in path:
-        raise LocalModelError(400, "an empty segment ('//') in the path is refused")
-    if any(segment in (b".", b"..") for segment in path.split(b"/")[1:]):
-        raise LocalModelError(400, "a '.' or '..' segment in the path is refused")
-    if not set(path) <= _PATH_CHARS:
-        raise LocalModelError(400, "the path may hold only letters, digits and -._~:/")
+    # Go's net/http (Ollama) cleans paths and redirects; others decode '%'.
+    why = odd_path(path, _PATH_CHARS, encoded="path", named="the path",
+                   start="the path must start with '/' (origin form)")
+    if why is not None:
+        raise LocalModelError(400, why)
 
 
 def _model_in_path(path: str) -> str | None:

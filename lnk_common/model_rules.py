@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from lnk_common.refusal import StatusError
+from lnk_common.refusal import StatusError, odd_path
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -212,23 +212,10 @@ def _ascii(value: bytes | str, what: str) -> str:
 
 
 def _refuse_odd_path(path: bytes) -> None:
-    # Refused, not cleaned: a path we and the provider (or a CDN before it) could read
-    # differently is how a refused path is reached. Real SDKs send none of these.
-    if not path.startswith(b"/"):
-        raise ModelRequestError(404, "the model path must start with '/'")
-    if b"%" in path:
-        raise ModelRequestError(404, "an encoded model path is refused (no '%' is decoded)")
-    if b"\\" in path:
-        raise ModelRequestError(404, "a backslash in a model path is refused")
-    if b"#" in path:
-        raise ModelRequestError(404, "a fragment in a model path is refused")
-    if b"//" in path:
-        raise ModelRequestError(404, "an empty segment ('//') in a model path is refused")
-    segments = path.split(b"/")[1:]
-    if any(segment in (b".", b"..") for segment in segments):
-        raise ModelRequestError(404, "a '.' or '..' segment in a model path is refused")
-    if not set(path) <= _PATH_CHARS:
-        raise ModelRequestError(404, "a model path may hold only letters, digits and -._~:/")
+    why = odd_path(path, _PATH_CHARS, encoded="model path", named="a model path",
+                   start="the model path must start with '/'")
+    if why is not None:
+        raise ModelRequestError(404, why)
 
 
 def _match_path(provider: str, method: str, path: str) -> tuple[str, str, str | None]:

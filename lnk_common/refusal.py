@@ -9,7 +9,7 @@ its reasons never to quote a key, a secret, a placeholder or a path.
 
 from __future__ import annotations
 
-__all__ = ["StatusError", "refusal_body"]
+__all__ = ["StatusError", "odd_path", "refusal_body"]
 
 
 class StatusError(Exception):
@@ -50,3 +50,27 @@ def refusal_body(status: int, reason: str) -> bytes:
         "type": "lnk_sandbox_refused", "code": status,
         "status": _STATUS_WORDS.get(status, "FAILED_PRECONDITION"), "message": reason},
         "ok": False, "error_code": status, "description": reason}) + b"\n"
+
+
+def odd_path(path: bytes, chars: frozenset[int], *, encoded: str, named: str,
+             start: str) -> str | None:
+    """Why `path` is not in its one plain form, or None: refused, never cleaned, since a
+    path we and the server (or a CDN, or Go's net/http, which cleans and redirects) could
+    read differently is how a refused path is reached. `encoded`/`named`: how the reasons
+    name the path ("model path"/"a model path", or "path"/"the path"); `start`: the
+    reason for one not starting with '/'. No real client sends any of these."""
+    if not path.startswith(b"/"):
+        return start
+    if b"%" in path:
+        return f"an encoded {encoded} is refused (no '%' is decoded)"
+    if b"\\" in path:
+        return f"a backslash in {named} is refused"
+    if b"#" in path:
+        return f"a fragment in {named} is refused"
+    if b"//" in path:
+        return f"an empty segment ('//') in {named} is refused"
+    if any(segment in (b".", b"..") for segment in path.split(b"/")[1:]):
+        return f"a '.' or '..' segment in {named} is refused"
+    if not set(path) <= chars:
+        return f"{named} may hold only letters, digits and -._~:/"
+    return None
