@@ -56,7 +56,7 @@ STATED_GAPS = (
 
 # Protections of later issues, said plainly until they exist.
 NOT_YET_BUILT = (
-    {"protection": "the other verbs: open a page (issue 16), tools outside (issue 15)",
+    {"protection": "the last verb: open a page in your browser, and logins (issue 16)",
      "in_force": False, "why": "not built yet: their /_link/ paths answer 404, and a spec "
                                "that names them is refused"},
 )
@@ -187,6 +187,11 @@ def report(env: Mapping[str, str], policy: Policy | None = None) -> dict[str, An
                        "names the secret: put into the calls its plugin's rule allows (one "
                        "host, path shapes matched without decoding, refused names in any "
                        "case); the sandbox holds a placeholder of the rule's shape",
+         "in_force": namespaces},
+        {"protection": "tools that run outside ([verbs] tools), reached through the MCP verb "
+                       "behind the URL secret: each tools/call asks you first (a dialog, the "
+                       "terminal, or lnk-sandbox asks/answer) unless the tool allows it; "
+                       "silence is no; a server's hints never skip asking",
          "in_force": namespaces},
         {"protection": "local model runtimes ([localhost] models): inference only, by exact "
                        "method and path, one request a connection; admin, pull and cloud "
