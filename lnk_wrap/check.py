@@ -52,6 +52,10 @@ STATED_GAPS = (
             "some 28 µs, seven times a datagram's own cost)"},
     {"gap": "a new .envrc", "open": True,
      "why": "a missing .envrc can be made on Linux; direnv runs it only after you allow it"},
+    {"gap": "asking on a shared terminal", "open": True,
+     "why": "a program on the terminal a question is asked on can redraw the question's "
+            "line (never the code it does not see) or swallow the code typed; the dialog "
+            "and `lnk-sandbox asks` show the real question, and a swallowed code is no"},
 )
 
 # Protections of later issues, said plainly until they exist.
