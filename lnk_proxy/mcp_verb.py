@@ -4,7 +4,7 @@ HTTP.
 
 The proxy is the tool process's one client: it starts the command on first use (outside,
 as the person, one process per sandbox and tool, its stderr to a bounded log in Link's
-settings), initializes it itself (protocol 2025-11-25), and relays each JSON-RPC request
+settings: lnk_common.boundedlog), initializes it itself (protocol 2025-11-25), and relays each JSON-RPC request
 of the program to it under ids of its own, answering with the tool's response under the
 program's id, as `application/json` (Streamable HTTP lets a server answer a POST with JSON
 instead of a stream). The program's `initialize` is answered from the tool's own
@@ -115,6 +115,7 @@ class ToolProcess:
         self.starting: asyncio.Lock = asyncio.Lock()
         self.writing: asyncio.Lock = asyncio.Lock()
         self.reader: asyncio.Task[None] | None = None
+        self.errors: asyncio.Task[None] | None = None
         # Each listed tool's annotations, as the server gave them in tools/list (shown
         # to the person when asking; never trusted).
         self.annotations: dict[str, Any] = {}
@@ -131,25 +132,17 @@ class ToolProcess:
 
     async def _start(self) -> None:
         self.close()
-        # stderr to a log of its own in Link's settings, appended (bounded by the
-        # rotation lnk_common.boundedlog gives the wire's logs is not applied to a child's
-        # raw stream: cut here at open time instead, keeping the newest part).
-        folder = os.path.dirname(self.log_path)
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        _trim(self.log_path)
-        log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-                      | os.O_NOFOLLOW, 0o600)
         try:
             self.process = await asyncio.create_subprocess_exec(
                 *self.tool.command, stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE, stderr=log, limit=MAX_MESSAGE_BYTES,
-                cwd=os.environ.get("HOME") or "/", start_new_session=True)
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                limit=MAX_MESSAGE_BYTES, cwd=os.environ.get("HOME") or "/",
+                start_new_session=True)
         except OSError as error:
             raise McpError(502, f"the tool {self.tool.name} could not be started "
                                 f"({error.strerror})") from None
-        finally:
-            os.close(log)
         self.reader = asyncio.ensure_future(self._read())
+        self.errors = asyncio.ensure_future(self._log_stderr())
         try:
             result = await asyncio.wait_for(self.request("initialize", {
                 "protocolVersion": OUR_VERSION, "capabilities": {},
@@ -222,9 +215,42 @@ class ToolProcess:
         finally:
             self.pending.pop(ours, None)
 
+    async def _log_stderr(self) -> None:
+        """The tool's stderr, line by line, into its bounded log in Link's settings
+        (rotated at lnk_common.boundedlog's limit, each line clipped and made printable):
+        a chatty tool cannot fill the person's disk."""
+        from lnk_common.boundedlog import BoundedLog, clip, printable
+
+        assert self.process is not None and self.process.stderr is not None
+        stderr = self.process.stderr
+        try:
+            os.makedirs(os.path.dirname(self.log_path), mode=0o700, exist_ok=True)
+            log = BoundedLog(self.log_path)
+        except OSError:
+            log = None  # nowhere to keep it: read and dropped, so the tool never blocks
+        try:
+            while True:
+                try:
+                    line = await stderr.readline()
+                except ValueError:  # a line over the reader's limit: dropped
+                    continue
+                if not line:
+                    return
+                if log is not None:
+                    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                    text = clip(printable(line.decode("utf-8", "replace").rstrip("\n")))
+                    with contextlib.suppress(OSError):
+                        log.append(f"{stamp}\t{text}\n".encode("utf-8", "replace"))
+        finally:
+            if log is not None:
+                log.close()
+
     def close(self) -> None:
+        for task in (self.reader, self.errors):
+            if task is not None:
+                task.cancel()
+        self.errors = None
         if self.reader is not None:
-            self.reader.cancel()
             self.reader = None
         if self.process is not None and self.process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
@@ -312,27 +338,3 @@ class ToolProcess:
             if isinstance(tool, dict) and isinstance(tool.get("name"), str) and isinstance(
                     tool.get("annotations"), dict):
                 self.annotations[tool["name"]] = tool["annotations"]
-
-
-# A tool's stderr log is cut to its newest MAX_TOOL_LOG_BYTES when the tool starts: a
-# chatty tool cannot fill Link's settings.
-MAX_TOOL_LOG_BYTES = 1024 * 1024
-
-
-def _trim(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return
-    try:
-        size = os.fstat(fd).st_size
-        if size <= MAX_TOOL_LOG_BYTES:
-            return
-        os.lseek(fd, size - MAX_TOOL_LOG_BYTES // 2, os.SEEK_SET)
-        kept = os.read(fd, MAX_TOOL_LOG_BYTES // 2)
-        os.ftruncate(fd, 0)
-        os.lseek(fd, 0, os.SEEK_SET)
-        os.write(fd, f"[{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} earlier "
-                     "lines cut]\n".encode() + kept)
-    finally:
-        os.close(fd)

@@ -225,3 +225,23 @@ def test_the_sdks_default_client_probes_server_discover_then_initializes(
     _tool(sandbox_env, "add", "demo", "--allow", "ping", "--", PYTHON, str(folder / "tool.py"))
     result = run_sandbox(spec, PYTHON, str(folder / "auto.py"), "demo")
     assert result.stdout.splitlines() == ["TOOLS ping wipe", "CALL pong"], result
+
+
+def test_a_chatty_tools_stderr_stays_bounded(
+    tool_setup: tuple[Path, Path], sandbox_env: dict[str, str], run_sandbox: RunSandbox,
+    lnk_home: Path,
+) -> None:
+    """A tool that writes 6 MiB to stderr leaves at most two files of the bounded log's
+    size in Link's settings (and is not blocked by it)."""
+    from lnk_common.boundedlog import MAX_LOG_BYTES
+
+    folder, spec = tool_setup
+    (folder / "chatty.py").write_text(
+        "import sys\nfor i in range(6 * 1024):\n    sys.stderr.write('x' * 1023 + '\\n')\n"
+        + TOOL)
+    _tool(sandbox_env, "add", "demo", "--ask", "none", "--", PYTHON,
+          str(folder / "chatty.py"))
+    result = run_sandbox(spec, PYTHON, str(folder / "client.py"), "demo")
+    assert "CALL ping pong" in result.stdout.splitlines(), result
+    logs = list((lnk_home / "sandbox" / "tools").glob("demo.log*"))
+    assert logs and sum(path.stat().st_size for path in logs) <= 2 * MAX_LOG_BYTES + 4096
