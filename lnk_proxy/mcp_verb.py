@@ -5,15 +5,15 @@ HTTP.
 The proxy is the tool process's one client: it starts the command on first use (outside,
 as the person, one process per sandbox and tool, its stderr to a bounded log in Link's
 settings: lnk_common.boundedlog), initializes it itself (protocol 2025-11-25), and relays
-each JSON-RPC request of the program to it under ids of its own, answering with the
-tool's response under the program's id, as `application/json` (Streamable HTTP lets a server answer a POST with JSON
-instead of a stream). The program's `initialize` is answered from the tool's own
-InitializeResult (with the version the program asked for, when it is one we relay), with
-an `Mcp-Session-Id`; a request carrying a session id that is not ours is 404 (the client
-initializes again); one carrying none is taken (the stateless 2026-07-28 revision sends
-none). Notifications from the program are taken (202) and not relayed; requests from the
-tool to the program (sampling, elicitation, roots) are answered with an error: nothing in
-the sandbox is asked to act for a tool.
+each JSON-RPC request of the program to it under ids of its own, answering with the tool's
+response under the program's id, as `application/json` (Streamable HTTP lets a server
+answer a POST with JSON instead of a stream). The program's `initialize` is answered from
+the tool's own InitializeResult (with the version the program asked for, when it is one we
+relay), with an `Mcp-Session-Id`; a request carrying a session id that is not ours is 404
+(the client initializes again); one carrying none is taken (the stateless 2026-07-28
+revision sends none). Notifications from the program are taken (202) and not relayed;
+requests from the tool to the program (sampling, elicitation, roots) are answered with an
+error: nothing in the sandbox is asked to act for a tool.
 
 Every `tools/call` asks the person first (lnk_ask), unless the tool's definition allows the
 MCP tool by name (`--allow`) or says `--ask none`; a refusal, an error or silence is a
