@@ -873,9 +873,8 @@ class Proxy(Wire):
         name = after[1:] if after.startswith("/") else ""
         tool = self.tools.get(name)
         if tool is None:
-            await self._refuse(writer, "-", Refused(404, "not among this sandbox's tools "
-                                                         "([verbs] tools names them)"),
-                               verb=True)
+            await self._refuse_verb(reader, writer, "-", Refused(
+                404, "not among this sandbox's tools ([verbs] tools names them)"))
             return False, b""
         authority = f"mcp:{name}"
         if request.method != b"POST":
@@ -890,11 +889,11 @@ class Proxy(Wire):
             raw = await _read_body(request, client, reader, writer, MAX_MCP_BODY_BYTES)
             message = parse_message(raw)
         except McpError as error:
-            await self._refuse(writer, authority, Refused(error.status, error.reason),
-                               verb=True)
+            await self._refuse_verb(reader, writer, authority,
+                                    Refused(error.status, error.reason))
             return False, b""
         except Refused as refusal:
-            await self._refuse(writer, authority, refusal, verb=True)
+            await self._refuse_verb(reader, writer, authority, refusal)
             return False, b""
         call = next(self.ids)
         self.log.write("allowed", authority, f"id={call} kind=mcp")
@@ -905,9 +904,8 @@ class Proxy(Wire):
                 message, _header(request, b"mcp-session-id"), self.ask, self.wire or "-")
         except McpError as error:
             failure = f" error={error.status}"
-            await self._refuse(writer, authority, Refused(error.status, error.reason,
-                                                          counts=error.status != 502),
-                               verb=True)
+            await self._refuse_verb(reader, writer, authority, Refused(
+                error.status, error.reason, counts=error.status != 502))
             return False, b""
         finally:
             self.log.write("ended", authority, f"id={call} seconds="
