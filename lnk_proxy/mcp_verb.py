@@ -40,7 +40,7 @@ from lnk_common.refusal import StatusError
 from lnk_common.tools import Tool
 
 __all__ = ["MAX_MESSAGE_BYTES", "RELAYED_VERSIONS", "McpError", "ToolProcess", "parse_message",
-           "plain"]
+           "plain", "tool_environment"]
 
 # One JSON-RPC message from the program, or one line from the tool: a tool's result with
 # a screenshot or a file is a few MiB; more is refused (the program) or ends the tool
@@ -94,6 +94,17 @@ def plain(value: Any, limit: int = MAX_SHOWN_ARGUMENTS) -> str:
     return shown if len(shown) <= limit else shown[:limit] + f"… ({len(shown)} characters)"
 
 
+# What the proxy was given for the sandbox (its placeholders, its URL secret): the tool is
+# the person's program, not the sandbox's proxy, and is given none of it.
+_PROXY_ONLY = ("LNK_PLACEHOLDER", "LNK_SECRET_PLACEHOLDERS", "LNK_URL_SECRET")
+
+
+def tool_environment(environ: Any) -> dict[str, str]:
+    """The tool's environment: the person's (the proxy's own, as the harness gave it),
+    without what the proxy holds for the sandbox."""
+    return {name: value for name, value in environ.items() if name not in _PROXY_ONLY}
+
+
 def _error(message_id: Any, code: int, text: str) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": message_id, "error": {"code": code, "message": text}}
 
@@ -137,7 +148,7 @@ class ToolProcess:
                 *self.tool.command, stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 limit=MAX_MESSAGE_BYTES, cwd=os.environ.get("HOME") or "/",
-                start_new_session=True)
+                start_new_session=True, env=tool_environment(os.environ))
         except OSError as error:
             raise McpError(502, f"the tool {self.tool.name} could not be started "
                                 f"({error.strerror})") from None

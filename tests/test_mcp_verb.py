@@ -245,3 +245,20 @@ def test_a_chatty_tools_stderr_stays_bounded(
     assert "CALL ping pong" in result.stdout.splitlines(), result
     logs = list((lnk_home / "sandbox" / "tools").glob("demo.log*"))
     assert logs and sum(path.stat().st_size for path in logs) <= 2 * MAX_LOG_BYTES + 4096
+
+
+def test_the_tool_is_given_nothing_the_proxy_holds_for_the_sandbox(
+    tool_setup: tuple[Path, Path], sandbox_env: dict[str, str], run_sandbox: RunSandbox,
+) -> None:
+    """The tool runs as the person, with the person's environment, but not the URL secret
+    or the placeholders the proxy was given for the sandbox."""
+    folder, spec = tool_setup
+    (folder / "envtool.py").write_text(
+        "import os\n" + TOOL.replace('return "pong"', 'return ",".join(sorted(\n'
+                                     '        k for k in os.environ if k.startswith("LNK_")))'))
+    _tool(sandbox_env, "add", "demo", "--ask", "none", "--", PYTHON,
+          str(folder / "envtool.py"))
+    result = run_sandbox(spec, PYTHON, str(folder / "client.py"), "demo")
+    line = next(line for line in result.stdout.splitlines() if line.startswith("CALL ping"))
+    assert "LNK_URL_SECRET" not in line and "PLACEHOLDER" not in line, line
+    assert "LNK_HOME" in line, line  # the person's own environment, as it was
