@@ -110,3 +110,34 @@ def end_run(run: subprocess.Popen[str]) -> None:
     if run.poll() is None:
         run.kill()
         run.communicate()
+
+
+# The venv's own interpreter (not its real path: the SDKs and clients are the venv's), and
+# the venv, which a spec grants so a client imports inside a sandbox.
+VENV_PYTHON = str(Path(LNK_SANDBOX).parent / "python")
+VENV = Path(VENV_PYTHON).parent.parent
+
+
+def run_out_script(spec: Path, env: dict[str, str], tmp_path: Path, source: str,
+                   *args: str) -> tuple[object, subprocess.CompletedProcess[str]]:
+    """Run `source` (which fills a dict `out`) with the venv's Python inside a sandbox of
+    `spec`; `out` (printed as JSON on the last line of its output) and the completed run."""
+    import json
+    import secrets
+
+    script = tmp_path / f"script{secrets.token_hex(4)}.py"
+    script.write_text(source + "\nprint(json.dumps(out))\n")
+    done = subprocess.run([LNK_SANDBOX, "run", "--spec", str(spec), "--", VENV_PYTHON,
+                           str(script), *args], cwd=str(tmp_path), env=env,
+                          capture_output=True, text=True, timeout=SANDBOX_TIMEOUT_SECONDS,
+                          check=False)
+    assert done.returncode == 0, done
+    lines = done.stdout.strip().splitlines()
+    assert lines, done
+    return json.loads(lines[-1]), done
+
+
+def wire_log_of(env: dict[str, str], wire: str) -> str:
+    """The wire's log in the settings of `env` (LNK_HOME), or "" before any line."""
+    path = Path(env["LNK_HOME"]) / "sandbox" / "wires" / wire / "log"
+    return path.read_text() if path.exists() else ""

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import re
-import secrets
 import subprocess
 import threading
 import time
@@ -39,11 +38,19 @@ from typing import Any
 import pytest
 
 from lnk_common.local_models import refusal_body
-from tests.conftest import LNK_SANDBOX, SANDBOX_TIMEOUT_SECONDS, WriteSpec, end_run, toml_list
+from tests.conftest import (
+    LNK_SANDBOX,
+    SANDBOX_TIMEOUT_SECONDS,
+    VENV,
+    VENV_PYTHON,
+    WriteSpec,
+    end_run,
+    run_out_script,
+    toml_list,
+    wire_log_of,
+)
 from tests.test_local_models import ACCEPTANCE_REFUSED, CLOUD, TOKENS, FakeRuntime
 
-VENV_PYTHON = str(Path(LNK_SANDBOX).parent / "python")
-VENV = Path(VENV_PYTHON).parent.parent
 WIRE = "localsb"
 FORMS = ("relay", "proxy")
 # Names of our own, so the log can be searched for them.
@@ -103,22 +110,15 @@ def models_spec(write_spec: WriteSpec, tmp_path: Path, port: int, *, extra: str 
                       f"{network}[localhost]\nmodels = [{port}]\n{extra}")
 
 
-def run_script(spec: Path, env: dict[str, str], tmp_path: Path, body: str, *args: str
-               ) -> tuple[dict[str, Any], subprocess.CompletedProcess[str]]:
-    """PRELUDE + body run by the venv's Python inside; its `out` (the last line) and the run."""
-    script = tmp_path / f"script{secrets.token_hex(4)}.py"
-    script.write_text(PRELUDE + body + "\nprint(json.dumps(out))\n")
-    done = subprocess.run([LNK_SANDBOX, "run", "--spec", str(spec), "--", VENV_PYTHON,
-                           str(script), *args], cwd=str(tmp_path), env=env,
-                          capture_output=True, text=True, timeout=SANDBOX_TIMEOUT_SECONDS,
-                          check=False)
-    assert done.returncode == 0, done
-    return json.loads(done.stdout.strip().splitlines()[-1]), done
-
+def run_script(spec: Path, env: dict[str, str], tmp_path: Path, body: str,
+               *args: str) -> tuple[dict[str, Any], subprocess.CompletedProcess[str]]:
+    """PRELUDE + body run by the venv's Python inside; its `out` and the completed run."""
+    out, done = run_out_script(spec, env, tmp_path, PRELUDE + body, *args)
+    assert isinstance(out, dict), done
+    return out, done
 
 def wire_log(env: dict[str, str]) -> str:
-    path = Path(env["LNK_HOME"]) / "sandbox" / "wires" / WIRE / "log"
-    return path.read_text() if path.exists() else ""
+    return wire_log_of(env, WIRE)
 
 
 def reason_of(body: str) -> str:

@@ -20,11 +20,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import LNK_SANDBOX, SANDBOX_TIMEOUT_SECONDS, RunSandbox, WriteSpec, toml_list
+from tests.conftest import (
+    LNK_SANDBOX,
+    SANDBOX_TIMEOUT_SECONDS,
+    VENV,
+    VENV_PYTHON,
+    RunSandbox,
+    WriteSpec,
+    toml_list,
+)
 
-# The venv's interpreter (not its real path: the SDK is the venv's), inside and outside.
-PYTHON = str(Path(LNK_SANDBOX).parent / "python")
-VENV = Path(PYTHON).parent.parent
+PYTHON = VENV_PYTHON  # inside and outside
 
 TOOL = '''
 from mcp.server.mcpserver import MCPServer

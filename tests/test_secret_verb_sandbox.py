@@ -34,7 +34,17 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import LNK_SANDBOX, ROOT, SANDBOX_TIMEOUT_SECONDS, WriteSpec, toml_list
+from tests.conftest import (
+    LNK_SANDBOX,
+    ROOT,
+    SANDBOX_TIMEOUT_SECONDS,
+    VENV,
+    VENV_PYTHON,
+    WriteSpec,
+    run_out_script,
+    toml_list,
+    wire_log_of,
+)
 from tests.fakeproviders import (
     FILE_PREFIX,
     TELEGRAM_FILE_PATH,
@@ -45,8 +55,6 @@ from tests.fakeproviders import (
 )
 from tests.testservers import DNS_SERVER
 
-VENV_PYTHON = str(Path(LNK_SANDBOX).parent / "python")
-VENV = Path(VENV_PYTHON).parent.parent
 WIRE = "telegram"
 RULE = ROOT / "examples" / "telegram-rule.json"
 REFUSED = ("setWebhook", "deleteWebhook", "logOut", "close", "getManagedBotToken",
@@ -175,23 +183,13 @@ def seen(testnet: Path, bot_id: str) -> Iterator[Any]:
 
 def run_script(spec: Path, env: dict[str, str], tmp_path: Path, body: str,
                *args: str) -> tuple[dict[str, Any], subprocess.CompletedProcess[str]]:
-    """Run PRELUDE + body with the venv's Python inside the sandbox; its `out`, printed as
-    the last line of its output, and the completed run."""
-    script = tmp_path / f"script{secrets.token_hex(4)}.py"
-    script.write_text(PRELUDE + body + "\nprint(json.dumps(out))\n")
-    done = subprocess.run([LNK_SANDBOX, "run", "--spec", str(spec), "--", VENV_PYTHON,
-                           str(script), *args], cwd=str(tmp_path), env=env,
-                          capture_output=True, text=True, timeout=SANDBOX_TIMEOUT_SECONDS,
-                          check=False)
-    assert done.returncode == 0, done
-    lines = done.stdout.strip().splitlines()
-    assert lines, done
-    return json.loads(lines[-1]), done
-
+    """PRELUDE + body run by the venv's Python inside; its `out` and the completed run."""
+    out, done = run_out_script(spec, env, tmp_path, PRELUDE + body, *args)
+    assert isinstance(out, dict), done
+    return out, done
 
 def wire_log(env: dict[str, str]) -> str:
-    path = Path(env["LNK_HOME"]) / "sandbox" / "wires" / WIRE / "log"
-    return path.read_text() if path.exists() else ""
+    return wire_log_of(env, WIRE)
 
 
 def assert_real_token_only(records: list[dict[str, Any]], token: str,

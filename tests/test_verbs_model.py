@@ -34,12 +34,19 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import LNK_SANDBOX, SANDBOX_TIMEOUT_SECONDS, WriteSpec, toml_list
+from tests.conftest import (
+    LNK_SANDBOX,
+    SANDBOX_TIMEOUT_SECONDS,
+    VENV,
+    VENV_PYTHON,
+    WriteSpec,
+    run_out_script,
+    toml_list,
+    wire_log_of,
+)
 from tests.fakeproviders import ca_file, calls_abandoned, log_offset, requests_seen
 from tests.testservers import DNS_SERVER
 
-VENV_PYTHON = str(Path(LNK_SANDBOX).parent / "python")
-VENV = Path(VENV_PYTHON).parent.parent
 WIRE = "models"
 PROVIDERS = ("anthropic", "openai", "gemini", "openrouter")
 VERB = "http://127.0.0.1:3128/_link/model"
@@ -141,19 +148,10 @@ def seen(testnet: Path) -> Iterator[Any]:
 
 def run_script(spec: Path, env: dict[str, str], tmp_path: Path, body: str,
                *args: str) -> tuple[dict[str, Any], subprocess.CompletedProcess[str]]:
-    """Run PRELUDE + body with the venv's Python inside the sandbox; its `out`, printed as
-    the last line of its output, and the completed run."""
-    script = tmp_path / f"script{secrets.token_hex(4)}.py"
-    script.write_text(PRELUDE + body + "\nprint(json.dumps(out))\n")
-    done = subprocess.run([LNK_SANDBOX, "run", "--spec", str(spec), "--", VENV_PYTHON,
-                           str(script), *args], cwd=str(tmp_path), env=env,
-                          capture_output=True, text=True, timeout=SANDBOX_TIMEOUT_SECONDS,
-                          check=False)
-    assert done.returncode == 0, done
-    lines = done.stdout.strip().splitlines()
-    assert lines, done
-    return json.loads(lines[-1]), done
-
+    """PRELUDE + body run by the venv's Python inside; its `out` and the completed run."""
+    out, done = run_out_script(spec, env, tmp_path, PRELUDE + body, *args)
+    assert isinstance(out, dict), done
+    return out, done
 
 def run_command(spec: Path, env: dict[str, str], tmp_path: Path, *command: str
                 ) -> subprocess.CompletedProcess[str]:
@@ -163,8 +161,7 @@ def run_command(spec: Path, env: dict[str, str], tmp_path: Path, *command: str
 
 
 def wire_log(env: dict[str, str]) -> str:
-    path = Path(env["LNK_HOME"]) / "sandbox" / "wires" / WIRE / "log"
-    return path.read_text() if path.exists() else ""
+    return wire_log_of(env, WIRE)
 
 
 def mine(records: list[dict[str, Any]], keys: dict[str, str]) -> list[dict[str, Any]]:
