@@ -120,13 +120,16 @@ def check_usage(wire: str, title: str, timeout: float) -> None:
 
 def ask(settings_root: str, wire: str, title: str, question: str,
         timeout: float = DEFAULT_TIMEOUT_SECONDS, *, env: Mapping[str, str] | None = None,
-        platform: str = sys.platform, terminal: str = "/dev/tty") -> Answer:
+        platform: str = sys.platform, terminal: str = "/dev/tty", whole: bool = False
+        ) -> Answer:
     """Ask, block until the first answer or the timeout, and return it. Never raises but
     AskUsageError (bad arguments); every other failure, an interruption included
-    (KeyboardInterrupt, SystemExit), is Answer("no", "error")."""
+    (KeyboardInterrupt, SystemExit), is Answer("no", "error"). `whole`: the question is
+    shown up to MAX_WHOLE_QUESTION_CHARS, not cut at MAX_QUESTION_CHARS (a page's URL)."""
     check_usage(wire, title, timeout)
     shown_title = plain_text.plain(title, plain_text.MAX_TITLE_CHARS)
-    shown_question = plain_text.plain(question)
+    shown_question = plain_text.plain(question, plain_text.MAX_WHOLE_QUESTION_CHARS if whole
+                                      else plain_text.MAX_QUESTION_CHARS)
     environment = os.environ if env is None else env
     started = time.monotonic()
     deadline = started + timeout
@@ -353,7 +356,7 @@ def _wait(queue: AskQueue, ident: str, wire: str, title: str, question: str,
 
 
 def command(settings_root: str, wire: str, title: str,
-            timeout: float = DEFAULT_TIMEOUT_SECONDS) -> list[str]:
+            timeout: float = DEFAULT_TIMEOUT_SECONDS, *, whole: bool = False) -> list[str]:
     """The argv that runs `lnk-sandbox-ask` for a question given on its standard input
     (never in argv: a tool's arguments may be long, and argv is every local process's to
     read), isolated as every helper (`python -I -S _start.py ask …`:
@@ -362,19 +365,20 @@ def command(settings_root: str, wire: str, title: str,
 
     check_usage(wire, title, timeout)
     return [*helper_argv("ask"), "--settings", settings_root, "--wire", wire,
-            "--title", title, "--question", "-", "--timeout", f"{timeout:g}", "--json"]
+            "--title", title, "--question", "-", "--timeout", f"{timeout:g}", "--json",
+            *(["--whole"] if whole else [])]
 
 
 async def ask_async(settings_root: str, wire: str, title: str, question: str,
                     timeout: float = DEFAULT_TIMEOUT_SECONDS, *,
-                    env: Mapping[str, str] | None = None) -> Answer:
+                    env: Mapping[str, str] | None = None, whole: bool = False) -> Answer:
     """`ask` in a child process (`lnk-sandbox-ask --json`), for an asyncio caller. The
     child is ended (SIGTERM: it answers no and cleans up) when the caller is cancelled.
     Anything but a well-formed yes from the child is no."""
     import asyncio
     import json
 
-    argv = command(settings_root, wire, title, timeout)
+    argv = command(settings_root, wire, title, timeout, whole=whole)
     try:
         child = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,

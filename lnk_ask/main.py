@@ -2,7 +2,7 @@
 
 Usage:
   lnk-sandbox-ask --title=T --question=Q [--timeout=SECONDS] [--wire=NAME] [--json]
-                  [--settings=DIR]
+                  [--whole] [--settings=DIR]
   lnk-sandbox-ask (-h | --help)
 
 Every way at once (a dialog on the screen, the terminal with a code typed back, the
@@ -18,6 +18,8 @@ Options:
   --timeout=SECONDS    How long to wait for an answer [default: 120].
   --wire=NAME          The wire that asks (named in the queue and the log) [default: ask].
   --json               Print {"answer": "yes"|"no", "how": ..., "id": ...}.
+  --whole              Show the question whole up to 17 KiB (a page's URL), not cut at
+                       2,000 characters.
   --settings=DIR       Link's settings folder as found already (the proxy passes it);
                        default: the one LNK_HOME, XDG_CONFIG_HOME or HOME names.
 
@@ -40,7 +42,7 @@ EXIT_USAGE = 2
 # than this is not a question a person could judge; refused as bad usage.
 MAX_QUESTION_INPUT_BYTES = 1 << 20
 _VALUED = ("--title", "--question", "--timeout", "--wire", "--settings")
-_FLAGS = ("--json",)
+_FLAGS = ("--json", "--whole")
 
 
 class UsageError(Exception):
@@ -50,7 +52,8 @@ class UsageError(Exception):
 def parse(words: list[str]) -> dict[str, str | bool]:
     """The options, each once, by full name, `--name=value` or `--name value` (sans IO;
     this helper runs isolated, without docopt: lnk_wrap.helpers)."""
-    found: dict[str, str | bool] = {"--timeout": "120", "--wire": "ask", "--json": False}
+    found: dict[str, str | bool] = {"--timeout": "120", "--wire": "ask", "--json": False,
+                                    "--whole": False}
     seen: set[str] = set()
     index = 0
     while index < len(words):
@@ -124,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
                 settings = None
         if isinstance(settings, str):
             found = ask(settings, str(options["--wire"]), str(options["--title"]),
-                        question, timeout)
+                        question, timeout, whole=options["--whole"] is True)
     except AskUsageError as error:
         _usage_exit(str(error))
         return

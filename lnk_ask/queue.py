@@ -56,8 +56,10 @@ ID_HEX_DIGITS = 12
 # not become a flood of dialogs on the person's screen, nor a queue nobody can read.
 MAX_WAITING_PER_WIRE = 8
 # A question record or an answer is a few hundred bytes (the question is cut at
-# lnk_ask.text.MAX_QUESTION_CHARS); a larger file is not ours and is refused unread.
-MAX_RECORD_BYTES = 16 * 1024
+# lnk_ask.text.MAX_QUESTION_CHARS), a page's whole URL some 17 KiB at most
+# (MAX_WHOLE_QUESTION_CHARS, up to twice that as JSON); a larger file is not ours and is
+# refused unread.
+MAX_RECORD_BYTES = 48 * 1024
 # A question whose asker died (SIGKILL) stays in the folder; past its deadline and this
 # grace it is not listed, refused by `answer`, and removed by the next ask.
 DEAD_GRACE_SECONDS = 30.0

@@ -19,12 +19,17 @@ from __future__ import annotations
 
 import hashlib
 
-__all__ = ["MAX_QUESTION_CHARS", "MAX_TITLE_CHARS", "plain"]
+__all__ = ["MAX_QUESTION_CHARS", "MAX_TITLE_CHARS", "MAX_WHOLE_QUESTION_CHARS", "plain"]
 
 # The question as shown, in characters of plain ASCII. A dialog or a terminal shows some
 # 2,000 characters before the buttons or the prompt scroll off; a tool's arguments may be
 # far longer, and what is cut is said, with a digest of the whole.
 MAX_QUESTION_CHARS = 2000
+# A question that must be shown whole (`--whole`): a page the sandbox asks to open is
+# judged by its whole URL, and a cut URL hides its end, where data leaves. The URL is at
+# most lnk_proxy.open_rules.MAX_URL_BYTES (16 KiB) of printable ASCII, which `plain`
+# keeps as it is; a few lines around it.
+MAX_WHOLE_QUESTION_CHARS = 17 * 1024
 # A title is a few words ("Tool call: github"); a window's title bar shows about this.
 MAX_TITLE_CHARS = 80
 

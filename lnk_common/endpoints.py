@@ -194,9 +194,19 @@ class Listener:
         return hash((self.role, self.address, self.port, self.udp))
 
 
+# [verbs] open: sockets made inside the sandbox's network, neither bound nor listening,
+# one used each time a login's callback is passed in (the proxy connects it to the port
+# the program listens on; a socket keeps the network it was made in, and the proxy, in
+# this machine's, can make none there itself). A login a callback: eight logins in one
+# run is more than any CLI's sign-in makes; the ninth is refused saying so. For each,
+# 127.0.0.1 and ::1 (a program that listens on `localhost` may have either).
+CALLBACK_SOCKETS = 8
+
+
 def listeners(*, proxy: bool, endpoints: tuple[str, ...], lan: tuple[str, ...],
-              localhost_ports: tuple[int, ...]) -> list[Listener]:
-    """Every socket to make inside, or EndpointError naming what collides."""
+              localhost_ports: tuple[int, ...], callbacks: bool = False) -> list[Listener]:
+    """Every socket to make inside, or EndpointError naming what collides. `callbacks`:
+    the login callbacks' sockets (role "callback", port 0: not bound, not listening)."""
     all_entries = entries(endpoints, lan)
     dns = has_dns(all_entries)
     plan: list[Listener] = []
@@ -238,6 +248,9 @@ def listeners(*, proxy: bool, endpoints: tuple[str, ...], lan: tuple[str, ...],
             listener = Listener("endpoint", address, port)
             if listener not in plan:
                 plan.append(listener)
+    if callbacks:
+        plan += [Listener("callback", address, 0)
+                 for _ in range(CALLBACK_SOCKETS) for address in ("127.0.0.1", "::1")]
     return plan
 
 

@@ -31,7 +31,7 @@ NETWORK_MODES = ("none", "proxy")
 # The seed's loose thresholds for pausing a wire (docs/SPEC.md [pause]): refusals and
 # distinct refused targets within a window of seconds. Patterns no normal work makes.
 DEFAULT_PAUSE = (30, 20, 60)
-_FLAG_OPTIONS = ("--keep-session", "--server-tools")
+_FLAG_OPTIONS = ("--keep-session", "--server-tools", "--open-pages")
 # The hosted models `[verbs] model` may name: each is `/_link/model/<provider>/` on the
 # proxy, its key the secret of the same name (lnk_common.secrets). The proxy's rules
 # (lnk_common.model_rules.PROVIDER_HOSTS) know exactly these; a test holds them equal.
@@ -90,6 +90,9 @@ class Policy:
     `/_link/secret/<name>/` (each with its rule), holding a placeholder for each.
     tools: `[verbs] tools`: tools that run outside (lnk_common.tools), reached through
     `/_link/s/<secret>/mcp/<name>`.
+    open_pages: `[verbs] open`: the program may ask to open a page in the person's browser
+    (`/_link/s/<secret>/open`, asked every time; `$BROWSER` and `xdg-open` inside lead
+    there), and a login's callback to a loopback port comes back in.
     local_models: `[localhost] models`: this machine's loopback ports of local model
     runtimes, relayed in through the inference filter (and reached as
     `/_link/s/<secret>/local/<port>` too).
@@ -103,7 +106,8 @@ class Policy:
 
     __slots__ = ("agent", "calls_per_minute", "commands", "endpoints", "hide", "hosts",
                  "keep_session", "lan", "learn", "local_models", "localhost_ports", "models",
-                 "name", "network", "pause", "read", "reopen", "secrets", "server_tools",
+                 "name", "network", "open_pages", "pause", "read", "reopen", "secrets",
+                 "server_tools",
                  "settings", "settings_via", "site_packages", "spec", "tools", "write",
                  "write_dot_files")
 
@@ -136,6 +140,7 @@ class Policy:
         secrets: tuple[str, ...] = (),
         local_models: tuple[int, ...] = (),
         tools: tuple[str, ...] = (),
+        open_pages: bool = False,
     ) -> None:
         for path in (settings, *((settings_via,) if settings_via else ()), *read, *write,
                      *hide, *reopen, *write_dot_files, *commands,
@@ -220,6 +225,7 @@ class Policy:
         self.secrets = tuple(secrets)
         self.local_models = tuple(local_models)
         self.tools = tuple(tools)
+        self.open_pages = bool(open_pages)
 
     def _fields(self) -> tuple[object, ...]:
         return tuple(getattr(self, field) for field in self.__slots__)
@@ -251,13 +257,13 @@ class Policy:
         (each call on the wire's log, under its controls)."""
         return bool(self.network == "proxy" or self.endpoints or self.lan
                     or self.localhost_ports or self.models or self.secrets
-                    or self.local_models or self.tools)
+                    or self.local_models or self.tools or self.open_pages)
 
     def needs_proxy(self) -> bool:
         """Whether lnk-sandbox-proxy runs: for the proxy variables, endpoints, [lan] or
         the model verb (which it serves even with network "none")."""
         return bool(self.network == "proxy" or self.endpoints or self.lan or self.models
-                    or self.secrets or self.local_models or self.tools)
+                    or self.secrets or self.local_models or self.tools or self.open_pages)
 
     def with_site_packages(self, folder: str) -> Policy:
         return self.replace(site_packages=folder)
@@ -292,6 +298,8 @@ class Policy:
             argv += ["--pause", ",".join(str(value) for value in self.pause)]
         if self.server_tools:
             argv.append("--server-tools")
+        if self.open_pages:
+            argv.append("--open-pages")
         if self.keep_session:
             argv.append("--keep-session")
         for option, paths in (
@@ -349,6 +357,7 @@ class Policy:
             tools=tuple(lists["--tool"]),
             local_models=tuple(_port(text, "--local-model") for text in lists["--local-model"]),
             server_tools="--server-tools" in flags,
+            open_pages="--open-pages" in flags,
             read=tuple(lists["--read"]),
             write=tuple(lists["--write"]),
             hide=tuple(lists["--hide"]),

@@ -103,7 +103,7 @@ _SCHEMA: dict[str, dict[str, str] | str] = {
     },
     "verbs": {
         "model": _PROVIDERS,
-        "open": f"{_NOT_BUILT} (opening a page in your browser: issue 16)",
+        "open": _BOOLEAN,
         "tools": _SECRET_NAMES,
         "secrets": _SECRET_NAMES,
     },
@@ -511,10 +511,11 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
                             "name it once")
     secrets = tuple((document.get("verbs") or {}).get("secrets", []))
     tools = tuple((document.get("verbs") or {}).get("tools", []))
+    open_pages = (document.get("verbs") or {}).get("open", False)
     try:
         endpoint_plan.listeners(proxy=network == "proxy" or bool(models or secrets
                                                                      or local_models
-                                                                     or tools),
+                                                                     or tools or open_pages),
                                 endpoints=endpoints, lan=lan,
                                 localhost_ports=(*localhost_ports, *local_models))
     except endpoint_plan.EndpointError as error:
@@ -522,7 +523,8 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
                         else "tcp.endpoints", str(error)) from None
     calls_per_minute = network_section.get("calls_per_minute", 0)
     if calls_per_minute and not (network == "proxy" or endpoints or lan or localhost_ports
-                                 or models or secrets or local_models or tools):
+                                 or models or secrets or local_models or tools
+                                 or open_pages):
         raise SpecError(context.file, "network.calls_per_minute",
                         "counts the calls that go out, and nothing goes out: set mode = "
                         "\"proxy\", or name [tcp] endpoints, [lan] hosts, [localhost] ports "
@@ -559,6 +561,7 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
         secrets=secrets,
         local_models=local_models,
         tools=tools,
+        open_pages=open_pages,
     )
 
 

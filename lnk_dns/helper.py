@@ -121,6 +121,12 @@ def _in_child(sandbox_pid: int, network: int, plan: list[Listener],
                               _socket.SOCK_DGRAM if listener.udp else _socket.SOCK_STREAM)
         if v6:
             sock.setsockopt(_socket.IPPROTO_IPV6, _socket.IPV6_V6ONLY, 1)
+        if listener.role == "callback":
+            # Made here to be connected later, by the proxy, to a port the program
+            # listens on: neither bound nor listening (lnk_common.endpoints).
+            send_fd(channels["proxy"], sock.fileno(), b"callback tcp")
+            sock.close()
+            continue
         try:
             sock.bind((listener.address, listener.port))
         except OSError as error:

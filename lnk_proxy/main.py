@@ -2,7 +2,7 @@
 
     lnk-sandbox-proxy --settings DIR --wire NAME [--host H]… [--endpoint E]… [--lan L]…
                       [--model PROVIDER]… [--server-tools yes] [--secret NAME]…
-                      [--local-model PORT]…
+                      [--local-model PORT]… [--tool NAME]… [--open yes]
                       [--calls-per-minute N] [--pause R,T,W] (--socket-fd N | --listen IP:PORT)
 
 --model: the model verb for that provider (anthropic, openai, gemini, openrouter), its key
@@ -13,7 +13,9 @@ hosted model's server-side tools ([network] server_tools = true).
 program's placeholder for each comes in LNK_SECRET_PLACEHOLDERS, one `NAME=PLACEHOLDER`
 a line. --local-model: a [localhost] models port, reached as
 `/_link/s/<URL secret>/local/<port>/…` through the inference filter; the URL secret comes in
-LNK_URL_SECRET.
+LNK_URL_SECRET. --open yes: `/_link/s/<URL secret>/open`, a page opened in the person's
+browser outside (asked every time), and login callbacks passed in over the sockets
+labelled `callback` (lnk_proxy.open_verb).
 
 --socket-fd: the launcher's end of a socket pair over which the listening sockets come,
 each labelled (proxy, dns udp, dns tcp, endpoint), made by the DNS helper
@@ -57,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     options = serving.parse_options("lnk-sandbox-proxy", argv,
                                     ("--host", "--endpoint", "--lan", "--model",
                                      "--server-tools", "--secret", "--local-model",
-                                     "--tool"))
+                                     "--tool", "--open"))
     _check_verbs(options)
     serving.start_helper()
     listeners = serving.receive_listeners(options, "proxy tcp")
@@ -66,7 +68,8 @@ def main(argv: list[str] | None = None) -> None:
     # Nothing heavy is imported before the first connection: asyncio and ssl cost some
     # 60 ms of CPU here, which a sandbox that starts, runs and ends without a call (and
     # every sandbox while it starts) would otherwise share two cores with.
-    serving.wait_for_first(listeners)
+    # The login callbacks' sockets are not listening: only the others wake the proxy.
+    serving.wait_for_first([item for item in listeners if item[1] != "callback tcp"])
     serve(listeners, options)
 
 
@@ -95,9 +98,11 @@ def _check_verbs(options: dict[str, list[str]]) -> None:
     elif any(not (port.isascii() and port.isdigit() and port[0] != "0"
                   and int(port) <= 65535) for port in options["--local-model"]):
         problem = "--local-model takes a port, 1 to 65535"
-    elif (options["--local-model"] or options["--tool"]) and len(
+    elif options["--open"] not in ([], ["yes"]):
+        problem = "--open takes yes, once"
+    elif (options["--local-model"] or options["--tool"] or options["--open"]) and len(
             os.environ.get(URL_SECRET_VARIABLE, "")) < 32:
-        problem = (f"--local-model and --tool need the sandbox's URL secret in "
+        problem = (f"--local-model, --tool and --open need the sandbox's URL secret in "
                    f"{URL_SECRET_VARIABLE}")
     elif len(set(options["--tool"])) != len(options["--tool"]):
         problem = "--tool names a tool twice"
@@ -106,15 +111,15 @@ def _check_verbs(options: dict[str, list[str]]) -> None:
         sys.exit(2)
 
 
-def _asker(settings: str, wire: str) -> Asker:
-    """How the MCP verb asks the person before a tools/call: lnk_ask in a child process
-    (a dialog, the terminal, the queue: the first answer wins; silence or any error is
-    no)."""
+def _asker(settings: str, wire: str, *, whole: bool = False) -> Asker:
+    """How the MCP verb asks the person before a tools/call, and the open verb before a
+    page opens (`whole`: the URL shown whole): lnk_ask in a child process (a dialog, the
+    terminal, the queue: the first answer wins; silence or any error is no)."""
     from lnk_ask import AskUsageError, ask_async
 
     async def ask(title: str, question: str) -> tuple[bool, str]:
         try:
-            answer = await ask_async(settings, wire, title, question)
+            answer = await ask_async(settings, wire, title, question, whole=whole)
         except AskUsageError as error:  # ours to get right: said, and no
             return False, f"error: {error}"
         return answer.yes, answer.how
@@ -163,7 +168,7 @@ def serve(listeners: list[tuple[int, str]], options: dict[str, list[str]]) -> No
         secret = SecretVerb(settings=settings,
                             placeholders={name: given[name] for name in options["--secret"]})
     url_secret = b""
-    if options["--local-model"] or options["--tool"]:
+    if options["--local-model"] or options["--tool"] or options["--open"]:
         import os
 
         url_secret = os.environ[URL_SECRET_VARIABLE].encode()
@@ -175,11 +180,21 @@ def serve(listeners: list[tuple[int, str]], options: dict[str, list[str]]) -> No
             tools[name] = read_tool(settings, name)
         except ToolError as error:  # removed since the run began: its calls are 404
             serving.say(f"lnk-sandbox-proxy: the tool {name} is not served: {error}")
+    callbacks = None
+    if options["--open"]:
+        from lnk_proxy.open_verb import CallbackSockets
+
+        callbacks = CallbackSockets([socket.socket(fileno=fd) for fd, label in listeners
+                                     if label == "callback tcp"])
+        listeners = [item for item in listeners if item[1] != "callback tcp"]
     proxy = Proxy(rules=rules, machine=Machine.gather(), book=book, model=model,
                   secret=secret, url_secret=url_secret,
                   local_ports=frozenset(int(port) for port in options["--local-model"]),
                   server_tools=options["--server-tools"] == ["yes"], tools=tools,
                   ask=_asker(settings, wire) if tools else None,
+                  callbacks=callbacks,
+                  open_ask=_asker(settings, wire, whole=True) if callbacks is not None
+                  else None,
                   log=WireLog(settings, wire), settings=settings, wire=wire,
                   controls=serving.controls_from(options), say=serving.say,
                   resolver=dns_resolver(server_address) if server_address else system_resolver)

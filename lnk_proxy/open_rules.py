@@ -47,6 +47,7 @@ __all__ = [
     "OpenRuleError",
     "OpenUrl",
     "callback_port",
+    "callback_target",
     "check_url",
     "display",
 ]
@@ -71,7 +72,7 @@ _NUMERIC_LABEL = re.compile(r"(?:0[xX][0-9A-Fa-f]*|[0-9]+)")
 _REDIRECT_NAMES = ("redirect_uri", "redirect_url")
 # A loopback callback: exactly this form, lowercase, an explicit port without leading
 # zeros, then nothing or a path, query or fragment.
-_CALLBACK = re.compile(r"http://(?:localhost|127\.0\.0\.1):([1-9][0-9]{0,4})(?:[/?#].*)?",
+_CALLBACK = re.compile(r"http://(localhost|127\.0\.0\.1):([1-9][0-9]{0,4})(?:[/?#].*)?",
                        re.DOTALL)
 
 
@@ -211,7 +212,14 @@ def display(url: OpenUrl) -> str:
 
 
 def callback_port(url: OpenUrl) -> int | None:
-    """The port a login's callback comes back to, or None: the query's `redirect_uri` or
+    """The port of `callback_target`, or None."""
+    target = callback_target(url)
+    return None if target is None else target[1]
+
+
+def callback_target(url: OpenUrl) -> tuple[str, int] | None:
+    """Where a login's callback comes back to ("localhost" or "127.0.0.1", and the
+    port), or None: the query's `redirect_uri` or
     `redirect_url` (names and values %-decoded once, '+' as a space, as a server reads a
     query) when it is `http://localhost:<port>` or `http://127.0.0.1:<port>` exactly,
     lowercase, with an explicit port 1-65535 and nothing else before the path. Anything
@@ -232,5 +240,5 @@ def callback_port(url: OpenUrl) -> int | None:
     match = _CALLBACK.fullmatch(redirect)
     if match is None:
         return None
-    port = int(match.group(1))
-    return port if port <= 65535 else None
+    port = int(match.group(2))
+    return (match.group(1), port) if port <= 65535 else None

@@ -31,9 +31,10 @@ import asyncio
 import contextlib
 import ipaddress
 import math
+import os
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import h11
 
@@ -53,8 +54,9 @@ from lnk_proxy.decide import (
     matching_rule,
 )
 from lnk_proxy.head import HeadError, RequestHead, check_head, head_end
-from lnk_proxy.mcp_verb import Asker, ToolProcess
+from lnk_proxy.mcp_verb import Asker, ToolProcess, tool_environment
 from lnk_proxy.model_verb import ModelVerb
+from lnk_proxy.open_verb import CallbackSockets
 from lnk_proxy.resolver import system_resolver
 from lnk_proxy.secret_verb import MAX_BODY_BYTES as SECRET_BODY_BYTES
 from lnk_proxy.secret_verb import SecretVerb
@@ -87,6 +89,9 @@ HELLO_SECONDS = 10.0
 MAX_MODEL_BODY_BYTES = MAX_BODY_BYTES
 # One MCP message from the program (lnk_proxy.mcp_verb.MAX_MESSAGE_BYTES, with its reason).
 MAX_MCP_BODY_BYTES = 16 * 1024 * 1024
+# The open verb's body is one URL (lnk_proxy.open_rules.MAX_URL_BYTES, with its reason),
+# and a line end a client may add.
+MAX_OPEN_BODY_BYTES = 16 * 1024 + 2
 # How often a call that waits on its upstream looks whether its client went away.
 CLIENT_WATCH_SECONDS = 0.25
 # After a verb's refusal, what the program still sends (a body not read) is read and
@@ -267,7 +272,10 @@ class Proxy(Wire):
                  book: AddressBook | None = None, model: ModelVerb | None = None,
                  secret: SecretVerb | None = None, url_secret: bytes = b"",
                  local_ports: frozenset[int] = frozenset(), server_tools: bool = False,
-                 tools: dict[str, Tool] | None = None, ask: Asker | None = None) -> None:
+                 tools: dict[str, Tool] | None = None, ask: Asker | None = None,
+                 callbacks: CallbackSockets | None = None,
+                 open_ask: Asker | None = None,
+                 opener_environ: Mapping[str, str] | None = None) -> None:
         super().__init__(log=log, settings=settings, wire=wire, controls=controls, say=say)
         self.rules = rules
         self.model = model
@@ -279,8 +287,14 @@ class Proxy(Wire):
         self.tools = tools or {}
         self.tool_processes: dict[str, ToolProcess] = {}
         self.ask = ask
+        # [verbs] open: pages opened outside, asked each time (open_ask: the question
+        # shown whole); login callbacks passed in over `callbacks`, sockets made inside.
+        self.callbacks = callbacks
+        self.open_ask = open_ask
+        self.opener_environ = opener_environ
         self.url_parts = frozenset({part for part, on in (
-            ("local", bool(local_ports)), ("mcp", bool(self.tools))) if on})
+            ("local", bool(local_ports)), ("mcp", bool(self.tools)),
+            ("open", callbacks is not None)) if on})
         self.server_tools = server_tools
         # The verbs this sandbox's spec turned on ([verbs]); every other answers 404.
         self.verbs = frozenset({verb for verb, on in (
@@ -859,8 +873,85 @@ class Proxy(Wire):
             return False, b""
         if part == "mcp":
             return await self._mcp_call(after, request, client, reader, writer)
-        assert part == "local"  # the parts built; `open` is off (404) until issue 16
+        if part == "open":
+            return await self._open_call(after, request, client, reader, writer)
+        assert part == "local"  # split_url_secret answers only the parts turned on
         return await self._local_call(after, request, client, reader, writer)
+
+    async def _open_call(self, after: str, request: h11.Request, client: h11.Connection,
+                         reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+                         ) -> tuple[bool, bytes]:
+        """`/_link/s/<secret>/open`: one URL (the body) opened in the person's browser,
+        outside, when they say yes; asked every time, the URL shown whole in the one form
+        that opens (lnk_proxy.open_rules). A login's callback to a loopback port is
+        listened for here before the person is asked (a port taken is refused) and passed
+        in once (lnk_proxy.open_verb). Logged by host only; counted as a call."""
+        from lnk_proxy.open_rules import OpenRuleError, callback_target, check_url
+        from lnk_proxy.open_verb import Callback, find_opener, run_opener
+
+        assert self.callbacks is not None
+        authority = "-"
+        callback: Callback | None = None
+        try:
+            if after != "/":
+                raise Refused(404, "the open verb's path is /_link/s/<secret>/open")
+            if request.method != b"POST":
+                raise Refused(405, "the open verb takes POST with the URL as its body")
+            raw = await _read_body(request, client, reader, writer, MAX_OPEN_BODY_BYTES)
+            try:
+                url = check_url(raw.strip(b"\r\n"))
+                target = callback_target(url)
+            except OpenRuleError as error:
+                raise Refused(error.status, error.reason) from None
+            authority = url.host if url.port is None else f"{url.host}:{url.port}"
+            environ = os.environ if self.opener_environ is None else self.opener_environ
+            opener = find_opener(environ)
+            if opener is None:
+                raise Refused(503, "no opener on this machine: xdg-open is not on the PATH "
+                                   "Link was started with; not opened", counts=False)
+            if self.open_ask is None:
+                raise Refused(403, "opening a page is asked of the person, and no way to "
+                                   "ask is available here; not opened", counts=False)
+            if target is not None:
+                callback = Callback(target[0], target[1], self.callbacks,
+                                    log=self.log.write, next_id=lambda: next(self.ids),
+                                    gate=lambda: self.gate(counted=False))
+                callback.listen()
+            shown = url.opened
+            back = (f"\n\nIts login comes back to port {target[1]} of this machine's loopback "
+                    "(http://" + target[0] + f":{target[1]}), and that answer is passed into "
+                    "the sandbox, once." if target is not None else "")
+            yes, how = await self.open_ask(
+                f"{self.wire or 'a sandbox'}: open {url.host}?",
+                f"The sandbox {self.wire or '-'} asks to open this page in your browser:"
+                f"\n\n{shown}{back}")
+            if not yes:
+                raise Refused(403, f"the person did not allow opening the page ({how})",
+                              logged=f"the person did not allow opening the page ({how})")
+        except Refused as refusal:
+            if callback is not None:
+                callback.cancel()
+            await self._refuse_verb(reader, writer, authority, refusal)
+            return False, b""
+        call = next(self.ids)
+        self.log.write("allowed", authority, f"id={call} kind=open")
+        started = time.monotonic()
+        if callback is not None:
+            callback.start()
+        failure = await run_opener(opener, shown, tool_environment(environ))
+        self.log.write("ended", authority, f"id={call} kind=open seconds="
+                                           f"{time.monotonic() - started:.3f}"
+                                           + (" error=the opener failed" if failure else ""))
+        if failure:
+            if callback is not None:
+                callback.cancel()
+            await self._refuse_verb(reader, writer, authority,
+                                    Refused(502, failure + "; not opened", counts=False))
+            return False, b""
+        import orjson
+
+        return await _respond(client, writer, 200, [(b"content-type", b"application/json")],
+                              orjson.dumps({"opened": shown}) + b"\n")
 
     async def _mcp_call(self, after: str, request: h11.Request, client: h11.Connection,
                         reader: asyncio.StreamReader, writer: asyncio.StreamWriter

@@ -38,8 +38,8 @@ VERBS: dict[str, str] = {
 # What follows a URL secret (`/_link/s/<secret>/<part>/…`) → what turns it on.
 URL_SECRET_PARTS: dict[str, str] = {
     "local": "[localhost] models = [PORT] turns it on",
-    "mcp": "[verbs] tools turns it on (not built yet in this version of lnk-sandbox)",
-    "open": "[verbs] open turns it on (not built yet in this version of lnk-sandbox)",
+    "mcp": "[verbs] tools turns it on",
+    "open": "[verbs] open = true turns it on",
 }
 # One refusal for every URL secret that is not this sandbox's, whatever byte differs or
 # whoever's it is: the line says nothing of what was given.

@@ -243,6 +243,12 @@ _PRIVATE_TMP = ("/tmp", "/var/tmp")
 HIDDEN_FOLDER_MODE = "0111"
 # Where the init's own packages are bound inside (see plan()).
 PACKAGES_INSIDE = "/.lnk-sandbox"
+# The sandbox's browser ([verbs] open): lnk_wrap/browser/lnk-open (a static binary, built
+# by bin/setup; its source says why C) and the links to it named as the openers programs
+# look for on PATH. The only part of our packages the program may run (Landlock's `run`,
+# whatever [commands] lists): nothing else of the folder's is a program.
+BROWSER_FOLDER_INSIDE = f"{PACKAGES_INSIDE}/lnk_wrap/browser"
+BROWSER_INSIDE = f"{BROWSER_FOLDER_INSIDE}/lnk-open"
 # What common clients read to find a proxy (curl, wget, git, pip, Python, Node's
 # undici with its env, Go): both cases, since some read only one.
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy",
@@ -453,6 +459,8 @@ def plan(policy: Policy, facts: HostFacts) -> Plan:
     if policy.commands:
         rules = [_without_execute(rule) for rule in rules]
         rules += [InitRule(Access.RUN, path) for path in (*policy.commands, *facts.loaders)]
+    if policy.open_pages and facts.packages:
+        rules.append(InitRule(Access.RUN, BROWSER_FOLDER_INSIDE))
     variant = "programs" if policy.commands or policy.learn else "sockets"
     filter_args: tuple[str, ...] = ("--filter", variant)
     if facts.watch_fd is not None:

@@ -425,7 +425,7 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
     # held: the program's is its SDK's key variable.
     env = {name: value for name, value in env.items() if name != PLACEHOLDER_VARIABLE}
     proxy_given: dict[str, str] = {PLACEHOLDER_VARIABLE: placeholder} if placeholder else {}
-    if policy.secrets or policy.local_models or policy.tools:
+    if policy.secrets or policy.local_models or policy.tools or policy.open_pages:
         # Each named secret's placeholder (of its rule's shape) and base URL, and the URL
         # secret for `/_link/s/…`, in the program's environment; the proxy gets them in its
         # own (lnk_wrap.verb_env).
@@ -436,13 +436,25 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
             secret_placeholders = verb_env.secret_placeholders(policy)
             verb_env.check_tools(policy)
             url_secret = (verb_env.url_secret_for(policy)
-                          if policy.local_models or policy.tools else "")
+                          if policy.local_models or policy.tools or policy.open_pages else "")
             env = verb_env.sandbox_environment(
                 env, placeholders=secret_placeholders, url_secret=url_secret,
                 proxy_address=PROXY_ADDRESS, proxy_port=PROXY_PORT)
         except verb_env.VerbEnvError as error:
             raise LaunchError(str(error)) from None
         proxy_given.update(verb_env.proxy_environment(secret_placeholders, url_secret))
+    if policy.open_pages:
+        # $BROWSER is ours, and so are the openers programs look for on PATH
+        # (lnk_wrap/browser): each asks the proxy to open the page outside.
+        opener = os.path.join(package_root(), "lnk_wrap", "browser", "lnk-open")
+        if not os.access(opener, os.X_OK):
+            raise LaunchError(
+                f"[verbs] open of {policy.spec or 'the policy'} needs the sandbox's browser, "
+                f"{opener}, which is not built: run bin/setup (it needs a C compiler: "
+                "apt-get install gcc libc6-dev)")
+        env = {**env, "BROWSER": bwrap_plan.BROWSER_INSIDE,
+               "PATH": bwrap_plan.BROWSER_FOLDER_INSIDE + ":"
+                       + env.get("PATH", "/usr/local/bin:/usr/bin:/bin")}
     # After the secrets' check: a run refused for a secret not set says that one line, not
     # a note about a trust variable first.
     env = _unreachable_trust_dropped(env, policy, facts)
@@ -577,6 +589,10 @@ def _start_watch(policy: Policy, loaders: tuple[str, ...]) -> tuple[int, int]:
         argv.append("--commands")
         for path in policy.commands:
             argv += ["--run", path]
+        if policy.open_pages:  # the sandbox's browser runs whatever [commands] lists
+            from lnk_wrap.bwrap import BROWSER_FOLDER_INSIDE
+
+            argv += ["--run", BROWSER_FOLDER_INSIDE]
         for path in loaders:
             argv += ["--loader", path]
     try:
@@ -675,9 +691,11 @@ def _start_wire(policy: Policy, env: Mapping[str, str], proxy_given: Mapping[str
         # "none": then it serves verbs only.
         plan = endpoints.listeners(
             proxy=policy.network == "proxy" or bool(policy.models or policy.secrets
-                                                     or policy.local_models or policy.tools),
+                                                     or policy.local_models or policy.tools
+                                                     or policy.open_pages),
             endpoints=policy.endpoints, lan=policy.lan,
-            localhost_ports=(*policy.localhost_ports, *policy.local_models))
+            localhost_ports=(*policy.localhost_ports, *policy.local_models),
+            callbacks=policy.open_pages)
         entries = endpoints.entries(policy.endpoints, policy.lan)
     except endpoints.EndpointError as error:
         raise LaunchError(str(error)) from None
@@ -706,6 +724,8 @@ def _start_wire(policy: Policy, env: Mapping[str, str], proxy_given: Mapping[str
                 options += ["--local-model", str(port)]
             for tool in policy.tools:
                 options += ["--tool", tool]
+            if policy.open_pages:
+                options += ["--open", "yes"]
             # The placeholders and the URL secret: in its environment, never an argument.
             proxy_env = {**env, **proxy_given}
             pid, channel = _start_served("proxy", policy, options, proxy_env)

@@ -1,0 +1,370 @@
+"""The open verb's I/O: the person's opener outside, and a login's callback passed in.
+
+`/_link/s/<secret>/open` (lnk_proxy.server `_open_call`) checks the URL
+(lnk_proxy.open_rules), asks the person with the URL shown whole, and on yes runs the
+person's own opener here, outside: `xdg-open` (`open` on macOS) found on the PATH the
+harness gave the proxy, with the one form the person read. For a page whose
+`redirect_uri` comes back to `http://localhost:<port>` or `http://127.0.0.1:<port>`, a
+`Callback` listens on that port of this machine's loopback (bound before the person is
+asked: a port already taken is refused, since the login's answer, its code, would go to
+whatever holds it) and passes the first request in to the same port on the sandbox's own
+loopback, over a socket made inside the sandbox's network by the DNS helper (the proxy,
+in this machine's network, can make none there); then it closes, answered or not, or
+after CALLBACK_SECONDS.
+
+Trust: the URL is the program's (hostile) and was checked before it reaches here; the
+request that comes to the callback port is the browser's (or anything on this machine
+that finds the port first: one request only, then the port is closed). Neither a path,
+a query nor a code is ever logged: the host and port only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import socket
+import sys
+import time
+from collections.abc import Callable, Mapping
+
+import h11
+
+from lnk_common.wire import Refused
+
+__all__ = ["CALLBACK_SECONDS", "OPENER_SECONDS", "Callback", "CallbackSockets", "find_opener",
+           "run_opener"]
+
+# The issue's five minutes: a sign-in page waits for a person to type a password and
+# pass a second factor; past this the port is closed and the login must start again.
+CALLBACK_SECONDS = 300.0
+# The person's opener hands the page to a browser and returns; one that does not return
+# by then (some run the browser in the foreground) is taken as having opened it, and is
+# left to run.
+OPENER_SECONDS = 10.0
+# What is read of the opener's stderr, for the one line said when it fails.
+OPENER_STDERR_BYTES = 4096
+# A callback request is a GET with a code and a state in its query; a form post
+# (response_mode=form_post) a few KiB. Bounds what is held of the browser's request.
+MAX_CALLBACK_HEAD_BYTES = 64 * 1024
+MAX_CALLBACK_BODY_BYTES = 1 << 20
+# How long the browser and the program each have to send their part of the one exchange.
+CALLBACK_IO_SECONDS = 30.0
+_READ_BYTES = 64 * 1024
+
+
+def find_opener(environ: Mapping[str, str], platform: str = sys.platform) -> str | None:
+    """The person's opener: `open` on macOS, else `xdg-open`, found on the PATH the
+    harness gave the proxy (never a folder of the sandbox's: the proxy runs outside)."""
+    name = "open" if platform == "darwin" else "xdg-open"
+    return shutil.which(name, path=environ.get("PATH", os.defpath))
+
+
+async def run_opener(opener: str, url: str, environ: Mapping[str, str]) -> str:
+    """Run `opener url`; "" when it opened the page (exit 0, or still running after
+    OPENER_SECONDS), else one line saying why not."""
+    try:
+        process = await asyncio.create_subprocess_exec(
+            opener, url, stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+            env=dict(environ), start_new_session=True)
+    except OSError as error:
+        return f"the opener {opener} could not be started: {error.strerror}"
+    assert process.stderr is not None
+    try:
+        status = await asyncio.wait_for(process.wait(), OPENER_SECONDS)
+    except TimeoutError:
+        asyncio.get_running_loop().create_task(_reap(process))
+        return ""
+    if status == 0:
+        return ""
+    said = (await process.stderr.read(OPENER_STDERR_BYTES)).decode("ascii", "replace")
+    last = [line for line in said.splitlines() if line.strip()][-1:]
+    detail = "".join(c if 0x20 <= ord(c) < 0x7F else "?" for c in last[0])[:200] if last else ""
+    return (f"the person's opener ({os.path.basename(opener)}) failed with status {status}"
+            + (f": {detail}" if detail else ""))
+
+
+async def _reap(process: asyncio.subprocess.Process) -> None:
+    assert process.stderr is not None
+    with contextlib.suppress(Exception):
+        while await process.stderr.read(_READ_BYTES):
+            pass
+        await process.wait()
+
+
+class CallbackSockets:
+    """The sockets made inside the sandbox's network for login callbacks (neither bound
+    nor listening), by family; each is used for one callback and then closed."""
+
+    def __init__(self, sockets: list[socket.socket]) -> None:
+        self.v4 = [sock for sock in sockets if sock.family == socket.AF_INET]
+        self.v6 = [sock for sock in sockets if sock.family == socket.AF_INET6]
+
+    def left(self) -> int:
+        return len(self.v4)
+
+    def take(self) -> tuple[socket.socket, socket.socket | None]:
+        """One IPv4 socket, and an IPv6 one if any is left (for a `localhost` callback
+        whose program listens on ::1 only)."""
+        return self.v4.pop(), self.v6.pop() if self.v6 else None
+
+    def give_back(self, pair: tuple[socket.socket, socket.socket | None]) -> None:
+        """A pair not used (no callback came): kept for the next login."""
+        self.v4.append(pair[0])
+        if pair[1] is not None:
+            self.v6.append(pair[1])
+
+
+class Callback:
+    """One login's callback: this machine's loopback port `port` (127.0.0.1, and ::1
+    too when the redirect names `localhost`, which a browser may reach by either),
+    listened on until the first request or `seconds`; that request is passed in to the
+    program's port and its answer back, and then everything is closed."""
+
+    def __init__(self, host: str, port: int, sockets: CallbackSockets, *,
+                 log: Callable[[str, str, str], None], next_id: Callable[[], int],
+                 gate: Callable[[], None], seconds: float = CALLBACK_SECONDS) -> None:
+        self.host = host
+        self.port = port
+        self.sockets = sockets
+        self.log = log
+        self.next_id = next_id
+        self.gate = gate
+        self.seconds = seconds
+        self.listeners: list[socket.socket] = []
+        self.pair: tuple[socket.socket, socket.socket | None] | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    def listen(self) -> None:
+        """Bind the port here, or Refused: taken, or no callback socket left."""
+        if not self.sockets.left():
+            raise Refused(503, "no login callback is left in this sandbox (a run passes "
+                               "in 8); not opened: start the sandbox again to sign in",
+                          counts=False)
+        addresses = ["127.0.0.1"] + (["::1"] if self.host == "localhost" else [])
+        try:
+            for address in addresses:
+                family = socket.AF_INET6 if ":" in address else socket.AF_INET
+                sock = socket.socket(family, socket.SOCK_STREAM)
+                self.listeners.append(sock)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                try:
+                    sock.bind((address, self.port))
+                except OSError as error:
+                    if address == "::1" and error.errno == 99:  # EADDRNOTAVAIL: no IPv6 here
+                        self.listeners.pop().close()
+                        continue
+                    raise
+                sock.listen(8)
+                sock.setblocking(False)
+        except OSError as error:
+            self.close()
+            taken = error.errno == 98  # EADDRINUSE
+            raise Refused(409, f"port {self.port} of this machine's loopback is "
+                               + ("taken by another program: the login's answer (its code) "
+                                  "would go to it; not opened" if taken else
+                                  f"not free to listen on ({error.strerror}); not opened"),
+                          counts=False) from None
+        self.pair = self.sockets.take()
+
+    def start(self) -> None:
+        """Serve the one callback, in the background (the opener runs meanwhile)."""
+        self.task = asyncio.get_running_loop().create_task(self._serve())
+
+    def close(self) -> None:
+        for sock in self.listeners:
+            sock.close()
+        self.listeners = []
+
+    def cancel(self) -> None:
+        """Not opened after all (a no, or the opener failed): the port is closed and the
+        socket inside kept for the next login."""
+        self.close()
+        if self.task is not None:
+            self.task.cancel()
+        elif self.pair is not None:
+            self.sockets.give_back(self.pair)
+            self.pair = None
+
+    async def _serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        accepts = [loop.create_task(loop.sock_accept(sock)) for sock in self.listeners]
+        try:
+            done, _ = await asyncio.wait(accepts, timeout=self.seconds,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            done = set()
+        for task in accepts:
+            task.cancel()
+        taken = [task for task in done if not task.cancelled() and task.exception() is None]
+        # One request: the port closes now, whatever comes next.
+        self.close()
+        for task in accepts:
+            if task.done() and not task.cancelled() and task.exception() is None and (
+                    task not in taken[:1]):
+                task.result()[0].close()
+        if not taken:
+            if self.pair is not None:
+                self.sockets.give_back(self.pair)
+                self.pair = None
+            self.log("ended", f"localhost:{self.port}", "kind=callback reason=no callback "
+                     f"came within {self.seconds:g} s; the port is closed")
+            return
+        browser = taken[0].result()[0]
+        pair, self.pair = self.pair, None
+        assert pair is not None
+        try:
+            await self._pass_in(browser, pair)
+        finally:
+            browser.close()
+            for sock in pair:
+                if sock is not None:
+                    sock.close()
+
+    async def _pass_in(self, browser: socket.socket,
+                       pair: tuple[socket.socket, socket.socket | None]) -> None:
+        loop = asyncio.get_running_loop()
+        browser.setblocking(False)
+        authority = f"localhost:{self.port}"
+        call = self.next_id()
+        started = time.monotonic()
+        server = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_CALLBACK_HEAD_BYTES)
+        try:
+            request, body = await asyncio.wait_for(_read_request(loop, browser, server),
+                                                   CALLBACK_IO_SECONDS)
+            self.gate()
+        except Refused as refusal:
+            self.log("refused", authority, f"kind=callback reason={refusal.reason}")
+            await _answer(loop, browser, server, refusal.status, refusal.reason)
+            return
+        except (h11.RemoteProtocolError, TimeoutError, OSError, ValueError) as error:
+            reason = ("the callback's request is not HTTP/1.1" if isinstance(
+                error, h11.RemoteProtocolError) else "the callback's request did not come "
+                      "whole" if not isinstance(error, ValueError) else str(error))
+            self.log("refused", authority, f"kind=callback reason={reason}")
+            with contextlib.suppress(Exception):
+                await _answer(loop, browser, server, 400, reason)
+            return
+        self.log("allowed", authority, f"id={call} kind=callback")
+        inside = await _connect_inside(loop, self.host, self.port, pair)
+        if inside is None:
+            self.log("ended", authority, f"id={call} kind=callback error=502")
+            await _answer(loop, browser, server, 502, f"nothing in the sandbox listens on "
+                                                      f"port {self.port}")
+            return
+        sent = received = 0
+        failure = ""
+        try:
+            client = h11.Connection(h11.CLIENT)
+            headers = [(name, value) for name, value in request.headers
+                       if name not in (b"connection", b"keep-alive", b"transfer-encoding",
+                                       b"content-length")]
+            headers += [(b"connection", b"close"),
+                        (b"content-length", str(len(body)).encode("ascii"))]
+            outgoing = client.send(h11.Request(method=request.method, target=request.target,
+                                               headers=headers)) or b""
+            outgoing += (client.send(h11.Data(data=body)) or b"") if body else b""
+            outgoing += client.send(h11.EndOfMessage()) or b""
+            await asyncio.wait_for(loop.sock_sendall(inside, outgoing), CALLBACK_IO_SECONDS)
+            sent = len(outgoing)
+            received = await asyncio.wait_for(_relay_response(loop, inside, client, browser,
+                                                              server), CALLBACK_IO_SECONDS)
+        except (h11.ProtocolError, TimeoutError, OSError) as error:
+            failure = " error=the program's answer did not come whole"
+            if isinstance(error, h11.ProtocolError) and server.our_state is h11.SEND_RESPONSE:
+                with contextlib.suppress(Exception):
+                    await _answer(loop, browser, server, 502, "the program's answer to the "
+                                                              "callback is not HTTP/1.1")
+        finally:
+            inside.close()
+            self.log("ended", authority, f"id={call} kind=callback sent={sent} "
+                                         f"received={received} seconds="
+                                         f"{time.monotonic() - started:.3f}{failure}")
+
+
+async def _read_request(loop: asyncio.AbstractEventLoop, browser: socket.socket,
+                        server: h11.Connection) -> tuple[h11.Request, bytes]:
+    request: h11.Request | None = None
+    body = bytearray()
+    while True:
+        event = server.next_event()
+        if event is h11.NEED_DATA:
+            data = await loop.sock_recv(browser, _READ_BYTES)
+            server.receive_data(data)
+            continue
+        if isinstance(event, h11.Request):
+            request = event
+        elif isinstance(event, h11.Data):
+            body += event.data
+            if len(body) > MAX_CALLBACK_BODY_BYTES:
+                raise ValueError(f"the callback's body is larger than "
+                                 f"{MAX_CALLBACK_BODY_BYTES} bytes")
+        elif isinstance(event, h11.EndOfMessage):
+            assert request is not None
+            return request, bytes(body)
+        elif isinstance(event, h11.ConnectionClosed):
+            raise OSError("the browser closed before its request ended")
+
+
+async def _connect_inside(loop: asyncio.AbstractEventLoop, host: str, port: int,
+                          pair: tuple[socket.socket, socket.socket | None]
+                          ) -> socket.socket | None:
+    """The program's port, on the sandbox's own loopback: 127.0.0.1 first, then ::1 for
+    a `localhost` callback (a program may listen on either)."""
+    v4, v6 = pair
+    tries: list[tuple[socket.socket, str]] = [(v4, "127.0.0.1")]
+    if host == "localhost" and v6 is not None:
+        tries.append((v6, "::1"))
+    for sock, address in tries:
+        sock.setblocking(False)
+        try:
+            await asyncio.wait_for(loop.sock_connect(sock, (address, port)),
+                                   CALLBACK_IO_SECONDS)
+        except (OSError, TimeoutError):
+            continue
+        return sock
+    return None
+
+
+async def _relay_response(loop: asyncio.AbstractEventLoop, inside: socket.socket,
+                          client: h11.Connection, browser: socket.socket,
+                          server: h11.Connection) -> int:
+    """The program's answer, event by event, to the browser; bytes received."""
+    received = 0
+    while True:
+        event = client.next_event()
+        if event is h11.NEED_DATA:
+            data = await loop.sock_recv(inside, _READ_BYTES)
+            received += len(data)
+            client.receive_data(data)
+            continue
+        if isinstance(event, h11.InformationalResponse):
+            continue
+        if isinstance(event, h11.Response):
+            headers = [(name, value) for name, value in event.headers
+                       if name not in (b"connection", b"keep-alive")]
+            headers.append((b"connection", b"close"))
+            event = h11.Response(status_code=event.status_code, headers=headers,
+                                 reason=event.reason)
+        out = server.send(event) if isinstance(
+            event, (h11.Response, h11.Data, h11.EndOfMessage)) else None
+        if out:
+            await loop.sock_sendall(browser, out)
+        if isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+            return received
+
+
+async def _answer(loop: asyncio.AbstractEventLoop, browser: socket.socket,
+                  server: h11.Connection, status: int, reason: str) -> None:
+    """A page of ours to the browser: one line of plain text (the person reads it)."""
+    body = f"lnk-sandbox: {reason}\n".encode("ascii", "replace")
+    data = server.send(h11.Response(status_code=status, headers=[
+        (b"content-type", b"text/plain; charset=us-ascii"),
+        (b"content-length", str(len(body)).encode("ascii")), (b"connection", b"close")])) or b""
+    data += server.send(h11.Data(data=body)) or b""
+    data += server.send(h11.EndOfMessage()) or b""
+    with contextlib.suppress(OSError):
+        await loop.sock_sendall(browser, data)
