@@ -58,12 +58,15 @@ STATED_GAPS = (
             "and `lnk-sandbox asks` show the real question, and a swallowed code is no"},
 )
 
-# Protections of later issues, said plainly until they exist.
-NOT_YET_BUILT = (
-    {"protection": "the last verb: open a page in your browser, and logins (issue 16)",
-     "in_force": False, "why": "not built yet: their /_link/ paths answer 404, and a spec "
-                               "that names them is refused"},
-)
+# Protections of later issues, said plainly until they exist (each entry: protection,
+# in_force False, why).
+NOT_YET_BUILT: tuple[dict[str, Any], ...] = ()
+
+
+def _browser_built() -> bool:
+    from lnk_wrap.helpers import package_root
+
+    return os.access(os.path.join(package_root(), "lnk_wrap", "browser", "lnk-open"), os.X_OK)
 
 
 def _bubblewrap(env: Mapping[str, str]) -> dict[str, Any]:
@@ -202,6 +205,14 @@ def report(env: Mapping[str, str], policy: Policy | None = None) -> dict[str, An
                        "models refused; also as $LNK_SANDBOX_URL/local/<port> behind a URL "
                        "secret compared in constant time and never logged",
          "in_force": namespaces},
+        {"protection": "opening a page ([verbs] open): $BROWSER and xdg-open inside ask the "
+                       "proxy, which asks you every time with the whole URL in plain ASCII "
+                       "(host in punycode; only http and https, no userinfo) and opens it "
+                       "with your own opener; a login's callback to a loopback port is "
+                       "passed in once, a port already taken is refused",
+         "in_force": namespaces and _browser_built(),
+         **({} if _browser_built() else {"why": "the sandbox's browser is not built: run "
+                                                "bin/setup with a C compiler"})},
         *NOT_YET_BUILT,
     ]
     try:

@@ -141,3 +141,23 @@ def wire_log_of(env: dict[str, str], wire: str) -> str:
     """The wire's log in the settings of `env` (LNK_HOME), or "" before any line."""
     path = Path(env["LNK_HOME"]) / "sandbox" / "wires" / wire / "log"
     return path.read_text() if path.exists() else ""
+
+
+def answer_next(env: dict[str, str], answer: str, seen: set[str]) -> dict[str, str]:
+    """Wait for a new question in `lnk-sandbox asks --json` and answer it; the question."""
+    import json
+    import time
+
+    deadline = time.monotonic() + SANDBOX_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        listed = subprocess.run([LNK_SANDBOX, "asks", "--json"], env=env, capture_output=True,
+                                text=True, check=False, timeout=SANDBOX_TIMEOUT_SECONDS)
+        waiting = [ask for ask in json.loads(listed.stdout or '{"asks": []}')["asks"]
+                   if ask["id"] not in seen]
+        if waiting:
+            seen.add(waiting[0]["id"])
+            subprocess.run([LNK_SANDBOX, "answer", waiting[0]["id"], answer], env=env,
+                           check=True, capture_output=True, timeout=SANDBOX_TIMEOUT_SECONDS)
+            return dict(waiting[0])
+        time.sleep(0.1)
+    raise AssertionError("no question waited")

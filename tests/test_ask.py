@@ -200,7 +200,8 @@ def test_code_matches_only_the_code() -> None:
 
 def test_command_line_parse() -> None:
     assert parse(["--title", "T", "--question=Q"]) == {
-        "--title": "T", "--question": "Q", "--timeout": "120", "--wire": "ask", "--json": False}
+        "--title": "T", "--question": "Q", "--timeout": "120", "--wire": "ask", "--json": False,
+        "--whole": False}
     for words in (["--title", "T"], ["--title", "T", "--question"], ["--title=T",
                   "--question=Q", "--title=U"], ["--title=T", "--question=Q", "--yes"],
                   ["--title=T", "--question=Q", "--json=1"]):

@@ -13,7 +13,6 @@ with the sandbox.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ from tests.conftest import (
     VENV_PYTHON,
     RunSandbox,
     WriteSpec,
+    answer_next,
     toml_list,
 )
 
@@ -99,23 +99,6 @@ def _log(lnk_home: Path) -> str:
     return "".join(path.read_text() for path in (lnk_home / "sandbox" / "wires").glob("*/log"))
 
 
-def _answer_next(env: dict[str, str], answer: str, seen: set[str]) -> dict[str, str]:
-    """Wait for a new question in `lnk-sandbox asks --json` and answer it; the question."""
-    deadline = time.monotonic() + SANDBOX_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        listed = subprocess.run([LNK_SANDBOX, "asks", "--json"], env=env, capture_output=True,
-                                text=True, check=False, timeout=SANDBOX_TIMEOUT_SECONDS)
-        waiting = [ask for ask in json.loads(listed.stdout or '{"asks": []}')["asks"]
-                   if ask["id"] not in seen]
-        if waiting:
-            seen.add(waiting[0]["id"])
-            subprocess.run([LNK_SANDBOX, "answer", waiting[0]["id"], answer], env=env,
-                           check=True, capture_output=True, timeout=SANDBOX_TIMEOUT_SECONDS)
-            return dict(waiting[0])
-        time.sleep(0.1)
-    raise AssertionError("no question waited")
-
-
 def test_an_allowed_tool_runs_and_any_other_call_is_asked_and_never_silently_yes(
     tool_setup: tuple[Path, Path], sandbox_env: dict[str, str], lnk_home: Path,
 ) -> None:
@@ -133,8 +116,8 @@ def test_an_allowed_tool_runs_and_any_other_call_is_asked_and_never_silently_yes
                            stdin=subprocess.DEVNULL)
     seen: set[str] = set()
     try:
-        first = _answer_next(sandbox_env, "yes", seen)
-        second = _answer_next(sandbox_env, "no", seen)
+        first = answer_next(sandbox_env, "yes", seen)
+        second = answer_next(sandbox_env, "no", seen)
         out, err = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
     except AssertionError:
         run.kill()

@@ -336,6 +336,7 @@ NOT_DEFAULT: dict[str, object] = {
     "secrets": ("telegram", "github-bot"),
     "local_models": (11434, 8080),
     "tools": ("github", "far"),
+    "open_pages": True,
 }
 
 

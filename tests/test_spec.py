@@ -138,22 +138,17 @@ def test_agent_name_not_a_string(write_spec: WriteSpec, env: dict[str, str]) -> 
     assert _error(spec, env) == (str(spec), "agent.name", "must be a string, not a list")
 
 
-# --- [verbs]: the model verb, and the verbs not built yet -----------------------------------
-
-NOT_BUILT = "not built yet in this version of lnk-sandbox"
+# --- [verbs]: every verb is built; a key not known is refused ---------------------------------
 
 
-@pytest.mark.parametrize(
-    ("key", "value", "reason"),
-    [
-        ("open", "true", f"{NOT_BUILT} (opening a page in your browser: issue 16)"),
-    ],
-)
-def test_V1_verbs_not_built_yet_are_refused_naming_their_issue(
-    write_spec: WriteSpec, env: dict[str, str], key: str, value: str, reason: str
+def test_V1_verbs_open_is_a_boolean_and_turns_the_proxy_on(
+    write_spec: WriteSpec, env: dict[str, str]
 ) -> None:
-    spec = write_spec(f"[verbs]\n{key} = {value}\n")
-    assert _error(spec, env) == (str(spec), f"verbs.{key}", reason)
+    policy = load_spec(write_spec("[verbs]\nopen = true\n"), env)
+    assert (policy.open_pages, policy.needs_proxy(), policy.has_wire()) == (True, True, True)
+    assert load_spec(write_spec("[verbs]\nopen = false\n"), env).open_pages is False
+    spec = write_spec('[verbs]\nopen = "yes"\n')
+    assert _error(spec, env) == (str(spec), "verbs.open", "must be true or false, not a string")
 
 
 def test_V1_an_empty_verbs_section_turns_nothing_on(
@@ -700,7 +695,7 @@ def test_first_error_is_reported_schema_before_paths(
     write_spec: WriteSpec, env: dict[str, str]
 ) -> None:
     """A spec wrong twice names the schema error: nothing about it was resolved first."""
-    spec = write_spec('[files]\nread = ["/no/such/path"]\n[verbs]\nopen = true\n')
+    spec = write_spec('[files]\nread = ["/no/such/path"]\n[verbs]\nopen = "yes"\n')
     file, key, _ = _error(spec, env)
     assert (file, key) == (str(spec), "verbs.open")
 
@@ -989,8 +984,8 @@ def test_cli_unknown_key_runs_nothing(
 def test_cli_section_not_built_yet_runs_nothing(
     run_sandbox: RunSandbox, write_spec: WriteSpec, tmp_path: Path
 ) -> None:
-    spec = write_spec(f'[files]\nwrite = {toml_list(tmp_path)}\n[verbs]\nopen = true\n')
-    _assert_nothing_ran(run_sandbox, spec, tmp_path, "verbs.open")
+    spec = write_spec(f'[files]\nwrite = {toml_list(tmp_path)}\nread_home = true\n')
+    _assert_nothing_ran(run_sandbox, spec, tmp_path, "files.read_home")
 
 
 def test_cli_missing_grant_runs_nothing(
