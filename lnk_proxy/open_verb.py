@@ -52,6 +52,10 @@ MAX_CALLBACK_BODY_BYTES = 1 << 20
 # How long the browser and the program each have to send their part of the one exchange.
 CALLBACK_IO_SECONDS = 30.0
 _READ_BYTES = 64 * 1024
+# What of the browser's request reaches the program (default deny; lower case, as h11
+# gives names): what a callback server reads (a form post's type, its length, set here).
+PASSED_REQUEST_HEADERS = frozenset({b"host", b"content-type", b"accept", b"user-agent",
+                                    b"accept-language"})
 
 
 def find_opener(environ: Mapping[str, str], platform: str = sys.platform) -> str | None:
@@ -257,11 +261,15 @@ class Callback:
             return
         sent = received = 0
         failure = ""
+        status = 0
         try:
             client = h11.Connection(h11.CLIENT)
+            # Default deny: the browser sends the person's cookies for `localhost` to any
+            # port (cookies are not kept apart by port: a local notebook's login cookie
+            # would come along), and whatever else it holds; the program gets the request
+            # line and the headers a callback needs, nothing else.
             headers = [(name, value) for name, value in request.headers
-                       if name not in (b"connection", b"keep-alive", b"transfer-encoding",
-                                       b"content-length")]
+                       if name in PASSED_REQUEST_HEADERS]
             headers += [(b"connection", b"close"),
                         (b"content-length", str(len(body)).encode("ascii"))]
             outgoing = client.send(h11.Request(method=request.method, target=request.target,
@@ -270,19 +278,30 @@ class Callback:
             outgoing += client.send(h11.EndOfMessage()) or b""
             await asyncio.wait_for(loop.sock_sendall(inside, outgoing), CALLBACK_IO_SECONDS)
             sent = len(outgoing)
-            received = await asyncio.wait_for(_relay_response(loop, inside, client, browser,
-                                                              server), CALLBACK_IO_SECONDS)
-        except (h11.ProtocolError, TimeoutError, OSError) as error:
+            status, received = await asyncio.wait_for(_read_response(loop, inside, client),
+                                                      CALLBACK_IO_SECONDS)
+        except (h11.ProtocolError, TimeoutError, OSError):
             failure = " error=the program's answer did not come whole"
-            if isinstance(error, h11.ProtocolError) and server.our_state is h11.SEND_RESPONSE:
-                with contextlib.suppress(Exception):
-                    await _answer(loop, browser, server, 502, "the program's answer to the "
-                                                              "callback is not HTTP/1.1")
         finally:
             inside.close()
             self.log("ended", authority, f"id={call} kind=callback sent={sent} "
                                          f"received={received} seconds="
                                          f"{time.monotonic() - started:.3f}{failure}")
+        # The browser never gets the program's own answer: its page would run in the
+        # person's browser as a localhost origin (which browsers trust more than the
+        # web's: a script there may call the person's other local services), its
+        # `Location` or a refresh would open a page nobody was asked about (the URL
+        # carrying data out), its Set-Cookie would reach every localhost port. The
+        # person reads one line of ours with the program's status.
+        with contextlib.suppress(Exception):
+            if status and status < 400:
+                await _answer(loop, browser, server, 200, "the sign-in's answer was passed "
+                              f"into the sandbox (its program answered {status}); you can "
+                              "close this tab")
+            else:
+                await _answer(loop, browser, server, 502, "the sign-in's answer was passed "
+                              "into the sandbox, and its program " + (
+                                  f"answered {status}" if status else "gave no whole answer"))
 
 
 async def _read_request(loop: asyncio.AbstractEventLoop, browser: socket.socket,
@@ -329,32 +348,24 @@ async def _connect_inside(loop: asyncio.AbstractEventLoop, host: str, port: int,
     return None
 
 
-async def _relay_response(loop: asyncio.AbstractEventLoop, inside: socket.socket,
-                          client: h11.Connection, browser: socket.socket,
-                          server: h11.Connection) -> int:
-    """The program's answer, event by event, to the browser; bytes received."""
+async def _read_response(loop: asyncio.AbstractEventLoop, inside: socket.socket,
+                         client: h11.Connection) -> tuple[int, int]:
+    """The program's answer read whole (bounded), for its status: (status, bytes)."""
     received = 0
+    status = 0
     while True:
         event = client.next_event()
         if event is h11.NEED_DATA:
             data = await loop.sock_recv(inside, _READ_BYTES)
             received += len(data)
+            if received > MAX_CALLBACK_BODY_BYTES + MAX_CALLBACK_HEAD_BYTES:
+                raise OSError("the program's answer is too large")
             client.receive_data(data)
             continue
-        if isinstance(event, h11.InformationalResponse):
-            continue
         if isinstance(event, h11.Response):
-            headers = [(name, value) for name, value in event.headers
-                       if name not in (b"connection", b"keep-alive")]
-            headers.append((b"connection", b"close"))
-            event = h11.Response(status_code=event.status_code, headers=headers,
-                                 reason=event.reason)
-        out = server.send(event) if isinstance(
-            event, (h11.Response, h11.Data, h11.EndOfMessage)) else None
-        if out:
-            await loop.sock_sendall(browser, out)
+            status = event.status_code
         if isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
-            return received
+            return status, received
 
 
 async def _answer(loop: asyncio.AbstractEventLoop, browser: socket.socket,

@@ -85,12 +85,16 @@ def test_one_request_is_passed_in_and_a_second_finds_the_port_closed() -> None:
             connection, _ = program.accept()
             with connection:
                 request = connection.recv(65536)
-                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n"
+                                   b"Set-Cookie: s=1; Domain=localhost\r\n"
+                                   b"Location: https://evil.example/?data=x\r\n\r\nok")
                 return request
 
         answered = loop.run_in_executor(None, program_answers)
         reader, writer = await asyncio.open_connection("127.0.0.1", listening)
-        writer.write(b"GET /cb?code=C HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        writer.write(b"GET /cb?code=C HTTP/1.1\r\nHost: localhost\r\n"
+                     b"Cookie: notebook-login=PERSONS\r\nAuthorization: Basic eDp5\r\n"
+                     b"Accept: text/html\r\n\r\n")
         reply = await reader.read()
         writer.close()
         request = await answered
@@ -99,11 +103,18 @@ def test_one_request_is_passed_in_and_a_second_finds_the_port_closed() -> None:
         assert _refused(listening)
         assert request.startswith(b"GET /cb?code=C HTTP/1.1\r\n")
         assert b"connection: close" in request.lower()
+        assert b"accept: text/html" in request.lower()
+        assert b"PERSONS" not in request and b"eDp5" not in request  # the person's own
         return reply
 
     reply = asyncio.run(main())
     program.close()
-    assert reply.startswith(b"HTTP/1.1 200 ") and reply.endswith(b"ok")
+    # The person's browser gets one line of ours: none of the program's bytes (its page,
+    # its redirect, its cookie) reach it.
+    assert reply.startswith(b"HTTP/1.1 200 ")
+    assert reply.endswith(b"lnk-sandbox: the sign-in's answer was passed into the sandbox "
+                          b"(its program answered 200); you can close this tab\n")
+    assert b"evil" not in reply and b"set-cookie" not in reply.lower()
     assert [line[0] for line in lines] == ["allowed", "ended"]
     assert all("code=C" not in part for line in lines for part in line)
     assert sockets.left() == 0  # used: a socket inside is connected once
