@@ -918,13 +918,15 @@ class Proxy(Wire):
                                     gate=lambda: self.gate(counted=False))
                 callback.listen()
             shown = url.opened
-            back = (f"\n\nIts login comes back to port {target[1]} of this machine's loopback "
+            # One line (lnk_ask shows a question's line breaks as \x0a); a dialog cuts it
+            # into lines (lnk_ask.ways.dialog_lines), every character kept.
+            back = (f"  Its login comes back to port {target[1]} of this machine's loopback "
                     "(http://" + target[0] + f":{target[1]}), and that answer is passed into "
                     "the sandbox, once." if target is not None else "")
             yes, how = await self.open_ask(
                 f"{self.wire or 'a sandbox'}: open {url.host}?",
-                f"The sandbox {self.wire or '-'} asks to open this page in your browser:"
-                f"\n\n{shown}{back}")
+                f"The sandbox {self.wire or '-'} asks to open this page in your browser: "
+                f"{shown}{back}")
             if not yes:
                 raise Refused(403, f"the person did not allow opening the page ({how})",
                               logged=f"the person did not allow opening the page ({how})")

@@ -222,7 +222,7 @@ def test_what_the_person_reads_is_what_opens_whole(
     assert [result["rc"] for result in _results(out)] == [0, 0, 0, 0], (out, err)
     assert _opened(env) == shown
     for question, form in zip(questions, shown, strict=True):
-        assert form in question["question"]
+        assert question["question"].endswith(f"in your browser: {form}")  # whole, as is
         assert question["question"].isascii()
         assert "not shown whole" not in question["question"]
 
