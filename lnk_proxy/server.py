@@ -930,6 +930,9 @@ class Proxy(Wire):
             if not yes:
                 raise Refused(403, f"the person did not allow opening the page ({how})",
                               logged=f"the person did not allow opening the page ({how})")
+            # The question may have waited two minutes: a kill switch or a pause since
+            # then holds over the yes.
+            self.gate(counted=False)
         except Refused as refusal:
             if callback is not None:
                 callback.cancel()

@@ -464,3 +464,28 @@ def test_no_opener_outside_is_said_before_asking(
                                       "machine: xdg-open is not on the PATH Link was started "
                                       "with; not opened\n"}, done
     assert _asks(env) == [] and time.monotonic() - started < SANDBOX_TIMEOUT_SECONDS
+
+
+def test_a_kill_switch_thrown_while_the_person_is_asked_holds_over_a_yes(
+    setup: tuple[Path, dict[str, str]], write_spec: WriteSpec
+) -> None:
+    inside, env = setup
+    spec = _spec(write_spec, inside)
+    run = _start(spec, env, PYTHON, str(inside / "opens.py"), "https://late.example/")
+    seen: set[str] = set()
+    try:
+        deadline = time.monotonic() + SANDBOX_TIMEOUT_SECONDS
+        while not _asks(env) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        subprocess.run([LNK_SANDBOX, "stop"], env=env, check=True, capture_output=True,
+                       timeout=SANDBOX_TIMEOUT_SECONDS)
+        answer_next(env, "yes", seen)
+        out, err = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    finally:
+        end_run(run)
+        subprocess.run([LNK_SANDBOX, "stop", "--clear"], env=env, check=False,
+                       capture_output=True, timeout=SANDBOX_TIMEOUT_SECONDS)
+    [result] = _results(out)
+    assert result["rc"] == 4, err
+    assert "the kill switch is on" in str(result["err"])
+    assert _opened(env) == []
