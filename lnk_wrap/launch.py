@@ -816,6 +816,11 @@ def main(argv: list[str] | None = None) -> None:
     try:
         options, command = split_argv(arguments)
         policy = Policy.from_argv(options)
+        if policy.site_packages and policy.site_packages not in sys.path:
+            # The line `wrap` prints runs without `site` (-I -S): the verbs' start reads
+            # a secret's rule with orjson. Last on the path, so nothing of the standard
+            # library is looked for there first.
+            sys.path.append(policy.site_packages)
         code = launch(policy, command, os.environ)
     except (PolicyArgvError, LaunchError) as error:
         print(f"lnk-sandbox: {error}", file=sys.stderr)

@@ -79,10 +79,10 @@ def secret_placeholders(policy: Policy) -> dict[str, str]:
         read_secret,
         rule_names,
     )
-    from lnk_proxy.secret_rules import SecretRuleError, make_placeholder, parse_rule
-
     if not policy.secrets:
         return {}
+    from lnk_proxy.secret_rules import SecretRuleError, make_placeholder, parse_rule
+
     try:
         stored, ruled = set(list_secrets(policy.settings)), set(rule_names(policy.settings))
     except SecretError as error:

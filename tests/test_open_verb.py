@@ -489,3 +489,27 @@ def test_a_kill_switch_thrown_while_the_person_is_asked_holds_over_a_yes(
     assert result["rc"] == 4, err
     assert "the kill switch is on" in str(result["err"])
     assert _opened(env) == []
+
+
+def test_the_line_wrap_prints_opens_too(
+    setup: tuple[Path, dict[str, str]], write_spec: WriteSpec
+) -> None:
+    """A harness runs the line `wrap` prints (no `site`: the launcher was found failing
+    to import orjson there for any verb behind a URL secret)."""
+    import shlex
+
+    inside, env = setup
+    spec = _spec(write_spec, inside)
+    line = subprocess.run([LNK_SANDBOX, "wrap", "--spec", str(spec), "--", PYTHON,
+                           str(inside / "opens.py"), "javascript:x", "https://w.example/"],
+                          env=env, capture_output=True, text=True, check=True,
+                          timeout=SANDBOX_TIMEOUT_SECONDS).stdout
+    run = subprocess.Popen(shlex.split(line), env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    try:
+        answer_next(env, "yes", set())
+        out, err = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    finally:
+        end_run(run)
+    assert [result["rc"] for result in _results(out)] == [4, 0], err
+    assert _opened(env) == ["https://w.example/"]
