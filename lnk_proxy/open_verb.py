@@ -39,10 +39,12 @@ __all__ = ["CALLBACK_SECONDS", "OPENER_SECONDS", "Callback", "CallbackSockets", 
 # The five minutes: a sign-in page waits for a person to type a password and
 # pass a second factor; past this the port is closed and the login must start again.
 CALLBACK_SECONDS = 300.0
-# The person's opener hands the page to a browser and returns; one that does not return
-# by then (some run the browser in the foreground) is taken as having opened it, and is
-# left to run.
-OPENER_SECONDS = 10.0
+# The person's opener hands the page to a browser and returns (xdg-open that finds no
+# browser fails within a second); one that has not returned by then (some run the browser
+# in the foreground) is taken as having opened it, and is left to run. Short: the program
+# waits on its open meanwhile, and a login's program often serves its callback only once
+# its open has returned (google-auth-oauthlib's run_local_server does).
+OPENER_SECONDS = 3.0
 # What is read of the opener's stderr, for the one line said when it fails.
 OPENER_STDERR_BYTES = 4096
 # A callback request is a GET with a code and a state in its query; a form post

@@ -38,16 +38,20 @@ from tests.conftest import (
 PYTHON = "/usr/bin/python3"  # inside: the system's, readable in every sandbox
 
 # The person's opener: records each URL it is given, one a line; with FOLLOW set, plays
-# the browser for a login (follows the redirect_uri with a code); exits OPENER_EXIT.
+# the browser for a login (follows the redirect_uri with a code and the page's state;
+# FOLLOW=later: after the opener has returned, as a real browser does); exits OPENER_EXIT.
 OPENER = f"""#!{sys.executable}
 import os, sys, urllib.parse, urllib.request
 with open(os.environ["OPENED"], "a") as out:
     out.write(sys.argv[1] + "\\n")
+if os.environ.get("FOLLOW") == "later" and os.fork():
+    sys.exit(0)  # as a browser: the opener returns at once, the page is followed after
 if os.environ.get("FOLLOW"):
     query = urllib.parse.parse_qs(urllib.parse.urlsplit(sys.argv[1]).query)
     redirect = query.get("redirect_uri", [""])[0]
+    state = query.get("state", ["s"])[0]
     try:
-        urllib.request.urlopen(redirect + "?code=THECODE&state=s", timeout=10).read()
+        urllib.request.urlopen(redirect + "?code=THECODE&state=" + state, timeout=10).read()
     except Exception as error:
         print(error, file=sys.stderr)
 sys.exit(int(os.environ.get("OPENER_EXIT", "0")))
@@ -513,3 +517,70 @@ def test_the_line_wrap_prints_opens_too(
         end_run(run)
     assert [result["rc"] for result in _results(out)] == [4, 0], err
     assert _opened(env) == ["https://w.example/"]
+
+
+# Inside: a login as CLIs make it (google-auth-oauthlib's InstalledAppFlow, which gcloud-style
+# tools use): a local server on localhost:PORT, webbrowser.open of the authorization page,
+# the code taken from the callback and exchanged at the token endpoint (this machine's
+# loopback, relayed in as a [localhost] port; plain HTTP allowed for the test only).
+OAUTH_CLIENT = """
+import json, os, sys
+os.environ["OAUTHLIB_INSECURE_TRANSPORT"] = "1"
+from google_auth_oauthlib.flow import InstalledAppFlow
+port, token_port = int(sys.argv[1]), int(sys.argv[2])
+config = {"installed": {"client_id": "cid", "client_secret": "csecret",
+                        "auth_uri": "https://auth.example.org/o/oauth2/auth",
+                        "token_uri": f"http://127.0.0.1:{token_port}/token",
+                        "redirect_uris": ["http://localhost"]}}
+flow = InstalledAppFlow.from_client_config(config, scopes=["openid"])
+credentials = flow.run_local_server(host="localhost", port=port, open_browser=True,
+                                    timeout_seconds=60)
+print(json.dumps({"token": credentials.token}), flush=True)
+"""
+
+
+def test_a_cli_style_oauth_login_gets_its_token(
+    setup: tuple[Path, dict[str, str]], write_spec: WriteSpec
+) -> None:
+    import http.server
+    import threading
+    import urllib.parse
+
+    from tests.conftest import VENV, VENV_PYTHON
+
+    inside, env = setup
+    (inside / "oauth.py").write_text(OAUTH_CLIENT)
+    posted: list[dict[str, list[str]]] = []
+
+    class Token(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length", "0"))
+            posted.append(urllib.parse.parse_qs(self.rfile.read(length).decode()))
+            body = b'{"access_token": "AT-1", "token_type": "Bearer", "expires_in": 3600}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    token_server = http.server.HTTPServer(("127.0.0.1", 0), Token)
+    token_port = token_server.server_address[1]
+    threading.Thread(target=token_server.serve_forever, daemon=True).start()
+    spec = write_spec(f'name = "pages"\n[files]\nread = {toml_list(inside, VENV)}\n'
+                      f"[verbs]\nopen = true\n[localhost]\nports = [{token_port}]\n")
+    port = _free_port()
+    run = _start(spec, {**env, "FOLLOW": "later"}, VENV_PYTHON, str(inside / "oauth.py"),
+                 str(port), str(token_port))
+    try:
+        question = answer_next(env, "yes", set())
+        out, err = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    finally:
+        end_run(run)
+        token_server.shutdown()
+    assert _results(out) == [{"token": "AT-1"}], err
+    assert f"redirect_uri=http%3A%2F%2Flocalhost%3A{port}%2F" in question["question"]
+    assert [form["code"] for form in posted] == [["THECODE"]]
+    assert _refused(port)
