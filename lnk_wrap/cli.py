@@ -17,6 +17,10 @@ Usage:
   lnk-sandbox tool add NAME [--allow=TOOL]... [--ask=MODE] [--] COMMAND...
   lnk-sandbox tool list [--json]
   lnk-sandbox tool remove NAME
+  lnk-sandbox guest add NAME --spec=FILE --key=PUBKEY_FILE
+  lnk-sandbox guest list [--json]
+  lnk-sandbox guest remove NAME
+  lnk-sandbox enter NAME [--settings=DIR]
   lnk-sandbox asks [--json]
   lnk-sandbox answer ID ANSWER
   lnk-sandbox (-h | --help)
@@ -55,6 +59,15 @@ Verbs:
           sandbox: a token in it never reaches one); every tools/call asks you first
           unless the MCP tool is named by --allow, or --ask none; `list` shows the
           names (--json: with what each allows), `remove` deletes one.
+  guest   Guests over SSH: a person with a key of their own works only in a sandbox of
+          their own, as you. `add` reads the spec FILE as run does, shows what it opens,
+          asks you, keeps it (guests.toml in Link's settings, every path absolute) and
+          writes `restrict,pty,command="… enter NAME"` and the key PUBKEY_FILE into your
+          ~/.ssh/authorized_keys (a key a line there already lets in is refused); `list`
+          (--json) shows them; `remove` takes the guest's line out, nothing else.
+  enter   What sshd runs for a guest (the forced command): the login shell, the command
+          (SSH_ORIGINAL_COMMAND), scp or sftp, in the guest's sandbox (its wire is
+          guest-NAME), with the SSH session's terminal.
   asks    The questions that wait for your answer (a tool call a sandbox made, …):
           id, wire, since when, the question in plain ASCII; --json:
           {"asks": [{"id", "wire", "title", "question", "since"}]}.
@@ -77,6 +90,8 @@ Options:
   --rule=FILE   The rule kept with a secret (secret set): where it may go, and how.
   --allow=TOOL  An MCP tool of the tool that runs without asking (tool add; repeat it).
   --ask=MODE    each (the default: every other tools/call asks you) or none (tool add).
+  --key=PUBKEY_FILE  The guest's public key (guest add): one line, TYPE BASE64 [COMMENT].
+  --settings=DIR  Link's settings folder (enter: sshd's environment is not yours).
 
 `lnk sandbox VERB …` is the same as `lnk-sandbox VERB …`.
 Exit status: COMMAND's own; 128+N if it died of signal N; 125 when the sandbox could
@@ -148,6 +163,7 @@ _RUN_DEFAULTS: dict[str, object] = {
     "secret": False, "set": False, "list": False, "remove": False, "NAME": None,
     "--rule": None, "tool": False, "add": False, "--allow": [], "--ask": None,
     "asks": False, "answer": False, "ID": None, "ANSWER": None,
+    "guest": False, "enter": False, "--key": None, "--settings": None,
     "--spec": None, "--wire": None, "--json": False, "--follow": False, "--clear": False,
     "--name": None, "--list": False, "--remove": None, "-h": False, "--help": False,
     "--version": False, "--": False, "WIRE": None, "COMMAND": [],
@@ -302,7 +318,30 @@ def _dispatch(arguments: Mapping[str, object], env: Mapping[str, str]) -> int:
             return tools(settings_folder(env).root, arguments)
         except (ToolError, SettingsError) as error:
             raise CliError(str(error)) from None
+    if arguments["guest"]:
+        from lnk_common.settings import SettingsError, settings_folder
+        from lnk_wrap.guests import GuestError
+        from lnk_wrap.guests_view import guests
 
+        try:
+            return guests(settings_folder(env).root, arguments, env)
+        except (GuestError, SettingsError) as error:
+            raise CliError(str(error)) from None
+        except OSError as error:
+            raise CliError(f"{error.filename or 'a guest file'}: {error.strerror}") from None
+    if arguments["enter"]:
+        from lnk_wrap.enter import enter
+        from lnk_wrap.guests import GuestError
+        from lnk_wrap.launch import LaunchError
+
+        given = arguments["--settings"]
+        try:
+            return enter(given if isinstance(given, str) else None,
+                         str(arguments["NAME"]), env)
+        except (GuestError, LaunchError) as error:
+            raise CliError(str(error)) from None
+        except OSError as error:
+            raise CliError(f"cannot start the guest's session: {error}") from None
     if arguments["asks"] or arguments["answer"]:
         from lnk_common.settings import SettingsError, settings_folder
         from lnk_wrap.asks_view import answer, asks
