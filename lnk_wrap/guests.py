@@ -306,14 +306,12 @@ def lets_in(content: bytes, key: PublicKey) -> int | None:
 
 def add_line(content: bytes, line: str) -> bytes:
     """`content` with `line` added at the end. Every existing byte is kept; a last line
-    without "\\n" gets one (else the two would run together), in the file's own style
-    ("\\r\\n" when its lines end so)."""
+    without "\\n" gets one (else the two would run together)."""
     if "\n" in line or "\r" in line:
         raise GuestError("a line to add holds a line break")
-    ending = b"\r\n" if content.endswith(b"\r\n") else b"\n"
     if content and not content.endswith(b"\n"):
-        content += b"\r\n" if b"\r\n" in content else b"\n"
-    return content + line.encode("ascii") + ending
+        content += b"\n"
+    return content + line.encode("ascii") + b"\n"
 
 
 def remove_lines(content: bytes, key: PublicKey, command: str) -> tuple[bytes, int]:
