@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import os
 import pwd
+import sys
+import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -32,7 +34,8 @@ if TYPE_CHECKING:
 
     from lnk_common.policy import Policy
 
-__all__ = ["SFTP_SERVERS", "enter", "session_command", "session_policy"]
+__all__ = ["LOG_PATH", "SFTP_SERVERS", "enter", "log_session", "session_command",
+           "session_policy"]
 
 # Where Debian, Fedora, Arch and Alpine put OpenSSH's sftp-server.
 SFTP_SERVERS = ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server",
@@ -73,6 +76,10 @@ def session_policy(settings: str, name: str, env: Mapping[str, str]) -> Policy:
         raise GuestError(f"no guest named {name} in {guests_view.guests_path(settings)}; "
                          "refusing the session")
     policy = guests_view.kept_policy(settings, guest, env)
+    # Checked again at each session: what lnk-sandbox runs from may have moved since.
+    guests_view.refuse_written_outside(
+        policy, env, os.path.abspath(sys.argv[0]),
+        f"{guests_view.guests_path(settings)}: guests.{name}.spec.files.write")
     folder = os.path.join(settings, guests_view.GUESTS_FOLDER)
     home = guests_view.guest_home(settings, name)
     for path in (folder, home):
@@ -90,10 +97,41 @@ def session_policy(settings: str, name: str, env: Mapping[str, str]) -> Policy:
     return policy
 
 
+LOG_PATH = ("sandbox", "guests.log")
+
+
+def log_session(settings: str, name: str, env: Mapping[str, str], event: str) -> None:
+    """One line in Link's guests log (bounded: a guest connecting in a loop cannot grow
+    it): when, which guest, from where (SSH_CONNECTION's address), what happened. A log
+    that cannot be written is not a reason to refuse: it guards nothing."""
+    from lnk_common.boundedlog import BoundedLog, clip, printable
+
+    client = (env.get("SSH_CONNECTION") or "-").split(" ")[0] or "-"
+    line = (f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} guest-{name} "
+            f"{printable(client)} {printable(event)}")
+    try:
+        os.makedirs(os.path.join(settings, LOG_PATH[0]), mode=0o700, exist_ok=True)
+        log = BoundedLog(os.path.join(settings, *LOG_PATH))
+        try:
+            log.append((clip(line) + "\n").encode("utf-8", "replace"))
+        finally:
+            log.close()
+    except OSError:
+        pass
+
+
+def _kind(command: list[str], original: str | None) -> str:
+    if original is None:
+        return "a login shell"
+    if command[1:2] != ["-c"]:
+        return "sftp"
+    return "scp" if original.startswith("scp ") else "a command"
+
+
 def enter(settings_given: str | None, name: str, env: Mapping[str, str]) -> int:
     from lnk_common.settings import SettingsError, locate, settings_folder
     from lnk_wrap.guests import GuestError, name_problem
-    from lnk_wrap.launch import launch, record_signals
+    from lnk_wrap.launch import LaunchError, launch, record_signals
 
     record_signals()  # a hang-up before the program starts means it never starts
     problem = name_problem(name)
@@ -104,14 +142,26 @@ def enter(settings_given: str | None, name: str, env: Mapping[str, str]) -> int:
     except SettingsError as error:
         raise GuestError(str(error)) from None
     settings = found.root
-    policy = session_policy(settings, name, env)
-    shell = pwd.getpwuid(os.getuid()).pw_shell or "/bin/sh"
-    if not os.path.isabs(shell) or not os.access(shell, os.X_OK):
-        shell = "/bin/sh"
-    command = session_command(env.get("SSH_ORIGINAL_COMMAND"), shell, find_sftp_server())
+    try:
+        policy = session_policy(settings, name, env)
+        shell = pwd.getpwuid(os.getuid()).pw_shell or "/bin/sh"
+        if not os.path.isabs(shell) or not os.access(shell, os.X_OK):
+            shell = "/bin/sh"
+        original = env.get("SSH_ORIGINAL_COMMAND")
+        command = session_command(original, shell, find_sftp_server())
+    except GuestError as error:
+        log_session(settings, name, env, f"refused: {error}")
+        raise
     home = os.path.join(settings, "guests", name)
     os.chdir(home)
     session_env = {key: value for key, value in env.items() if key != "LNK_HOME"}
     session_env["HOME"] = home
     session_env["PWD"] = home
-    return launch(policy, command, session_env)
+    log_session(settings, name, env, f"session: {_kind(command, original)}")
+    try:
+        status = launch(policy, command, session_env)
+    except (LaunchError, OSError) as error:
+        log_session(settings, name, env, f"refused: {error}")
+        raise
+    log_session(settings, name, env, f"ended: status {status}")
+    return status

@@ -38,10 +38,10 @@ import os
 
 from lnk_common.policy import MAX_NAME_CHARACTERS, Policy, is_name
 
-__all__ = ["GUEST_NAME_CHARACTERS", "KEY_TYPES", "Guest", "GuestError", "PublicKey",
+__all__ = ["GUEST_NAME_CHARACTERS", "KEY_TYPES", "SHELL_FILES", "Guest", "GuestError", "PublicKey",
            "add_line", "describe", "forced_command", "forced_line", "guest_document",
            "key_lines", "lets_in", "parse_guests", "parse_public_key", "remove_lines",
-           "render_guests", "split_options", "wire_name"]
+           "render_guests", "split_options", "wire_name", "written_outside_problem"]
 
 
 class GuestError(Exception):
@@ -362,6 +362,37 @@ def forced_line(command: str, key: PublicKey, name: str) -> str:
     if '"' in command or "\\" in command:
         raise GuestError("the forced command holds a quote or a backslash")
     return f'restrict,pty,command="{command}" {key.text()} lnk-guest-{name}'
+
+
+# -- what a guest may never write ------------------------------------------------------
+
+# What sshd and the owner's shell read as the owner before the guest's sandbox exists:
+# the forced command runs as `$SHELL -c` (Debian's bash reads ~/.bashrc there, zsh its
+# .zshenv, fish its config.fish), sshd reads ~/.ssh (authorized_keys, rc, environment).
+SHELL_FILES = (".ssh", ".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile",
+               ".zshenv", ".zshrc", ".zprofile", ".zlogin", ".cshrc", ".tcshrc", ".login",
+               ".config/fish", ".kshrc", ".mkshrc", ".inputrc")
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def written_outside_problem(policy: Policy, protected: tuple[str, ...]) -> str | None:
+    """Why a guest with `policy` could change what runs outside its sandbox, or None.
+
+    `protected`: what runs as the owner before the sandbox, at the guest's next session
+    (the owner's home folders, their shell's files and ~/.ssh, the folder of
+    authorized_keys, lnk-sandbox, its interpreter and packages). A written folder that
+    is one of them or holds one would let the guest write it: one session's writes
+    would run, unsandboxed, at the next."""
+    for written in (*policy.write, *policy.write_dot_files):
+        for path in protected:
+            if _inside(path, written):
+                return (f"it writes {written}, which holds {path}: that runs as you, outside "
+                        "any sandbox, when the guest connects (sshd, your shell, "
+                        "lnk-sandbox); grant a folder that holds none of it")
+    return None
 
 
 # -- what a guest's spec opens, in plain words ----------------------------------------

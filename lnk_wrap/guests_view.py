@@ -167,6 +167,32 @@ def own_program(argv0: str) -> str:
     return path
 
 
+def outside_paths(env: Mapping[str, str], program: str) -> tuple[str, ...]:
+    """What runs as the owner, outside, when a guest connects (lnk_wrap.guests.
+    written_outside_problem): each as named and as it resolves."""
+    homes = {os.path.normpath(home) for home in (pwd.getpwuid(os.getuid()).pw_dir,
+                                                  env.get("HOME", "")) if os.path.isabs(home)}
+    found = [os.path.dirname(authorized_keys_path(env)), program,
+             os.path.realpath(sys.executable)]
+    for home in homes:
+        found += [home, *(os.path.join(home, name) for name in core.SHELL_FILES)]
+    # lnk-sandbox's packages and every library folder it imports from.
+    found += [folder for folder in sys.path if os.path.isabs(folder) and os.path.isdir(folder)]
+    paths: list[str] = []
+    for path in found:
+        for form in (os.path.normpath(path), os.path.realpath(path)):
+            if form not in paths and form != "/":
+                paths.append(form)
+    return tuple(paths)
+
+
+def refuse_written_outside(policy: Policy, env: Mapping[str, str], program: str,
+                           where: str) -> None:
+    problem = core.written_outside_problem(policy, outside_paths(env, program))
+    if problem:
+        raise GuestError(f"{where}: a guest's spec may not write what runs outside: {problem}")
+
+
 def kept_policy(settings: str, guest: Guest, env: Mapping[str, str]) -> Policy:
     """The guest's kept spec read again by the spec loader, as a run reads a spec: every
     path in it checked first to be still what it was (none became a link since)."""
@@ -229,12 +255,14 @@ def add(settings: str, name: str, spec_file: str, key_file: str, env: Mapping[st
     if policy.agent:
         raise GuestError(f"{policy.spec}: agent: a guest's spec has no [agent]: a guest "
                          "has its own folder in Link's settings; nothing was kept")
+    program = own_program(argv0)
+    refuse_written_outside(policy, env, program, f"{policy.spec}: files.write")
     key_path = os.path.abspath(key_file)
     key_data = _read_limited(key_path, core.MAX_KEY_FILE_BYTES, "the key file",
                              missing_ok=False)
     assert key_data is not None
     key = core.parse_public_key(key_data, key_path)
-    command = core.forced_command(own_program(argv0), settings, name)
+    command = core.forced_command(program, settings, name)
     line = core.forced_line(command, key, name)
     keys_path = authorized_keys_path(env)
     with _locked(settings):

@@ -440,3 +440,28 @@ def test_the_wire_and_the_own_folder_of_a_session(owner: Path) -> None:
 
 def test_base64_of_the_blob_is_what_the_line_carries() -> None:
     assert base64.b64decode(BLOB) == KEY.blob
+
+
+@pytest.mark.parametrize("written", ["home", "home/.ssh", ".", "venv"])
+def test_a_spec_that_writes_what_runs_outside_is_refused(owner: Path, written: str) -> None:
+    """The owner's home folder, ~/.ssh, a folder holding them, lnk-sandbox's own folder:
+    a guest writing any would run its writes outside at the next session (sshd, the
+    owner's shell, lnk-sandbox itself)."""
+    target = Path(LNK_SANDBOX).parent if written == "venv" else owner / written
+    (owner / "spec.toml").write_text(f"[files]\nwrite = {toml_list(target)}\n")
+    refused = _guest_add(owner, "ann", "--spec", str(owner / "spec.toml"), "--key",
+                         str(owner / "k.pub"))
+    assert refused.returncode == 125, refused
+    assert (f"spec.toml: files.write: a guest's spec may not write what runs outside: it "
+            f"writes {target}, which holds ") in refused.stderr, refused
+    _nothing_kept(owner)
+
+
+def test_written_outside_problem_table() -> None:
+    protected = ("/home/o", "/home/o/.bashrc", "/home/o/.config/fish", "/v/bin/lnk-sandbox")
+    for write, bad in ((("/home/o/project",), False), (("/home",), True),
+                       (("/home/o",), True), (("/home/o/.bashrc",), True),
+                       (("/home/o/.config",), True), (("/home/o/.config/git",), False),
+                       (("/v",), True), (("/var",), False)):
+        policy = Policy(settings="/s", write=write)
+        assert (core.written_outside_problem(policy, protected) is not None) is bad, write

@@ -546,6 +546,12 @@ def test_a_spec_folder_replaced_by_a_link_is_refused_at_the_next_session(own_wor
     world.data.unlink()
     real.rename(world.data)
     assert world.ssh("cat", str(world.data / "readme")).stdout == "readable\n"
+    # Each session and each refusal is a line of Link's guests log, with where from.
+    log = (world.settings / "sandbox" / "guests.log").read_text().splitlines()
+    assert any(line.endswith(" guest-ann 127.0.0.1 session: a command") for line in log)
+    assert any(" guest-ann 127.0.0.1 refused: " in line and "became a link" in line
+               for line in log)
+    assert any(line.endswith(" guest-ann 127.0.0.1 ended: status 0") for line in log)
 
 
 def test_a_written_folder_replaced_by_a_link_is_refused(own_world: World) -> None:
