@@ -110,7 +110,7 @@ if TYPE_CHECKING:
 
     from lnk_common.policy import Policy
 
-__all__ = ["VERSION", "main", "run_arguments"]
+__all__ = ["VERSION", "enter_arguments", "main", "run_arguments"]
 
 EXIT_SANDBOX_FAILED = 125
 EXIT_USAGE = 2
@@ -209,11 +209,36 @@ def run_arguments(words: list[str]) -> dict[str, object] | None:
     return found
 
 
+def enter_arguments(words: list[str]) -> dict[str, object] | None:
+    """docopt's answer for the forced command of a guest's line (`enter NAME
+    --settings=DIR`, or `--settings DIR`, or no option), read without docopt: sshd runs
+    it at every session, and docopt's import is some 12 ms of each. Anything else is
+    None, for docopt, as for run_arguments."""
+    if words[:1] != ["enter"] or len(words) not in (2, 3, 4):
+        return None
+    name, options = words[1], words[2:]
+    if name.startswith("-") or not name:
+        return None
+    settings: str | None = None
+    if len(options) == 1 and options[0].startswith("--settings="):
+        settings = options[0][len("--settings="):]
+    elif len(options) == 2 and options[0] == "--settings":
+        settings = options[1]
+    elif options:
+        return None
+    if settings is not None and (not settings or settings.startswith("-")):
+        return None
+    found = dict(_RUN_DEFAULTS)
+    found.update({"run": False, "enter": True, "NAME": name, "--settings": settings})
+    return found
+
+
 def main(argv: list[str] | None = None) -> None:
     arguments_list = sys.argv[1:] if argv is None else list(argv)
     if arguments_list[:1] == ["sandbox"]:
         arguments_list = arguments_list[1:]
-    arguments: Mapping[str, object] | None = run_arguments(arguments_list)
+    arguments: Mapping[str, object] | None = (run_arguments(arguments_list)
+                                              or enter_arguments(arguments_list))
     if arguments is None:
         from docopt import DocoptExit, docopt
 

@@ -304,6 +304,7 @@ def add(settings: str, name: str, spec_file: str, key_file: str, env: Mapping[st
         sys.stdout.flush()
         _ask(settings, name, key, shown)
         _private_folder(os.path.join(settings, GUESTS_FOLDER))
+        made_home = not os.path.lexists(home)
         _private_folder(home)
         guests_file = guests_path(settings)
         before = _read_limited(guests_file, core.MAX_GUESTS_BYTES, "guests.toml",
@@ -323,6 +324,9 @@ def add(settings: str, name: str, spec_file: str, key_file: str, env: Mapping[st
                                      "was kept (run guest add again)")
             write_atomic(keys_path, core.add_line(current or b"", line), mode)
         except BaseException as error:
+            if made_home:
+                with contextlib.suppress(OSError):
+                    os.rmdir(home)  # only if still empty
             if before is None:
                 with contextlib.suppress(OSError):
                     os.unlink(guests_file)
