@@ -563,6 +563,19 @@ def test_a_written_folder_replaced_by_a_link_is_refused(own_world: World) -> Non
     assert "became a link" in refused.stderr
 
 
+def test_a_hidden_folder_replaced_by_a_link_is_refused(own_world: World) -> None:
+    """The hide named data/secret; a link there now (to a copy of the secret elsewhere)
+    would be hidden as the link, not as what it points to: refused, said in one line."""
+    world = own_world
+    moved = world.base / "secret.real"
+    (world.data / "secret").rename(moved)
+    (world.data / "secret").symlink_to(moved)
+    refused = world.ssh("cat", str(world.data / "secret" / "s"))
+    assert refused.returncode != 0 and "hush" not in refused.stdout
+    assert (f"{world.data / 'secret'} became a link to {moved} since guest add"
+            in refused.stderr), refused
+
+
 def test_a_removed_folder_is_refused(own_world: World) -> None:
     world = own_world
     shutil.rmtree(world.work)
