@@ -379,20 +379,27 @@ def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def written_outside_problem(policy: Policy, protected: tuple[str, ...]) -> str | None:
+def written_outside_problem(policy: Policy, points: tuple[str, ...],
+                            trees: tuple[str, ...] = ()) -> str | None:
     """Why a guest with `policy` could change what runs outside its sandbox, or None.
 
-    `protected`: what runs as the owner before the sandbox, at the guest's next session
+    What runs as the owner before the sandbox, at the guest's next session: `points`
     (the owner's home folders, their shell's files and ~/.ssh, the folder of
-    authorized_keys, lnk-sandbox, its interpreter and packages). A written folder that
-    is one of them or holds one would let the guest write it: one session's writes
-    would run, unsandboxed, at the next."""
+    authorized_keys), which no written folder may be or hold; `trees` (lnk-sandbox, its
+    interpreter, its packages and libraries, bubblewrap), where no written folder may
+    lie either: all of a tree of code runs. One session's writes would run, unsandboxed,
+    at the next."""
     for written in (*policy.write, *policy.write_dot_files):
-        for path in protected:
+        for path in (*points, *trees):
             if _inside(path, written):
                 return (f"it writes {written}, which holds {path}: that runs as you, outside "
                         "any sandbox, when the guest connects (sshd, your shell, "
                         "lnk-sandbox); grant a folder that holds none of it")
+        for tree in trees:
+            if _inside(written, tree):
+                return (f"it writes {written}, inside {tree}, whose code runs as you, outside "
+                        "any sandbox, when the guest connects (lnk-sandbox, its interpreter "
+                        "and libraries); grant a folder outside it")
     return None
 
 

@@ -167,28 +167,40 @@ def own_program(argv0: str) -> str:
     return path
 
 
-def outside_paths(env: Mapping[str, str], program: str) -> tuple[str, ...]:
+def outside_paths(env: Mapping[str, str], program: str
+                  ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """What runs as the owner, outside, when a guest connects (lnk_wrap.guests.
-    written_outside_problem): each as named and as it resolves."""
+    written_outside_problem): the points, then the trees of code; each as named and as
+    it resolves."""
+    from lnk_wrap.helpers import package_root
+    from lnk_wrap.launch import LaunchError, find_bwrap
+
     homes = {os.path.normpath(home) for home in (pwd.getpwuid(os.getuid()).pw_dir,
                                                   env.get("HOME", "")) if os.path.isabs(home)}
-    found = [os.path.dirname(authorized_keys_path(env)), program,
-             os.path.realpath(sys.executable)]
+    points = [os.path.dirname(authorized_keys_path(env))]
     for home in homes:
-        found += [home, *(os.path.join(home, name) for name in core.SHELL_FILES)]
-    # lnk-sandbox's packages and every library folder it imports from.
-    found += [folder for folder in sys.path if os.path.isabs(folder) and os.path.isdir(folder)]
-    paths: list[str] = []
-    for path in found:
-        for form in (os.path.normpath(path), os.path.realpath(path)):
-            if form not in paths and form != "/":
-                paths.append(form)
-    return tuple(paths)
+        points += [home, *(os.path.join(home, name) for name in core.SHELL_FILES)]
+    # lnk-sandbox, its interpreter, its packages (an editable install's are on no sys.path
+    # entry), every library folder it imports from, and the bubblewrap it starts.
+    trees = [program, os.path.realpath(sys.executable), package_root(),
+             *(folder for folder in sys.path if os.path.isabs(folder) and os.path.isdir(folder))]
+    with contextlib.suppress(LaunchError):  # no bubblewrap: no session starts anyway
+        trees.append(find_bwrap(env))
+
+    def both(paths: list[str]) -> tuple[str, ...]:
+        found: list[str] = []
+        for path in paths:
+            for form in (os.path.normpath(path), os.path.realpath(path)):
+                if form not in found and form != "/":
+                    found.append(form)
+        return tuple(found)
+
+    return both(points), both(trees)
 
 
 def refuse_written_outside(policy: Policy, env: Mapping[str, str], program: str,
                            where: str) -> None:
-    problem = core.written_outside_problem(policy, outside_paths(env, program))
+    problem = core.written_outside_problem(policy, *outside_paths(env, program))
     if problem:
         raise GuestError(f"{where}: a guest's spec may not write what runs outside: {problem}")
 

@@ -442,26 +442,32 @@ def test_base64_of_the_blob_is_what_the_line_carries() -> None:
     assert base64.b64decode(BLOB) == KEY.blob
 
 
-@pytest.mark.parametrize("written", ["home", "home/.ssh", ".", "venv"])
+@pytest.mark.parametrize("written", ["home", "home/.ssh", ".", "venv", "packages"])
 def test_a_spec_that_writes_what_runs_outside_is_refused(owner: Path, written: str) -> None:
     """The owner's home folder, ~/.ssh, a folder holding them, lnk-sandbox's own folder:
     a guest writing any would run its writes outside at the next session (sshd, the
     owner's shell, lnk-sandbox itself)."""
-    target = Path(LNK_SANDBOX).parent if written == "venv" else owner / written
+    from lnk_wrap.helpers import package_root
+
+    target = {"venv": Path(LNK_SANDBOX).parent, "packages": Path(package_root()) / "lnk_wrap"
+              }.get(written, owner / written)
     (owner / "spec.toml").write_text(f"[files]\nwrite = {toml_list(target)}\n")
     refused = _guest_add(owner, "ann", "--spec", str(owner / "spec.toml"), "--key",
                          str(owner / "k.pub"))
     assert refused.returncode == 125, refused
     assert (f"spec.toml: files.write: a guest's spec may not write what runs outside: it "
-            f"writes {target}, which holds ") in refused.stderr, refused
+            f"writes {target}, ") in refused.stderr, refused
     _nothing_kept(owner)
 
 
 def test_written_outside_problem_table() -> None:
-    protected = ("/home/o", "/home/o/.bashrc", "/home/o/.config/fish", "/v/bin/lnk-sandbox")
+    points = ("/home/o", "/home/o/.bashrc", "/home/o/.config/fish")
+    trees = ("/v/bin/lnk-sandbox", "/home/o/lnk-sandbox", "/usr/lib/python3.11")
     for write, bad in ((("/home/o/project",), False), (("/home",), True),
                        (("/home/o",), True), (("/home/o/.bashrc",), True),
                        (("/home/o/.config",), True), (("/home/o/.config/git",), False),
-                       (("/v",), True), (("/var",), False)):
+                       (("/v",), True), (("/var",), False), (("/home/o/lnk-sandbox/x",), True),
+                       (("/usr/lib/python3.11/site-packages",), True),
+                       (("/home/o/lnk-sandbox-notes",), False)):
         policy = Policy(settings="/s", write=write)
-        assert (core.written_outside_problem(policy, protected) is not None) is bad, write
+        assert (core.written_outside_problem(policy, points, trees) is not None) is bad, write
