@@ -471,3 +471,24 @@ def test_written_outside_problem_table() -> None:
                        (("/home/o/lnk-sandbox-notes",), False)):
         policy = Policy(settings="/s", write=write)
         assert (core.written_outside_problem(policy, points, trees) is not None) is bad, write
+
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def test_guests_toml_and_the_line_golden() -> None:
+    """guests.toml's whole text, and the authorized_keys line, for a fixed guest whose
+    spec uses every kind of key (tests/golden/guests.toml)."""
+    policy = Policy(settings="/s", read=("/srv/data",), write=("/srv/work", "/srv/dots"),
+                    hide=("/srv/data/secret",), reopen=("/srv/data/secret/ok",),
+                    write_dot_files=("/srv/dots",), commands=("/usr/bin",),
+                    network="proxy", hosts=("example.com", "*.example.org:8443"),
+                    endpoints=("db.example.com:5432",), lan=("10.1.2.3:22",),
+                    localhost_ports=(5432,), local_models=(11434,), models=("anthropic",),
+                    secrets=("gh",), tools=("github",), calls_per_minute=30,
+                    pause=(5, 4, 120))
+    guest = core.Guest("ann", KEY, OURS, "/home/o/guest.toml", core.guest_document(policy))
+    text = core.render_guests([guest, core.Guest("b.c", OTHER, "x", "/b.toml", {})])
+    assert text == (GOLDEN / "guests.toml").read_text()
+    kept_line = text.split("line = ")[1].split("\n")[0]
+    assert kept_line.strip('"').replace('\\"', '"') == OURS
