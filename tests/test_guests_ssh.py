@@ -508,6 +508,12 @@ def test_ctrl_c_and_job_control_reach_the_guests_program(world: World, tmp_path:
         tmux.wait("gp-ok$")
         tmux.send(f"cat {world.data}/readme", "Enter")
         tmux.wait("readable")
+        # The shell sees only what the spec opens: the hidden folder and the owner's
+        # authorized_keys are not there (each listing's status made by the shell).
+        tmux.send(f"ls {world.data}/secret; echo hidden-$((1+$?))", "Enter")
+        tmux.wait("hidden-3")
+        tmux.send(f"cat {world.authorized_keys}; echo keys-$((1+$?))", "Enter")
+        tmux.wait("keys-2")
         # Each text waited for is made by the program ($((…))), never the typed line.
         tmux.send("sh -c 'trap \"echo GOT-$((6*7)); exit 9\" INT; echo READY-$((1+1)); "
                   "while :; do sleep 0.1; done'", "Enter")
