@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-__all__ = ["MAX_NAME_CHARACTERS", "SpecError", "is_name", "load_spec", "parse_spec"]
+__all__ = ["MAX_NAME_CHARACTERS", "SpecError", "is_name", "load_spec", "parse_document",
+           "parse_spec"]
 
 # A spec is a small hand-written file; anything larger is a mistake or an attack on the
 # parser, and refusing it costs no real user anything.
@@ -155,6 +156,14 @@ def parse_spec(data: bytes, *, file: str, env: Mapping[str, str]) -> Policy:
         raise SpecError(file, "", f"not valid TOML: {error}") from None
     except RecursionError:
         raise SpecError(file, "", "not valid TOML: nested too deeply") from None
+    context = _Context(file=file, folder=os.path.dirname(file), env=env)
+    _check_schema(context, document)
+    return _resolve(context, document)
+
+
+def parse_document(document: dict[str, Any], *, file: str, env: Mapping[str, str]) -> Policy:
+    """Resolve a spec already read as TOML: a guest's, kept in guests.toml with every
+    path absolute (lnk_wrap.guests), checked and resolved as a spec file is."""
     context = _Context(file=file, folder=os.path.dirname(file), env=env)
     _check_schema(context, document)
     return _resolve(context, document)

@@ -17,6 +17,10 @@ Usage:
   lnk-sandbox tool add NAME [--allow=TOOL]... [--ask=MODE] [--] COMMAND...
   lnk-sandbox tool list [--json]
   lnk-sandbox tool remove NAME
+  lnk-sandbox guest add NAME --spec=FILE --key=PUBKEY_FILE
+  lnk-sandbox guest list [--json]
+  lnk-sandbox guest remove NAME
+  lnk-sandbox enter NAME [--settings=DIR]
   lnk-sandbox asks [--json]
   lnk-sandbox answer ID ANSWER
   lnk-sandbox (-h | --help)
@@ -55,6 +59,15 @@ Verbs:
           sandbox: a token in it never reaches one); every tools/call asks you first
           unless the MCP tool is named by --allow, or --ask none; `list` shows the
           names (--json: with what each allows), `remove` deletes one.
+  guest   Guests over SSH: a person with a key of their own works only in a sandbox of
+          their own, as you. `add` reads the spec FILE as run does, shows what it opens,
+          asks you, keeps it (guests.toml in Link's settings, every path absolute) and
+          writes `restrict,pty,command="… enter NAME"` and the key PUBKEY_FILE into your
+          ~/.ssh/authorized_keys (a key a line there already lets in is refused); `list`
+          (--json) shows them; `remove` takes the guest's line out, nothing else.
+  enter   What sshd runs for a guest (the forced command): the login shell, the command
+          (SSH_ORIGINAL_COMMAND), scp or sftp, in the guest's sandbox (its wire is
+          guest-NAME), with the SSH session's terminal.
   asks    The questions that wait for your answer (a tool call a sandbox made, …):
           id, wire, since when, the question in plain ASCII; --json:
           {"asks": [{"id", "wire", "title", "question", "since"}]}.
@@ -77,6 +90,8 @@ Options:
   --rule=FILE   The rule kept with a secret (secret set): where it may go, and how.
   --allow=TOOL  An MCP tool of the tool that runs without asking (tool add; repeat it).
   --ask=MODE    each (the default: every other tools/call asks you) or none (tool add).
+  --key=PUBKEY_FILE  The guest's public key (guest add): one line, TYPE BASE64 [COMMENT].
+  --settings=DIR  Link's settings folder (enter: sshd's environment is not yours).
 
 `lnk sandbox VERB …` is the same as `lnk-sandbox VERB …`.
 Exit status: COMMAND's own; 128+N if it died of signal N; 125 when the sandbox could
@@ -95,7 +110,7 @@ if TYPE_CHECKING:
 
     from lnk_common.policy import Policy
 
-__all__ = ["VERSION", "main", "run_arguments"]
+__all__ = ["VERSION", "enter_arguments", "main", "run_arguments"]
 
 EXIT_SANDBOX_FAILED = 125
 EXIT_USAGE = 2
@@ -148,6 +163,7 @@ _RUN_DEFAULTS: dict[str, object] = {
     "secret": False, "set": False, "list": False, "remove": False, "NAME": None,
     "--rule": None, "tool": False, "add": False, "--allow": [], "--ask": None,
     "asks": False, "answer": False, "ID": None, "ANSWER": None,
+    "guest": False, "enter": False, "--key": None, "--settings": None,
     "--spec": None, "--wire": None, "--json": False, "--follow": False, "--clear": False,
     "--name": None, "--list": False, "--remove": None, "-h": False, "--help": False,
     "--version": False, "--": False, "WIRE": None, "COMMAND": [],
@@ -193,11 +209,36 @@ def run_arguments(words: list[str]) -> dict[str, object] | None:
     return found
 
 
+def enter_arguments(words: list[str]) -> dict[str, object] | None:
+    """docopt's answer for the forced command of a guest's line (`enter NAME
+    --settings=DIR`, or `--settings DIR`, or no option), read without docopt: sshd runs
+    it at every session, and docopt's import is some 12 ms of each. Anything else is
+    None, for docopt, as for run_arguments."""
+    if words[:1] != ["enter"] or len(words) not in (2, 3, 4):
+        return None
+    name, options = words[1], words[2:]
+    if name.startswith("-") or not name:
+        return None
+    settings: str | None = None
+    if len(options) == 1 and options[0].startswith("--settings="):
+        settings = options[0][len("--settings="):]
+    elif len(options) == 2 and options[0] == "--settings":
+        settings = options[1]
+    elif options:
+        return None
+    if settings is not None and (not settings or settings.startswith("-")):
+        return None
+    found = dict(_RUN_DEFAULTS)
+    found.update({"run": False, "enter": True, "NAME": name, "--settings": settings})
+    return found
+
+
 def main(argv: list[str] | None = None) -> None:
     arguments_list = sys.argv[1:] if argv is None else list(argv)
     if arguments_list[:1] == ["sandbox"]:
         arguments_list = arguments_list[1:]
-    arguments: Mapping[str, object] | None = run_arguments(arguments_list)
+    arguments: Mapping[str, object] | None = (run_arguments(arguments_list)
+                                              or enter_arguments(arguments_list))
     if arguments is None:
         from docopt import DocoptExit, docopt
 
@@ -302,7 +343,30 @@ def _dispatch(arguments: Mapping[str, object], env: Mapping[str, str]) -> int:
             return tools(settings_folder(env).root, arguments)
         except (ToolError, SettingsError) as error:
             raise CliError(str(error)) from None
+    if arguments["guest"]:
+        from lnk_common.settings import SettingsError, settings_folder
+        from lnk_wrap.guests import GuestError
+        from lnk_wrap.guests_view import guests
 
+        try:
+            return guests(settings_folder(env).root, arguments, env)
+        except (GuestError, SettingsError) as error:
+            raise CliError(str(error)) from None
+        except OSError as error:
+            raise CliError(f"{error.filename or 'a guest file'}: {error.strerror}") from None
+    if arguments["enter"]:
+        from lnk_wrap.enter import enter
+        from lnk_wrap.guests import GuestError
+        from lnk_wrap.launch import LaunchError
+
+        given = arguments["--settings"]
+        try:
+            return enter(given if isinstance(given, str) else None,
+                         str(arguments["NAME"]), env)
+        except (GuestError, LaunchError) as error:
+            raise CliError(str(error)) from None
+        except OSError as error:
+            raise CliError(f"cannot start the guest's session: {error}") from None
     if arguments["asks"] or arguments["answer"]:
         from lnk_common.settings import SettingsError, settings_folder
         from lnk_wrap.asks_view import answer, asks

@@ -403,3 +403,38 @@ def test_lnk_front_refuses_what_is_no_plugin(lnk: str, sandbox_env: dict[str, st
                                 check=False)
         assert result.returncode == status, argv
         assert result.stderr.startswith(says), result.stderr
+
+
+_enter_words = st.lists(st.sampled_from(
+    ["enter", "ann", "a b", "--settings", "--settings=/s", "--settings=", "--set=/s", "/s",
+     "-", "--", "-h", "--json", "run", "guest"]), max_size=5)
+
+
+@settings(max_examples=800, deadline=None)
+@given(_enter_words)
+@example(["enter", "ann", "--settings=/s"])
+@example(["enter", "ann", "--settings", "/s"])
+@example(["enter", "ann"])
+@example(["enter", "--settings=/s", "ann"])
+def test_enter_reads_argv_exactly_as_docopt_does(words: list[str]) -> None:
+    """A guest's forced command is read without docopt, exactly as docopt reads it."""
+    from docopt import DocoptExit, docopt
+
+    from lnk_wrap import cli
+
+    found = cli.enter_arguments(words)
+    if found is None:
+        return
+    try:
+        expected = docopt(cli.__doc__, argv=words, version=cli.VERSION)
+    except (DocoptExit, SystemExit) as error:
+        raise AssertionError(f"read {words} as {found}; docopt: {error}") from None
+    assert found == dict(expected)
+
+
+def test_enter_arguments_take_the_forced_commands_shape() -> None:
+    from lnk_wrap.cli import enter_arguments
+
+    for words in (["enter", "ann", "--settings=/s"], ["enter", "ann", "--settings", "/s"],
+                  ["enter", "ann"]):
+        assert enter_arguments(words) is not None, words

@@ -1,0 +1,494 @@
+"""Guests' sans-IO core (lnk_wrap.guests) and the verbs' refusals, without sshd.
+
+authorized_keys lines are checked against a table of odd lines, and against the real
+`ssh-keygen -l`, which reads a line's options as sshd does; Hypothesis adds and removes a
+guest's line among generated odd lines and holds every other byte identical.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lnk_common.policy import Policy
+from lnk_common.spec import load_spec, parse_document
+from lnk_wrap import guests as core
+from lnk_wrap.enter import session_command
+from lnk_wrap.guests import GuestError
+from tests.conftest import LNK_SANDBOX, toml_list
+
+ED = ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFxiD6pgn5k8cxMeIO/Do3AqkEeo3UnpIVxEFqOOF5T9 one")
+ED_FINGERPRINT = "SHA256:hV3UW38adwd5ULZrqLfGDRknYwuymyZcwWzKlUwGUE8"
+RSA = ("ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAAAgQDGctjwgJZheu31CykLFdvUO3UYJlY/maxXErJnQJEdeU8Acm"
+       "UO7eWKKBCs+D3BTKJBZDDLj3kP5QuoTYf8jXcUsq2V106dJokBH1hx4BxOm36WUxIg6J7kBaiSd0YTgIlqzC4"
+       "CTYT9klVmvcblKbqTvDIg7Eos0sDSk5td9dXPsQ== two")
+KEY = core.parse_public_key(ED.encode(), "k.pub")
+OTHER = core.parse_public_key(RSA.encode(), "r.pub")
+BLOB = ED.split()[1]
+
+
+# -- a guest's key file ------------------------------------------------------------------
+
+def test_a_public_key_is_read_with_its_fingerprint() -> None:
+    assert KEY.kind == "ssh-ed25519" and KEY.comment == "one"
+    assert KEY.fingerprint() == ED_FINGERPRINT
+    assert KEY.text() == " ".join(ED.split()[:2])
+    assert core.parse_public_key(b"\n# a note\n" + ED.encode() + b"\r\n", "k") == KEY
+    assert OTHER.kind == "ssh-rsa" and OTHER != KEY
+
+
+@pytest.mark.parametrize(("data", "reason"), [
+    (b"", "holds 0 keys"),
+    (ED.encode() + b"\n" + RSA.encode() + b"\n", "holds 2 keys"),
+    (b"-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn\n-----END OPENSSH PRIVATE KEY-----\n",
+     "this is a private key"),
+    (b'restrict,command="x" ' + ED.encode(), "is not a key type sshd takes"),
+    (b"ssh-ed25519-cert-v01@openssh.com AAAA c", "a certificate"),
+    (b"ssh-ed25519 !!!notbase64", "does not decode"),
+    (b"ssh-rsa " + BLOB.encode(), "is not a ssh-rsa key"),
+    (b"ssh-ed25519", "not a public key line"),
+    ("ssh-ed25519 AAAA caf\u00e9".encode(), "not ASCII"),
+    (b"x" * (core.MAX_KEY_FILE_BYTES + 1), "larger than"),
+])
+def test_a_key_file_that_is_not_one_public_key_is_refused(data: bytes, reason: str) -> None:
+    with pytest.raises(GuestError, match=r"^k\.pub: ") as refused:
+        core.parse_public_key(data, "k.pub")
+    assert reason in str(refused.value)
+
+
+# -- authorized_keys lines, as sshd reads them -------------------------------------------
+
+# (the line, whether it names KEY (sshd's reading), the options seen)
+LINES: list[tuple[bytes, bool, tuple[str, ...]]] = [
+    (ED.encode(), True, ()),
+    (b"ssh-ed25519 " + BLOB.encode(), True, ()),
+    (ED.encode() + b"\r", True, ()),
+    (b" \t" + ED.encode(), True, ()),
+    (b'command="echo a,b c",no-pty ' + ED.encode(), True, ('command="echo a,b c"', "no-pty")),
+    (b'from="1.2.3.4",command="say \\"hi there\\", ok" ' + ED.encode(), True,
+     ('from="1.2.3.4"', 'command="say \\"hi there\\", ok"')),
+    (b"no-pty\t" + ED.encode(), True, ("no-pty",)),
+    (b"restrict,pty " + ED.encode() + b" with a long comment, and commas", True,
+     ("restrict", "pty")),
+    (b'environment="A=b c",permitopen="h:1" ' + ED.encode(), True,
+     ('environment="A=b c"', 'permitopen="h:1"')),
+    (b"# " + ED.encode(), False, ()),
+    (b"", False, ()),
+    (b"   ", False, ()),
+    (b"\r", False, ()),
+    (RSA.encode(), False, ()),
+    (b'command="unterminated ' + ED.encode(), False, ()),
+    (b"not-a-key-type AAAA", False, ()),
+    (b"ssh-ed25519 AAAA%%%", False, ()),
+]
+
+
+@pytest.mark.parametrize(("raw", "names_key", "options"), LINES)
+def test_a_line_is_read_as_sshd_reads_it(raw: bytes, names_key: bool,
+                                         options: tuple[str, ...]) -> None:
+    line = core.parse_line(raw, 1)
+    assert (line.key == KEY) is names_key
+    if names_key:
+        assert line.options == options
+
+
+@pytest.mark.parametrize(("raw", "names_key", "options"), LINES)
+def test_the_reading_agrees_with_ssh_keygen(tmp_path: Path, raw: bytes, names_key: bool,
+                                            options: tuple[str, ...]) -> None:
+    """ssh-keygen -l reads an authorized_keys line's options as sshd does (advance past
+    the options, quotes and `\\"` kept): it finds KEY's fingerprint exactly where we do."""
+    file = tmp_path / "authorized_keys"
+    file.write_bytes(raw + b"\n")
+    listed = subprocess.run(["ssh-keygen", "-l", "-f", str(file)], capture_output=True,
+                            text=True, check=False, timeout=30)
+    assert (ED_FINGERPRINT in listed.stdout) is names_key, listed
+
+
+def test_options_with_quoted_commas_and_escapes() -> None:
+    line = core.parse_line(b'command="a \\"b,c\\" d",no-agent-forwarding ' + ED.encode(), 4)
+    assert line.number == 4 and line.key == KEY
+    assert line.option("command") == 'a "b,c" d'
+    assert line.option("no-agent-forwarding") == ""
+    assert line.option("from") is None
+    assert core.split_options('a="x y",b rest') == (('a="x y"', "b"), " rest")
+    assert core.split_options('a="open') is None
+
+
+def test_lets_in_finds_the_first_line_whatever_its_options_and_comment() -> None:
+    content = (b"# mine\n\n" + RSA.encode() + b"\r\n"
+               + b'from="10.0.0.0/8" ssh-ed25519 ' + BLOB.encode() + b" laptop\r\n"
+               + ED.encode() + b"\n")
+    assert core.lets_in(content, KEY) == 4
+    assert core.lets_in(content, OTHER) == 3
+    assert core.lets_in(b"# " + ED.encode() + b"\n", KEY) is None
+    assert core.lets_in(b"", KEY) is None
+
+
+@pytest.mark.parametrize("raw", [
+    b"cert-authority " + ED.encode(),
+    b'command="unterminated ' + ED.encode(),
+    b"ssh-rsa " + BLOB.encode(),
+    b"rsa-sha2-512 " + BLOB.encode(),
+    b"some-future-type " + BLOB.encode(),
+])
+def test_lets_in_refuses_in_doubt(raw: bytes) -> None:
+    """A line that might let the key in, where this reading and sshd's could differ,
+    counts as letting it in: the doubt refuses, never adds a line behind it."""
+    assert core.lets_in(b"# x\n" + raw + b"\n", KEY) == 2
+
+
+def test_add_keeps_every_byte_and_ends_an_unended_last_line() -> None:
+    assert core.add_line(b"", "L") == b"L\n"
+    assert core.add_line(b"a\r\n", "L") == b"a\r\nL\n"
+    assert core.add_line(b"a\r\nb", "L") == b"a\r\nb\nL\n"
+    with pytest.raises(GuestError):
+        core.add_line(b"", "a\nb")
+
+
+COMMAND = "/opt/lnk/bin/lnk-sandbox enter --settings=/home/o/.config/lnk ann"
+OURS = core.forced_line(COMMAND, KEY, "ann")
+
+
+def test_the_forced_line() -> None:
+    expected = f'restrict,pty,command="{COMMAND}" {KEY.text()} lnk-guest-ann'
+    assert expected == OURS
+    line = core.parse_line(OURS.encode(), 1)
+    assert line.key == KEY and line.option("command") == COMMAND
+    assert line.options == ("restrict", "pty", f'command="{COMMAND}"')
+
+
+def test_remove_takes_only_the_guests_own_lines() -> None:
+    content = (b"#c\r\n" + ED.encode() + b"\n" + OURS.encode() + b"\n" + RSA.encode()
+               + b"\n" + OURS.replace("ann", "bob").encode() + b"\n")
+    changed, removed = core.remove_lines(content, KEY, COMMAND)
+    assert removed == 1
+    assert changed == (b"#c\r\n" + ED.encode() + b"\n" + RSA.encode() + b"\n"
+                       + OURS.replace("ann", "bob").encode() + b"\n")
+    assert core.remove_lines(changed, KEY, COMMAND) == (changed, 0)
+
+
+@pytest.mark.parametrize("path", [
+    "/home/o p/lnk", '/home/"o"', "/home/o\\p", "/home/$USER", "/home/o;rm", "/home/`x`",
+    "/home/o\np", "/home/o*", "/home/\u00e9",
+])
+def test_a_path_that_cannot_stand_unquoted_is_refused(path: str) -> None:
+    with pytest.raises(GuestError, match="only letters, digits"):
+        core.forced_command("/usr/bin/lnk-sandbox", path, "ann")
+    with pytest.raises(GuestError, match="only letters, digits"):
+        core.forced_command(path + "/lnk-sandbox", "/s", "ann")
+
+
+def test_forced_command_names_both_paths_absolutely() -> None:
+    assert core.forced_command("/v/bin/lnk-sandbox", "/h/.config/lnk", "a.b-c_1") == \
+        "/v/bin/lnk-sandbox enter --settings=/h/.config/lnk a.b-c_1"
+    for bad in (("bin/lnk-sandbox", "/s", "a"), ("/b/lnk-sandbox", "s", "a"),
+                ("/b/lnk-sandbox", "/s", "-a"), ("/b/lnk-sandbox", "/s", "a b"),
+                ("/b/lnk-sandbox", "/s", "x" * 59)):
+        with pytest.raises(GuestError):
+            core.forced_command(*bad)
+
+
+# -- Hypothesis: odd files, our line in and out ------------------------------------------
+
+_TOKENS = st.sampled_from([
+    "ssh-ed25519", "ssh-rsa", BLOB, RSA.split()[1], "AAAA", "#", " ", "\t", ",", '"',
+    '\\"', "command=", "restrict", "no-pty", "from=", "=", "x", "\r", "cert-authority",
+    "lnk-guest-ann", "\u00e9", "\x00", "\x0b",
+])
+_LINE = st.lists(_TOKENS, max_size=12).map("".join)
+_CONTENT = st.lists(_LINE, max_size=8).flatmap(
+    lambda lines: st.sampled_from(["", "\n", "\r\n"]).map(
+        lambda end: "\n".join(lines) + (end if lines else "")))
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(_CONTENT)
+def test_our_line_goes_in_and_out_and_every_other_byte_stays(text: str) -> None:
+    content = text.encode("utf-8")
+    added = core.add_line(content, OURS)
+    ended = content if not content or content.endswith(b"\n") else content + b"\n"
+    assert added == ended + OURS.encode() + b"\n"
+    changed, removed = core.remove_lines(added, KEY, COMMAND)
+    assert removed == 1 and changed == ended
+    # a key in no line: nothing at all changes
+    assert core.remove_lines(content, OTHER, COMMAND) == (content, 0) or OTHER.text().split()[
+        1] in text
+
+
+@settings(max_examples=400)
+@given(st.binary(max_size=300))
+def test_any_bytes_are_read_without_error(content: bytes) -> None:
+    for line in core.key_lines(content):
+        assert line.key is None or isinstance(line.key.blob, bytes)
+    found = core.lets_in(content, KEY)
+    if BLOB.rstrip("=").encode() not in b"".join(content.split()):
+        assert found is None
+
+
+@settings(max_examples=300)
+@given(st.lists(_LINE, max_size=6), st.sampled_from([ED, "ssh-ed25519 " + BLOB,
+                                                     'no-pty,command="a b" ' + ED]))
+def test_a_line_naming_the_key_is_always_found_at_or_before_it(before: list[str],
+                                                               line: str) -> None:
+    content = "".join(item + "\n" for item in before).encode() + line.encode() + b"\n"
+    found = core.lets_in(content, KEY)
+    assert found is not None and found <= len(before) + 1
+
+
+# -- guests.toml and the kept spec --------------------------------------------------------
+
+def _rich_spec(tmp_path: Path) -> Path:
+    for folder in ("r", "w", "w/dots", "r/h", "r/h/back", "bin"):
+        (tmp_path / folder).mkdir(parents=True, exist_ok=True)
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        f'name = "ignored"\n[files]\nread = {toml_list(tmp_path / "r")}\n'
+        f'write = {toml_list(tmp_path / "w", tmp_path / "w/dots")}\n'
+        f'hide = {toml_list(tmp_path / "r/h", tmp_path / "missing")}\n'
+        f'reopen = {toml_list(tmp_path / "r/h/back")}\n'
+        f'write_dot_files = {toml_list(tmp_path / "w/dots")}\n'
+        f'[commands]\nrun = ["/usr/bin", {toml_list(tmp_path / "bin")[1:-1]}]\n'
+        '[network]\nmode = "proxy"\nhosts = ["example.com", "*.example.org:8443"]\n'
+        'calls_per_minute = 30\n[tcp]\nendpoints = ["db.example.com:5432"]\n'
+        '[lan]\nhosts = ["10.1.2.3:22"]\n[localhost]\nports = [5432]\nmodels = [11434]\n'
+        '[verbs]\nmodel = ["anthropic"]\nsecrets = ["gh"]\ntools = ["github"]\n'
+        '[pause]\nrefusals = 5\ntargets = 4\nwindow = "2m"\n')
+    return spec
+
+
+def test_the_kept_spec_reads_back_to_the_same_policy(tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path), "LNK_HOME": str(tmp_path / "lnk")}
+    policy = load_spec(_rich_spec(tmp_path), env)
+    document = core.guest_document(policy)
+    guest = core.Guest("ann", KEY, OURS, str(tmp_path / "spec.toml"), document)
+    text = core.render_guests([guest])
+    kept = core.parse_guests(text.encode(), "/s/guests.toml")
+    assert list(kept) == ["ann"]
+    again = parse_document(kept["ann"].spec, file="/s/guests.toml", env=env)
+    assert again.replace(spec="", name="") == policy.replace(spec="", name="")
+    assert kept["ann"].key == KEY and kept["ann"].line == OURS
+
+
+def test_guests_toml_quotes_names_and_refuses_what_it_does_not_know() -> None:
+    guest = core.Guest("a.b", KEY, OURS, "/x.toml", {})
+    kept = core.parse_guests(core.render_guests([guest]).encode(), "/g")
+    assert list(kept) == ["a.b"]
+    for text, reason in (
+        ('[other]\n', "other: unknown key"),
+        ('[guests."-x"]\nkey="k"\nline="l"\nspec_file="s"\n', "guests.-x: a guest's name"),
+        (f'[guests.a]\nkey="{KEY.text()}"\nline="l"\n', "guests.a.spec_file: missing"),
+        (f'[guests.a]\nkey="{KEY.text()}"\nline="l"\nspec_file="s"\nextra=1\n',
+         "guests.a.extra: unknown key"),
+        ('[guests.a]\nkey="ssh-ed25519 AAAA"\nline="l"\nspec_file="s"\n', "guests.a.key:"),
+        ("[guests\n", "not valid TOML"),
+    ):
+        with pytest.raises(GuestError, match=r"^/g: ") as refused:
+            core.parse_guests(text.encode(), "/g")
+        assert reason in str(refused.value)
+
+
+def test_describe_says_what_a_session_opens() -> None:
+    policy = Policy(settings="/s", read=("/r",), write=("/w",), hide=("/r/h",),
+                    network="proxy", hosts=("example.com",), models=("anthropic",))
+    assert core.describe(policy, "/s/guests/ann") == [
+        "reads (and runs programs from): /r",
+        "reads and writes: /w",
+        "its own folder, written, dot files open: /s/guests/ann",
+        "reads, as every sandbox: the system's folders (/usr, /etc, /bin, /lib …), never "
+        "/etc/shadow, sudoers, SSH host keys or Link's settings",
+        "hidden inside those: /r/h",
+        "programs: any program it can read",
+        "network: through the filtering proxy, to example.com",
+        "hosted models (keys kept outside): anthropic",
+        "over SSH: a shell, a command, scp and sftp, all inside; no forwarding of ports, "
+        "agent or X11",
+    ]
+
+
+@pytest.mark.parametrize(("original", "expected"), [
+    (None, ["/bin/bash", "-l"]),
+    ("ls -la", ["/bin/bash", "-c", "ls -la"]),
+    ("scp -t /w/x", ["/bin/bash", "-c", "scp -t /w/x"]),
+    ("internal-sftp", ["/sftp-server"]),
+    ("internal-sftp -l INFO", ["/sftp-server", "-l", "INFO"]),
+    ("/usr/lib/openssh/sftp-server", ["/sftp-server"]),
+    ("", ["/bin/bash", "-c", ""]),
+])
+def test_what_a_session_runs(original: str | None, expected: list[str]) -> None:
+    assert session_command(original, "/bin/bash", "/sftp-server") == expected
+
+
+def test_sftp_without_a_server_is_said() -> None:
+    with pytest.raises(GuestError, match="no sftp-server on this machine"):
+        session_command("internal-sftp", "/bin/sh", None)
+    with pytest.raises(GuestError, match="longer than"):
+        session_command("x" * (300 * 1024), "/bin/sh", None)
+
+
+# -- the verbs' refusals (no sshd needed) ---------------------------------------------------
+
+def _guest_add(tmp_path: Path, *words: str, env: dict[str, str] | None = None
+               ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([LNK_SANDBOX, "guest", "add", *words], capture_output=True,
+                          text=True, timeout=60, check=False, start_new_session=True,
+                          stdin=subprocess.DEVNULL,
+                          env=env or {**os.environ, "HOME": str(tmp_path / "home"),
+                                      "LNK_HOME": str(tmp_path / "lnk")})
+
+
+@pytest.fixture
+def owner(tmp_path: Path) -> Path:
+    (tmp_path / "home" / ".ssh").mkdir(parents=True)
+    (tmp_path / "lnk").mkdir()
+    (tmp_path / "w").mkdir()
+    (tmp_path / "spec.toml").write_text(f"[files]\nwrite = {toml_list(tmp_path / 'w')}\n")
+    (tmp_path / "k.pub").write_text(ED + "\n")
+    return tmp_path
+
+
+def _nothing_kept(tmp_path: Path) -> None:
+    assert not (tmp_path / "lnk" / "guests.toml").exists()
+    assert not (tmp_path / "lnk" / "guests").exists()
+
+
+@pytest.mark.parametrize(("spec", "reason"), [
+    ("[files]\nread = [\"/no/such/folder\"]\n",
+     "spec.toml: files.read[0]: '/no/such/folder' does not exist; nothing was kept"),
+    ("[files]\nreed = []\n", "spec.toml: files.reed: unknown key"),
+    ("[agent]\nname = \"a\"\nhome = \"HERE/w\"\n", "spec.toml: agent: a guest's spec has no "
+                                                  "[agent]"),
+])
+def test_a_bad_spec_is_refused_naming_file_and_key(owner: Path, spec: str, reason: str
+                                                   ) -> None:
+    (owner / "spec.toml").write_text(spec.replace("HERE", str(owner)))
+    refused = _guest_add(owner, "ann", "--spec", str(owner / "spec.toml"), "--key",
+                         str(owner / "k.pub"))
+    assert refused.returncode == 125, refused
+    assert reason in refused.stderr
+    _nothing_kept(owner)
+    assert not (owner / "home" / ".ssh" / "authorized_keys").exists()
+
+
+def test_a_private_key_a_bad_name_and_a_missing_key_are_refused(owner: Path) -> None:
+    (owner / "k").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nxx\n")
+    for words, reason in (
+        (("ann", "--key", str(owner / "k")), "this is a private key"),
+        (("ann", "--key", str(owner / "nope.pub")), "nope.pub: no such file"),
+        (("-bad", "--key", str(owner / "k.pub")), ""),
+        (("a/b", "--key", str(owner / "k.pub")), "a guest's name is"),
+    ):
+        refused = _guest_add(owner, *words, "--spec", str(owner / "spec.toml"))
+        assert refused.returncode != 0, refused
+        assert reason in refused.stderr
+    _nothing_kept(owner)
+
+
+def test_an_authorized_keys_that_is_a_link_is_refused(owner: Path) -> None:
+    (owner / "elsewhere").write_text("")
+    (owner / "home" / ".ssh" / "authorized_keys").symlink_to(owner / "elsewhere")
+    refused = _guest_add(owner, "ann", "--spec", str(owner / "spec.toml"), "--key",
+                         str(owner / "k.pub"))
+    assert refused.returncode == 125
+    assert "authorized_keys is a link; refusing" in refused.stderr, refused
+    assert (owner / "elsewhere").read_text() == ""
+    _nothing_kept(owner)
+
+
+def test_a_settings_folder_that_cannot_stand_unquoted_is_refused(owner: Path) -> None:
+    (owner / "l nk").mkdir()
+    refused = _guest_add(owner, "ann", "--spec", str(owner / "spec.toml"), "--key",
+                         str(owner / "k.pub"),
+                         env={**os.environ, "HOME": str(owner / "home"),
+                              "LNK_HOME": str(owner / "l nk")})
+    assert refused.returncode == 125
+    assert "holds ' '" in refused.stderr and "only letters, digits" in refused.stderr
+    assert not (owner / "l nk" / "guests.toml").exists()
+
+
+def test_enter_refuses_a_guest_it_does_not_keep(owner: Path) -> None:
+    refused = subprocess.run([LNK_SANDBOX, "enter", "--settings", str(owner / "lnk"), "zed"],
+                             capture_output=True, text=True, timeout=60, check=False,
+                             env={**os.environ, "SSH_ORIGINAL_COMMAND": "true"})
+    assert refused.returncode == 125
+    assert refused.stderr == (f"lnk-sandbox: no guest named zed in {owner}/lnk/guests.toml; "
+                              "refusing the session\n")
+
+
+def test_the_wire_and_the_own_folder_of_a_session(owner: Path) -> None:
+    from lnk_wrap.enter import session_policy
+    from lnk_wrap.guests_view import guest_home, guests_path
+
+    settings = str(owner / "lnk")
+    env = {"HOME": str(owner / "home"), "LNK_HOME": settings}
+    policy = load_spec(owner / "spec.toml", env)
+    os.makedirs(guest_home(settings, "ann"), mode=0o700)
+    guest = core.Guest("ann", KEY, OURS, str(owner / "spec.toml"), core.guest_document(policy))
+    Path(guests_path(settings)).write_text(core.render_guests([guest]))
+    session = session_policy(settings, "ann", env)
+    assert session.name == "guest-ann" and session.keep_session
+    assert session.write == (str(owner / "w"), f"{settings}/guests/ann")
+    assert session.write_dot_files == (f"{settings}/guests/ann",)
+    assert f"{settings}/guests" in session.hide
+    assert "--keep-session" in session.to_argv()
+
+
+def test_base64_of_the_blob_is_what_the_line_carries() -> None:
+    assert base64.b64decode(BLOB) == KEY.blob
+
+
+@pytest.mark.parametrize("written", ["home", "home/.ssh", ".", "venv", "packages"])
+def test_a_spec_that_writes_what_runs_outside_is_refused(owner: Path, written: str) -> None:
+    """The owner's home folder, ~/.ssh, a folder holding them, lnk-sandbox's own folder:
+    a guest writing any would run its writes outside at the next session (sshd, the
+    owner's shell, lnk-sandbox itself)."""
+    from lnk_wrap.helpers import package_root
+
+    target = {"venv": Path(LNK_SANDBOX).parent, "packages": Path(package_root()) / "lnk_wrap"
+              }.get(written, owner / written)
+    (owner / "spec.toml").write_text(f"[files]\nwrite = {toml_list(target)}\n")
+    refused = _guest_add(owner, "ann", "--spec", str(owner / "spec.toml"), "--key",
+                         str(owner / "k.pub"))
+    assert refused.returncode == 125, refused
+    assert (f"spec.toml: files.write: a guest's spec may not write what runs outside: it "
+            f"writes {target}, ") in refused.stderr, refused
+    _nothing_kept(owner)
+
+
+def test_written_outside_problem_table() -> None:
+    points = ("/home/o", "/home/o/.bashrc", "/home/o/.config/fish")
+    trees = ("/v/bin/lnk-sandbox", "/home/o/lnk-sandbox", "/usr/lib/python3.11")
+    for write, bad in ((("/home/o/project",), False), (("/home",), True),
+                       (("/home/o",), True), (("/home/o/.bashrc",), True),
+                       (("/home/o/.config",), True), (("/home/o/.config/git",), False),
+                       (("/v",), True), (("/var",), False), (("/home/o/lnk-sandbox/x",), True),
+                       (("/usr/lib/python3.11/site-packages",), True),
+                       (("/home/o/lnk-sandbox-notes",), False)):
+        policy = Policy(settings="/s", write=write)
+        assert (core.written_outside_problem(policy, points, trees) is not None) is bad, write
+
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def test_guests_toml_and_the_line_golden() -> None:
+    """guests.toml's whole text, and the authorized_keys line, for a fixed guest whose
+    spec uses every kind of key (tests/golden/guests.toml)."""
+    policy = Policy(settings="/s", read=("/srv/data",), write=("/srv/work", "/srv/dots"),
+                    hide=("/srv/data/secret",), reopen=("/srv/data/secret/ok",),
+                    write_dot_files=("/srv/dots",), commands=("/usr/bin",),
+                    network="proxy", hosts=("example.com", "*.example.org:8443"),
+                    endpoints=("db.example.com:5432",), lan=("10.1.2.3:22",),
+                    localhost_ports=(5432,), local_models=(11434,), models=("anthropic",),
+                    secrets=("gh",), tools=("github",), calls_per_minute=30,
+                    pause=(5, 4, 120))
+    guest = core.Guest("ann", KEY, OURS, "/home/o/guest.toml", core.guest_document(policy))
+    text = core.render_guests([guest, core.Guest("b.c", OTHER, "x", "/b.toml", {})])
+    assert text == (GOLDEN / "guests.toml").read_text()
+    kept_line = text.split("line = ")[1].split("\n")[0]
+    assert kept_line.strip('"').replace('\\"', '"') == OURS
