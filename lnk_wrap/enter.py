@@ -76,7 +76,7 @@ def session_policy(settings: str, name: str, env: Mapping[str, str]) -> Policy:
         raise GuestError(f"no guest named {name} in {guests_view.guests_path(settings)}; "
                          "refusing the session")
     policy = guests_view.kept_policy(settings, guest, env)
-    if getattr(policy, "open_pages", False):  # never kept by guest add; refused if edited in
+    if policy.open_pages:  # never kept by guest add; refused if edited in
         raise GuestError(f"{guests_view.guests_path(settings)}: guests.{name}.spec.verbs.open: "
                          "a guest does not open pages in your browser; refusing the session")
     # Checked again at each session: what lnk-sandbox runs from may have moved since.

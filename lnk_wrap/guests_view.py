@@ -267,7 +267,7 @@ def add(settings: str, name: str, spec_file: str, key_file: str, env: Mapping[st
     if policy.agent:
         raise GuestError(f"{policy.spec}: agent: a guest's spec has no [agent]: a guest "
                          "has its own folder in Link's settings; nothing was kept")
-    if getattr(policy, "open_pages", False):  # [verbs] open (issue 16), once merged
+    if policy.open_pages:
         raise GuestError(f"{policy.spec}: verbs.open: a guest's pages would open in your "
                          "browser, logged in as you, and a login's callback would hand what "
                          "your accounts give into the guest's sandbox; nothing was kept")

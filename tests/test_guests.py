@@ -363,6 +363,8 @@ def _nothing_kept(tmp_path: Path) -> None:
     ("[files]\nreed = []\n", "spec.toml: files.reed: unknown key"),
     ("[agent]\nname = \"a\"\nhome = \"HERE/w\"\n", "spec.toml: agent: a guest's spec has no "
                                                   "[agent]"),
+    ("[verbs]\nopen = true\n", "spec.toml: verbs.open: a guest's pages would open in your "
+                               "browser, logged in as you"),
 ])
 def test_a_bad_spec_is_refused_naming_file_and_key(owner: Path, spec: str, reason: str
                                                    ) -> None:
