@@ -213,6 +213,11 @@ def report(env: Mapping[str, str], policy: Policy | None = None) -> dict[str, An
          "in_force": namespaces and _browser_built(),
          **({} if _browser_built() else {"why": "the sandbox's browser is not built: run "
                                                 "bin/setup with a C compiler"})},
+        {"protection": "guests over SSH (lnk-sandbox guest add): a forced command with "
+                       "restrict (no forwarding of any kind), every shell, command, scp and "
+                       "sftp in the guest's own sandbox, the kept spec checked again at each "
+                       "session (a folder become a link is refused)",
+         "in_force": namespaces},
         *NOT_YET_BUILT,
     ]
     try:
