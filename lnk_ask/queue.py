@@ -34,6 +34,8 @@ import secrets
 import stat
 import time
 
+from lnk_common.filewrite import write_synced
+
 __all__ = [
     "ANSWER_KEEP_SECONDS",
     "ASKS_FOLDER",
@@ -152,14 +154,7 @@ class AskQueue:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                      | os.O_CLOEXEC, _FILE_MODE, dir_fd=folder)
         try:
-            try:
-                os.fchmod(fd, _FILE_MODE)  # a umask only takes bits away; 0600 whatever
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            write_synced(fd, data, _FILE_MODE)
             try:
                 os.link(temporary, name, src_dir_fd=folder, dst_dir_fd=folder,
                         follow_symlinks=False)

@@ -41,6 +41,8 @@ import os
 import re
 import stat
 
+from lnk_common.filewrite import write_synced
+
 __all__ = [
     "MAX_NAME_LENGTH",
     "MAX_RULE_FILE_BYTES",
@@ -354,14 +356,7 @@ def _write_file(settings_root: str, filename: str, value: bytes, shown: str) -> 
             raise SecretError(f"{shown} is not stored: cannot make a temp file: "
                               f"{error.strerror}") from None
         try:
-            try:
-                os.fchmod(fd, _FILE_MODE)
-                view = memoryview(value)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            write_synced(fd, value, _FILE_MODE)
             _refuse_other_than_file(folder, filename, shown)
             os.rename(temporary, filename, src_dir_fd=folder, dst_dir_fd=folder)
         except BaseException:

@@ -28,6 +28,7 @@ import pwd
 import stat
 import sys
 
+from lnk_common.filewrite import write_synced
 from lnk_wrap import guests as core
 from lnk_wrap.guests import Guest, GuestError
 
@@ -104,14 +105,7 @@ def write_atomic(path: str, data: bytes, mode: int) -> None:
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                  mode)
     try:
-        try:
-            os.fchmod(fd, mode)  # umask may have taken bits; exactly `mode`
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_synced(fd, data, mode)
         os.rename(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):
