@@ -14,8 +14,10 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import functools
 import itertools
 import os
+import queue
 import socket
 import threading
 import time
@@ -38,6 +40,51 @@ _SHUTDOWN.argtypes = (ctypes.c_int, ctypes.c_int)
 # A pipe this large lets one splice move a whole read of a fast connection.
 PIPE_BYTES = 1024 * 1024
 _F_SETPIPE_SZ = 1031
+# A splice thread whose tunnel ended waits this long for the next tunnel's direction
+# before it ends: a new thread cost some 300 µs to start here (threading's start waits
+# until the thread runs), two a tunnel, more than the rest of a tunnel's setup.
+IDLE_THREAD_SECONDS = 30.0
+
+
+class _Workers:
+    """Threads that each run one blocking job at a time (a direction of a tunnel), kept
+    for the next job while idle, up to IDLE_THREAD_SECONDS. Never a bound on the jobs:
+    one that finds no idle thread gets a new one (a bounded pool would hold a tunnel
+    back behind open ones). A job that raises ends its thread (threading's excepthook
+    says so, as it did with a thread a job): the pool starts another when needed."""
+
+    __slots__ = ("idle", "lock")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.idle: list[queue.SimpleQueue[Callable[[], None]]] = []
+
+    def run(self, job: Callable[[], None]) -> None:
+        with self.lock:
+            inbox = self.idle.pop() if self.idle else None
+        if inbox is None:
+            inbox = queue.SimpleQueue()
+            threading.Thread(target=self._work, args=(inbox,), daemon=True,
+                             name="splice").start()
+        inbox.put(job)
+
+    def _work(self, inbox: queue.SimpleQueue[Callable[[], None]]) -> None:
+        job = inbox.get()
+        while True:
+            job()
+            with self.lock:
+                self.idle.append(inbox)
+            try:
+                job = inbox.get(timeout=IDLE_THREAD_SECONDS)
+            except queue.Empty:
+                with self.lock:
+                    if inbox in self.idle:
+                        self.idle.remove(inbox)
+                        return
+                job = inbox.get()  # taken just now: its job is being put
+
+
+_WORKERS = _Workers()
 
 
 def _splice_thread(loop: asyncio.AbstractEventLoop, done: asyncio.Future[int], source: int,
@@ -370,11 +417,11 @@ class Wire:
 
     async def relay(self, ends: Splice, up_writer: asyncio.StreamWriter) -> tuple[int, int]:
         """Both directions of a tunnel readied by `splice_ends`, each by splice(2) in a
-        thread of its own: the bytes go socket → pipe → socket inside the kernel, never
-        through Python (asyncio streams managed a third of a direct connection's
-        throughput here). A cancel (the kill switch, a pause, the end) ends the tunnel
-        as its close would: both sockets shut down, the threads waited for, the counts
-        returned."""
+        thread of its own (an idle one of an ended tunnel's, else a new one: _Workers):
+        the bytes go socket → pipe → socket inside the kernel, never through Python
+        (asyncio streams managed a third of a direct connection's throughput here). A
+        cancel (the kill switch, a pause, the end) ends the tunnel as its close would:
+        both sockets shut down, the threads waited for, the counts returned."""
         loop = asyncio.get_running_loop()
         client_fd, upstream_fd = ends.client_fd, ends.upstream_fd
         with self.tunnel_lock:
@@ -385,8 +432,8 @@ class Wire:
         started = 0
         try:
             for index, (source, sink, held, pipe) in enumerate(directions):
-                threading.Thread(target=_splice_thread, daemon=True,
-                                 args=(loop, done[index], source, sink, held, pipe)).start()
+                _WORKERS.run(functools.partial(_splice_thread, loop, done[index], source,
+                                               sink, held, pipe))
                 started += 1
             await asyncio.wait(done)  # not gather: a cancel here leaves the counts be
         except asyncio.CancelledError:
