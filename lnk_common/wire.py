@@ -381,17 +381,24 @@ class Wire:
                 self.open.discard(task)
 
     async def splice_ends(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                          up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter
-                          ) -> Splice:
+                          up_reader: asyncio.StreamReader | None,
+                          up_writer: asyncio.StreamWriter | socket.socket) -> Splice:
         """Ready a tunnel for `relay`, before its call is allowed: the streams'
         transports paused (what their buffers hold is sent on first by the threads), a
         blocking duplicate of each socket and a pipe each way. Out of descriptors: every
         one made is closed again and the call refused (with the reason), so that a call
-        on the log as allowed is one that goes, and a failure leaks nothing."""
+        on the log as allowed is one that goes, and a failure leaks nothing. The
+        upstream may be a bare socket (up_reader None; lnk_proxy.upstream.open_socket):
+        its own descriptor is taken, made blocking, and closed by `relay` (the socket
+        object no longer holds it; the caller closes it on a refusal here, as it
+        would the stream)."""
         made: list[int] = []
         try:
             held = []
-            for stream_reader, stream_writer in ((reader, writer), (up_reader, up_writer)):
+            streams = [(reader, writer)]
+            if up_reader is not None and isinstance(up_writer, asyncio.StreamWriter):
+                streams.append((up_reader, up_writer))
+            for stream_reader, stream_writer in streams:
                 stream_writer.transport.pause_reading()  # type: ignore[attr-defined]
                 await stream_writer.drain()
                 held.append(bytes(stream_reader._buffer))  # type: ignore[attr-defined]
@@ -413,9 +420,14 @@ class Wire:
         except BaseException:
             _close_all(made)
             raise
+        if isinstance(up_writer, socket.socket):  # nothing can fail past here
+            up_writer.setblocking(True)
+            made.insert(1, up_writer.detach())
+            held.append(b"")
         return Splice(made[0], held[0], made[1], held[1], (pipes[0], pipes[1]))
 
-    async def relay(self, ends: Splice, up_writer: asyncio.StreamWriter) -> tuple[int, int]:
+    async def relay(self, ends: Splice, up_writer: asyncio.StreamWriter | None
+                    ) -> tuple[int, int]:
         """Both directions of a tunnel readied by `splice_ends`, each by splice(2) in a
         thread of its own (an idle one of an ended tunnel's, else a new one: _Workers):
         the bytes go socket → pipe → socket inside the kernel, never through Python
@@ -456,7 +468,8 @@ class Wire:
                 self.tunnel_fds.difference_update((client_fd, upstream_fd))
                 os.close(client_fd)
                 os.close(upstream_fd)
-            up_writer.close()
+            if up_writer is not None:
+                up_writer.close()
         # The bytes each way, also of a call the switch closed: its `ended` line says
         # what it moved (a cancel through gather lost them: sent=0 received=0).
         return done[0].result(), done[1].result()

@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import ipaddress
 import math
+import socket
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -59,7 +60,7 @@ from lnk_proxy.resolver import system_resolver
 from lnk_proxy.secret_verb import MAX_BODY_BYTES as SECRET_BODY_BYTES
 from lnk_proxy.secret_verb import SecretVerb
 from lnk_proxy.target import Target, TargetError, parse_absolute, parse_connect
-from lnk_proxy.upstream import CHUNK, Pool, Upstream, open_upstream
+from lnk_proxy.upstream import CHUNK, Pool, Upstream, open_socket, open_upstream
 from lnk_proxy.verbs import (
     MODEL,
     SECRET,
@@ -456,6 +457,12 @@ class Proxy(Wire):
         address = await self.decide(target, counted=counted)
         return await open_upstream(address, target.port, target.authority)
 
+    async def _open_tunnel(self, target: Target) -> socket.socket:
+        """A tunnel's upstream: decided as any call, a bare socket (its bytes are
+        spliced, never read here)."""
+        address = await self.decide(target)
+        return await open_socket(address, target.port, target.authority)
+
     # -- CONNECT ------------------------------------------------------------------------
 
     async def _connect(self, raw_target: str, early: bytes, reader: asyncio.StreamReader,
@@ -480,23 +487,34 @@ class Proxy(Wire):
                 # so nothing reaches the host that is not on the log.
                 await self.decide(target, counted=False)
             else:
-                upstream = await self._open(target)
+                upstream = await self._open_tunnel(target)
         except Refused as refusal:
             await self._refuse(writer, target.authority, refusal)
             return None
-        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        await writer.drain()
+        try:
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            await writer.drain()
+        except BaseException:
+            if target.port != HTTP_PORT:
+                upstream.close()
+            raise
         if target.port == HTTP_PORT:
             return target
-        await self._tunnel(target, early, reader, writer, upstream.reader, upstream.writer,
-                           "connect")
+        await self._tunnel(target, early, reader, writer, upstream, "connect")
         return None
 
     async def _tunnel(self, target: Target, early: bytes, reader: asyncio.StreamReader,
-                      writer: asyncio.StreamWriter, up_reader: asyncio.StreamReader,
-                      up_writer: asyncio.StreamWriter, kind: str) -> None:
+                      writer: asyncio.StreamWriter, upstream: socket.socket, kind: str) -> None:
         """An allowed connection carried both ways: to port 443 only once its
-        ClientHello names the very host (a CDN routes by that name)."""
+        ClientHello names the very host (a CDN routes by that name). `upstream` is
+        closed here (by `relay` once the tunnel is spliced), whatever happens."""
+        try:
+            await self._carry(target, early, reader, writer, upstream, kind)
+        finally:
+            upstream.close()  # a no-op once `splice_ends` has taken its descriptor
+
+    async def _carry(self, target: Target, early: bytes, reader: asyncio.StreamReader,
+                     writer: asyncio.StreamWriter, upstream: socket.socket, kind: str) -> None:
         call = next(self.ids)
         first = early
         if target.port == 443:  # an IP literal gets no name in a ClientHello: closed
@@ -507,7 +525,6 @@ class Proxy(Wire):
             except TimeoutError:
                 named = None
             if named != target.host:
-                up_writer.close()
                 # Counted as any refusal: a burst of tunnels fronting another name is an
                 # anomaly like a burst of refused names.
                 refusal = Refused(403, "the tunnel's TLS ClientHello names "
@@ -517,17 +534,16 @@ class Proxy(Wire):
                 return
         try:
             if first:
-                up_writer.write(first)
-            ends = await self.splice_ends(reader, writer, up_reader, up_writer)
+                await asyncio.get_running_loop().sock_sendall(upstream, first)
+            ends = await self.splice_ends(reader, writer, None, upstream)
         except Refused as refusal:  # out of descriptors: the call never went
-            up_writer.close()
             self.log.write("refused", target.authority, f"reason={refusal.logged}")
             return
         self.log.write("allowed", target.authority, f"id={call} kind={kind}")
         started = time.monotonic()
         counted = [0, 0]
         try:
-            counted[:] = await self.relay(ends, up_writer)
+            counted[:] = await self.relay(ends, None)
         finally:  # an ended line for every allowed one, even when the proxy is stopping
             self.log.write("ended", target.authority,
                            f"id={call} sent={counted[0] + len(first)} received={counted[1]} "
@@ -558,14 +574,13 @@ class Proxy(Wire):
             if port == HTTP_PORT:  # as a CONNECT to port 80: decided, then served as HTTP
                 await self.decide(target, counted=False)
             else:
-                upstream = await self._open(target)
+                upstream = await self._open_tunnel(target)
         except Refused as refusal:
             self.log.write("refused", target.authority, f"reason={refusal.logged}")
             self.count_refusal(target.authority, refusal)
             return
         if port != HTTP_PORT:
-            await self._tunnel(target, b"", reader, writer, upstream.reader, upstream.writer,
-                               "endpoint")
+            await self._tunnel(target, b"", reader, writer, upstream, "endpoint")
             return
         kept: list[Upstream | None] = [None]
         try:
