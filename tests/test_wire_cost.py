@@ -276,3 +276,95 @@ def test_the_window_written_by_another_process_between_two_calls_counts(tmp_path
     one.gate()
     with pytest.raises(Refused, match="more than 3 calls in a minute"):
         other.gate()
+
+
+# -- a tunnel's upstream, a bare socket: closed whatever happens ------------------------------
+
+
+def _descriptors(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_tunnels_allowed_refused_or_abandoned_leave_no_descriptor(testnet: Path,
+                                                                   tmp_path: Path) -> None:
+    """A standalone proxy (the launcher's argv, --listen) on the test network: TLS tunnels
+    carried whole, tunnels whose ClientHello names another host (refused after the
+    upstream was connected) and tunnels abandoned before a ClientHello, round after
+    round; then the proxy holds as many descriptors as after the first round (the
+    upstream's socket, its pipes and its copy of the client's are all closed), and
+    each call is on the log."""
+    import socket
+    import subprocess
+
+    from lnk_common.wirelog import log_path
+    from tests.conftest import LNK_SANDBOX
+
+    settings = tmp_path / "settings"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proxy = subprocess.Popen(
+        [str(Path(LNK_SANDBOX).with_name("lnk-sandbox-proxy")), "--settings", str(settings),
+         "--wire", "cost", "--host", "allowed.lnkt", "--pause", "1000,1000,60",
+         "--listen", f"127.0.0.1:{port}"], stderr=subprocess.PIPE)
+    context = ssl.create_default_context(cafile=str(testnet / "cert.pem"))
+
+    def tunnel() -> socket.socket:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        sock.sendall(b"CONNECT allowed.lnkt:443 HTTP/1.1\r\nHost: allowed.lnkt:443\r\n\r\n")
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = sock.recv(4096)
+            assert chunk, head
+            head += chunk
+        assert head.startswith(b"HTTP/1.1 200"), head
+        return sock
+
+    def carried() -> None:
+        with context.wrap_socket(tunnel(), server_hostname="allowed.lnkt") as tls:
+            tls.sendall(b"GET /ok HTTP/1.1\r\nHost: allowed.lnkt\r\nConnection: close\r\n\r\n")
+            data = b""
+            while chunk := tls.recv(4096):
+                data += chunk
+            assert data.endswith(b"\r\n\r\nfine\n"), data
+
+    def fronted() -> None:
+        fronting = ssl.create_default_context(cafile=str(testnet / "cert.pem"))
+        with pytest.raises((ssl.SSLError, OSError)):  # closed before any answer
+            fronting.wrap_socket(tunnel(), server_hostname="other.lnkt").close()
+
+    def abandoned() -> None:
+        tunnel().close()
+
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proxy.poll() is None
+                time.sleep(0.05)
+        counts = []
+        for _ in range(8):
+            carried()
+            fronted()
+            abandoned()
+            time.sleep(0.3)  # the proxy's ends of the last ones close meanwhile
+            counts.append(_descriptors(proxy.pid))
+        deadline = time.monotonic() + 10
+        while _descriptors(proxy.pid) > counts[0] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _descriptors(proxy.pid) <= counts[0], counts
+    finally:
+        proxy.terminate()
+        proxy.wait(timeout=10)
+    lines = [line.split("\t") for line in
+             Path(log_path(str(settings), "cost")).read_text().splitlines()]
+    events = [(line[1], line[2]) for line in lines]
+    assert events.count(("allowed", "allowed.lnkt:443")) == 8, lines
+    assert events.count(("ended", "allowed.lnkt:443")) == 8, lines
+    refusals = [line[3] for line in lines if line[1] == "refused"]
+    assert refusals.count("reason=the tunnel's TLS ClientHello names another host "
+                          "(other.lnkt)") == 8, lines
+    assert refusals.count("reason=the tunnel's TLS ClientHello names no host") == 8, lines
