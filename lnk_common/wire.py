@@ -44,6 +44,10 @@ _F_SETPIPE_SZ = 1031
 # before it ends: a new thread cost some 300 µs to start here (threading's start waits
 # until the thread runs), two a tunnel, more than the rest of a tunnel's setup.
 IDLE_THREAD_SECONDS = 30.0
+# Idle splice threads kept at most: past a burst (500 tunnels are 1,000 threads) the
+# rest end at once, rather than hold the machine's tasks for IDLE_THREAD_SECONDS; a
+# sandbox's steady work (a package manager's tens of tunnels at once) stays under it.
+MAX_IDLE_THREADS = 128
 
 
 class _Workers:
@@ -73,6 +77,8 @@ class _Workers:
         while True:
             job()
             with self.lock:
+                if len(self.idle) >= MAX_IDLE_THREADS:
+                    return
                 self.idle.append(inbox)
             try:
                 job = inbox.get(timeout=IDLE_THREAD_SECONDS)

@@ -148,6 +148,30 @@ def test_idle_threads_end_after_their_time(monkeypatch: pytest.MonkeyPatch) -> N
     assert done.wait(10)
 
 
+def test_idle_threads_past_the_most_kept_end_at_once(monkeypatch: pytest.MonkeyPatch
+                                                    ) -> None:
+    monkeypatch.setattr(wire_module, "MAX_IDLE_THREADS", 2)
+    workers = wire_module._Workers()
+    gates = [threading.Event() for _ in range(6)]
+    threads: list[threading.Thread] = []
+
+    def job(gate: threading.Event) -> None:
+        threads.append(threading.current_thread())
+        gate.wait(10)
+
+    for gate in gates:
+        workers.run(functools.partial(job, gate))
+    deadline = time.monotonic() + 10
+    while len(threads) < len(gates) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for gate in gates:
+        gate.set()
+    while sum(thread.is_alive() for thread in threads) > 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sum(thread.is_alive() for thread in threads) == 2
+    assert len(workers.idle) == 2
+
+
 # -- /etc/hosts: read again whenever it changed ---------------------------------------------
 
 
