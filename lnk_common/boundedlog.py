@@ -57,6 +57,8 @@ def printable(text: str) -> str:
     """`text` from a sandbox made safe for a terminal and a one-line record: control
     characters (a tab or newline forging a field or a line, an escape driving the
     terminal) shown as \\xNN."""
+    if text.isprintable():  # the common case: one pass in C, not a generator a character
+        return text
     return "".join(char if char.isprintable() else f"\\x{ord(char) & 0xFF:02x}"
                    for char in text)
 

@@ -14,8 +14,10 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import functools
 import itertools
 import os
+import queue
 import socket
 import threading
 import time
@@ -38,6 +40,57 @@ _SHUTDOWN.argtypes = (ctypes.c_int, ctypes.c_int)
 # A pipe this large lets one splice move a whole read of a fast connection.
 PIPE_BYTES = 1024 * 1024
 _F_SETPIPE_SZ = 1031
+# A splice thread whose tunnel ended waits this long for the next tunnel's direction
+# before it ends: a new thread cost some 300 µs to start here (threading's start waits
+# until the thread runs), two a tunnel, more than the rest of a tunnel's setup.
+IDLE_THREAD_SECONDS = 30.0
+# Idle splice threads kept at most: past a burst (500 tunnels are 1,000 threads) the
+# rest end at once, rather than hold the machine's tasks for IDLE_THREAD_SECONDS; a
+# sandbox's steady work (a package manager's tens of tunnels at once) stays under it.
+MAX_IDLE_THREADS = 128
+
+
+class _Workers:
+    """Threads that each run one blocking job at a time (a direction of a tunnel), kept
+    for the next job while idle, up to IDLE_THREAD_SECONDS. Never a bound on the jobs:
+    one that finds no idle thread gets a new one (a bounded pool would hold a tunnel
+    back behind open ones). A job that raises ends its thread (threading's excepthook
+    says so, as it did with a thread a job): the pool starts another when needed."""
+
+    __slots__ = ("idle", "lock")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.idle: list[queue.SimpleQueue[Callable[[], None]]] = []
+
+    def run(self, job: Callable[[], None]) -> None:
+        with self.lock:
+            inbox = self.idle.pop() if self.idle else None
+        if inbox is None:
+            inbox = queue.SimpleQueue()
+            threading.Thread(target=self._work, args=(inbox,), daemon=True,
+                             name="splice").start()
+        inbox.put(job)
+
+    def _work(self, inbox: queue.SimpleQueue[Callable[[], None]]) -> None:
+        job = inbox.get()
+        while True:
+            job()
+            with self.lock:
+                if len(self.idle) >= MAX_IDLE_THREADS:
+                    return
+                self.idle.append(inbox)
+            try:
+                job = inbox.get(timeout=IDLE_THREAD_SECONDS)
+            except queue.Empty:
+                with self.lock:
+                    if inbox in self.idle:
+                        self.idle.remove(inbox)
+                        return
+                job = inbox.get()  # taken just now: its job is being put
+
+
+_WORKERS = _Workers()
 
 
 def _splice_thread(loop: asyncio.AbstractEventLoop, done: asyncio.Future[int], source: int,
@@ -334,17 +387,24 @@ class Wire:
                 self.open.discard(task)
 
     async def splice_ends(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                          up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter
-                          ) -> Splice:
+                          up_reader: asyncio.StreamReader | None,
+                          up_writer: asyncio.StreamWriter | socket.socket) -> Splice:
         """Ready a tunnel for `relay`, before its call is allowed: the streams'
         transports paused (what their buffers hold is sent on first by the threads), a
         blocking duplicate of each socket and a pipe each way. Out of descriptors: every
         one made is closed again and the call refused (with the reason), so that a call
-        on the log as allowed is one that goes, and a failure leaks nothing."""
+        on the log as allowed is one that goes, and a failure leaks nothing. The
+        upstream may be a bare socket (up_reader None; lnk_proxy.upstream.open_socket):
+        its own descriptor is taken, made blocking, and closed by `relay` (the socket
+        object no longer holds it; the caller closes it on a refusal here, as it
+        would the stream)."""
         made: list[int] = []
         try:
             held = []
-            for stream_reader, stream_writer in ((reader, writer), (up_reader, up_writer)):
+            streams = [(reader, writer)]
+            if up_reader is not None and isinstance(up_writer, asyncio.StreamWriter):
+                streams.append((up_reader, up_writer))
+            for stream_reader, stream_writer in streams:
                 stream_writer.transport.pause_reading()  # type: ignore[attr-defined]
                 await stream_writer.drain()
                 held.append(bytes(stream_reader._buffer))  # type: ignore[attr-defined]
@@ -366,15 +426,20 @@ class Wire:
         except BaseException:
             _close_all(made)
             raise
+        if isinstance(up_writer, socket.socket):  # nothing can fail past here
+            up_writer.setblocking(True)
+            made.insert(1, up_writer.detach())
+            held.append(b"")
         return Splice(made[0], held[0], made[1], held[1], (pipes[0], pipes[1]))
 
-    async def relay(self, ends: Splice, up_writer: asyncio.StreamWriter) -> tuple[int, int]:
+    async def relay(self, ends: Splice, up_writer: asyncio.StreamWriter | None
+                    ) -> tuple[int, int]:
         """Both directions of a tunnel readied by `splice_ends`, each by splice(2) in a
-        thread of its own: the bytes go socket → pipe → socket inside the kernel, never
-        through Python (asyncio streams managed a third of a direct connection's
-        throughput here). A cancel (the kill switch, a pause, the end) ends the tunnel
-        as its close would: both sockets shut down, the threads waited for, the counts
-        returned."""
+        thread of its own (an idle one of an ended tunnel's, else a new one: _Workers):
+        the bytes go socket → pipe → socket inside the kernel, never through Python
+        (asyncio streams managed a third of a direct connection's throughput here). A
+        cancel (the kill switch, a pause, the end) ends the tunnel as its close would:
+        both sockets shut down, the threads waited for, the counts returned."""
         loop = asyncio.get_running_loop()
         client_fd, upstream_fd = ends.client_fd, ends.upstream_fd
         with self.tunnel_lock:
@@ -385,8 +450,8 @@ class Wire:
         started = 0
         try:
             for index, (source, sink, held, pipe) in enumerate(directions):
-                threading.Thread(target=_splice_thread, daemon=True,
-                                 args=(loop, done[index], source, sink, held, pipe)).start()
+                _WORKERS.run(functools.partial(_splice_thread, loop, done[index], source,
+                                               sink, held, pipe))
                 started += 1
             await asyncio.wait(done)  # not gather: a cancel here leaves the counts be
         except asyncio.CancelledError:
@@ -409,7 +474,8 @@ class Wire:
                 self.tunnel_fds.difference_update((client_fd, upstream_fd))
                 os.close(client_fd)
                 os.close(upstream_fd)
-            up_writer.close()
+            if up_writer is not None:
+                up_writer.close()
         # The bytes each way, also of a call the switch closed: its `ended` line says
         # what it moved (a cancel through gather lost them: sent=0 received=0).
         return done[0].result(), done[1].result()

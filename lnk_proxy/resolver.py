@@ -21,6 +21,7 @@ import asyncio
 import ipaddress
 import os
 import socket
+import time
 from collections.abc import Awaitable, Callable
 
 __all__ = ["HOSTS_FILE", "QUERY_SECONDS", "absolute", "dns_resolver", "hosts_file_addresses",
@@ -66,13 +67,60 @@ def hosts_file_addresses(text: str, name: str) -> list[Address]:
     return found
 
 
+# /etc/hosts as last read: what it was then (stat: device, inode, size, change and
+# modification times) and its addresses by name. A tunnel's lookup stats the file and
+# reads it again only when it changed: a lookup read and parsed the whole file each time
+# (some 13 µs for a three-line file, tens of ms for a blocklist of many thousand lines).
+# A file changed less than HOSTS_SETTLE_NS before it was read is not kept (read again at
+# every lookup until it is older): a change within the clock's tick, at the same size,
+# leaves the times and the size as they were, so only a file that had settled when it
+# was read is known to be the file the same stat describes later (git's "racy" rule).
+HOSTS_SETTLE_NS = 2_000_000_000
+# Names kept of one version of the file: a lookup of a name not among them parses the
+# text again (what a wildcard in hosts may ask for is unbounded).
+MAX_HOSTS_NAMES = 1024
+
+
+class _HostsFile:
+    __slots__ = ("found", "identity", "text")
+
+    def __init__(self) -> None:
+        self.identity: tuple[int, ...] = ()
+        self.text = ""
+        self.found: dict[str, list[Address]] = {}
+
+    def addresses(self, host: str) -> list[Address]:
+        """The addresses HOSTS_FILE gives `host` now ([] when it cannot be read)."""
+        try:
+            status = os.stat(HOSTS_FILE)
+        except OSError:
+            return []
+        identity = (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns,
+                    status.st_ctime_ns)
+        if identity != self.identity:
+            try:
+                with open(HOSTS_FILE, encoding="utf-8", errors="replace") as handle:
+                    text = handle.read(MAX_HOSTS_FILE_BYTES)
+            except OSError:
+                return []
+            settled = time.time_ns() - max(status.st_mtime_ns, status.st_ctime_ns)
+            self.identity = identity if settled > HOSTS_SETTLE_NS else ()
+            self.text, self.found = text, {}
+        found = self.found.get(host)
+        if found is None:
+            found = hosts_file_addresses(self.text, host)
+            if len(self.found) >= MAX_HOSTS_NAMES:
+                self.found.clear()
+            self.found[host] = found
+        return list(found)
+
+
+_HOSTS = _HostsFile()
+
+
 async def system_resolver(host: str, port: int) -> list[Address]:
     """/etc/hosts, then the system's resolver for `host` as an absolute name."""
-    try:
-        with open(HOSTS_FILE, encoding="utf-8", errors="replace") as handle:
-            found = hosts_file_addresses(handle.read(MAX_HOSTS_FILE_BYTES), host)
-    except OSError:
-        found = []
+    found = _HOSTS.addresses(host)
     if found:
         return found
     loop = asyncio.get_running_loop()

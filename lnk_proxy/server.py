@@ -32,6 +32,7 @@ import contextlib
 import ipaddress
 import math
 import os
+import socket
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -61,7 +62,7 @@ from lnk_proxy.resolver import system_resolver
 from lnk_proxy.secret_verb import MAX_BODY_BYTES as SECRET_BODY_BYTES
 from lnk_proxy.secret_verb import SecretVerb
 from lnk_proxy.target import Target, TargetError, parse_absolute, parse_connect
-from lnk_proxy.upstream import CHUNK, Pool, Upstream, open_upstream
+from lnk_proxy.upstream import CHUNK, Pool, Upstream, open_socket, open_upstream
 from lnk_proxy.verbs import (
     MODEL,
     SECRET,
@@ -118,13 +119,24 @@ def _own_path(target: str) -> str | None:
     return None
 
 
+async def _read(reader: asyncio.StreamReader, size: int, seconds: float) -> bytes:
+    """What `reader` has (up to `size` bytes), waiting at most `seconds` for it; TimeoutError
+    past that. asyncio.timeout, not wait_for: Python 3.11's wait_for made a task of each
+    read and took two turns of the loop more, some 30 µs of a kept-alive request's three
+    reads each; a timeout is one timer, and none is set when the bytes are there."""
+    if reader._buffer:  # type: ignore[attr-defined]  # there already: no wait, no timer
+        return await reader.read(size)
+    async with asyncio.timeout(seconds):
+        return await reader.read(size)
+
+
 async def _next_event(connection: h11.Connection, reader: asyncio.StreamReader) -> object:
     """The next h11 event of `connection`, reading from `reader` as it needs more."""
     while True:
         event = connection.next_event()
         if event is not h11.NEED_DATA:
             return event
-        connection.receive_data(await asyncio.wait_for(reader.read(CHUNK), IDLE_SECONDS))
+        connection.receive_data(await _read(reader, CHUNK, IDLE_SECONDS))
 
 
 # The port whose tunnels are served as HTTP: the client speaks first there, so there is
@@ -328,14 +340,19 @@ class Proxy(Wire):
             where = tunnel.authority if tunnel is not None else "-"  # for a bad head
             if not buffer:
                 try:  # between requests a client may idle; within a head it may not
-                    buffer = await asyncio.wait_for(reader.read(65536), IDLE_SECONDS)
+                    buffer = await _read(reader, 65536, IDLE_SECONDS)
                 except TimeoutError:
                     return
                 if not buffer:
                     return
+            raw: bytes | None
             try:
-                raw, buffer = await asyncio.wait_for(self._read_head(reader, buffer),
-                                                     HEAD_SECONDS)
+                end = head_end(buffer)
+                if end >= 0:  # the whole head is here (as a small request's is): no wait
+                    raw, buffer = buffer[:end], buffer[end:]
+                else:
+                    async with asyncio.timeout(HEAD_SECONDS):
+                        raw, buffer = await self._read_head(reader, buffer)
             except TimeoutError:
                 await self._refuse(writer, where, Refused(408, "the request head took too long"))
                 return
@@ -454,6 +471,12 @@ class Proxy(Wire):
         address = await self.decide(target, counted=counted)
         return await open_upstream(address, target.port, target.authority)
 
+    async def _open_tunnel(self, target: Target) -> socket.socket:
+        """A tunnel's upstream: decided as any call, a bare socket (its bytes are
+        spliced, never read here)."""
+        address = await self.decide(target)
+        return await open_socket(address, target.port, target.authority)
+
     # -- CONNECT ------------------------------------------------------------------------
 
     async def _connect(self, raw_target: str, early: bytes, reader: asyncio.StreamReader,
@@ -478,33 +501,44 @@ class Proxy(Wire):
                 # so nothing reaches the host that is not on the log.
                 await self.decide(target, counted=False)
             else:
-                upstream = await self._open(target)
+                upstream = await self._open_tunnel(target)
         except Refused as refusal:
             await self._refuse(writer, target.authority, refusal)
             return None
-        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        await writer.drain()
+        try:
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            await writer.drain()
+        except BaseException:
+            if target.port != HTTP_PORT:
+                upstream.close()
+            raise
         if target.port == HTTP_PORT:
             return target
-        await self._tunnel(target, early, reader, writer, upstream.reader, upstream.writer,
-                           "connect")
+        await self._tunnel(target, early, reader, writer, upstream, "connect")
         return None
 
     async def _tunnel(self, target: Target, early: bytes, reader: asyncio.StreamReader,
-                      writer: asyncio.StreamWriter, up_reader: asyncio.StreamReader,
-                      up_writer: asyncio.StreamWriter, kind: str) -> None:
+                      writer: asyncio.StreamWriter, upstream: socket.socket, kind: str) -> None:
         """An allowed connection carried both ways: to port 443 only once its
-        ClientHello names the very host (a CDN routes by that name)."""
+        ClientHello names the very host (a CDN routes by that name). `upstream` is
+        closed here (by `relay` once the tunnel is spliced), whatever happens."""
+        try:
+            await self._carry(target, early, reader, writer, upstream, kind)
+        finally:
+            upstream.close()  # a no-op once `splice_ends` has taken its descriptor
+
+    async def _carry(self, target: Target, early: bytes, reader: asyncio.StreamReader,
+                     writer: asyncio.StreamWriter, upstream: socket.socket, kind: str) -> None:
         call = next(self.ids)
         first = early
         if target.port == 443:  # an IP literal gets no name in a ClientHello: closed
+            named: str | object | None = None
             try:
-                first = await asyncio.wait_for(self._client_hello(reader, early), HELLO_SECONDS)
-                named = sni.server_name(first)
+                async with asyncio.timeout(HELLO_SECONDS):
+                    first, named = await self._client_hello(reader, early)
             except TimeoutError:
                 named = None
             if named != target.host:
-                up_writer.close()
                 # Counted as any refusal: a burst of tunnels fronting another name is an
                 # anomaly like a burst of refused names.
                 refusal = Refused(403, "the tunnel's TLS ClientHello names "
@@ -514,17 +548,16 @@ class Proxy(Wire):
                 return
         try:
             if first:
-                up_writer.write(first)
-            ends = await self.splice_ends(reader, writer, up_reader, up_writer)
+                await asyncio.get_running_loop().sock_sendall(upstream, first)
+            ends = await self.splice_ends(reader, writer, None, upstream)
         except Refused as refusal:  # out of descriptors: the call never went
-            up_writer.close()
             self.log.write("refused", target.authority, f"reason={refusal.logged}")
             return
         self.log.write("allowed", target.authority, f"id={call} kind={kind}")
         started = time.monotonic()
         counted = [0, 0]
         try:
-            counted[:] = await self.relay(ends, up_writer)
+            counted[:] = await self.relay(ends, None)
         finally:  # an ended line for every allowed one, even when the proxy is stopping
             self.log.write("ended", target.authority,
                            f"id={call} sent={counted[0] + len(first)} received={counted[1]} "
@@ -555,14 +588,13 @@ class Proxy(Wire):
             if port == HTTP_PORT:  # as a CONNECT to port 80: decided, then served as HTTP
                 await self.decide(target, counted=False)
             else:
-                upstream = await self._open(target)
+                upstream = await self._open_tunnel(target)
         except Refused as refusal:
             self.log.write("refused", target.authority, f"reason={refusal.logged}")
             self.count_refusal(target.authority, refusal)
             return
         if port != HTTP_PORT:
-            await self._tunnel(target, b"", reader, writer, upstream.reader, upstream.writer,
-                               "endpoint")
+            await self._tunnel(target, b"", reader, writer, upstream, "endpoint")
             return
         kept: list[Upstream | None] = [None]
         try:
@@ -571,13 +603,18 @@ class Proxy(Wire):
             if kept[0] is not None:
                 kept[0].close()
 
-    async def _client_hello(self, reader: asyncio.StreamReader, data: bytes) -> bytes:
+    async def _client_hello(self, reader: asyncio.StreamReader, data: bytes
+                            ) -> tuple[bytes, str | object | None]:
+        """The ClientHello's bytes and the name it asks for (read once: a reading is a
+        TLS handshake begun, which was a tunnel's dearest step when done twice)."""
         while True:
-            if data and sni.server_name(data) is not sni.NEED_MORE:
-                return data
+            if data:
+                named = sni.server_name(data)
+                if named is not sni.NEED_MORE:
+                    return data, named
             chunk = await reader.read(sni.MAX_CLIENT_HELLO_BYTES)
-            if not chunk:
-                return data
+            if not chunk:  # closed before a whole ClientHello: it names no host
+                return data, None
             data += chunk
 
     # -- requests: dispatch, the upstream, one exchange --------------------------------
@@ -706,8 +743,7 @@ class Proxy(Wire):
                         writer.write(b"".join(out))
                         out.clear()
                         await writer.drain()
-                    conn.receive_data(await asyncio.wait_for(up_reader.read(CHUNK),
-                                                             IDLE_SECONDS))
+                    conn.receive_data(await _read(up_reader, CHUNK, IDLE_SECONDS))
                     continue
                 if isinstance(event, h11.InformationalResponse):
                     if event.status_code == 101:  # h11 admits it only when asked for
