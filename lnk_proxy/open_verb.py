@@ -100,6 +100,10 @@ async def _reap(process: asyncio.subprocess.Process) -> None:
         await process.wait()
 
 
+# Callbacks being served (asyncio keeps a task only weakly).
+_LIVE: set[asyncio.Task[None]] = set()
+
+
 class CallbackSockets:
     """The sockets made inside the sandbox's network for login callbacks (neither bound
     nor listening), by family; each is used for one callback and then closed."""
@@ -179,6 +183,9 @@ class Callback:
     def start(self) -> None:
         """Serve the one callback, in the background (the opener runs meanwhile)."""
         self.task = asyncio.get_running_loop().create_task(self._serve())
+        # The loop keeps only a weak reference to a task: held here until it ends.
+        _LIVE.add(self.task)
+        self.task.add_done_callback(_LIVE.discard)
 
     def close(self) -> None:
         for sock in self.listeners:
@@ -198,11 +205,12 @@ class Callback:
     async def _serve(self) -> None:
         loop = asyncio.get_running_loop()
         accepts = [loop.create_task(loop.sock_accept(sock)) for sock in self.listeners]
+        cancelled = False
         try:
             done, _ = await asyncio.wait(accepts, timeout=self.seconds,
                                          return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            done = set()
+        except asyncio.CancelledError:  # not opened after all: cleaned up below
+            done, cancelled = set(), True
         for task in accepts:
             task.cancel()
         taken = [task for task in done if not task.cancelled() and task.exception() is None]
@@ -216,8 +224,9 @@ class Callback:
             if self.pair is not None:
                 self.sockets.give_back(self.pair)
                 self.pair = None
-            self.log("ended", f"localhost:{self.port}", "kind=callback reason=no callback "
-                     f"came within {self.seconds:g} s; the port is closed")
+            if not cancelled:
+                self.log("ended", f"localhost:{self.port}", "kind=callback reason=no "
+                         f"callback came within {self.seconds:g} s; the port is closed")
             return
         browser = taken[0].result()[0]
         pair, self.pair = self.pair, None
