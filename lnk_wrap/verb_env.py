@@ -72,6 +72,8 @@ def url_secret_for(policy: Policy) -> str:
 def secret_placeholders(policy: Policy) -> dict[str, str]:
     """A new placeholder for each secret the policy names, of its rule's shape, or
     VerbEnvError naming the secret and the fix."""
+    if not policy.secrets:
+        return {}  # before the imports: lnk_common.secrets (and `re`) cost a start 10 ms
     from lnk_common.secrets import (
         SecretError,
         list_secrets,
@@ -79,8 +81,6 @@ def secret_placeholders(policy: Policy) -> dict[str, str]:
         read_secret,
         rule_names,
     )
-    if not policy.secrets:
-        return {}
     from lnk_proxy.secret_rules import SecretRuleError, make_placeholder, parse_rule
 
     try:
