@@ -44,6 +44,8 @@ OPENER = f"""#!{sys.executable}
 import os, sys, urllib.parse, urllib.request
 with open(os.environ["OPENED"], "a") as out:
     out.write(sys.argv[1] + "\\n")
+with open(os.environ["OPENED"] + ".env", "a") as out:  # what the proxy handed on
+    out.write(" ".join(sorted(name for name in os.environ if name.startswith("LNK_"))) + "\\n")
 if os.environ.get("FOLLOW") == "later" and os.fork():
     sys.exit(0)  # as a browser: the opener returns at once, the page is followed after
 if os.environ.get("FOLLOW"):
@@ -175,6 +177,9 @@ def test_webbrowser_inside_is_ours_and_yes_opens_the_page_outside(
     assert browser == "/.lnk-sandbox/lnk_wrap/browser/lnk-open"
     assert first_on_path == "/.lnk-sandbox/lnk_wrap/browser"
     assert _opened(env) == ["https://docs.example.org/page?a=1#top"]
+    # The person's opener gets the harness's environment, never what the proxy holds for
+    # the sandbox (its URL secret, placeholders).
+    assert Path(env["OPENED"] + ".env").read_text() == "LNK_HOME\n"
     assert "https://docs.example.org/page?a=1#top" in question["question"]
     assert "docs.example.org" in question["title"]
     log = wire_log_of(env, "pages")
