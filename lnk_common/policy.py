@@ -255,15 +255,22 @@ class Policy:
     def has_wire(self) -> bool:
         """Whether anything goes out: the proxy, endpoints, [lan] or [localhost] ports
         (each call on the wire's log, under its controls)."""
-        return bool(self.network == "proxy" or self.endpoints or self.lan
-                    or self.localhost_ports or self.models or self.secrets
-                    or self.local_models or self.tools or self.open_pages)
+        return self.needs_proxy() or bool(self.localhost_ports)
 
     def needs_proxy(self) -> bool:
-        """Whether lnk-sandbox-proxy runs: for the proxy variables, endpoints, [lan] or
-        the model verb (which it serves even with network "none")."""
-        return bool(self.network == "proxy" or self.endpoints or self.lan or self.models
-                    or self.secrets or self.local_models or self.tools or self.open_pages)
+        """Whether lnk-sandbox-proxy runs: for its port, endpoints or [lan]."""
+        return self.has_proxy_port() or bool(self.endpoints or self.lan)
+
+    def has_proxy_port(self) -> bool:
+        """Whether the proxy's port is made inside: for the proxy variables, and for the
+        verbs, which it serves even with network "none"."""
+        return self.network == "proxy" or bool(self.models or self.secrets
+                                               or self.has_url_secret())
+
+    def has_url_secret(self) -> bool:
+        """Whether the program gets a URL secret (`/_link/s/<secret>/…`): for [localhost]
+        models, [verbs] tools and [verbs] open."""
+        return bool(self.local_models or self.tools or self.open_pages)
 
     def with_site_packages(self, folder: str) -> Policy:
         return self.replace(site_packages=folder)

@@ -521,23 +521,7 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
     secrets = tuple((document.get("verbs") or {}).get("secrets", []))
     tools = tuple((document.get("verbs") or {}).get("tools", []))
     open_pages = (document.get("verbs") or {}).get("open", False)
-    try:
-        endpoint_plan.listeners(proxy=network == "proxy" or bool(models or secrets
-                                                                     or local_models
-                                                                     or tools or open_pages),
-                                endpoints=endpoints, lan=lan,
-                                localhost_ports=(*localhost_ports, *local_models))
-    except endpoint_plan.EndpointError as error:
-        raise SpecError(context.file, "localhost.ports" if str(error).startswith("[localhost]")
-                        else "tcp.endpoints", str(error)) from None
     calls_per_minute = network_section.get("calls_per_minute", 0)
-    if calls_per_minute and not (network == "proxy" or endpoints or lan or localhost_ports
-                                 or models or secrets or local_models or tools
-                                 or open_pages):
-        raise SpecError(context.file, "network.calls_per_minute",
-                        "counts the calls that go out, and nothing goes out: set mode = "
-                        "\"proxy\", or name [tcp] endpoints, [lan] hosts, [localhost] ports "
-                        "or [verbs] model")
     pause = _pause(context, document.get("pause"))
     server_tools = network_section.get("server_tools", False)
     if server_tools and not models:
@@ -545,7 +529,7 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
                         "keeps a hosted model's server-side tools, and no model verb is on: "
                         "name one in [verbs] model, or drop the key")
 
-    return Policy(
+    policy = Policy(
         settings=settings_root,
         # The path the verbs name it by, when links lie on it: the launcher judges each.
         settings_via=settings.named if settings.links else "",
@@ -572,6 +556,25 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
         tools=tools,
         open_pages=open_pages,
     )
+    _check_wire(context, policy)
+    return policy
+
+
+def _check_wire(context: _Context, policy: Policy) -> None:
+    """The ways out planned together: no two on one port inside, and calls a minute
+    only where something goes out."""
+    try:
+        endpoint_plan.listeners(proxy=policy.has_proxy_port(), endpoints=policy.endpoints,
+                                lan=policy.lan,
+                                localhost_ports=(*policy.localhost_ports, *policy.local_models))
+    except endpoint_plan.EndpointError as error:
+        raise SpecError(context.file, "localhost.ports" if str(error).startswith("[localhost]")
+                        else "tcp.endpoints", str(error)) from None
+    if policy.calls_per_minute and not policy.has_wire():
+        raise SpecError(context.file, "network.calls_per_minute",
+                        "counts the calls that go out, and nothing goes out: set mode = "
+                        "\"proxy\", or name [tcp] endpoints, [lan] hosts, [localhost] ports "
+                        "or [verbs] model")
 
 
 def _pause(context: _Context, section: dict[str, Any] | None) -> tuple[int, int, int]:

@@ -213,14 +213,14 @@ class Callback:
             done, cancelled = set(), True
         for task in accepts:
             task.cancel()
-        taken = [task for task in done if not task.cancelled() and task.exception() is None]
-        # One request: the port closes now, whatever comes next.
+        accepted = [task.result()[0] for task in done
+                    if not task.cancelled() and task.exception() is None]
+        # One request: the port closes now, whatever comes next (a connection to the
+        # other address in the same instant included).
         self.close()
-        for task in accepts:
-            if task.done() and not task.cancelled() and task.exception() is None and (
-                    task not in taken[:1]):
-                task.result()[0].close()
-        if not taken:
+        for extra in accepted[1:]:
+            extra.close()
+        if not accepted:
             if self.pair is not None:
                 self.sockets.give_back(self.pair)
                 self.pair = None
@@ -228,7 +228,7 @@ class Callback:
                 self.log("ended", f"localhost:{self.port}", "kind=callback reason=no "
                          f"callback came within {self.seconds:g} s; the port is closed")
             return
-        browser = taken[0].result()[0]
+        browser = accepted[0]
         pair, self.pair = self.pair, None
         assert pair is not None
         try:
@@ -256,9 +256,12 @@ class Callback:
             await _answer(loop, browser, server, refusal.status, refusal.reason)
             return
         except (h11.RemoteProtocolError, TimeoutError, OSError, ValueError) as error:
-            reason = ("the callback's request is not HTTP/1.1" if isinstance(
-                error, h11.RemoteProtocolError) else "the callback's request did not come "
-                      "whole" if not isinstance(error, ValueError) else str(error))
+            if isinstance(error, h11.RemoteProtocolError):
+                reason = "the callback's request is not HTTP/1.1"
+            elif isinstance(error, ValueError):  # _read_request's bound, said by it
+                reason = str(error)
+            else:
+                reason = "the callback's request did not come whole"
             self.log("refused", authority, f"kind=callback reason={reason}")
             with contextlib.suppress(Exception):
                 await _answer(loop, browser, server, 400, reason)

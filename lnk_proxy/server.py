@@ -57,7 +57,6 @@ from lnk_proxy.decide import (
 from lnk_proxy.head import HeadError, RequestHead, check_head, head_end
 from lnk_proxy.mcp_verb import Asker, ToolProcess, tool_environment
 from lnk_proxy.model_verb import ModelVerb
-from lnk_proxy.open_verb import CallbackSockets
 from lnk_proxy.resolver import system_resolver
 from lnk_proxy.secret_verb import MAX_BODY_BYTES as SECRET_BODY_BYTES
 from lnk_proxy.secret_verb import SecretVerb
@@ -75,6 +74,10 @@ from lnk_proxy.verbs import (
     verb_refusal_body,
 )
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the open verb's module (shutil, h11's server side) only where it is on
+    from lnk_proxy.open_verb import CallbackSockets
+
 __all__ = ["HEAD_SECONDS", "HTTP_PORT", "IDLE_SECONDS", "UPGRADES", "Proxy"]
 
 # A client has this long to send a whole head (slowloris: a head dribbled a byte at a
@@ -90,9 +93,6 @@ HELLO_SECONDS = 10.0
 MAX_MODEL_BODY_BYTES = MAX_BODY_BYTES
 # One MCP message from the program (lnk_proxy.mcp_verb.MAX_MESSAGE_BYTES, with its reason).
 MAX_MCP_BODY_BYTES = 16 * 1024 * 1024
-# The open verb's body is one URL (lnk_proxy.open_rules.MAX_URL_BYTES, with its reason),
-# and a line end a client may add.
-MAX_OPEN_BODY_BYTES = 16 * 1024 + 2
 # How often a call that waits on its upstream looks whether its client went away.
 CLIENT_WATCH_SECONDS = 0.25
 # After a verb's refusal, what the program still sends (a body not read) is read and
@@ -922,7 +922,7 @@ class Proxy(Wire):
         that opens (lnk_proxy.open_rules). A login's callback to a loopback port is
         listened for here before the person is asked (a port taken is refused) and passed
         in once (lnk_proxy.open_verb). Logged by host only; counted as a call."""
-        from lnk_proxy.open_rules import OpenRuleError, callback_target, check_url
+        from lnk_proxy.open_rules import MAX_URL_BYTES, OpenRuleError, callback_target, check_url
         from lnk_proxy.open_verb import Callback, find_opener, run_opener
 
         assert self.callbacks is not None
@@ -933,7 +933,8 @@ class Proxy(Wire):
                 raise Refused(404, "the open verb's path is /_link/s/<secret>/open")
             if request.method != b"POST":
                 raise Refused(405, "the open verb takes POST with the URL as its body")
-            raw = await _read_body(request, client, reader, writer, MAX_OPEN_BODY_BYTES)
+            # One URL, and a line end a client may add.
+            raw = await _read_body(request, client, reader, writer, MAX_URL_BYTES + 2)
             try:
                 url = check_url(raw.strip(b"\r\n"))
                 target = callback_target(url)

@@ -425,7 +425,7 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
     # held: the program's is its SDK's key variable.
     env = {name: value for name, value in env.items() if name != PLACEHOLDER_VARIABLE}
     proxy_given: dict[str, str] = {PLACEHOLDER_VARIABLE: placeholder} if placeholder else {}
-    if policy.secrets or policy.local_models or policy.tools or policy.open_pages:
+    if policy.secrets or policy.has_url_secret():
         # Each named secret's placeholder (of its rule's shape) and base URL, and the URL
         # secret for `/_link/s/…`, in the program's environment; the proxy gets them in its
         # own (lnk_wrap.verb_env).
@@ -435,8 +435,7 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
         try:
             secret_placeholders = verb_env.secret_placeholders(policy)
             verb_env.check_tools(policy)
-            url_secret = (verb_env.url_secret_for(policy)
-                          if policy.local_models or policy.tools or policy.open_pages else "")
+            url_secret = verb_env.url_secret_for(policy) if policy.has_url_secret() else ""
             env = verb_env.sandbox_environment(
                 env, placeholders=secret_placeholders, url_secret=url_secret,
                 proxy_address=PROXY_ADDRESS, proxy_port=PROXY_PORT)
@@ -690,10 +689,7 @@ def _start_wire(policy: Policy, env: Mapping[str, str], proxy_given: Mapping[str
         # The proxy's own port is planned for the model verb too, even with network
         # "none": then it serves verbs only.
         plan = endpoints.listeners(
-            proxy=policy.network == "proxy" or bool(policy.models or policy.secrets
-                                                     or policy.local_models or policy.tools
-                                                     or policy.open_pages),
-            endpoints=policy.endpoints, lan=policy.lan,
+            proxy=policy.has_proxy_port(), endpoints=policy.endpoints, lan=policy.lan,
             localhost_ports=(*policy.localhost_ports, *policy.local_models),
             callbacks=policy.open_pages)
         entries = endpoints.entries(policy.endpoints, policy.lan)
