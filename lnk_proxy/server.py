@@ -57,6 +57,9 @@ from lnk_proxy.decide import (
 from lnk_proxy.head import HeadError, RequestHead, check_head, head_end
 from lnk_proxy.mcp_verb import Asker, ToolProcess, tool_environment
 from lnk_proxy.model_verb import ModelVerb
+from lnk_proxy.plain import HOP_FIELDS, client_closes, plain_request, response_bytes, response_head
+from lnk_proxy.plain import NEED_MORE as PLAIN_NEED_MORE
+from lnk_proxy.plain import request_bytes as plain_request_bytes
 from lnk_proxy.resolver import system_resolver
 from lnk_proxy.secret_verb import MAX_BODY_BYTES as SECRET_BODY_BYTES
 from lnk_proxy.secret_verb import SecretVerb
@@ -143,10 +146,7 @@ async def _next_event(connection: h11.Connection, reader: asyncio.StreamReader) 
 # every reason to read it (a tunnel relayed unread carried any Host, and any number of
 # requests as one call).
 HTTP_PORT = 80
-# Hop-by-hop fields (RFC 9110 7.6.1), never sent on; `upgrade` and `connection` are
-# sent on only for a request that asks to switch protocols (WebSocket).
-_HOP_FIELDS = frozenset({b"connection", b"proxy-connection", b"proxy-authorization",
-                         b"keep-alive", b"te", b"trailer", b"upgrade"})
+_HOP_FIELDS = HOP_FIELDS  # lnk_proxy.plain's, with its reason
 
 
 # The protocols a request may ask to switch to, default deny. After a 101 the bytes are
@@ -195,6 +195,17 @@ class _Outcome:
         self.reusable = False
         self.client_gone = False
         self.failure = ""
+
+
+def _outgoing(request: h11.Request, path: str, upgrade: bool) -> h11.Request:
+    """The request h11 sends on: the hop-by-hop fields and Expect taken out; with
+    `upgrade`, the switch asked of the upstream as the client asked it."""
+    fields = [(name, value) for name, value in request.headers
+              if name.lower() not in _HOP_FIELDS and name.lower() != b"expect"]
+    if upgrade:
+        fields += [(b"connection", b"upgrade")] + [
+            (name, value) for name, value in request.headers if name.lower() == b"upgrade"]
+    return h11.Request(method=request.method, target=path, headers=fields)
 
 
 def _header(request: h11.Request, name: bytes) -> str | None:
@@ -626,34 +637,52 @@ class Proxy(Wire):
         """One request and its response; (whether the client's connection goes on to
         another request, the bytes it already sent of that one). Dispatch: a verb's path
         on the proxy's own listener, or a request to pass on (absolute form to the
-        proxy, or, in a port-80 `tunnel`, a request to the tunnel's host)."""
+        proxy, or, in a port-80 `tunnel`, a request to the tunnel's host). A plain
+        request (lnk_proxy.plain: no body) is read by no one else; any other is read by
+        h11 too, and refused if h11 refuses it, before anything is sent on."""
+        parsed: tuple[h11.Connection, h11.Request] | None = None
+        if not plain_request(head):
+            parsed = await self._h11_request(writer, raw + rest, tunnel)
+            if parsed is None:
+                return False, b""
+        found = await self._where(head, writer, tunnel)
+        if found is None:
+            return False, b""
+        if isinstance(found, str):
+            if parsed is None:  # h11 takes every plain head (tests/test_plain.py)
+                parsed = await self._h11_request(writer, raw + rest, tunnel)
+                if parsed is None:
+                    return False, b""
+            return await self._verb(found, parsed[1], parsed[0], reader, writer)
+        target, path = found
+        return await self._pass(target, path, head, raw, rest, parsed, reader, writer, kept,
+                                tunnel)
+
+    async def _h11_request(self, writer: asyncio.StreamWriter, data: bytes,
+                           tunnel: Target | None) -> tuple[h11.Connection, h11.Request] | None:
+        """h11's server side fed `data` (a head and what followed it) and its Request,
+        or None once refused (400: h11 may refuse what the head check admitted)."""
         client = h11.Connection(h11.SERVER)
-        client.receive_data(raw + rest)
-        try:  # h11 may refuse what the head check admitted: nothing is sent on then
+        client.receive_data(data)
+        try:
             request = client.next_event()
         except h11.RemoteProtocolError as error:
             await self._refuse(writer, tunnel.authority if tunnel else "-",
                                Refused(400, f"the request is not HTTP/1.1 as h11 reads it "
                                             f"({error})"))
-            return False, b""
+            return None
         assert isinstance(request, h11.Request)
-        found = await self._where(head, writer, tunnel)
-        if found is None:
-            return False, b""
-        if isinstance(found, str):
-            return await self._verb(found, request, client, reader, writer)
-        target, path = found
-        return await self._pass(target, path, head, raw, rest, request, client, reader,
-                                writer, kept, tunnel)
+        return client, request
 
     async def _pass(self, target: Target, path: str, head: RequestHead, raw: bytes,
-                    rest: bytes, request: h11.Request, client: h11.Connection,
+                    rest: bytes, parsed: tuple[h11.Connection, h11.Request] | None,
                     reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                     kept: list[Upstream | None], tunnel: Target | None) -> tuple[bool, bytes]:
         """A request to a host of the sandbox's own. The upstream connection of the last
         request is used again when this one goes to the same host and port (its address
         was checked when it was opened; the controls and the name are checked again
-        here, and the call counted); `kept` holds it between requests."""
+        here, and the call counted); `kept` holds it between requests. `parsed`: h11's
+        reading of a request that is not plain (None: a plain one)."""
         previous = kept[0]
         kept[0] = None
         try:
@@ -670,17 +699,18 @@ class Proxy(Wire):
                 previous.close()
             await self._refuse(writer, target.authority, refusal)
             return False, b""
-        upgrade = _asks_to_upgrade(request.headers)
-        fields = [(name, value) for name, value in request.headers
-                  if name.lower() not in _HOP_FIELDS and name.lower() != b"expect"]
-        if upgrade:  # the switch is asked of the upstream, as the client asked it
-            fields += [(b"connection", b"upgrade")] + [
-                (name, value) for name, value in request.headers if name.lower() == b"upgrade"]
-        outcome = await self._exchange(
-            target.authority, "http", client, reader, writer, upstream,
-            h11.Request(method=request.method, target=path, headers=fields), body=None)
+        if parsed is None:
+            outcome, client = await self._plain_exchange(target.authority, head, path, raw,
+                                                         reader, writer, upstream)
+        else:
+            client, request = parsed
+            upgrade = _asks_to_upgrade(request.headers)
+            outcome = await self._exchange(target.authority, "http", client, reader, writer,
+                                           upstream, _outgoing(request, path, upgrade),
+                                           body=None)
         if outcome.reusable:
-            upstream.conn.start_next_cycle()
+            if client is not None:  # h11 read this exchange: its state goes round
+                upstream.conn.start_next_cycle()
             kept[0] = upstream
         if outcome.failure and upstream is previous and not outcome.responded \
                 and outcome.sent == 0:
@@ -688,22 +718,99 @@ class Proxy(Wire):
             # body is sent again, once, on a new connection (checked afresh), which is
             # then kept in `kept` as any other (and closed with the client's).
             return await self._forward(head, raw, rest, reader, writer, kept, tunnel)
-        return _next_cycle(client, outcome)
+        if client is None:
+            return not outcome.failure and not client_closes(head), rest
+        keep, trailing = _next_cycle(client, outcome)
+        return keep, (rest if parsed is None else trailing)
+
+    async def _plain_exchange(self, authority: str, head: RequestHead, path: str,
+                              raw: bytes, reader: asyncio.StreamReader,
+                              writer: asyncio.StreamWriter, upstream: Upstream
+                              ) -> tuple[_Outcome, h11.Connection | None]:
+        """A plain request (lnk_proxy.plain) and its response, without h11 when the
+        response is plain too: its head written anew, then exactly its Content-Length
+        of body streamed as it comes. A response that is not plain is h11's from the
+        bytes read so far (the request is not sent again), with h11's reading of the
+        request (returned, for the connection's next cycle). One `allowed` and one
+        `ended` line either way; the upstream is closed here unless it is reusable."""
+        call = next(self.ids)
+        self.log.write("allowed", authority, f"id={call} kind=http")
+        started = time.monotonic()
+        outcome = _Outcome()
+        up_reader = upstream.reader
+        handed = False
+        try:
+            upstream.writer.write(plain_request_bytes(head, path))
+            received = b""
+            while True:
+                chunk = await _read(up_reader, CHUNK, IDLE_SECONDS)
+                if not chunk:
+                    raise ConnectionResetError("the host closed before its response")
+                received += chunk
+                found = response_head(received)
+                if found is not PLAIN_NEED_MORE:
+                    break
+            if not isinstance(found, tuple):  # not plain: h11 reads it, as before
+                handed = True
+                client = h11.Connection(h11.SERVER)
+                client.receive_data(raw)
+                request = client.next_event()  # h11 takes every plain head
+                assert isinstance(request, h11.Request)
+                return await self._exchange(
+                    authority, "http", client, reader, writer, upstream,
+                    _outgoing(request, path, False), body=None,
+                    resumed=(call, started, received)), client
+            response, start = found
+            outcome.responded = True
+            body = received[start:start + response.length]
+            writer.write(response_bytes(response, client_closes(head)) + body)
+            outcome.received = len(body)
+            remaining = response.length - len(body)
+            while remaining:
+                await writer.drain()
+                chunk = await _read(up_reader, min(CHUNK, remaining), IDLE_SECONDS)
+                if not chunk:
+                    raise ConnectionResetError("the host closed inside its body")
+                writer.write(chunk)
+                outcome.received += len(chunk)
+                remaining -= len(chunk)
+            await writer.drain()
+            # More than its length from the host is no response of this request: the
+            # connection is not used again.
+            outcome.reusable = (not response.close
+                                and len(received) <= start + response.length
+                                and not up_reader._buffer)  # type: ignore[attr-defined]
+        except (ConnectionError, TimeoutError) as error:
+            outcome.failure = f" error={type(error).__name__}"
+        finally:
+            if not handed:  # an ended line for every allowed one, even when stopping
+                if not outcome.reusable:
+                    upstream.close()
+                self.log.write("ended", authority,
+                               f"id={call} sent=0 received={outcome.received} "
+                               f"seconds={time.monotonic() - started:.3f}{outcome.failure}")
+        return outcome, None
 
     async def _exchange(self, authority: str, kind: str, client: h11.Connection,
                         reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                         upstream: Upstream, outgoing: h11.Request, *, body: bytes | None,
-                        watch_client: bool = False) -> _Outcome:
+                        watch_client: bool = False,
+                        resumed: tuple[int, float, bytes] | None = None) -> _Outcome:
         """One allowed call: `outgoing` and its body (`body`, taken whole already, or
         None: the client's, streamed as it comes) to `upstream`, and the response
         streamed back as it arrives, never held whole; after a 101 the two connections
         relayed as they are. An `allowed` and an `ended` line on the wire's log. The
         upstream is closed here unless the exchange left it reusable (both DONE).
         `watch_client`: a client that goes away ends the upstream call (a model's answer
-        can take minutes before its first byte)."""
-        call = next(self.ids)
-        self.log.write("allowed", authority, f"id={call} kind={kind}")
-        started = time.monotonic()
+        can take minutes before its first byte). `resumed`: the plain exchange's call
+        (its id, its start, and the response's bytes read so far): `outgoing` was sent
+        already and its allowed line written."""
+        if resumed is None:
+            call = next(self.ids)
+            self.log.write("allowed", authority, f"id={call} kind={kind}")
+            started = time.monotonic()
+        else:
+            call, started, _ = resumed
         conn = upstream.conn
         up_reader, up_writer = upstream.reader, upstream.writer
         if body is None and client.they_are_waiting_for_100_continue:
@@ -715,7 +822,11 @@ class Proxy(Wire):
         watcher = (asyncio.ensure_future(_watch_client(reader, upstream, outcome))
                    if watch_client else None)
         try:
-            up_writer.write(conn.send(outgoing))
+            if resumed is None:
+                up_writer.write(conn.send(outgoing))
+            else:  # sent by the plain exchange, byte for byte what h11 would send
+                conn.send(outgoing)
+                conn.receive_data(resumed[2])
             if body is not None:
                 if body:
                     up_writer.write(conn.send(h11.Data(data=body)))
@@ -784,9 +895,14 @@ class Proxy(Wire):
         finally:  # an ended line for every allowed one, even when the proxy is stopping
             if watcher is not None:
                 watcher.cancel()
+            # Bytes past the response's end are no response to anything: a connection
+            # that has them is not used again (they would be read as the next
+            # request's response).
             outcome.reusable = (not outcome.failure and not switched
                                 and conn.our_state is h11.DONE
-                                and conn.their_state is h11.DONE)
+                                and conn.their_state is h11.DONE
+                                and not conn.trailing_data[0]
+                                and not up_reader._buffer)  # type: ignore[attr-defined]
             if not outcome.reusable:
                 upstream.close()
             self.log.write("ended", authority,

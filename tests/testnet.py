@@ -359,6 +359,7 @@ def _up(state: Path, postgres: Path, init: subprocess.Popen[bytes]) -> None:
                             str(state / "cert.pem"), str(state / "key.pem"), ORIGIN_ADDRESS)
     dns = _origin_server(sys.executable, str(SERVERS), "dns", str(state), ORIGIN_ADDRESS)
     bulk = _origin_server(sys.executable, str(SERVERS), "bulk", ORIGIN_ADDRESS)
+    raw = _origin_server(sys.executable, str(SERVERS), "raw", ORIGIN_ADDRESS)
     providers = _origin_server(sys.executable, str(PROVIDERS), str(state), PROVIDERS_ADDRESS)
     lan = _origin_server(sys.executable, str(SERVERS), "echo", testservers.LAN_ADDRESS,
                          str(testservers.LAN_ECHO_PORT), namespace=ROUTER)
@@ -366,11 +367,13 @@ def _up(state: Path, postgres: Path, init: subprocess.Popen[bytes]) -> None:
                           str(testservers.LAN_ECHO_PORT), namespace=ROUTER)
     # Recorded at once, so that `down` ends them even if the rest of `up` fails.
     ready = {"server": server, "machine": _machine_address(), "dns": dns, "bulk": bulk,
+             "raw": raw,
              "lan": lan, "lan6": lan6, "providers": providers,
              "postgres": 0, "postgres_folder": str(postgres),
              "addresses": {"http": f"{ORIGIN_ADDRESS}:80", "https": f"{ORIGIN_ADDRESS}:443",
                            "echo": f"{ORIGIN_ADDRESS}:7",
                            "bulk": f"{ORIGIN_ADDRESS}:{testservers.BULK_PORT}",
+                           "raw": f"{ORIGIN_ADDRESS}:{testservers.RAW_PORT}",
                            "dns": testservers.DNS_SERVER,
                            "providers": f"{PROVIDERS_ADDRESS}:{fakeproviders.PROVIDERS_PORT}",
                            "postgres": f"{testservers.PG_HOST_ADDRESS}:{testservers.PG_PORT}"}}
@@ -387,6 +390,7 @@ def _up(state: Path, postgres: Path, init: subprocess.Popen[bytes]) -> None:
         raise RuntimeError("the test origin did not come up")
     _wait_tcp(53, "DNS server")
     _wait_tcp(testservers.BULK_PORT, "bulk server")
+    _wait_tcp(testservers.RAW_PORT, "raw response server")
     _wait_tcp(fakeproviders.PROVIDERS_PORT, "fake providers", PROVIDERS_ADDRESS)
     _wait_tcp(testservers.LAN_ECHO_PORT, "lan echo server", testservers.LAN_ADDRESS)
     _wait_tcp(testservers.LAN_ECHO_PORT, "lan echo server (IPv6)", testservers.LAN_ADDRESS6)
@@ -403,7 +407,7 @@ def down(state: Path) -> None:
         with contextlib.suppress(OSError, ValueError):
             recorded = json.loads((state / name).read_text())
             break
-    for key in ("server", "dns", "bulk", "lan", "lan6", "providers"):
+    for key in ("server", "dns", "bulk", "raw", "lan", "lan6", "providers"):
         pid = recorded.get(key)
         if isinstance(pid, int) and pid > 0:
             with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -34,6 +34,7 @@ import socket
 import socketserver
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,38 @@ LAN_ADDRESS6 = "fd00:211::2"
 PG_HOST_ADDRESS = "10.212.0.2"
 PG_PORT = 5432
 BULK_PORT = 9
+# The origin's port that answers each request with bytes of its own making (serve_raw):
+# responses no ordinary server sends, for the proxy's reading of them.
+RAW_PORT = 8081
+# serve_raw's answers by path (/raw/<name>), and whether it closes after each. "fine" is
+# the ordinary one; the others are each a framing the proxy must read exactly.
+RAW_RESPONSES: dict[str, tuple[bytes, bool]] = {
+    "fine": (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfine\n", False),
+    "chunked": (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                b"5\r\nchunk\r\n3\r\ned!\r\n0\r\n\r\n", False),
+    # A body longer than its Content-Length: what follows is no response to anything.
+    "extra": (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst"
+              b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\nforged\n", False),
+    "chunked-extra": (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                      b"5\r\nfirst\r\n0\r\n\r\n"
+                      b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\nforged\n", False),
+    "short": (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly this", True),
+    "close": (b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nclose\n",
+              True),
+    "no-length": (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the close\n",
+                  True),
+    "http10": (b"HTTP/1.0 200 OK\r\nContent-Length: 4\r\n\r\nold\n", True),
+    "hop": (b"HTTP/1.1 200 OK\r\nKeep-Alive: timeout=5\r\nX-Kept: yes\r\n"
+            b"Proxy-Connection: keep-alive\r\nContent-Length: 4\r\n\r\nhop\n", False),
+    "no-content": (b"HTTP/1.1 204 No Content\r\n\r\n", False),
+    "folded": (b"HTTP/1.1 200 OK\r\nX-Folded: a\r\n b\r\nContent-Length: 3\r\n\r\nok\n",
+               False),
+    "two-lengths": (b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n"
+                    b"ok\n!", True),
+    "bare-lf": (b"HTTP/1.1 200 OK\nContent-Length: 3\n\nok\n", True),
+    "big": (b"HTTP/1.1 200 OK\r\nContent-Length: 3000000\r\n\r\n" + b"b" * 3_000_000,
+            False),
+}
 BULK_LIMIT = 2 * 1024 * 1024 * 1024
 TTL = 5
 
@@ -247,6 +280,37 @@ def serve_bulk(address: str) -> None:
     BulkServer((address, BULK_PORT), Bulk).serve_forever()
 
 
+def serve_raw(address: str) -> None:
+    """Each request's answer is RAW_RESPONSES[name] for its path /raw/<name>, sent in two
+    writes a moment apart (the head cut in the middle: a reader must wait for the rest);
+    the connection closes after it where that says so, else takes the next request."""
+
+    class Raw(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with contextlib.suppress(OSError):
+                while True:
+                    line = self.rfile.readline(65536)
+                    if not line:
+                        return
+                    while self.rfile.readline(65536) not in (b"\r\n", b"\n", b""):
+                        pass
+                    path = line.split(b" ")[1].decode("ascii", "replace")
+                    answer, closes = RAW_RESPONSES.get(path.rsplit("/", 1)[-1],
+                                                       RAW_RESPONSES["fine"])
+                    self.connection.sendall(answer[:20])
+                    time.sleep(0.01)
+                    self.connection.sendall(answer[20:])
+                    if closes:
+                        return
+
+    class RawServer(socketserver.ThreadingTCPServer):
+        daemon_threads = True
+        allow_reuse_address = True
+
+    RawServer((address, RAW_PORT), Raw).serve_forever()
+
+
 def serve_echo(address: str, port: int) -> None:
     """Each line sent comes back (a machine of the local network, for [lan] tests)."""
 
@@ -272,5 +336,7 @@ if __name__ == "__main__":
         serve_dns(Path(sys.argv[2]), sys.argv[3])
     elif sys.argv[1] == "bulk":
         serve_bulk(sys.argv[2])
+    elif sys.argv[1] == "raw":
+        serve_raw(sys.argv[2])
     else:
         raise SystemExit(__doc__)
