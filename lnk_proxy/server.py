@@ -751,11 +751,11 @@ class Proxy(Wire):
                 if found is not PLAIN_NEED_MORE:
                     break
             if not isinstance(found, tuple):  # not plain: h11 reads it, as before
-                handed = True
                 client = h11.Connection(h11.SERVER)
                 client.receive_data(raw)
                 request = client.next_event()  # h11 takes every plain head
                 assert isinstance(request, h11.Request)
+                handed = True  # the ended line is the exchange's now
                 return await self._exchange(
                     authority, "http", client, reader, writer, upstream,
                     _outgoing(request, path, False), body=None,
@@ -780,7 +780,7 @@ class Proxy(Wire):
             outcome.reusable = (not response.close
                                 and len(received) <= start + response.length
                                 and not up_reader._buffer)  # type: ignore[attr-defined]
-        except (ConnectionError, TimeoutError) as error:
+        except (h11.ProtocolError, ConnectionError, TimeoutError) as error:
             outcome.failure = f" error={type(error).__name__}"
         finally:
             if not handed:  # an ended line for every allowed one, even when stopping
