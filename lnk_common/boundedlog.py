@@ -9,9 +9,9 @@ a DNS query), so every log has a size limit and repeated lines are folded:
   proxy and its relay): each line is one write(2) made under an flock of the file it
   goes to, after checking that file is still the one at PATH (another process may have
   rotated it meanwhile; then it opens the new one and tries again): one stat of PATH
-  under the lock, which also gives the size (BoundedLog says why no less will do). So no line goes to
-  a file already renamed, and a reader that finds PATH replaced has only to read the
-  rest of the file it holds (lnk_wrap.wirelog_view, `log --follow`).
+  under the lock, which also gives the size (BoundedLog says why no less will do). So
+  no line goes to a file already renamed, and a reader that finds PATH replaced has only
+  to read the rest of the file it holds (lnk_wrap.wirelog_view, `log --follow`).
 - `Folds` (sans IO): the first line of a kind opens a window of FOLD_SECONDS; the first
   FOLD_AFTER lines of it in the window are written whole (ordinary work, a few refused
   names, is seen name by name), the rest like them are counted, not written, and the
