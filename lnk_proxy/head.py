@@ -85,6 +85,8 @@ def _stray_byte_refusal(body: bytes) -> HeadError:
     character: of the first such byte (the one a scan byte by byte, in that order,
     meets first)."""
     found = _STRAY_BYTE.search(body)
+    # None cannot be (`check_head` calls this when the translate left such a byte);
+    # were it so, the head is refused all the same.
     byte = body[found.start()] if found is not None else 0x00
     if byte == 0x0A:
         return HeadError("the request head has a bare LF")
@@ -137,6 +139,8 @@ def _field_refusal(lines: list[bytes]) -> HeadError:
             return HeadError("a header name is not a token (or has space before the colon)")
         if b"\t" in value.strip(b" \t"):
             return HeadError("a header value has a tab inside it")
+    # Not reached (a line `check_head` refused breaks one of the rules above); were it,
+    # the head is refused all the same.
     return HeadError("a header line is refused")
 
 
