@@ -8,9 +8,10 @@ a DNS query), so every log has a size limit and repeated lines are folded:
   most twice the limit. Several processes write the same log (every run of a wire, its
   proxy and its relay): each line is one write(2) made under an flock of the file it
   goes to, after checking that file is still the one at PATH (another process may have
-  rotated it meanwhile; then it opens the new one and tries again). So no line goes to
-  a file already renamed, and a reader that finds PATH replaced has only to read the
-  rest of the file it holds (lnk_wrap.wirelog_view, `log --follow`).
+  rotated it meanwhile; then it opens the new one and tries again): one stat of PATH
+  under the lock, which also gives the size (BoundedLog says why no less will do). So
+  no line goes to a file already renamed, and a reader that finds PATH replaced has only
+  to read the rest of the file it holds (lnk_wrap.wirelog_view, `log --follow`).
 - `Folds` (sans IO): the first line of a kind opens a window of FOLD_SECONDS; the first
   FOLD_AFTER lines of it in the window are written whole (ordinary work, a few refused
   names, is seen name by name), the rest like them are counted, not written, and the
@@ -78,36 +79,64 @@ def clip(line: str, limit: int = MAX_LINE_BYTES) -> str:
 
 class BoundedLog:
     """An append-only log at `path`, rotated to `path`.1 past `limit` bytes, written
-    safely by several processes at once. Lines are given whole, ending in a newline."""
+    safely by several processes at once. Lines are given whole, ending in a newline.
 
-    __slots__ = ("fd", "limit", "path")
+    A line costs four system calls: flock, stat of PATH, write, unlock. The file held
+    is known by its device and inode, taken once when it is opened (what a descriptor
+    refers to never changes); the stat of PATH under the lock says whether PATH is still
+    that file and, when it is, that file's size (no other writer appends while the lock
+    is held), so no fstat is needed. The stat of PATH itself cannot be left out: a
+    descriptor cannot tell by which name, if any, its file is reached, and only a
+    lookup of PATH sees a rename that no writer of this module made (a person's `mv`,
+    an older version's rotation). A mark the rotating writer puts on the old file (its
+    mode, a counter in a shared page) would be seen only by writers that look for it,
+    and a line written after any other rename would go to a file already renamed, the
+    very thing this class promises never to do; so the stat stays, on every line.
+    """
+
+    __slots__ = ("fd", "held", "limit", "path")
 
     def __init__(self, path: str, limit: int = MAX_LOG_BYTES) -> None:
         self.path = path
         self.limit = limit
-        self.fd = self._open()
+        self.fd, self.held = self._open()
 
-    def _open(self) -> int:
+    def _open(self) -> tuple[int, tuple[int, int]]:
+        """The file at `path` (made when there is none), and its device and inode."""
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
-            return os.open(self.path, flags, 0o600)
+            fd = os.open(self.path, flags, 0o600)
         except FileNotFoundError:
             os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
-            return os.open(self.path, flags, 0o600)
+            fd = os.open(self.path, flags, 0o600)
+        try:
+            status = os.fstat(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, (status.st_dev, status.st_ino)
 
     def _lock_current(self) -> int:
         """Lock the file now at `path` (reopening until the one held is it); its size."""
         while True:
+            if self.fd < 0:  # the last reopening failed (no descriptor left): again
+                self.fd, self.held = self._open()
             fcntl.flock(self.fd, fcntl.LOCK_EX)
-            held = os.fstat(self.fd)
             try:
                 now = os.stat(self.path, follow_symlinks=False)
             except FileNotFoundError:
                 now = None
-            if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
-                return held.st_size
-            os.close(self.fd)  # closing drops the lock; another process rotated it
-            self.fd = self._open()
+            except BaseException:
+                fcntl.flock(self.fd, fcntl.LOCK_UN)  # never left held: others wait on it
+                raise
+            if now is not None and (now.st_dev, now.st_ino) == self.held:
+                return now.st_size
+            # Another process rotated it. Closing drops the lock; the number is let go
+            # at once, so a failed reopening never leaves it to be locked or closed again
+            # after another file took it.
+            os.close(self.fd)
+            self.fd = -1
+            self.fd, self.held = self._open()
 
     def append(self, data: bytes) -> None:
         size = self._lock_current()
@@ -122,12 +151,15 @@ class BoundedLog:
         """Under the old file's lock: rename it to PATH.1, open (and lock) a new PATH.
         A writer waiting for the old file's lock then finds PATH is another file."""
         os.replace(self.path, rotated_path(self.path))
-        old, self.fd = self.fd, self._open()
+        old = self.fd
+        self.fd, self.held = self._open()
         fcntl.flock(self.fd, fcntl.LOCK_EX)
         os.close(old)
 
     def close(self) -> None:
-        os.close(self.fd)
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 class Folds:

@@ -72,9 +72,19 @@ _QUOTED = re.compile(r"'[^'\s]*'|'[^']*'(?=[\s:;,.)]|$)|\"[^\"]*\"|\([^)]*\)?")
 _NUMBERS = re.compile(r"[0-9]+")
 
 
+# The last whole second stamped and its text (one tuple, replaced whole, so that a thread
+# never reads one second's text with another's key): strftime and gmtime were most of a
+# line's formatting, for a text that changes once a second.
+_SECOND: tuple[float, str] = (float("nan"), "")
+
+
 def _stamp(now: float) -> str:
-    return (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now))
-            + f".{int(now % 1 * 1000):03d}Z")
+    global _SECOND
+    whole, text = _SECOND
+    if now // 1 != whole:  # gmtime takes the floor of `now`, as `//` does
+        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now))
+        _SECOND = (now // 1, text)
+    return f"{text}.{int(now % 1 * 1000):03d}Z"
 
 
 def reason_class(reason: str, target: str) -> str:

@@ -14,6 +14,7 @@ and so does one whose folder cannot be read (only "no such file" reads as off).
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 
@@ -31,10 +32,13 @@ def _sandbox(settings: str, *parts: str) -> str:
     return os.path.join(settings, "sandbox", *parts)
 
 
+# The two paths every call looks at, joined once (a join cost as much as the lookup).
+@functools.lru_cache(maxsize=64)
 def stop_path(settings: str) -> str:
     return _sandbox(settings, "stop")
 
 
+@functools.lru_cache(maxsize=64)
 def pause_path(settings: str, wire: str) -> str:
     return _sandbox(settings, "wires", wire, "paused")
 
@@ -60,8 +64,15 @@ def _json(data: object) -> bytes:
 def _read(path: str) -> dict[str, str] | None:
     """The file's fields; {} when it is there but cannot be read or parsed (still on);
     None when it is not there."""
+    found = _read_with_status(path)
+    return None if found is None else found[0]
+
+
+def _read_with_status(path: str) -> tuple[dict[str, str], os.stat_result | None] | None:
+    """`_read`, with the stat of the file read (None when it could not be read)."""
     try:
         with open(path, "rb") as handle:
+            status = os.fstat(handle.fileno())
             data = handle.read(65536)
     except FileNotFoundError:
         return None
@@ -75,16 +86,17 @@ def _read(path: str) -> dict[str, str] | None:
             except FileNotFoundError:
                 return None
             except OSError:
-                return {}
-        return {}
+                return {}, None
+        return {}, None
     try:
         import orjson
 
         found = orjson.loads(data)
     except ValueError:
-        return {}
-    return {str(key): str(value) for key, value in found.items()} if isinstance(found, dict) \
-        else {}
+        return {}, status
+    fields = {str(key): str(value) for key, value in found.items()} \
+        if isinstance(found, dict) else {}
+    return fields, status
 
 
 def _now() -> str:
@@ -127,9 +139,54 @@ def pause(settings: str, wire: str, reason: str) -> None:
                                                "reason": reason}))
 
 
+# Pause files as last read, by path: what each was then (stat: device, inode, size,
+# modification and change times) and its fields. Every call of a wire asks whether it is
+# paused: a stat says whether the file is there (as the open did, in one system call and
+# without a file object) and, when it is and is the file last read, its fields are the
+# ones kept, not read and parsed again. A file changed less than PAUSE_SETTLE_NS before
+# it was read is not kept (read again at every call until it is older): a change within
+# the clock's tick, at the same size, on an inode number used again, would leave the
+# stat as it was, so only a file that had settled when it was read is known to be the
+# file the same stat describes later (git's "racy" rule, as lnk_proxy.resolver keeps
+# /etc/hosts). Writers replace a pause whole (a new file renamed over, which sets the
+# change time), so a pause, a resume or a new reason is seen at the very next call.
+PAUSE_SETTLE_NS = 2_000_000_000
+# Pause files kept at most (a process looks at its own wire's; `paused_wires` at all).
+MAX_KEPT_PAUSES = 64
+_KEPT_PAUSES: dict[str, tuple[tuple[int, ...], dict[str, str]]] = {}
+
+
+def _identity(status: os.stat_result) -> tuple[int, ...]:
+    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns,
+            status.st_ctime_ns)
+
+
 def paused(settings: str, wire: str) -> dict[str, str] | None:
     """The pause of `wire` (its fields, {} when unreadable), or None when not paused."""
-    return _read(pause_path(settings, wire))
+    path = pause_path(settings, wire)
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        return None  # as an open would have found: no file, or no folder on the way
+    except OSError:
+        return {}  # as an open would have failed (a folder unreadable, a loop): on
+    kept = _KEPT_PAUSES.get(path)
+    if kept is not None and kept[0] == _identity(status):
+        return dict(kept[1])
+    read = _read_with_status(path)
+    if read is None:
+        _KEPT_PAUSES.pop(path, None)
+        return None
+    fields, read_status = read
+    if read_status is not None and (
+            time.time_ns() - max(read_status.st_mtime_ns, read_status.st_ctime_ns)
+            > PAUSE_SETTLE_NS):
+        if len(_KEPT_PAUSES) >= MAX_KEPT_PAUSES:
+            _KEPT_PAUSES.clear()
+        _KEPT_PAUSES[path] = (_identity(read_status), dict(fields))
+    else:
+        _KEPT_PAUSES.pop(path, None)
+    return fields
 
 
 def resume(settings: str, wire: str) -> bool:

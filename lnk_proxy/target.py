@@ -13,12 +13,15 @@ TargetError is the only exception that leaves this module.
 from __future__ import annotations
 
 import ipaddress
+import re
 
 __all__ = ["MAX_NAME_LENGTH", "Target", "TargetError", "parse_absolute", "parse_connect"]
 
 # DNS's own limit on a name (RFC 1035: 255 octets on the wire, 253 as text).
 MAX_NAME_LENGTH = 253
-_LABEL_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
+# A name as lower-cased text: labels of 1-63 of a-z 0-9 - _, none beginning or ending
+# with a hyphen, joined by dots (matched in C, where a label was judged in Python).
+_NAME = re.compile(r"(?:(?!-)[a-z0-9_-]{1,63}(?<!-)\.)*(?!-)[a-z0-9_-]{1,63}(?<!-)")
 
 
 class TargetError(Exception):
@@ -73,10 +76,12 @@ def _host(text: str) -> Target:
         name = name[:-1]
     if not name or len(name) > MAX_NAME_LENGTH:
         raise TargetError("an empty or over-long host name")
-    labels = name.split(".")
-    if any(not label or len(label) > 63 or not set(label) <= _LABEL_CHARS
-           or label.startswith("-") or label.endswith("-") for label in labels):
+    if not _NAME.fullmatch(name):
         raise TargetError(f"not a host name: {text!r}")
+    if not "0" <= name[-1] <= "9":
+        # Not a dotted quad (whose last octet ends in a digit), so not an address:
+        # the common case, without IPv4Address raising for every name.
+        return Target(name, 0, None)
     try:
         literal = ipaddress.IPv4Address(name)
     except ValueError:
@@ -100,12 +105,11 @@ def parse_connect(target: str) -> Target:
 
 def parse_absolute(target: str) -> tuple[Target, str]:
     """`http://host[:port]/path?query` → (the target, the origin-form path to send)."""
-    if not target.lower().startswith("http://"):
+    if target[:7].lower() != "http://":
         raise TargetError("an absolute-form request must be http:// (https goes by CONNECT)")
-    rest = target[len("http://"):]
-    slash = min((index for index in (rest.find("/"), rest.find("?")) if index >= 0),
-                default=len(rest))
-    authority, path = rest[:slash], rest[slash:]
+    rest = target[7:]
+    authority = rest.partition("/")[0].partition("?")[0]  # up to its path or query
+    path = rest[len(authority):]
     if "@" in authority:
         raise TargetError("a URL with userinfo (user@host) is refused")
     if "#" in target:

@@ -20,6 +20,7 @@ import sys
 import time
 from collections import deque
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,6 +29,7 @@ from lnk_common.boundedlog import (
     MAX_FOLDS,
     MAX_LINE_BYTES,
     MAX_LOG_BYTES,
+    BoundedLog,
     Folds,
     clip,
 )
@@ -157,6 +159,72 @@ def test_N11_processes_writing_one_log_rotate_it_without_losing_or_mixing_lines(
         numbers = [int(line.split()[1]) for line in lines if line.startswith(f"{writer} ")]
         assert numbers == list(range(count - len(numbers), count))
 
+
+
+def test_N11_a_line_after_its_file_was_renamed_or_removed_by_anyone_goes_to_path(
+    tmp_path: Path,
+) -> None:
+    """The file held is checked against PATH at every line, not only for this module's
+    own rotations: moved away by a person or removed, the next line makes PATH again."""
+    path = tmp_path / "logs" / "log"
+    log = BoundedLog(str(path))
+    log.append(b"one\n")
+    os.rename(path, tmp_path / "logs" / "kept")
+    log.append(b"two\n")
+    path.unlink()
+    log.append(b"three\n")
+    assert (tmp_path / "logs" / "kept").read_bytes() == b"one\n"
+    assert path.read_bytes() == b"three\n"
+    (tmp_path / "logs" / "kept").unlink()
+    path.unlink()
+    os.rmdir(tmp_path / "logs")  # the folder too
+    log.append(b"four\n")
+    other = BoundedLog(str(path), limit=8)  # another writer rotates it before its line:
+    other.append(b"five\n")                # the first writer's next goes to the new file
+    log.append(b"six\n")
+    log.close()
+    other.close()
+    assert (path.parent / "log.1").read_bytes() == b"four\n"
+    assert path.read_bytes() == b"five\nsix\n"
+
+
+def test_N11_a_line_is_four_system_calls_and_a_reopening_never_reuses_a_closed_number(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """flock, stat of PATH, write, unlock: the file held is known by the device and inode
+    taken when it was opened, so no fstat is made for a line. A reopening that fails
+    (no descriptor left) leaves no closed number to be locked or closed later."""
+    import fcntl
+
+    path = tmp_path / "log"
+    log = BoundedLog(str(path))
+    calls: list[str] = []
+    for module, name in ((os, "fstat"), (os, "stat"), (os, "write"), (fcntl, "flock")):
+        real = getattr(module, name)
+
+        def counted(*args: object, real: Any = real, name: str = name, **kwargs: object
+                    ) -> object:
+            calls.append(name)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counted)
+    log.append(b"one\n")
+    assert calls == ["flock", "stat", "write", "flock"]
+    monkeypatch.undo()
+    path.unlink()
+    real_open = os.open
+
+    def no_descriptor(*args: Any, **kwargs: Any) -> int:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(os, "open", no_descriptor)
+    with pytest.raises(OSError, match="Too many open files"):
+        log.append(b"lost\n")
+    assert log.fd == -1
+    monkeypatch.setattr(os, "open", real_open)
+    log.append(b"two\n")
+    log.close()
+    assert path.read_bytes() == b"two\n"
 
 
 def test_N11_a_line_is_cut_to_its_limit_saying_how_much() -> None:

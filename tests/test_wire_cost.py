@@ -1,8 +1,8 @@
 """What was made once rather than per tunnel or per request (issue 18), and that each still
 answers as it did: the ClientHello reader's one TLS context, the splice threads kept for
 the next tunnel, /etc/hosts read again only when it changed; and the wire's controls,
-which are still looked at on every call (no cache: a switch flipped between two calls
-is seen at the second)."""
+which are still looked at on every call (a switch flipped between two calls is seen at
+the second; a pause file is stat'ed, and read again only when it changed)."""
 
 from __future__ import annotations
 
@@ -288,6 +288,88 @@ def test_a_pause_between_two_calls_is_seen_at_the_second(tmp_path: Path) -> None
     wirestate.resume(str(tmp_path), "w")
     wire.gate()
     assert not wire.closed()
+
+
+def test_a_pause_kept_is_not_read_again_until_it_changes_and_each_change_is_seen(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call stats the pause file; a pause read when it had settled is not opened
+    again while the stat is the same; a new reason (the same size), a resume and a
+    pause again are each seen at the very next call."""
+    wire = _wire(tmp_path)
+    monkeypatch.setattr(wirestate, "PAUSE_SETTLE_NS", -1)  # every read counts as settled
+    wirestate.pause(str(tmp_path), "w", "reason one")
+    with pytest.raises(Refused, match="reason one"):
+        wire.gate()
+    opened: list[str] = []
+    real_open = open
+
+    def counting_open(path: str, *args: object, **kwargs: object) -> object:
+        opened.append(str(path))
+        return real_open(path, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr("builtins.open", counting_open)
+    for _ in range(3):
+        with pytest.raises(Refused, match="reason one"):
+            wire.gate()
+        assert wire.closed()
+    assert opened == []
+    wirestate.pause(str(tmp_path), "w", "reason two")  # the same size: a new file
+    with pytest.raises(Refused, match="reason two"):
+        wire.gate()
+    assert len(opened) == 1
+    wirestate.resume(str(tmp_path), "w")
+    wire.gate()
+    assert not wire.closed()
+    wirestate.pause(str(tmp_path), "w", "reason one")
+    with pytest.raises(Refused, match="reason one"):
+        wire.gate()
+
+
+def test_a_pause_rewritten_in_place_at_the_same_size_and_time_is_seen(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pause file kept (settled when read), then rewritten in place with its size and
+    modification time as they were: its change time, which no one can set, differs."""
+    monkeypatch.setattr(wirestate, "PAUSE_SETTLE_NS", 50_000_000)  # settled in 50 ms
+    wire = _wire(tmp_path)
+    wirestate.pause(str(tmp_path), "w", "reason one")
+    path = Path(wirestate.pause_path(str(tmp_path), "w"))
+    _settle(path)
+    time.sleep(0.2)  # the change time, set by utime, settles too
+    status = path.stat()
+    with pytest.raises(Refused, match="reason one"):
+        wire.gate()
+    assert str(path) in wirestate._KEPT_PAUSES
+    path.write_bytes(path.read_bytes().replace(b"reason one", b"reason two"))
+    os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns))
+    assert path.stat().st_size == status.st_size
+    with pytest.raises(Refused, match="reason two"):
+        wire.gate()
+
+
+def test_a_pause_that_cannot_be_looked_at_still_pauses(tmp_path: Path) -> None:
+    """Only a file known to be absent lets calls go: the wire's folder a file (a stat
+    fails with ENOTDIR), a link loop (ELOOP), an empty or malformed file."""
+    wire = _wire(tmp_path)
+    folder = tmp_path / "sandbox" / "wires" / "w"
+    wire.gate()
+    path = Path(wirestate.pause_path(str(tmp_path), "w"))
+    path.symlink_to(path)
+    with pytest.raises(Refused, match="unreadable pause"):
+        wire.gate()
+    path.unlink()
+    for data in (b"", b"{not json", b"[1, 2]"):
+        path.write_bytes(data)
+        with pytest.raises(Refused, match="paused since unknown: unreadable pause"):
+            wire.gate()
+    path.unlink()
+    wire.gate()
+    for child in folder.iterdir():
+        child.unlink()
+    folder.rmdir()
+    folder.write_bytes(b"")
+    with pytest.raises(Refused, match="unreadable pause"):
+        wire.gate()
+    assert wire.closed()
 
 
 def test_the_window_written_by_another_process_between_two_calls_counts(tmp_path: Path
