@@ -219,6 +219,10 @@ class Wire:
         self.say = say or (lambda _message: None)
         self.ids = itertools.count(1)
         self.open: set[asyncio.Task[None]] = set()
+        # Open connections whose first head is not read yet: no call yet (nothing
+        # decided, nothing outside), so the switches leave them be; the gate refuses
+        # their head when it comes, with its answer and its line on the log.
+        self.unasked: set[asyncio.Task[None]] = set()
         # The sockets of open tunnels, for `sever` (under the lock: a descriptor is
         # closed, and its number maybe reused, only once it is out of the set).
         self.tunnel_fds: set[int] = set()
@@ -302,7 +306,15 @@ class Wire:
 
     def close_all(self) -> None:
         for task in list(self.open):
-            task.cancel()
+            if task not in self.unasked:
+                task.cancel()
+
+    def asked(self) -> None:
+        """The current connection's first head is read: from now on it is a call, which
+        the kill switch and a pause close."""
+        task = asyncio.current_task()
+        if task is not None:
+            self.unasked.discard(task)
 
     def sever(self) -> None:
         """Shut every open tunnel's sockets down at once, from any thread: the program
@@ -356,12 +368,16 @@ class Wire:
         if why:
             self._pause_now(why)
 
-    async def hold(self, writer: asyncio.StreamWriter, work: Awaitable[None]) -> None:
+    async def hold(self, writer: asyncio.StreamWriter, work: Awaitable[None], *,
+                   asked: bool = True) -> None:
         """Serve one client connection (`work`) as an open call: counted among the open
-        calls, which close_all cancels; its socket closed at the end, whatever happens."""
+        calls, which close_all cancels (`asked` False: only once `work` says `asked()`);
+        its socket closed at the end, whatever happens."""
         task = asyncio.current_task()
         if task is not None:
             self.open.add(task)
+            if not asked:
+                self.unasked.add(task)
         no_delay(writer)
         try:
             await work
@@ -385,6 +401,7 @@ class Wire:
             writer.close()
             if task is not None:
                 self.open.discard(task)
+                self.unasked.discard(task)
 
     async def splice_ends(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                           up_reader: asyncio.StreamReader | None,

@@ -330,7 +330,7 @@ class Proxy(Wire):
     # -- one client connection ----------------------------------------------------------
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await self.hold(writer, self._serve(reader, writer))
+        await self.hold(writer, self._serve(reader, writer), asked=False)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Heads one after another on a connection kept alive (each request checked and
@@ -372,6 +372,7 @@ class Proxy(Wire):
                 return
             if raw is None:
                 return
+            self.asked()  # a call from here: the switches close it (the gate first)
             try:
                 head = check_head(raw)
             except HeadError as error:

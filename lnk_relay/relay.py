@@ -83,7 +83,8 @@ class Relay(Wire):
         came_to = writer.get_extra_info("sockname")
         port = self.to_port or came_to[1]
         if port in self.model_ports:
-            await self.hold(writer, self._filtered(reader, writer, port, came_to[0]))
+            await self.hold(writer, self._filtered(reader, writer, port, came_to[0]),
+                            asked=False)
         else:
             await self.hold(writer, self._carry(reader, writer, port, came_to[0]))
 
@@ -159,6 +160,7 @@ class Relay(Wire):
                 raise Refused(408, "the request head took too long") from None
             if request is None:
                 return  # closed before a request: nothing was asked, nothing went
+            self.asked()  # a call from here: the switches close it (the gate first)
             self.gate()
             admitted = local_models.route(request.method, request.target)
             headers = local_models.check_headers(list(request.headers))

@@ -155,10 +155,6 @@ def test_a_malformed_pause_still_pauses(
 
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 18 item 5: the watch cancels a connection still reading its first head; the "
-    "fix (Wire.hold(asked=False), Wire.asked() once the proxy has read a head) needs "
-    "lnk_proxy/server.py; docs/ARCHITECTURE.md, issue 18's second pass"))
 def test_N10_a_connection_whose_head_comes_after_a_pause_gets_its_refusal(
         tmp_path: Path) -> None:
     """A connection accepted before the wire was paused, whose head comes after the
