@@ -764,9 +764,17 @@ class Proxy(Wire):
             response, start = found
             outcome.responded = True
             body = received[start:start + response.length]
+            remaining = response.length - len(body)
+            if remaining and not body:
+                # A head alone is not sent on: it goes with the body's first bytes, one
+                # send and one wake of the program where there were two (a server that
+                # writes its head, then its body, as most do).
+                body = await _read(up_reader, min(CHUNK, remaining), IDLE_SECONDS)
+                if not body:
+                    raise ConnectionResetError("the host closed inside its body")
+                remaining -= len(body)
             writer.write(response_bytes(response, client_closes(head)) + body)
             outcome.received = len(body)
-            remaining = response.length - len(body)
             while remaining:
                 await writer.drain()
                 chunk = await _read(up_reader, min(CHUNK, remaining), IDLE_SECONDS)
