@@ -585,8 +585,8 @@ class Wire:
                 await stream_writer.drain()
                 held.append(bytes(stream_reader._buffer))  # type: ignore[attr-defined]
                 stream_reader._buffer.clear()  # type: ignore[attr-defined]
+                # Non-blocking, as the loop's own socket: a duplicate shares its file.
                 made.append(os.dup(stream_writer.get_extra_info("socket").fileno()))
-                os.set_blocking(made[-1], False)  # as the loop's; `relay` may change it
             pipes = []
             for _ in range(2):
                 pipe = _PIPES.take()
@@ -601,8 +601,7 @@ class Wire:
             _close_all(made)
             raise
         if isinstance(up_writer, socket.socket):  # nothing can fail past here
-            up_writer.setblocking(False)
-            made.insert(1, up_writer.detach())
+            made.insert(1, up_writer.detach())  # non-blocking, as open_socket made it
             held.append(b"")
         return Splice(made[0], early + held[0], made[1], held[1], (pipes[0], pipes[1]))
 
@@ -626,9 +625,10 @@ class Wire:
         except asyncio.CancelledError:
             pass  # closed by the kill switch, a pause or the helper's end: it ends here
         finally:
-            relaying.stop()
-            for fd in (client_fd, upstream_fd):
-                _SHUTDOWN(fd, socket.SHUT_RDWR)
+            if not all(future.done() for future in done):  # else nothing waits on them
+                relaying.stop()
+                for fd in (client_fd, upstream_fd):
+                    _SHUTDOWN(fd, socket.SHUT_RDWR)
             # The threads end at once now; wait for them whatever comes meanwhile: the
             # watch cancels open calls again every SWITCH_SECONDS, and a cancel taken
             # here once left both descriptors open and in `tunnel_fds` (where `sever`
