@@ -198,10 +198,14 @@ def test_a_sink_that_cannot_take_a_read_sends_it_all_from_a_thread(
     tunnel = _Tunnel(upstream_held=b"held first ")
     payload = os.urandom(64 << 20)  # more than loopback's socket buffers hold
 
+    def send() -> bytes:
+        tunnel.server.sendall(payload)
+        tunnel.server.shutdown(socket.SHUT_WR)
+        return b""
+
     async def main() -> tuple[int, int]:
         relay = asyncio.ensure_future(_wire(tmp_path).relay(tunnel.ends, None))
-        sent = _in_thread(lambda: (tunnel.server.sendall(payload),
-                                   tunnel.server.shutdown(socket.SHUT_WR), b"")[2])
+        sent = _in_thread(send)
         while not jobs:
             await asyncio.sleep(0.01)
         received = _in_thread(lambda: _read_all(tunnel.program))
