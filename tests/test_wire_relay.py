@@ -268,3 +268,44 @@ def test_sever_ends_a_tunnel_relayed_in_the_loop(tmp_path: Path) -> None:
         tunnel.program.settimeout(5)
         assert tunnel.program.recv(100) == b""
     tunnel.close()
+
+
+def test_kept_pipes_are_closed_when_the_process_is_out_of_descriptors(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tunnel refused for want of a descriptor closes every kept pipe: they are
+    descriptors the next call may need."""
+    import asyncio
+    import contextlib
+    import resource
+    import socket
+
+    wire_module._PIPES.idle.clear()
+    kept = [os.pipe() for _ in range(2)]
+    for pipe in kept:
+        wire_module._PIPES.give_back(pipe, empty=True, grown=False)
+    assert len(wire_module._PIPES.idle) == 2
+
+    async def refused() -> None:
+        client, server = socket.socketpair()
+        reader, writer = await asyncio.open_connection(sock=server)
+        upstream = socket.socket()
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, 4096), hard))
+        filling: list[int] = []
+        try:
+            wire = wire_module.Wire(log=None, settings="", wire="")  # type: ignore[arg-type]
+            with contextlib.suppress(OSError):  # every descriptor taken, to the limit
+                while True:
+                    filling.append(os.open("/dev/null", os.O_RDONLY))
+            with pytest.raises(wire_module.Refused):  # the dup of the client's socket
+                await wire.splice_ends(reader, writer, None, upstream)
+        finally:
+            for fd in filling:
+                os.close(fd)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+            writer.close()
+            client.close()
+            upstream.close()
+
+    asyncio.run(refused())
+    assert wire_module._PIPES.idle == []
