@@ -40,6 +40,12 @@ _NS_GET_USERNS = 0xB701  # ioctl on a namespace: a descriptor of its owning user
 # bubblewrap reports the sandbox's pid before that process has made its own network
 # namespace (seen as an ordinary user: a race); the helper waits this long for it.
 NAMESPACE_WAIT_SECONDS = 5.0
+# ...and reports it before the sandbox's process has brought its loopback up (seen under
+# load: a bind on 127.53.0.1 failed "Cannot assign requested address"); the helper, in
+# that network, waits this long for the loopback to be up before it binds anything.
+LOOPBACK_WAIT_SECONDS = 5.0
+_SIOCGIFFLAGS = 0x8913
+_IFF_UP = 0x1
 # A listening socket's queue: a program that opens many connections at once (a pool of
 # database connections) is not refused while the proxy accepts.
 BACKLOG = 1024
@@ -113,6 +119,7 @@ def _in_child(sandbox_pid: int, network: int, plan: list[Listener],
         os.close(fd)
     if os.stat("/proc/self/ns/net").st_ino != network:
         raise OSError("joined another network than the sandbox's")
+    wait_for_loopback()
     if lan_addresses:
         add_addresses(lan_addresses)
     for listener in plan:
@@ -141,6 +148,30 @@ def _in_child(sandbox_pid: int, network: int, plan: list[Listener],
         label = f"{listener.role} {'udp' if listener.udp else 'tcp'}".encode()
         send_fd(channels[target], sock.fileno(), label)
         sock.close()
+
+
+def wait_for_loopback(seconds: float = LOOPBACK_WAIT_SECONDS) -> None:
+    """Return once this network namespace's loopback is up (bubblewrap brings it up in
+    the sandbox's process, after it has said the process's pid); OSError past `seconds`.
+    It is not brought up here: bubblewrap's own setup would then fail on an address that
+    is there already."""
+    import _socket
+    import fcntl
+    import struct
+    import time
+
+    deadline = time.monotonic() + seconds
+    probe = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)
+    try:
+        while True:
+            answer = fcntl.ioctl(probe.fileno(), _SIOCGIFFLAGS, struct.pack("16sH14x", b"lo", 0))
+            if struct.unpack("16sH14x", answer)[1] & _IFF_UP:
+                return
+            if time.monotonic() > deadline:
+                raise OSError(f"the sandbox's loopback was not up within {seconds:g} s")
+            time.sleep(0.0005)
+    finally:
+        probe.close()
 
 
 # rtnetlink, for the one message needed: add an address to the loopback (index 1 in a
