@@ -18,7 +18,6 @@ import functools
 import itertools
 import os
 import queue
-import resource
 import socket
 import threading
 import time
@@ -56,10 +55,6 @@ LOOP_BYTES = 256 * 1024
 # Empty pipes kept for the next tunnels (two a tunnel): a pipe made and closed was two
 # syscalls of each tunnel's setup, and its size a third; past a burst the rest close.
 MAX_IDLE_PIPES = 32
-# ...and never more than one pipe (two descriptors) for every PIPE_SHARE descriptors
-# the process may open: under a low open-file limit the kept pipes would be the
-# descriptors a call is refused for (8 pipes under 512, 16 under 1,024).
-PIPE_SHARE = 64
 _LOOP_SPLICE = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
 # A splice thread whose tunnel ended waits this long for the next tunnel's direction
 # before it ends: a new thread cost some 300 µs to start here (threading's start waits
@@ -134,7 +129,7 @@ class _Pipes:
         _close_all([fd for pipe in kept for fd in pipe])
 
     def give_back(self, pipe: tuple[int, int], *, empty: bool, grown: bool) -> None:
-        if empty and len(self.idle) < _most_idle_pipes():
+        if empty and len(self.idle) < MAX_IDLE_PIPES:
             try:
                 if grown:
                     fcntl.fcntl(pipe[1], _F_SETPIPE_SZ, LOOP_PIPE_BYTES)
@@ -147,14 +142,6 @@ class _Pipes:
 
 
 _PIPES = _Pipes()
-
-
-def _most_idle_pipes() -> int:
-    """MAX_IDLE_PIPES, within PIPE_SHARE of the process's open-file limit (now)."""
-    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    if limit == resource.RLIM_INFINITY:
-        return MAX_IDLE_PIPES
-    return min(MAX_IDLE_PIPES, limit // PIPE_SHARE)
 
 
 class _Direction:

@@ -309,19 +309,3 @@ def test_kept_pipes_are_closed_when_the_process_is_out_of_descriptors(
 
     asyncio.run(refused())
     assert wire_module._PIPES.idle == []
-
-
-def test_the_kept_pipes_are_a_share_of_the_open_file_limit() -> None:
-    """Under a low open-file limit the kept pipes stay a small part of it (PIPE_SHARE)."""
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (2 * wire_module.PIPE_SHARE, hard))
-        assert wire_module._most_idle_pipes() == 2
-        resource.setrlimit(resource.RLIMIT_NOFILE, (wire_module.PIPE_SHARE - 1, hard))
-        assert wire_module._most_idle_pipes() == 0
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-    assert wire_module._most_idle_pipes() == min(wire_module.MAX_IDLE_PIPES,
-                                                 soft // wire_module.PIPE_SHARE)
