@@ -123,11 +123,6 @@ class _Pipes:
     def take(self) -> tuple[int, int]:
         return self.idle.pop() if self.idle else os.pipe()
 
-    def drop(self) -> None:
-        """Every kept pipe closed: the process is out of descriptors."""
-        kept, self.idle = self.idle, []
-        _close_all([fd for pipe in kept for fd in pipe])
-
     def give_back(self, pipe: tuple[int, int], *, empty: bool, grown: bool) -> None:
         if empty and len(self.idle) < MAX_IDLE_PIPES:
             try:
@@ -617,7 +612,6 @@ class Wire:
         except OSError as error:
             _close_all(made)
             if is_out_of_descriptors(error):
-                _PIPES.drop()  # the kept ones are descriptors the next call may need
                 raise Refused(503, OUT_OF_DESCRIPTORS, counts=False) from None
             raise
         except BaseException:
