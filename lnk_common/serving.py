@@ -59,8 +59,7 @@ def parse_options(program: str, argv: list[str] | None,
 
 def start_helper() -> None:
     """A helper ends with the launcher that started it, and may hold as many descriptors
-    as the machine lets this user: a tunnel holds six (two sockets, two splice pipes;
-    up to 32 empty pipes are kept between tunnels, lnk_common.wire._Pipes), and
+    as the machine lets this user: a tunnel holds six (two sockets, two splice pipes), and
     an ordinary user's soft limit of 1,024 ran out at some 170 tunnels (accepts and
     upstream connections then failed with EMFILE), where root's 20,000 did not."""
     import resource

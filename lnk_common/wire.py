@@ -37,25 +37,9 @@ __all__ = ["OUT_OF_DESCRIPTORS", "Refused", "Wire", "is_out_of_descriptors", "no
 _SHUTDOWN = ctypes.PyDLL(None).shutdown
 _SHUTDOWN.argtypes = (ctypes.c_int, ctypes.c_int)
 
-# A pipe this large lets one splice move a whole read of a fast connection: a tunnel's
-# pipes grow to it when the tunnel goes to threads (bulk), never before (a pipe of the
-# kernel's default size is enough for a handshake and an answer, and costs no fcntl).
+# A pipe this large lets one splice move a whole read of a fast connection.
 PIPE_BYTES = 1024 * 1024
-# The kernel's default pipe size (16 pages): what a pipe kept for the next tunnel is
-# given back to, and what one splice in the event loop moves at most.
-LOOP_PIPE_BYTES = 64 * 1024
 _F_SETPIPE_SZ = 1031
-# A tunnel is relayed in the event loop (non-blocking splices when a side is readable)
-# until it has moved this many bytes both ways, or a side cannot take what was read;
-# then both directions go to threads of their own (blocking splices, each on its own
-# core). A new TLS connection and its call move a few KiB: in the loop, a tunnel cost
-# the proxy no thread hand-off, no GIL handed between three threads, no wake-up of the
-# loop from a thread (the tunnel's CPU: docs/ARCHITECTURE.md, "The tunnel").
-LOOP_BYTES = 256 * 1024
-# Empty pipes kept for the next tunnels (two a tunnel): a pipe made and closed was two
-# syscalls of each tunnel's setup, and its size a third; past a burst the rest close.
-MAX_IDLE_PIPES = 32
-_LOOP_SPLICE = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
 # A splice thread whose tunnel ended waits this long for the next tunnel's direction
 # before it ends: a new thread cost some 300 µs to start here (threading's start waits
 # until the thread runs), two a tunnel, more than the rest of a tunnel's setup.
@@ -109,182 +93,20 @@ class _Workers:
 _WORKERS = _Workers()
 
 
-class _Pipes:
-    """Pipes kept between tunnels (the event loop's own: taken by `splice_ends`, given
-    back by `relay`). Only a pipe known to be empty is kept: one a direction left bytes
-    in (a reset mid-way, a cancel) is closed, so no tunnel ever sends another's bytes.
-    A pipe grown for bulk is given its default size back, or closed."""
-
-    __slots__ = ("idle",)
-
-    def __init__(self) -> None:
-        self.idle: list[tuple[int, int]] = []
-
-    def take(self) -> tuple[int, int]:
-        return self.idle.pop() if self.idle else os.pipe()
-
-    def give_back(self, pipe: tuple[int, int], *, empty: bool, grown: bool) -> None:
-        if empty and len(self.idle) < MAX_IDLE_PIPES:
-            try:
-                if grown:
-                    fcntl.fcntl(pipe[1], _F_SETPIPE_SZ, LOOP_PIPE_BYTES)
-            except OSError:
-                pass
-            else:
-                self.idle.append(pipe)
-                return
-        _close_all(list(pipe))
-
-
-_PIPES = _Pipes()
-
-
-class _Direction:
-    """One direction of a tunnel: source → pipe → sink, and what it moved. `held`: bytes
-    read before the tunnel was spliced (sent first); `pending`: bytes in the pipe not
-    yet sent on (the pipe is kept for another tunnel only when none are)."""
-
-    __slots__ = ("done", "grown", "held", "moved", "pending", "pipe", "sink", "source")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, source: int, sink: int, held: bytes,
-                 pipe: tuple[int, int]) -> None:
-        self.source = source
-        self.sink = sink
-        self.held = held
-        self.pipe = pipe
-        self.moved = 0
-        self.pending = 0
-        self.grown = False
-        self.done: asyncio.Future[int] = loop.create_future()
-
-
-class _Relaying:
-    """A tunnel's two directions, in the event loop while it is short (each source
-    watched for reading; a read spliced into the pipe and on to the sink at once, both
-    non-blocking), in two threads once it is bulk (`_to_threads`): when it has moved
-    LOOP_BYTES, or a sink cannot take at once what was read. Both directions move
-    together, since the sockets' blocking mode is their shared file's, not a
-    descriptor's. Everything here but the threads' jobs runs in the event loop."""
-
-    __slots__ = ("directions", "loop", "threaded", "watched")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, ends: Splice) -> None:
-        self.loop = loop
-        self.directions = (
-            _Direction(loop, ends.client_fd, ends.upstream_fd, ends.client_held, ends.pipes[0]),
-            _Direction(loop, ends.upstream_fd, ends.client_fd, ends.upstream_held,
-                       ends.pipes[1]))
-        self.threaded = False
-        self.watched: list[int] = []
-
-    def start(self) -> None:
-        for direction in self.directions:
-            if not direction.held:
-                continue
-            try:
-                written = os.write(direction.sink, direction.held)
-            except BlockingIOError:
-                written = 0
-            except OSError:
-                self._end(direction)
-                continue
-            direction.moved += written
-            direction.held = direction.held[written:]
-            if direction.held:  # a sink that cannot take it all at once: bulk
-                self._to_threads()
-                return
-        for direction in self.directions:
-            if not direction.done.done():
-                self.loop.add_reader(direction.source, self._readable, direction)
-                self.watched.append(direction.source)
-
-    def _readable(self, direction: _Direction) -> None:
-        try:
-            count = os.splice(direction.source, direction.pipe[1], LOOP_PIPE_BYTES,
-                              flags=_LOOP_SPLICE)
-        except BlockingIOError:
-            return
-        except OSError:  # a socket shut down or reset: the normal end of a tunnel
-            self._end(direction)
-            return
-        if count == 0:
-            self._end(direction)
-            return
-        direction.pending = count
-        try:
-            while direction.pending:
-                sent = os.splice(direction.pipe[0], direction.sink, direction.pending,
-                                 flags=_LOOP_SPLICE)
-                direction.pending -= sent
-                direction.moved += sent
-        except BlockingIOError:  # the sink is full: bulk, the rest sent by its thread
-            self._to_threads()
-            return
-        except OSError:
-            self._end(direction)
-            return
-        if sum(each.moved for each in self.directions) >= LOOP_BYTES:
-            self._to_threads()
-
-    def _end(self, direction: _Direction) -> None:
-        self._unwatch(direction.source)
-        _SHUTDOWN(direction.sink, socket.SHUT_WR)
-        _settle(direction.done, direction.moved)
-
-    def _unwatch(self, fd: int) -> None:
-        if fd in self.watched:
-            self.watched.remove(fd)
-            self.loop.remove_reader(fd)
-
-    def _to_threads(self) -> None:
-        self.threaded = True
-        for fd in list(self.watched):
-            self._unwatch(fd)
-        for direction in self.directions:
-            os.set_blocking(direction.source, True)
-        for direction in self.directions:
-            if direction.done.done():
-                continue
-            with contextlib.suppress(OSError):  # a smaller pipe is slower, never wrong
-                fcntl.fcntl(direction.pipe[1], _F_SETPIPE_SZ, PIPE_BYTES)
-                direction.grown = True
-            try:
-                _WORKERS.run(functools.partial(_splice_thread, self.loop, direction))
-            except RuntimeError:  # no thread could start: the tunnel ends here
-                for each in self.directions:
-                    _SHUTDOWN(each.source, socket.SHUT_RDWR)
-                direction.pending = -1  # its pipe is not known empty: closed
-                _settle(direction.done, direction.moved)
-
-    def stop(self) -> None:
-        """The tunnel's end (both sockets shut down next): what is still relayed in the
-        loop ends at once, with its count; threads end of themselves."""
-        for direction in self.directions:
-            if direction.source in self.watched:
-                self._unwatch(direction.source)
-                _settle(direction.done, direction.moved)
-
-    def give_back_pipes(self) -> None:
-        for direction in self.directions:
-            _PIPES.give_back(direction.pipe, empty=direction.pending == 0,
-                             grown=direction.grown)
-
-
-def _splice_thread(loop: asyncio.AbstractEventLoop, direction: _Direction) -> None:
+def _splice_thread(loop: asyncio.AbstractEventLoop, done: asyncio.Future[int], source: int,
+                   sink: int, held: bytes, pipe: tuple[int, int]) -> None:
+    total = 0
     try:
-        held = memoryview(direction.held)
-        while held:
-            written = os.write(direction.sink, held)
-            held = held[written:]
-            direction.moved += written
-        direction.held = b""
-        _splice(direction)
+        if held:
+            os.write(sink, held)
+            total += len(held)
+        total += _splice(source, sink, pipe)
     except OSError:
         pass  # a socket shut down or reset: the normal end of a tunnel
     finally:
-        _SHUTDOWN(direction.sink, socket.SHUT_WR)  # no descriptor needed, even when none is left
+        _SHUTDOWN(sink, socket.SHUT_WR)  # no descriptor needed, even when none is left
         with contextlib.suppress(RuntimeError):  # the loop has ended: the process is ending
-            loop.call_soon_threadsafe(_settle, direction.done, direction.moved)
+            loop.call_soon_threadsafe(_settle, done, total)
 
 
 def _settle(done: asyncio.Future[int], total: int) -> None:
@@ -292,20 +114,23 @@ def _settle(done: asyncio.Future[int], total: int) -> None:
         done.set_result(total)
 
 
-def _splice(direction: _Direction) -> None:
-    """source → pipe → sink until the source ends, blocking: first what the loop left
-    in the pipe, then read after read."""
-    read_end, write_end = direction.pipe
-    while True:
-        while direction.pending:
-            sent = os.splice(read_end, direction.sink, direction.pending,
-                             flags=os.SPLICE_F_MOVE)
-            direction.pending -= sent
-            direction.moved += sent
-        count = os.splice(direction.source, write_end, PIPE_BYTES, flags=os.SPLICE_F_MOVE)
-        if count == 0:
-            return
-        direction.pending = count
+def _splice(source: int, sink: int, pipe: tuple[int, int]) -> int:
+    """source → pipe → sink until the source ends; the pipe (made by the loop before
+    the call was allowed, so that no call on the log lacks one) is closed here."""
+    read_end, write_end = pipe
+    moved = 0
+    try:
+        while True:
+            count = os.splice(source, write_end, PIPE_BYTES, flags=os.SPLICE_F_MOVE)
+            if count == 0:
+                return moved
+            while count:
+                out = os.splice(read_end, sink, count, flags=os.SPLICE_F_MOVE)
+                count -= out
+                moved += out
+    finally:
+        os.close(read_end)
+        os.close(write_end)
 
 
 # The reason a call is refused when the process has no descriptor left for it (its
@@ -324,8 +149,8 @@ def _close_all(fds: list[int]) -> None:
 
 
 class Splice:
-    """What `relay` needs, made before the call is allowed: a duplicate of each socket
-    (non-blocking, as the loop's own) and a pipe each way. Made whole or not at all."""
+    """What a tunnel's two splice threads need, made before the call is allowed: a
+    blocking duplicate of each socket and a pipe each way. Made whole or not at all."""
 
     __slots__ = ("client_fd", "client_held", "pipes", "upstream_fd", "upstream_held")
 
@@ -580,17 +405,16 @@ class Wire:
 
     async def splice_ends(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                           up_reader: asyncio.StreamReader | None,
-                          up_writer: asyncio.StreamWriter | socket.socket, *,
-                          early: bytes = b"") -> Splice:
+                          up_writer: asyncio.StreamWriter | socket.socket) -> Splice:
         """Ready a tunnel for `relay`, before its call is allowed: the streams'
-        transports paused (what their buffers hold is sent on first by `relay`, after
-        `early`, the client's bytes already read here), a duplicate of each socket and a
-        pipe each way (kept ones first: _Pipes). Out of descriptors: every one made is
-        closed again and the call refused (with the reason), so that a call on the log
-        as allowed is one that goes, and a failure leaks nothing. The upstream may be a
-        bare socket (up_reader None; lnk_proxy.upstream.open_socket): its own
-        descriptor is taken and closed by `relay` (the socket object no longer holds
-        it; the caller closes it on a refusal here, as it would the stream)."""
+        transports paused (what their buffers hold is sent on first by the threads), a
+        blocking duplicate of each socket and a pipe each way. Out of descriptors: every
+        one made is closed again and the call refused (with the reason), so that a call
+        on the log as allowed is one that goes, and a failure leaks nothing. The
+        upstream may be a bare socket (up_reader None; lnk_proxy.upstream.open_socket):
+        its own descriptor is taken, made blocking, and closed by `relay` (the socket
+        object no longer holds it; the caller closes it on a refusal here, as it
+        would the stream)."""
         made: list[int] = []
         try:
             held = []
@@ -602,12 +426,14 @@ class Wire:
                 await stream_writer.drain()
                 held.append(bytes(stream_reader._buffer))  # type: ignore[attr-defined]
                 stream_reader._buffer.clear()  # type: ignore[attr-defined]
-                # Non-blocking, as the loop's own socket: a duplicate shares its file.
                 made.append(os.dup(stream_writer.get_extra_info("socket").fileno()))
+                os.set_blocking(made[-1], True)
             pipes = []
             for _ in range(2):
-                pipe = _PIPES.take()
+                pipe = os.pipe()
                 made.extend(pipe)
+                with contextlib.suppress(OSError):
+                    fcntl.fcntl(pipe[1], _F_SETPIPE_SZ, PIPE_BYTES)
                 pipes.append(pipe)
         except OSError as error:
             _close_all(made)
@@ -618,34 +444,42 @@ class Wire:
             _close_all(made)
             raise
         if isinstance(up_writer, socket.socket):  # nothing can fail past here
-            made.insert(1, up_writer.detach())  # non-blocking, as open_socket made it
+            up_writer.setblocking(True)
+            made.insert(1, up_writer.detach())
             held.append(b"")
-        return Splice(made[0], early + held[0], made[1], held[1], (pipes[0], pipes[1]))
+        return Splice(made[0], held[0], made[1], held[1], (pipes[0], pipes[1]))
 
     async def relay(self, ends: Splice, up_writer: asyncio.StreamWriter | None
                     ) -> tuple[int, int]:
-        """Both directions of a tunnel readied by `splice_ends`, by splice(2): the bytes
-        go socket → pipe → socket inside the kernel, never through Python (asyncio
-        streams managed a third of a direct connection's throughput here). A short
-        tunnel in the event loop, a bulk one in two threads (_Relaying). A cancel (the
-        kill switch, a pause, the end) ends the tunnel as its close would: both sockets
-        shut down, the threads waited for, the counts returned (held bytes included)."""
+        """Both directions of a tunnel readied by `splice_ends`, each by splice(2) in a
+        thread of its own (an idle one of an ended tunnel's, else a new one: _Workers):
+        the bytes go socket → pipe → socket inside the kernel, never through Python
+        (asyncio streams managed a third of a direct connection's throughput here). A
+        cancel (the kill switch, a pause, the end) ends the tunnel as its close would:
+        both sockets shut down, the threads waited for, the counts returned."""
         loop = asyncio.get_running_loop()
         client_fd, upstream_fd = ends.client_fd, ends.upstream_fd
         with self.tunnel_lock:
             self.tunnel_fds.update((client_fd, upstream_fd))
-        relaying = _Relaying(loop, ends)
-        done = [direction.done for direction in relaying.directions]
+        done: list[asyncio.Future[int]] = [loop.create_future(), loop.create_future()]
+        directions = ((client_fd, upstream_fd, ends.client_held, ends.pipes[0]),
+                      (upstream_fd, client_fd, ends.upstream_held, ends.pipes[1]))
+        started = 0
         try:
-            relaying.start()
+            for index, (source, sink, held, pipe) in enumerate(directions):
+                _WORKERS.run(functools.partial(_splice_thread, loop, done[index], source,
+                                               sink, held, pipe))
+                started += 1
             await asyncio.wait(done)  # not gather: a cancel here leaves the counts be
         except asyncio.CancelledError:
             pass  # closed by the kill switch, a pause or the helper's end: it ends here
         finally:
-            if not all(future.done() for future in done):  # else nothing waits on them
-                relaying.stop()
-                for fd in (client_fd, upstream_fd):
-                    _SHUTDOWN(fd, socket.SHUT_RDWR)
+            # A thread that could not start never closes its pipe: closed here.
+            _close_all([fd for _, _, _, pipe in directions[started:] for fd in pipe])
+            for index in range(started, 2):
+                _settle(done[index], 0)
+            for fd in (client_fd, upstream_fd):
+                _SHUTDOWN(fd, socket.SHUT_RDWR)
             # The threads end at once now; wait for them whatever comes meanwhile: the
             # watch cancels open calls again every SWITCH_SECONDS, and a cancel taken
             # here once left both descriptors open and in `tunnel_fds` (where `sever`
@@ -657,7 +491,6 @@ class Wire:
                 self.tunnel_fds.difference_update((client_fd, upstream_fd))
                 os.close(client_fd)
                 os.close(upstream_fd)
-            relaying.give_back_pipes()
             if up_writer is not None:
                 up_writer.close()
         # The bytes each way, also of a call the switch closed: its `ended` line says

@@ -558,8 +558,10 @@ class Proxy(Wire):
                 self.log.write("refused", target.authority, f"reason={refusal.logged}")
                 self.count_refusal(target.authority, refusal)
                 return
-        try:  # what was read of the client (its ClientHello) goes first, by the relay
-            ends = await self.splice_ends(reader, writer, None, upstream, early=first)
+        try:
+            if first:
+                await asyncio.get_running_loop().sock_sendall(upstream, first)
+            ends = await self.splice_ends(reader, writer, None, upstream)
         except Refused as refusal:  # out of descriptors: the call never went
             self.log.write("refused", target.authority, f"reason={refusal.logged}")
             return
@@ -570,7 +572,7 @@ class Proxy(Wire):
             counted[:] = await self.relay(ends, None)
         finally:  # an ended line for every allowed one, even when the proxy is stopping
             self.log.write("ended", target.authority,
-                           f"id={call} sent={counted[0]} received={counted[1]} "
+                           f"id={call} sent={counted[0] + len(first)} received={counted[1]} "
                            f"seconds={time.monotonic() - started:.3f}")
 
     # -- endpoints: a connection to an address of the sandbox's own --------------------

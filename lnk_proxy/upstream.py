@@ -95,12 +95,13 @@ async def open_socket(address: Address, port: int, authority: str) -> socket.soc
     a tunnel's 1 ms in the proxy)."""
     try:
         sock = socket.socket(socket.AF_INET6 if address.version == 6 else socket.AF_INET,
-                             socket.SOCK_STREAM | socket.SOCK_NONBLOCK)  # no ioctl after
+                             socket.SOCK_STREAM)
     except OSError as error:
         if is_out_of_descriptors(error):
             raise Refused(503, OUT_OF_DESCRIPTORS, counts=False) from None
         raise Refused(502, f"{authority} could not be reached ({error})") from None
     try:
+        sock.setblocking(False)
         async with asyncio.timeout(CONNECT_SECONDS):
             await asyncio.get_running_loop().sock_connect(sock, (str(address), port))
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
