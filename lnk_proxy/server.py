@@ -55,6 +55,7 @@ from lnk_proxy.decide import (
     matching_rule,
 )
 from lnk_proxy.head import HeadError, RequestHead, check_head, head_end
+from lnk_proxy.lane import END, Handoff, Lane, LaneProtocol, Retry
 from lnk_proxy.mcp_verb import Asker, ToolProcess, tool_environment
 from lnk_proxy.model_verb import ModelVerb
 from lnk_proxy.plain import HOP_FIELDS, client_closes, plain_request, response_bytes, response_head
@@ -197,6 +198,17 @@ class _Outcome:
         self.failure = ""
 
 
+class _Misplaced:
+    """A request that goes nowhere (`Proxy.locate`): its refusal, and the target it is
+    logged under."""
+
+    __slots__ = ("refusal", "where")
+
+    def __init__(self, where: str, refusal: Refused) -> None:
+        self.where = where
+        self.refusal = refusal
+
+
 def _outgoing(request: h11.Request, path: str, upgrade: bool) -> h11.Request:
     """The request h11 sends on: the hop-by-hop fields and Expect taken out; with
     `upgrade`, the switch asked of the upstream as the client asked it."""
@@ -336,19 +348,46 @@ class Proxy(Wire):
         """Heads one after another on a connection kept alive (each request checked and
         decided afresh, wherever it goes), until a CONNECT, a refusal or a close."""
         kept: list[Upstream | None] = [None]
+        lane = self._lane(reader, writer, kept)
         try:
-            await self._requests(reader, writer, b"", kept)
+            await self._requests(reader, writer, b"", kept, lane=lane)
         finally:
+            if lane is not None:
+                lane.close()
             if kept[0] is not None:
                 kept[0].close()
 
+    def _lane(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+              kept: list[Upstream | None]) -> Lane | None:
+        """The connection's kept-alive lane (lnk_proxy.lane), when it came through a
+        listener of the proxy's (`LaneProtocol`: main's servers)."""
+        protocol = writer.transport.get_protocol()
+        if not isinstance(protocol, LaneProtocol):
+            return None
+        return Lane(self, protocol, reader, writer, kept)
+
     async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                         buffer: bytes, kept: list[Upstream | None],
-                        tunnel: Target | None = None) -> None:
+                        tunnel: Target | None = None, *, lane: Lane | None = None) -> None:
         """Requests one after another; `tunnel`: the port-80 tunnel they all travel in
-        (every Host must name its host), else absolute-form requests to the proxy."""
+        (every Host must name its host), else absolute-form requests to the proxy.
+        `lane`: between requests the task is parked in it, and it serves the plain
+        requests to the kept upstream itself (lnk_proxy.lane)."""
         while True:
             where = tunnel.authority if tunnel is not None else "-"  # for a bad head
+            if not buffer and lane is not None:
+                note = await lane.idle(tunnel, IDLE_SECONDS)
+                if note is END:
+                    return
+                if isinstance(note, Retry | Handoff):
+                    if isinstance(note, Retry):  # the kept upstream closed unanswering
+                        keep, buffer = await self._forward(note.head, note.raw, b"", reader,
+                                                           writer, kept, tunnel)
+                    else:
+                        keep, buffer = await self._handed(note, reader, writer, kept, tunnel)
+                    if not keep:
+                        return
+                    continue
             if not buffer:
                 try:  # between requests a client may idle; within a head it may not
                     buffer = await _read(reader, 65536, IDLE_SECONDS)
@@ -407,6 +446,13 @@ class Proxy(Wire):
                       verb: bool = False) -> None:
         """The refusal's one line to the program and the log (with `verb`, as one line of
         JSON in the error shape the providers' SDKs read, so a harness's SDK shows why)."""
+        self.refuse_now(writer, target, refusal, verb=verb)
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+
+    def refuse_now(self, writer: asyncio.StreamWriter, target: str, refusal: Refused, *,
+                   verb: bool = False) -> None:
+        """`_refuse` but for the wait until it is sent (the lane's, in a callback)."""
         self.log.write("refused", target, f"reason={refusal.logged}")
         phrase = _PHRASES.get(refusal.status, "Refused")
         if verb:
@@ -421,8 +467,6 @@ class Proxy(Wire):
                      f"{retry}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
                      .encode() + body)
         self.count_refusal(target, refusal)
-        with contextlib.suppress(ConnectionError):
-            await writer.drain()
 
     async def _refuse_verb(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                            target: str, refusal: Refused) -> None:
@@ -609,9 +653,12 @@ class Proxy(Wire):
             await self._tunnel(target, b"", reader, writer, upstream, "endpoint")
             return
         kept: list[Upstream | None] = [None]
+        lane = self._lane(reader, writer, kept)
         try:
-            await self._requests(reader, writer, b"", kept, target)
+            await self._requests(reader, writer, b"", kept, target, lane=lane)
         finally:
+            if lane is not None:
+                lane.close()
             if kept[0] is not None:
                 kept[0].close()
 
@@ -709,12 +756,23 @@ class Proxy(Wire):
             outcome = await self._exchange(target.authority, "http", client, reader, writer,
                                            upstream, _outgoing(request, path, upgrade),
                                            body=None)
+        return await self._settle(outcome, client, upstream, upstream is previous, head, raw,
+                                  rest, parsed is None, reader, writer, kept, tunnel)
+
+    async def _settle(self, outcome: _Outcome, client: h11.Connection | None,
+                      upstream: Upstream, was_kept: bool, head: RequestHead, raw: bytes,
+                      rest: bytes, plain: bool, reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter, kept: list[Upstream | None],
+                      tunnel: Target | None) -> tuple[bool, bytes]:
+        """After a passed request's exchange: its upstream kept when reusable, the
+        request sent again when its kept upstream had closed, and whether the client's
+        connection goes on. `client`: h11's reading of the exchange (None: plain
+        throughout); `plain`: the request was plain (`rest` is what followed it)."""
         if outcome.reusable:
             if client is not None:  # h11 read this exchange: its state goes round
                 upstream.conn.start_next_cycle()
             kept[0] = upstream
-        if outcome.failure and upstream is previous and not outcome.responded \
-                and outcome.sent == 0:
+        if outcome.failure and was_kept and not outcome.responded and outcome.sent == 0:
             # The kept connection was closed by the server meanwhile: a request with no
             # body is sent again, once, on a new connection (checked afresh), which is
             # then kept in `kept` as any other (and closed with the client's).
@@ -722,7 +780,32 @@ class Proxy(Wire):
         if client is None:
             return not outcome.failure and not client_closes(head), rest
         keep, trailing = _next_cycle(client, outcome)
-        return keep, (rest if parsed is None else trailing)
+        return keep, (rest if plain else trailing)
+
+    async def _handed(self, note: Handoff, reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter, kept: list[Upstream | None],
+                      tunnel: Target | None) -> tuple[bool, bytes]:
+        """A lane's request whose response is not plain: h11's from the bytes read."""
+        outcome, client = await self._h11_resumed(note.authority, note.raw, note.path,
+                                                  reader, writer, note.upstream,
+                                                  (note.call, note.started, note.received))
+        return await self._settle(outcome, client, note.upstream, True, note.head, note.raw,
+                                  b"", True, reader, writer, kept, tunnel)
+
+    async def _h11_resumed(self, authority: str, raw: bytes, path: str,
+                           reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                           upstream: Upstream, resumed: tuple[int, float, bytes]
+                           ) -> tuple[_Outcome, h11.Connection]:
+        """A plain request's exchange whose response is not plain, h11's from the bytes
+        read so far (`resumed`: the call's id, its start, those bytes); the request is
+        not sent again."""
+        client = h11.Connection(h11.SERVER)
+        client.receive_data(raw)
+        request = client.next_event()  # h11 takes every plain head
+        assert isinstance(request, h11.Request)
+        return await self._exchange(authority, "http", client, reader, writer, upstream,
+                                    _outgoing(request, path, False), body=None,
+                                    resumed=resumed), client
 
     async def _plain_exchange(self, authority: str, head: RequestHead, path: str,
                               raw: bytes, reader: asyncio.StreamReader,
@@ -752,15 +835,9 @@ class Proxy(Wire):
                 if found is not PLAIN_NEED_MORE:
                     break
             if not isinstance(found, tuple):  # not plain: h11 reads it, as before
-                client = h11.Connection(h11.SERVER)
-                client.receive_data(raw)
-                request = client.next_event()  # h11 takes every plain head
-                assert isinstance(request, h11.Request)
                 handed = True  # the ended line is the exchange's now
-                return await self._exchange(
-                    authority, "http", client, reader, writer, upstream,
-                    _outgoing(request, path, False), body=None,
-                    resumed=(call, started, received)), client
+                return await self._h11_resumed(authority, raw, path, reader, writer,
+                                               upstream, (call, started, received))
             response, start = found
             outcome.responded = True
             body = received[start:start + response.length]
@@ -1242,20 +1319,29 @@ class Proxy(Wire):
 
     async def _where(self, head: RequestHead, writer: asyncio.StreamWriter,
                      tunnel: Target | None) -> tuple[Target, str] | str | None:
-        """Where a request goes and the path to send, or None once refused (the
-        response written): absolute-form to the proxy, origin-form (or absolute-form to
-        the same host) in a tunnel; its Host must name that very host (a CDN routes by
-        Host: another one is domain fronting)."""
+        """Where a request goes and the path to send (`locate`), or None once refused
+        (the response written)."""
+        found = self.locate(head, tunnel)
+        if isinstance(found, _Misplaced):
+            await self._refuse(writer, found.where, found.refusal)
+            return None
+        return found
+
+    def locate(self, head: RequestHead, tunnel: Target | None
+               ) -> tuple[Target, str] | str | _Misplaced:
+        """Where a request goes and the path to send, a verb's path, or why it goes
+        nowhere: absolute-form to the proxy, origin-form (or absolute-form to the same
+        host) in a tunnel; its Host must name that very host (a CDN routes by Host:
+        another one is domain fronting)."""
         if tunnel is None:
             path_here = (head.target if head.target.startswith("/")
                          else _own_path(head.target))
             if path_here is not None:
                 if is_verb_target(path_here):
                     return path_here
-                await self._refuse(writer, "-", Refused(
+                return _Misplaced("-", Refused(
                     400, "the proxy takes absolute-form requests (http://host/…), CONNECT, "
                          "and its verbs' paths (/_link/…)"))
-                return None
         where = tunnel.authority if tunnel is not None else "-"
         if tunnel is not None and head.target.startswith("/"):
             target, path = tunnel, head.target
@@ -1263,25 +1349,21 @@ class Proxy(Wire):
             try:
                 target, path = parse_absolute(head.target)
             except TargetError as error:
-                await self._refuse(writer, where, Refused(400, str(error)))
-                return None
+                return _Misplaced(where, Refused(400, str(error)))
             if tunnel is not None and target.authority != tunnel.authority:
-                await self._refuse(writer, tunnel.authority, Refused(
+                return _Misplaced(tunnel.authority, Refused(
                     400, f"a request in the tunnel to {tunnel.authority} names another "
                          f"host ({target.authority})"))
-                return None
         hosts = head.get("host")
         if not hosts:
             # h11 sends on HTTP/1.1, which needs a Host; and there is nothing to check.
-            await self._refuse(writer, target.authority,
-                               Refused(400, f"an {head.version} request without Host"))
-            return None
+            return _Misplaced(target.authority,
+                              Refused(400, f"an {head.version} request without Host"))
         if not _host_matches(hosts, target):
-            await self._refuse(writer, target.authority, Refused(
+            return _Misplaced(target.authority, Refused(
                 400, "the Host header names another host than the request's URL"
                 if tunnel is None else
                 f"the Host header names another host than the tunnel's ({tunnel.authority})"))
-            return None
         return target, path
 
 

@@ -18,6 +18,7 @@ import h11
 
 from lnk_common.wire import OUT_OF_DESCRIPTORS, Refused, is_out_of_descriptors, no_delay
 from lnk_proxy.decide import Address
+from lnk_proxy.lane import UpstreamProtocol
 
 __all__ = ["CHUNK", "CONNECT_SECONDS", "MAX_IDLE_PER_POOL", "Pool", "Upstream", "open_socket",
            "open_upstream", "tls_context"]
@@ -65,11 +66,14 @@ async def open_upstream(address: Address, port: int, authority: str, *,
                         tls: ssl.SSLContext | None = None, host: str = "") -> Upstream:
     """A connection to `address` (already checked), or Refused (502; 503 when out of
     descriptors). With `tls`, the handshake verifies the certificate for `host`."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=CHUNK, loop=loop)
+    protocol = UpstreamProtocol(reader, loop)  # a stream's, which a lane may borrow
     try:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(str(address), port, limit=CHUNK, ssl=tls,
-                                    server_hostname=host if tls is not None else None,
-                                    ssl_handshake_timeout=CONNECT_SECONDS if tls else None),
+        transport, _ = await asyncio.wait_for(
+            loop.create_connection(lambda: protocol, str(address), port, ssl=tls,
+                                   server_hostname=host if tls is not None else None,
+                                   ssl_handshake_timeout=CONNECT_SECONDS if tls else None),
             CONNECT_SECONDS)
     except ssl.SSLCertVerificationError as error:
         raise Refused(502, f"{authority}'s certificate is not trusted "
@@ -83,6 +87,7 @@ async def open_upstream(address: Address, port: int, authority: str, *,
     except TimeoutError:
         raise Refused(502, f"{authority} could not be reached (no answer in "
                            f"{CONNECT_SECONDS:g} s)") from None
+    writer = asyncio.StreamWriter(transport, protocol, reader, loop)
     no_delay(writer)
     return Upstream(authority, reader, writer)
 

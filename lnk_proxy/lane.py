@@ -1,0 +1,426 @@
+"""The kept-alive lane: a plain request on a connection whose upstream is kept, served
+in the protocols' callbacks, with no task woken, no future and no timer.
+
+A request kept alive to the host of the last one is most of what a harness's tools
+send, and its cost was asyncio's more than the proxy's own: the client's bytes fed to
+a stream reader, the connection's task woken to read them, a timer for each wait, the
+upstream's bytes fed to another reader and the task woken again (four turns of the
+loop a request). Here the client's protocol (`LaneProtocol`) hands what it receives
+to the connection's `Lane` while its task is parked between requests (`Lane.idle`);
+the lane takes it only when it is one whole plain head (lnk_proxy.plain), nothing
+after it, to the authority of the upstream kept for this connection, and every check
+of the request path passes it (the head check, the target and its Host, the gate and
+the name): the same functions, in the same order, as the task's path. The request is
+written anew to the upstream and the upstream's protocol (`UpstreamProtocol`) hands
+the response to the lane, which writes its head anew and exactly its Content-Length of
+body back. Two turns of the loop a request; one `allowed` and one `ended` line as
+ever.
+
+Everything else is the task's, as before: the lane declines the bytes (the client's
+protocol feeds them to the reader) and wakes the task. A response that is not plain
+is handed to the task with the bytes read so far (`Handoff`, read by h11, the request
+not sent again); a kept upstream that closed before answering is the task's to retry
+once on a new connection (`Retry`), as it always was; a refusal is written here and
+ends the connection (`END`), as the task's refusal does. The connection's one timer is
+the parked task's: at its end, a connection that moved within IDLE_SECONDS waits
+again; one that did not is closed, an exchange in flight ended with its line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from lnk_common.wire import Refused
+from lnk_proxy.head import HeadError, RequestHead, check_head, head_end
+from lnk_proxy.plain import (
+    NEED_MORE,
+    ResponseHead,
+    client_closes,
+    plain_request,
+    request_bytes,
+    response_bytes,
+    response_head,
+)
+
+if TYPE_CHECKING:
+    from lnk_proxy.server import Proxy
+    from lnk_proxy.target import Target
+    from lnk_proxy.upstream import Upstream
+
+__all__ = ["END", "Handoff", "Lane", "LaneProtocol", "Retry", "UpstreamProtocol"]
+
+
+class _End:
+    """The connection ends (a refusal was written, the lane's exchange failed, or it
+    went quiet past its time)."""
+
+    __slots__ = ()
+
+
+END = _End()
+
+
+class Retry:
+    """The kept upstream closed before it answered a plain request (its ended line is
+    written): the task sends it again, once, on a new connection."""
+
+    __slots__ = ("head", "raw")
+
+    def __init__(self, head: RequestHead, raw: bytes) -> None:
+        self.head = head
+        self.raw = raw
+
+
+class Handoff:
+    """A response that is not plain, to the task's h11 from the bytes read so far (the
+    request was sent, its allowed line written)."""
+
+    __slots__ = ("authority", "call", "head", "path", "raw", "received", "started",
+                 "upstream")
+
+    def __init__(self, authority: str, call: int, started: float, head: RequestHead,
+                 raw: bytes, path: str, upstream: Upstream, received: bytes) -> None:
+        self.authority = authority
+        self.call = call
+        self.started = started
+        self.head = head
+        self.raw = raw
+        self.path = path
+        self.upstream = upstream
+        self.received = received
+
+
+Note = _End | Retry | Handoff | None
+
+
+class _Exchange:
+    """The lane's call in flight."""
+
+    __slots__ = ("authority", "call", "extra", "head", "held", "path", "paused", "raw",
+                 "received", "remaining", "response", "sent_back", "started", "upstream")
+
+    def __init__(self, authority: str, call: int, head: RequestHead, raw: bytes, path: str,
+                 upstream: Upstream) -> None:
+        self.authority = authority
+        self.call = call
+        self.started = time.monotonic()
+        self.head = head
+        self.raw = raw
+        self.path = path
+        self.upstream = upstream
+        self.received = b""  # the response's bytes until its head is whole
+        self.response: ResponseHead | None = None
+        self.held = b""  # a response's head, held until its body's first bytes
+        self.remaining = 0
+        self.sent_back = 0
+        self.extra = False  # bytes past the response's end came: not used again
+        self.paused = False  # the upstream's reading paused for the client's buffer
+
+
+class Lane:
+    """One client connection's lane (see the module's text). `proxy` is the Proxy
+    whose checks, log and refusals it uses (lnk_proxy.server); `kept` the connection's
+    one-slot list of its kept upstream, shared with the task."""
+
+    __slots__ = ("exchange", "kept", "last", "parked", "protocol", "proxy", "reader",
+                 "tunnel", "writer")
+
+    def __init__(self, proxy: Proxy, protocol: LaneProtocol, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter, kept: list[Upstream | None]) -> None:
+        self.proxy = proxy
+        self.protocol = protocol
+        self.reader = reader
+        self.writer = writer
+        self.kept = kept
+        self.tunnel: Target | None = None
+        self.parked: asyncio.Future[Note] | None = None
+        self.exchange: _Exchange | None = None
+        self.last = time.monotonic()
+        protocol.lane = self
+
+    # -- the task's side ------------------------------------------------------------
+
+    async def idle(self, tunnel: Target | None, seconds: float) -> Note:
+        """Park the task between requests until it has work: None when the reader has
+        bytes or its end, else a note (END, Retry, Handoff). `tunnel`: the port-80
+        tunnel the connection's requests travel in, if any."""
+        self.tunnel = tunnel
+        loop = asyncio.get_running_loop()
+        wait = seconds
+        while True:
+            if self.exchange is None and (self.reader._buffer  # type: ignore[attr-defined]
+                                          or self.reader.at_eof()):
+                return None
+            parked: asyncio.Future[Note] = loop.create_future()
+            self.parked = parked
+            try:
+                async with asyncio.timeout(wait):
+                    return await parked
+            except TimeoutError:
+                quiet = time.monotonic() - self.last
+                if quiet < seconds:  # it moved since the timer was set: the rest of its time
+                    wait = seconds - quiet
+                    continue
+                if self.exchange is not None:
+                    self._finish(" error=TimeoutError")
+                return END
+            finally:
+                self.parked = None
+
+    def close(self) -> None:
+        """The task is ending: an exchange in flight ends with its line (the switches,
+        the proxy's stop), and the lane takes nothing more."""
+        self.protocol.lane = None
+        if self.exchange is not None:
+            self._finish("")
+
+    # -- the client's side ----------------------------------------------------------
+
+    def take(self, data: bytes) -> bool:
+        """What the client sent, while the task is parked: True when the lane took it
+        (a request begun, or a refusal written); False, and the client's protocol feeds
+        it to the reader (the task woken to read it unless an exchange is in flight:
+        then it wakes at the exchange's end)."""
+        if self.parked is None or self.exchange is not None:
+            return False
+        try:
+            taken = self._begin(data)
+        except Exception as error:  # a bug: said once, the connection closed
+            self.proxy.report_error("a call ended on an unexpected error", error)
+            self._wake(END)
+            return True
+        if not taken:
+            self._wake(None)
+        return taken
+
+    def _begin(self, data: bytes) -> bool:
+        upstream = self.kept[0]
+        if upstream is None or head_end(data) != len(data):
+            return False  # no kept upstream, a head not whole, or more behind it
+        try:
+            head = check_head(data)
+        except HeadError:
+            return False  # the task refuses it, with its reason
+        if head.method == "CONNECT" or not plain_request(head) or client_closes(head):
+            return False
+        found = self.proxy.locate(head, self.tunnel)
+        if not isinstance(found, tuple):
+            return False  # a verb's path, or a refusal: the task's
+        target, path = found
+        if (upstream.authority != target.authority or not upstream.usable()
+                or upstream.reader._buffer):  # type: ignore[attr-defined]
+            return False
+        protocol = upstream.writer.transport.get_protocol()
+        if not isinstance(protocol, UpstreamProtocol):
+            return False
+        self.kept[0] = None
+        try:
+            self.proxy.check_name(target)
+        except Refused as refusal:
+            upstream.close()
+            self.proxy.refuse_now(self.writer, target.authority, refusal)
+            self._wake(END)
+            return True
+        call = next(self.proxy.ids)
+        self.proxy.log.write("allowed", target.authority, f"id={call} kind=http")
+        self.exchange = _Exchange(target.authority, call, head, data, path, upstream)
+        self.last = time.monotonic()
+        protocol.sink = self
+        upstream.writer.write(request_bytes(head, path))
+        return True
+
+    def client_ended(self, lost: bool) -> None:
+        """The client's end came (`lost`: its connection is gone, not half-closed)."""
+        if self.exchange is not None:
+            if lost:
+                self._finish(" error=ConnectionResetError")
+            return  # half-closed: the response still goes, then the task reads the end
+        self._wake(None)
+
+    def pause(self) -> None:
+        """The client's send buffer is full: its upstream waits."""
+        exchange = self.exchange
+        if exchange is not None and not exchange.paused:
+            exchange.paused = True
+            exchange.upstream.writer.transport.pause_reading()  # type: ignore[attr-defined]
+
+    def resume(self) -> None:
+        exchange = self.exchange
+        if exchange is not None and exchange.paused:
+            exchange.paused = False
+            exchange.upstream.writer.transport.resume_reading()  # type: ignore[attr-defined]
+
+    # -- the upstream's side --------------------------------------------------------
+
+    def upstream_data(self, data: bytes) -> None:
+        exchange = self.exchange
+        if exchange is None:
+            return
+        try:
+            self._response(exchange, data)
+        except Exception as error:  # a bug: said once, the call ended, the connection closed
+            self.proxy.report_error("a call ended on an unexpected error", error)
+            self._finish(" error=" + type(error).__name__)
+
+    def _response(self, exchange: _Exchange, data: bytes) -> None:
+        self.last = time.monotonic()
+        response = exchange.response
+        if response is None:
+            exchange.received += data
+            found = response_head(exchange.received)
+            if found is NEED_MORE:
+                return
+            if not isinstance(found, tuple):  # not plain: h11's, from the bytes read
+                self._hand_off(exchange)
+                return
+            response, start = found
+            exchange.response = response
+            body = exchange.received[start:start + response.length]
+            exchange.extra = len(exchange.received) > start + response.length
+            exchange.remaining = response.length - len(body)
+            head = response_bytes(response, False)
+            if exchange.remaining and not body:
+                exchange.held = head  # sent with the body's first bytes: one send
+                return
+            self.writer.write(head + body)
+            exchange.sent_back = len(body)
+        else:
+            body = data[:exchange.remaining]
+            if len(data) > exchange.remaining:
+                exchange.extra = True
+            if exchange.held:
+                self.writer.write(exchange.held + body)
+                exchange.held = b""
+            else:
+                self.writer.write(body)
+            exchange.remaining -= len(body)
+            exchange.sent_back += len(body)
+        if not exchange.remaining:
+            self._finish("")
+
+    def upstream_ended(self) -> None:
+        """The upstream closed while the lane's exchange was on it."""
+        exchange = self.exchange
+        if exchange is None:
+            return
+        if exchange.response is None:
+            head, raw = exchange.head, exchange.raw
+            self._finish(" error=ConnectionResetError", wake=False)
+            self._wake(Retry(head, raw))
+            return
+        self._finish(" error=ConnectionResetError")
+
+    # -- the end of an exchange -----------------------------------------------------
+
+    def _hand_off(self, exchange: _Exchange) -> None:
+        self.exchange = None
+        protocol = exchange.upstream.writer.transport.get_protocol()
+        if isinstance(protocol, UpstreamProtocol):
+            protocol.sink = None
+        self._wake(Handoff(exchange.authority, exchange.call, exchange.started,
+                           exchange.head, exchange.raw, exchange.path, exchange.upstream,
+                           exchange.received))
+
+    def _finish(self, failure: str, *, wake: bool = True) -> None:
+        """The exchange's end: its upstream kept for the next request when the response
+        ended cleanly at its length, else closed; its ended line; the task woken when
+        the connection ends or has bytes waiting."""
+        exchange = self.exchange
+        assert exchange is not None
+        self.exchange = None
+        upstream = exchange.upstream
+        protocol = upstream.writer.transport.get_protocol()
+        if isinstance(protocol, UpstreamProtocol):
+            protocol.sink = None
+        response = exchange.response
+        if (not failure and response is not None and not response.close
+                and not exchange.extra and not exchange.remaining):
+            if exchange.paused:
+                upstream.writer.transport.resume_reading()  # type: ignore[attr-defined]
+            self.kept[0] = upstream
+        else:
+            upstream.close()
+        self.proxy.log.write(
+            "ended", exchange.authority,
+            f"id={exchange.call} sent=0 received={exchange.sent_back} "
+            f"seconds={time.monotonic() - exchange.started:.3f}{failure}")
+        if not wake:
+            return
+        if failure:
+            self._wake(END)
+        elif self.reader._buffer or self.reader.at_eof():  # type: ignore[attr-defined]
+            self._wake(None)
+
+    def _wake(self, note: Note) -> None:
+        parked = self.parked
+        if parked is not None:
+            self.parked = None  # from now on the task's: the lane takes nothing
+            if not parked.done():
+                parked.set_result(note)
+
+
+class LaneProtocol(asyncio.StreamReaderProtocol):
+    """A client connection's protocol: a stream's, whose bytes go to its lane first."""
+
+    def __init__(self, reader: asyncio.StreamReader,
+                 connected: Callable[[asyncio.StreamReader, asyncio.StreamWriter], object],
+                 loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(reader, connected, loop=loop)  # type: ignore[arg-type]
+        self.lane: Lane | None = None
+
+    def data_received(self, data: bytes) -> None:
+        lane = self.lane
+        if lane is not None and lane.take(data):
+            return
+        super().data_received(data)
+
+    def eof_received(self) -> bool:
+        keep = super().eof_received()
+        if self.lane is not None:
+            self.lane.client_ended(False)
+        return bool(keep)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        if self.lane is not None:
+            self.lane.client_ended(True)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self.lane is not None:
+            self.lane.pause()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self.lane is not None:
+            self.lane.resume()
+
+
+class UpstreamProtocol(asyncio.StreamReaderProtocol):
+    """An upstream connection's protocol: a stream's, whose bytes go to a lane while
+    the lane's exchange is on it (`sink`)."""
+
+    def __init__(self, reader: asyncio.StreamReader, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(reader, loop=loop)
+        self.sink: Lane | None = None
+
+    def data_received(self, data: bytes) -> None:
+        sink = self.sink
+        if sink is not None:
+            sink.upstream_data(data)
+            return
+        super().data_received(data)
+
+    def eof_received(self) -> bool:
+        keep = super().eof_received()
+        if self.sink is not None:
+            self.sink.upstream_ended()
+        return bool(keep)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        if self.sink is not None:
+            self.sink.upstream_ended()
