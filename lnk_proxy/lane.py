@@ -29,8 +29,9 @@ again; one that did not is closed, an exchange in flight ended with its line.
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from lnk_common.wire import Refused
@@ -50,7 +51,12 @@ if TYPE_CHECKING:
     from lnk_proxy.target import Target
     from lnk_proxy.upstream import Upstream
 
-__all__ = ["END", "Handoff", "Lane", "LaneProtocol", "Retry", "UpstreamProtocol"]
+__all__ = ["CLIENT_BUFFER_BYTES", "END", "Handoff", "Lane", "LaneProtocol", "Retry",
+           "UpstreamProtocol", "lane_server"]
+
+# A client connection's reader buffers at most about this much before its socket is no
+# longer read (asyncio.start_server's `limit`, as the proxy's listeners always had).
+CLIENT_BUFFER_BYTES = 1 << 20
 
 
 class _End:
@@ -424,3 +430,14 @@ class UpstreamProtocol(asyncio.StreamReaderProtocol):
         super().connection_lost(exc)
         if self.sink is not None:
             self.sink.upstream_ended()
+
+
+async def lane_server(handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter],
+                                        Awaitable[None]],
+                      sock: socket.socket) -> asyncio.Server:
+    """asyncio.start_server on a listening `sock`, each connection's protocol a
+    LaneProtocol (the connection's handler makes its lane)."""
+    loop = asyncio.get_running_loop()
+    return await loop.create_server(
+        lambda: LaneProtocol(asyncio.StreamReader(limit=CLIENT_BUFFER_BYTES, loop=loop),
+                             handler, loop), sock=sock)

@@ -33,8 +33,6 @@ from lnk_common import serving
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
-
     from lnk_proxy.mcp_verb import Asker
 
 __all__ = ["PLACEHOLDER_VARIABLE", "SECRET_PLACEHOLDERS_VARIABLE", "URL_SECRET_VARIABLE", "main",
@@ -134,13 +132,12 @@ def serve(listeners: list[tuple[int, str]], options: dict[str, list[str]]) -> No
     # first lookup, which may run with no descriptor left to read the module with.
     import asyncio
     import concurrent.futures.thread  # noqa: F401
-    import functools
     import socket
 
     from lnk_common import endpoints
     from lnk_common.wirelog import WireLog
     from lnk_proxy.decide import parse_hosts
-    from lnk_proxy.lane import LaneProtocol
+    from lnk_proxy.lane import lane_server
     from lnk_proxy.machine import Machine
     from lnk_proxy.resolver import dns_resolver, from_environment, system_resolver
     from lnk_proxy.server import Proxy
@@ -203,15 +200,7 @@ def serve(listeners: list[tuple[int, str]], options: dict[str, list[str]]) -> No
                   controls=serving.controls_from(options), say=serving.say,
                   resolver=dns_resolver(server_address) if server_address else system_resolver)
 
-    def _lane_protocol(handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter],
-                                         Awaitable[None]],
-                       loop: asyncio.AbstractEventLoop) -> LaneProtocol:
-        """A client connection's protocol: asyncio.start_server's stream (its reader's
-        limit 1 MiB), whose plain kept-alive requests a lane may serve."""
-        return LaneProtocol(asyncio.StreamReader(limit=1 << 20, loop=loop), handler, loop)
-
     async def start() -> serving.Closer:
-        loop = asyncio.get_running_loop()
         servers: list[asyncio.Server] = []
         closers = []
         dns = None
@@ -230,8 +219,7 @@ def serve(listeners: list[tuple[int, str]], options: dict[str, list[str]]) -> No
                 await dns.serve(sock, udp=kind == "udp")
                 continue
             handler = proxy.handle_endpoint if role == "endpoint" else proxy.handle
-            servers.append(await loop.create_server(
-                functools.partial(_lane_protocol, handler, loop), sock=sock))
+            servers.append(await lane_server(handler, sock))
         closers += [server.close for server in servers]
         closers.append(proxy.close_tools)
 

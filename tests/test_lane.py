@@ -1,0 +1,442 @@
+"""The kept-alive lane (lnk_proxy.lane): the proxy's own code in this process, its
+listener made as main makes it (`lane_server`), a client and a scripted host over real
+loopback sockets.
+
+The host is on loopback, which the proxy's decision refuses whatever the spec says
+(tests/test_wire.py holds that); here the address check is set aside so that a host
+whose every answer the test writes can stand upstream. Everything else is the
+proxy's: the head check, the target, the gate, the lines on the log, the lane and the
+task it hands to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from lnk_common import wirestate
+from lnk_common.wirelog import WireLog, log_path
+from lnk_proxy import server as proxy_server
+from lnk_proxy.decide import parse_hosts
+from lnk_proxy.lane import lane_server
+from lnk_proxy.machine import Machine
+
+HOST = "upstream.test"
+WIRE = "lane"
+FINE = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-Seen: yes\r\n\r\nfine\n"
+
+# What the scripted host does with a request: bytes to send back, or one of these.
+CLOSE = "close"  # close the connection without an answer
+HANG = "hang"  # answer nothing, keep the connection open
+
+Script = Callable[[int, bytes], "bytes | str | Awaitable[bytes | str]"]
+
+
+class Host:
+    """A scripted HTTP host on loopback: `script(n, head)` answers the n-th request
+    (counted over all connections, from 1); its connections are counted."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.requests: list[bytes] = []
+        self.connections = 0
+        self.writers: list[asyncio.StreamWriter] = []
+        self.server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self.writers.append(writer)
+        buffer = b""
+        try:
+            while True:
+                while b"\r\n\r\n" not in buffer:
+                    chunk = await reader.read(65536)
+                    if not chunk:
+                        return
+                    buffer += chunk
+                head, _, buffer = buffer.partition(b"\r\n\r\n")
+                self.requests.append(head)
+                answer = self.script(len(self.requests), head)
+                if not isinstance(answer, bytes | str):
+                    answer = await answer
+                if answer == CLOSE:
+                    writer.close()
+                    return
+                if answer == HANG:
+                    await asyncio.sleep(3600)
+                assert isinstance(answer, bytes)
+                writer.write(answer)
+                await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    def close(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        for writer in self.writers:
+            writer.close()
+
+
+class Rig:
+    """The proxy of one test, its lane listener, its host and its log."""
+
+    def __init__(self, tmp_path: Path, host: Host) -> None:
+        self.settings = str(tmp_path / "settings")
+        Path(self.settings).mkdir()
+        self.host = host
+        self.forwarded = 0  # requests the task's path took (the lane's are the rest)
+
+        async def resolve(_name: str, _port: int) -> list[object]:
+            import ipaddress
+            return [ipaddress.ip_address("127.0.0.1")]
+
+        self.proxy = proxy_server.Proxy(
+            rules=parse_hosts((f"{HOST}:{host.port}",)), machine=Machine.gather(),
+            log=WireLog(self.settings, WIRE), settings=self.settings, wire=WIRE,
+            resolver=resolve)  # type: ignore[arg-type]
+        forward = self.proxy._forward
+
+        async def counted(*args: object, **kwargs: object) -> tuple[bool, bytes]:
+            self.forwarded += 1
+            return await forward(*args, **kwargs)  # type: ignore[arg-type]
+
+        self.proxy._forward = counted  # type: ignore[method-assign]
+        self.server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(64)
+        sock.setblocking(False)
+        self.port = sock.getsockname()[1]
+        self.server = await lane_server(self.proxy.handle, sock)
+
+    def request(self, path: str = "/ok", *fields: str) -> bytes:
+        lines = [f"GET http://{HOST}:{self.host.port}{path} HTTP/1.1",
+                 f"Host: {HOST}:{self.host.port}", *fields]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+    def lines(self) -> list[str]:
+        path = Path(log_path(self.settings, WIRE))
+        return path.read_text().splitlines() if path.exists() else []
+
+    def events(self, event: str) -> list[str]:
+        return [line for line in self.lines() if line.split("\t")[1:2] == [event]]
+
+    def close(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        self.host.close()
+
+
+@pytest.fixture
+def anywhere(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The address check set aside (the host is on loopback; see the module's text)."""
+    monkeypatch.setattr(proxy_server, "address_refusal", lambda *_args, **_kwargs: None)
+    yield
+
+
+async def _rig(tmp_path: Path, script: Script) -> Rig:
+    host = Host(script)
+    await host.start()
+    rig = Rig(tmp_path, host)
+    await rig.start()
+    return rig
+
+
+async def _response(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """One response framed by its Content-Length: (head, body)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    return head, await reader.readexactly(length)
+
+
+def _run(test: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(test(), 60))
+
+
+def test_kept_alive_plain_requests_go_by_the_lane_each_checked_and_logged(
+        tmp_path: Path, anywhere: None) -> None:
+    async def test() -> None:
+        rig = await _rig(tmp_path, lambda _n, _head: FINE)
+        reader, writer = await asyncio.open_connection("127.0.0.1", rig.port)
+        for number in range(50):
+            writer.write(rig.request(f"/ok/{number}", "Proxy-Connection: keep-alive"))
+            head, body = await _response(reader)
+            assert head.startswith(b"HTTP/1.1 200 OK\r\n") and b"x-seen: yes" in head, head
+            assert body == b"fine\n"
+        writer.close()
+        rig.close()
+        # The first request is the task's (it opens the upstream); the other 49 the lane's,
+        # on the one upstream connection, each sent on written anew (no hop field).
+        assert rig.forwarded == 1
+        assert rig.host.connections == 1
+        assert len(rig.host.requests) == 50
+        assert all(b"proxy-connection" not in head.lower() for head in rig.host.requests)
+        assert rig.host.requests[7].startswith(b"GET /ok/7 HTTP/1.1\r\nhost: ")
+        allowed, ended = rig.events("allowed"), rig.events("ended")
+        assert len(allowed) == len(ended) == 50, rig.lines()
+        assert all(" kind=http" in line for line in allowed)
+        assert all(" sent=0 received=5 " in line for line in ended), ended
+        ids = [line.split("\tid=")[1].split()[0] for line in allowed]
+        assert ids == [line.split("\tid=")[1].split()[0] for line in ended]
+        assert len(set(ids)) == 50
+
+    _run(test)
+
+
+def test_a_response_that_is_not_plain_goes_to_h11_and_the_lane_goes_on(
+        tmp_path: Path, anywhere: None) -> None:
+    chunked = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+               b"5\r\nfirst\r\n6\r\nsecond\r\n0\r\n\r\n")
+
+    async def test() -> None:
+        rig = await _rig(tmp_path, lambda n, _head: chunked if n == 2 else FINE)
+        reader, writer = await asyncio.open_connection("127.0.0.1", rig.port)
+        writer.write(rig.request())
+        assert (await _response(reader))[1] == b"fine\n"
+        writer.write(rig.request("/chunked"))
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert b"transfer-encoding: chunked" in head.lower(), head
+        assert await reader.readuntil(b"0\r\n\r\n") == b"5\r\nfirst\r\n6\r\nsecond\r\n0\r\n\r\n"
+        for _ in range(3):
+            writer.write(rig.request())
+            assert (await _response(reader))[1] == b"fine\n"
+        writer.close()
+        rig.close()
+        assert rig.forwarded == 1  # the chunked one was handed over, not sent again
+        assert len(rig.host.requests) == 5 and rig.host.connections == 1
+        assert len(rig.events("allowed")) == len(rig.events("ended")) == 5
+
+    _run(test)
+
+
+def test_a_kept_upstream_that_closes_unanswering_is_asked_again_once_on_a_new_one(
+        tmp_path: Path, anywhere: None) -> None:
+    async def test() -> None:
+        rig = await _rig(tmp_path, lambda n, _head: CLOSE if n == 2 else FINE)
+        reader, writer = await asyncio.open_connection("127.0.0.1", rig.port)
+        writer.write(rig.request())
+        assert (await _response(reader))[1] == b"fine\n"
+        writer.write(rig.request("/again"))
+        assert (await _response(reader))[1] == b"fine\n"
+        writer.write(rig.request())
+        assert (await _response(reader))[1] == b"fine\n"
+        writer.close()
+        rig.close()
+        assert rig.host.requests[1].startswith(b"GET /again ")
+        assert rig.host.requests[2].startswith(b"GET /again ")
+        assert rig.host.connections == 2
+        ended = rig.events("ended")
+        assert len(rig.events("allowed")) == len(ended) == 4, rig.lines()
+        assert ended[1].endswith(" error=ConnectionResetError"), ended
+
+    _run(test)
+
+
+def test_the_kill_switch_ends_a_lane_call_in_flight_with_its_line(
+        tmp_path: Path, anywhere: None) -> None:
+    async def test() -> None:
+        rig = await _rig(tmp_path, lambda n, _head: HANG if n == 2 else FINE)
+        reader, writer = await asyncio.open_connection("127.0.0.1", rig.port)
+        writer.write(rig.request())
+        assert (await _response(reader))[1] == b"fine\n"
+        writer.write(rig.request("/slow"))
+        while len(rig.host.requests) < 2:
+            await asyncio.sleep(0.01)
+        wirestate.stop(rig.settings)
+        rig.proxy.close_all()  # what the proxy's watch does once the switch is on
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+        writer.close()
+        assert len(rig.events("allowed")) == len(rig.events("ended")) == 2, rig.lines()
+        # the call's upstream is closed too
+        for _ in range(100):
+            if all(w.is_closing() for w in rig.host.writers):
+                break
+            await asyncio.sleep(0.02)
+        rig.close()
+
+    _run(test)
+
+
+def test_a_pause_between_two_kept_alive_requests_refuses_the_second_and_closes(
+        tmp_path: Path, anywhere: None) -> None:
+    async def test() -> None:
+        rig = await _rig(tmp_path, lambda _n, _head: FINE)
+        reader, writer = await asyncio.open_connection("127.0.0.1", rig.port)
+        writer.write(rig.request())
+        assert (await _response(reader))[1] == b"fine\n"
+        wirestate.pause(rig.settings, WIRE, "held for a look")
+        writer.write(rig.request())
+        head, body = await _response(reader)
+        assert head.startswith(b"HTTP/1.1 403 Forbidden\r\n"), head
+        assert b"connection: close" in head.lower()
+        assert b"held for a look" in body and b"paused" in body
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+        writer.close()
+        rig.close()
+        assert rig.forwarded == 1 and len(rig.host.requests) == 1
+        assert len(rig.events("refused")) == 1 and "held for a look" in rig.events("refused")[0]
+
+    _run(test)
+
+
+def test_a_client_that_reads_nothing_holds_its_upstream_back_not_the_proxys_memory(
+        tmp_path: Path, anywhere: None) -> None:
+    size = 64 << 20
+    big = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size + b"x" * size
+
+    async def test() -> None:
+        rig = await _rig(tmp_path, lambda n, _head: big if n == 2 else FINE)
+        reader, writer = await asyncio.open_connection("127.0.0.1", rig.port, limit=1 << 16)
+        writer.write(rig.request())
+        assert (await _response(reader))[1] == b"fine\n"
+        transport = writer.transport
+        assert isinstance(transport, asyncio.Transport)
+        transport.pause_reading()  # the client reads nothing for now
+        writer.write(rig.request("/big"))
+        await asyncio.sleep(1.0)
+        lanes = [task for task in rig.proxy.open]
+        assert len(lanes) == 1
+        # What the proxy holds for the client is bounded by its transport's high-water
+        # mark (64 KiB) plus one read of the upstream, however much the host sends.
+        held = sum(transport.get_write_buffer_size() for transport in _client_transports(rig))
+        assert held < 2 << 20, held
+        transport.resume_reading()
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert b"content-length: %d" % size in head.lower()
+        got = 0
+        while got < size:
+            got += len(await reader.read(1 << 20))
+        assert got == size
+        writer.write(rig.request())  # the upstream is kept after all that
+        assert (await _response(reader))[1] == b"fine\n"
+        writer.close()
+        rig.close()
+        assert rig.forwarded == 1 and rig.host.connections == 1
+        assert f" received={size} " in rig.events("ended")[1]
+
+    _run(test)
+
+
+def _client_transports(rig: Rig) -> list[asyncio.WriteTransport]:
+    """The proxy's transports to its clients (each open call's handler has its writer)."""
+    found = []
+    for task in rig.proxy.open:
+        frame = task.get_coro().cr_frame  # type: ignore[union-attr]
+        writer = frame.f_locals.get("writer") if frame is not None else None
+        if isinstance(writer, asyncio.StreamWriter):
+            found.append(writer.transport)
+    assert found
+    return found
+
+
+def test_a_client_gone_in_the_middle_ends_the_call_with_its_line(
+        tmp_path: Path, anywhere: None) -> None:
+    async def test() -> None:
+        rig = await _rig(tmp_path, lambda n, _head: HANG if n == 2 else FINE)
+        reader, writer = await asyncio.open_connection("127.0.0.1", rig.port)
+        writer.write(rig.request())
+        assert (await _response(reader))[1] == b"fine\n"
+        writer.write(rig.request("/slow"))
+        while len(rig.host.requests) < 2:
+            await asyncio.sleep(0.01)
+        # Gone, not half-closed (a FIN is a client still reading: its response goes).
+        writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                                   struct.pack("ii", 1, 0))
+        writer.transport.abort()
+        for _ in range(200):
+            if len(rig.events("ended")) == 2:
+                break
+            await asyncio.sleep(0.01)
+        ended = rig.events("ended")
+        assert len(ended) == 2 and ended[1].endswith(" error=ConnectionResetError"), ended
+        assert not rig.proxy.open
+        rig.close()
+
+    _run(test)
+
+
+def test_requests_sent_together_are_the_tasks_and_answered_in_order(
+        tmp_path: Path, anywhere: None) -> None:
+    async def test() -> None:
+        rig = await _rig(tmp_path, lambda n, _head: FINE.replace(b"fine", b"n=%02d" % n))
+        reader, writer = await asyncio.open_connection("127.0.0.1", rig.port)
+        writer.write(rig.request())
+        assert (await _response(reader))[1] == b"n=01\n"
+        writer.write(rig.request("/a") + rig.request("/b") + rig.request("/c"))
+        assert [(await _response(reader))[1] for _ in range(3)] == [b"n=02\n", b"n=03\n",
+                                                                     b"n=04\n"]
+        writer.write(rig.request())
+        assert (await _response(reader))[1] == b"n=05\n"
+        writer.close()
+        rig.close()
+        assert rig.forwarded == 4  # the three sent at once, and the first
+        assert [head.split(b" ")[1] for head in rig.host.requests] == [
+            b"/ok", b"/a", b"/b", b"/c", b"/ok"]
+
+    _run(test)
+
+
+def test_bytes_past_a_response_end_keep_its_upstream_from_the_next_request(
+        tmp_path: Path, anywhere: None) -> None:
+    extra = FINE + b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nforged"
+
+    async def test() -> None:
+        rig = await _rig(tmp_path, lambda n, _head: extra if n == 2 else FINE)
+        reader, writer = await asyncio.open_connection("127.0.0.1", rig.port)
+        for expected in (b"fine\n", b"fine\n", b"fine\n"):
+            writer.write(rig.request())
+            assert (await _response(reader))[1] == expected
+        writer.close()
+        rig.close()
+        assert rig.host.connections == 2  # the second's upstream was not used again
+
+    _run(test)
+
+
+def test_a_quiet_connection_is_closed_and_a_busy_one_is_not(
+        tmp_path: Path, anywhere: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(proxy_server, "IDLE_SECONDS", 0.4)
+
+    async def test() -> None:
+        rig = await _rig(tmp_path, lambda n, _head: HANG if n == 30 else FINE)
+        reader, writer = await asyncio.open_connection("127.0.0.1", rig.port)
+        # Busy for longer than the idle time, request after request by the lane.
+        for _ in range(29):
+            writer.write(rig.request())
+            assert (await _response(reader))[1] == b"fine\n"
+            await asyncio.sleep(0.03)
+        assert rig.forwarded == 1
+        # A host that never answers: the call ends with its line, the connection closes.
+        writer.write(rig.request("/never"))
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+        ended = rig.events("ended")
+        assert len(ended) == 30 and ended[-1].endswith(" error=TimeoutError"), ended
+        writer.close()
+        # A connection that sends nothing is closed after the idle time.
+        quiet_reader, quiet_writer = await asyncio.open_connection("127.0.0.1", rig.port)
+        quiet_writer.write(rig.request())
+        assert (await _response(quiet_reader))[1] == b"fine\n"
+        assert await asyncio.wait_for(quiet_reader.read(), 5) == b""
+        quiet_writer.close()
+        rig.close()
+
+    _run(test)
