@@ -235,6 +235,8 @@ class Lane:
         self.exchange = _Exchange(target.authority, call, head, data, path, upstream)
         self.last = time.monotonic()
         protocol.sink = self
+        if self.protocol.writing_paused:  # the last response is not all sent yet
+            self.pause()
         upstream.writer.write(request_bytes(head, path))
         return True
 
@@ -376,6 +378,9 @@ class LaneProtocol(asyncio.StreamReaderProtocol):
                  loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(reader, connected, loop=loop)  # type: ignore[arg-type]
         self.lane: Lane | None = None
+        # Whether the transport's buffer is past its high-water mark (asyncio says so
+        # once, when it goes past: an exchange begun meanwhile must know it).
+        self.writing_paused = False
 
     def data_received(self, data: bytes) -> None:
         lane = self.lane
@@ -396,11 +401,13 @@ class LaneProtocol(asyncio.StreamReaderProtocol):
 
     def pause_writing(self) -> None:
         super().pause_writing()
+        self.writing_paused = True
         if self.lane is not None:
             self.lane.pause()
 
     def resume_writing(self) -> None:
         super().resume_writing()
+        self.writing_paused = False
         if self.lane is not None:
             self.lane.resume()
 

@@ -440,3 +440,29 @@ def test_a_quiet_connection_is_closed_and_a_busy_one_is_not(
         rig.close()
 
     _run(test)
+
+
+def test_a_request_taken_while_the_clients_buffer_is_full_waits_for_it_to_drain(
+        tmp_path: Path, anywhere: None) -> None:
+    async def test() -> None:
+        rig = await _rig(tmp_path, lambda _n, _head: FINE)
+        reader, writer = await asyncio.open_connection("127.0.0.1", rig.port)
+        writer.write(rig.request())
+        assert (await _response(reader))[1] == b"fine\n"
+        # asyncio says once that a transport's buffer went past its mark; a response
+        # begun after that must not add to it until it drains.
+        (transport,) = _client_transports(rig)
+        protocol = transport.get_protocol()
+        assert isinstance(protocol, asyncio.Protocol)
+        protocol.pause_writing()  # as the transport does past its high-water mark
+        writer.write(rig.request())
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(_response(reader), 0.5)
+        assert len(rig.host.requests) == 2  # sent on; its answer not read yet
+        protocol.resume_writing()  # as the transport does once drained
+        assert (await _response(reader))[1] == b"fine\n"
+        writer.close()
+        rig.close()
+        assert rig.forwarded == 1
+
+    _run(test)
