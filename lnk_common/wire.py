@@ -388,20 +388,26 @@ class Wire:
             # the task ends as any other (a cancelled one printed a traceback of its own
             # in asyncio's stream callback, one for each of a stop's open calls).
             pass
-        except Refused as refusal:  # a refusal raised past its call's own handling
-            self.log.write("refused", "-", f"reason={refusal.logged}")
-        except OSError as error:
-            if is_out_of_descriptors(error):
-                self.log.write("refused", "-", f"reason={OUT_OF_DESCRIPTORS}")
-            else:
-                self.report_error("a call ended on an error", error)
-        except Exception as error:  # a bug: said in one line, the call closed, others go on
-            self.report_error("a call ended on an unexpected error", error)
+        except Exception as error:
+            self.failed(error)
         finally:
             writer.close()
             if task is not None:
                 self.open.discard(task)
                 self.unasked.discard(task)
+
+    def failed(self, error: Exception) -> None:
+        """What ended a call past its own handling, said: a refusal raised that far, or
+        no descriptor left, on the log; any other error in one line (a bug: the call
+        closed, others go on)."""
+        if isinstance(error, Refused):
+            self.log.write("refused", "-", f"reason={error.logged}")
+        elif isinstance(error, OSError) and is_out_of_descriptors(error):
+            self.log.write("refused", "-", f"reason={OUT_OF_DESCRIPTORS}")
+        elif isinstance(error, OSError):
+            self.report_error("a call ended on an error", error)
+        else:
+            self.report_error("a call ended on an unexpected error", error)
 
     async def splice_ends(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                           up_reader: asyncio.StreamReader | None,

@@ -29,6 +29,7 @@ again; one that did not is closed, an exchange in flight ended with its line.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -194,9 +195,8 @@ class Lane:
             return False
         try:
             taken = self._begin(data)
-        except Exception as error:  # a bug: said once, the connection closed
-            self.proxy.report_error("a call ended on an unexpected error", error)
-            self._wake(END)
+        except Exception as error:
+            self._failed(error)
             return True
         if not taken:
             self._wake(None)
@@ -225,13 +225,16 @@ class Lane:
         self.kept[0] = None
         try:
             self.proxy.check_name(target)
+            call = next(self.proxy.ids)
+            self.proxy.log.write("allowed", target.authority, f"id={call} kind=http")
         except Refused as refusal:
             upstream.close()
             self.proxy.refuse_now(self.writer, target.authority, refusal)
             self._wake(END)
             return True
-        call = next(self.proxy.ids)
-        self.proxy.log.write("allowed", target.authority, f"id={call} kind=http")
+        except BaseException:
+            upstream.close()
+            raise
         self.exchange = _Exchange(target.authority, call, head, data, path, upstream)
         self.last = time.monotonic()
         protocol.sink = self
@@ -244,7 +247,10 @@ class Lane:
         """The client's end came (`lost`: its connection is gone, not half-closed)."""
         if self.exchange is not None:
             if lost:
-                self._finish(" error=ConnectionResetError")
+                try:
+                    self._finish(" error=ConnectionResetError")
+                except Exception as error:
+                    self._failed(error)
             return  # half-closed: the response still goes, then the task reads the end
         self._wake(None)
 
@@ -269,9 +275,8 @@ class Lane:
             return
         try:
             self._response(exchange, data)
-        except Exception as error:  # a bug: said once, the call ended, the connection closed
-            self.proxy.report_error("a call ended on an unexpected error", error)
-            self._finish(" error=" + type(error).__name__)
+        except Exception as error:
+            self._failed(error)
 
     def _response(self, exchange: _Exchange, data: bytes) -> None:
         self.last = time.monotonic()
@@ -311,6 +316,12 @@ class Lane:
 
     def upstream_ended(self) -> None:
         """The upstream closed while the lane's exchange was on it."""
+        try:
+            self._upstream_ended()
+        except Exception as error:
+            self._failed(error)
+
+    def _upstream_ended(self) -> None:
         exchange = self.exchange
         if exchange is None:
             return
@@ -361,6 +372,28 @@ class Lane:
             self._wake(END)
         elif self.reader._buffer or self.reader.at_eof():  # type: ignore[attr-defined]
             self._wake(None)
+
+    def _failed(self, error: Exception) -> None:
+        """What raised in a callback (the log with no descriptor left, or a bug) is said
+        as the task's end says it (`Wire.failed`), the exchange in flight ended with its
+        line if the log takes it, and the connection closed: nothing escapes into
+        asyncio, which would close the transport and leave the task parked."""
+        with contextlib.suppress(Exception):
+            self.proxy.failed(error)
+        exchange = self.exchange
+        if exchange is not None:
+            self.exchange = None
+            protocol = exchange.upstream.writer.transport.get_protocol()
+            if isinstance(protocol, UpstreamProtocol):
+                protocol.sink = None
+            exchange.upstream.close()
+            with contextlib.suppress(Exception):
+                self.proxy.log.write(
+                    "ended", exchange.authority,
+                    f"id={exchange.call} sent=0 received={exchange.sent_back} "
+                    f"seconds={time.monotonic() - exchange.started:.3f} "
+                    f"error={type(error).__name__}")
+        self._wake(END)
 
     def _wake(self, note: Note) -> None:
         parked = self.parked

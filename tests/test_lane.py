@@ -115,6 +115,7 @@ class Rig:
         Path(self.settings).mkdir()
         self.host = host
         self.forwarded = 0  # requests the task's path took (the lane's are the rest)
+        self.said: list[str] = []  # the proxy's lines on stderr
 
         async def resolve(_name: str, _port: int) -> list[object]:
             import ipaddress
@@ -123,7 +124,7 @@ class Rig:
         self.proxy = proxy_server.Proxy(
             rules=parse_hosts((f"{HOST}:{host.port}",)), machine=Machine.gather(),
             log=WireLog(self.settings, WIRE), settings=self.settings, wire=WIRE,
-            resolver=resolve)  # type: ignore[arg-type]
+            say=self.said.append, resolver=resolve)  # type: ignore[arg-type]
         forward = self.proxy._forward
 
         async def counted(*args: object, **kwargs: object) -> tuple[bool, bytes]:
@@ -566,3 +567,46 @@ def monkeypatch_address_check() -> Iterator[None]:
         yield
     finally:
         setattr(proxy_server, "address_refusal", saved)  # noqa: B010
+
+
+def test_a_fault_in_the_lane_is_said_its_call_ended_and_only_its_connection_closed(
+        tmp_path: Path, anywhere: None, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A bug in a callback (here, the response's reading raising on the third answer)
+    never escapes into asyncio (which would close the upstream's transport and leave
+    the task parked): said in one line, the call's ended line, the connection closed;
+    the proxy serves the next connection."""
+    from lnk_proxy import lane
+
+    reading = getattr(lane, "response_head")  # noqa: B009
+
+    def broken(buffer: bytes) -> object:
+        if b"n=03" in buffer:
+            raise RuntimeError("a fault of the lane's")
+        return reading(buffer)
+
+    monkeypatch.setattr(lane, "response_head", broken)
+
+    async def test() -> None:
+        rig, reader, writer = await _kept(
+            tmp_path, lambda n, _head: FINE if n == 1 else FINE.replace(b"fine", b"n=%02d" % n))
+        writer.write(rig.request())
+        assert (await _response(reader))[1] == b"n=02\n"
+        writer.write(rig.request())
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+        writer.close()
+        again_reader, again_writer = await asyncio.open_connection("127.0.0.1", rig.port)
+        again_writer.write(rig.request())
+        assert (await _response(again_reader))[1] == b"n=04\n"
+        again_writer.close()
+        rig.close()
+        assert [line for line in rig.said if "a fault of the lane's" in line] == [
+            "lnk-sandbox: wire lane: a call ended on an unexpected error: RuntimeError at "
+            "test_lane.py:" + rig.said[0].rsplit("test_lane.py:", 1)[1].split(":")[0]
+            + ": a fault of the lane's"], rig.said
+        ended = rig.events("ended")
+        assert len(ended) == len(rig.events("allowed")) == 4, rig.lines()
+        assert ended[2].endswith(" error=RuntimeError"), ended
+
+    _run(test)
+    assert "Fatal error" not in caplog.text
