@@ -101,6 +101,22 @@ class Handoff:
 
 
 Note = _End | Retry | Handoff | None
+# No note missed (Lane.missed).
+_NO_NOTE = object()
+
+
+class _Rung:
+    """The parked task's timer ran out (what its wait is resolved with)."""
+
+    __slots__ = ()
+
+
+_RUNG = _Rung()
+
+
+def _ring(parked: asyncio.Future[Note | _Rung]) -> None:
+    if not parked.done():
+        parked.set_result(_RUNG)
 
 
 class _Exchange:
@@ -132,8 +148,8 @@ class Lane:
     whose checks, log and refusals it uses (lnk_proxy.server); `kept` the connection's
     one-slot list of its kept upstream, shared with the task."""
 
-    __slots__ = ("exchange", "kept", "last", "parked", "protocol", "proxy", "reader",
-                 "tunnel", "writer")
+    __slots__ = ("exchange", "kept", "last", "missed", "parked", "protocol", "proxy",
+                 "reader", "tunnel", "writer")
 
     def __init__(self, proxy: Proxy, protocol: LaneProtocol, reader: asyncio.StreamReader,
                  writer: asyncio.StreamWriter, kept: list[Upstream | None]) -> None:
@@ -143,7 +159,10 @@ class Lane:
         self.writer = writer
         self.kept = kept
         self.tunnel: Target | None = None
-        self.parked: asyncio.Future[Note] | None = None
+        self.parked: asyncio.Future[Note | _Rung] | None = None
+        # A note given after the parked task's timer rang, before the task ran: kept
+        # for it (it would be lost, and a handed-off call with it).
+        self.missed: object = _NO_NOTE
         self.exchange: _Exchange | None = None
         self.last = time.monotonic()
         protocol.lane = self
@@ -161,21 +180,26 @@ class Lane:
             if self.exchange is None and (self.reader._buffer  # type: ignore[attr-defined]
                                           or self.reader.at_eof()):
                 return None
-            parked: asyncio.Future[Note] = loop.create_future()
+            parked: asyncio.Future[Note | _Rung] = loop.create_future()
             self.parked = parked
-            try:
-                async with asyncio.timeout(wait):
-                    return await parked
-            except TimeoutError:
-                quiet = time.monotonic() - self.last
-                if quiet < seconds:  # it moved since the timer was set: the rest of its time
-                    wait = seconds - quiet
-                    continue
-                if self.exchange is not None:
-                    self._finish(" error=TimeoutError")
-                return END
+            timer = loop.call_later(wait, _ring, parked)  # no cancel of the task: a
+            try:  # note given as the timer rings is never thrown away with the wait
+                woken = await parked
             finally:
+                timer.cancel()
                 self.parked = None
+            if not isinstance(woken, _Rung):
+                return woken
+            if self.missed is not _NO_NOTE:
+                note, self.missed = self.missed, _NO_NOTE
+                return note  # type: ignore[return-value]
+            quiet = time.monotonic() - self.last
+            if quiet < seconds:  # it moved since the timer was set: the rest of its time
+                wait = seconds - quiet
+                continue
+            if self.exchange is not None:
+                self._finish(" error=TimeoutError")
+            return END
 
     def close(self) -> None:
         """The task is ending: an exchange in flight ends with its line (the switches,
@@ -397,10 +421,13 @@ class Lane:
 
     def _wake(self, note: Note) -> None:
         parked = self.parked
-        if parked is not None:
-            self.parked = None  # from now on the task's: the lane takes nothing
-            if not parked.done():
-                parked.set_result(note)
+        if parked is None:
+            return
+        self.parked = None  # from now on the task's: the lane takes nothing
+        if parked.done():  # its timer rang; the task has not run since
+            self.missed = note
+        else:
+            parked.set_result(note)
 
 
 class LaneProtocol(asyncio.StreamReaderProtocol):

@@ -352,10 +352,12 @@ class Proxy(Wire):
         try:
             await self._requests(reader, writer, b"", kept, lane=lane)
         finally:
-            if lane is not None:
-                lane.close()
-            if kept[0] is not None:
-                kept[0].close()
+            try:
+                if lane is not None:
+                    lane.close()
+            finally:
+                if kept[0] is not None:
+                    kept[0].close()
 
     def _lane(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
               kept: list[Upstream | None]) -> Lane | None:
@@ -657,10 +659,12 @@ class Proxy(Wire):
         try:
             await self._requests(reader, writer, b"", kept, target, lane=lane)
         finally:
-            if lane is not None:
-                lane.close()
-            if kept[0] is not None:
-                kept[0].close()
+            try:
+                if lane is not None:
+                    lane.close()
+            finally:
+                if kept[0] is not None:
+                    kept[0].close()
 
     async def _client_hello(self, reader: asyncio.StreamReader, data: bytes
                             ) -> tuple[bytes, str | object | None]:

@@ -610,3 +610,24 @@ def test_a_fault_in_the_lane_is_said_its_call_ended_and_only_its_connection_clos
 
     _run(test)
     assert "Fatal error" not in caplog.text
+
+
+def test_a_note_given_as_the_parked_tasks_timer_rings_is_not_lost(
+        tmp_path: Path, anywhere: None) -> None:
+    """The timer rings and a note comes in the same turn of the loop, before the task
+    runs: the task gets the note (here END: the connection closes at once rather than
+    waiting out another idle time; a handed-off call would have been lost)."""
+    from lnk_proxy import lane
+
+    async def test() -> None:
+        rig, reader, writer = await _kept(tmp_path, lambda _n, _head: FINE)
+        (transport,) = _client_transports(rig)
+        parked = transport.get_protocol().lane  # type: ignore[attr-defined]
+        assert isinstance(parked, lane.Lane) and parked.parked is not None
+        getattr(lane, "_ring")(parked.parked)  # noqa: B009  (as its timer does)
+        parked._wake(lane.END)  # in the same turn, before the task runs
+        assert await asyncio.wait_for(reader.read(), 2) == b""
+        writer.close()
+        rig.close()
+
+    _run(test)
