@@ -352,12 +352,7 @@ class Proxy(Wire):
         try:
             await self._requests(reader, writer, b"", kept, lane=lane)
         finally:
-            try:
-                if lane is not None:
-                    lane.close()
-            finally:
-                if kept[0] is not None:
-                    kept[0].close()
+            _let_go(lane, kept)
 
     def _lane(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
               kept: list[Upstream | None]) -> Lane | None:
@@ -659,12 +654,7 @@ class Proxy(Wire):
         try:
             await self._requests(reader, writer, b"", kept, target, lane=lane)
         finally:
-            try:
-                if lane is not None:
-                    lane.close()
-            finally:
-                if kept[0] is not None:
-                    kept[0].close()
+            _let_go(lane, kept)
 
     async def _client_hello(self, reader: asyncio.StreamReader, data: bytes
                             ) -> tuple[bytes, str | object | None]:
@@ -1369,6 +1359,17 @@ class Proxy(Wire):
                 if tunnel is None else
                 f"the Host header names another host than the tunnel's ({tunnel.authority})"))
         return target, path
+
+
+def _let_go(lane: Lane | None, kept: list[Upstream | None]) -> None:
+    """A connection's end: its lane's call in flight ended (with its line), its kept
+    upstream closed (even if the first raised)."""
+    try:
+        if lane is not None:
+            lane.close()
+    finally:
+        if kept[0] is not None:
+            kept[0].close()
 
 
 async def _drop_until_closed(reader: asyncio.StreamReader) -> None:
