@@ -8,8 +8,10 @@ skips: a missing bubblewrap or Landlock fails the run (`test_machine.py` says wh
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -102,6 +104,19 @@ def testnet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield state
     finally:
         network.down(state)
+
+
+def wait_listening(port: int, process: subprocess.Popen[bytes], seconds: float = 20) -> None:
+    """Wait until a helper started in `process` (a standalone proxy's `--listen`) takes
+    connections on 127.0.0.1:`port`; fail if it ends first or takes longer."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline and process.poll() is None
+            time.sleep(0.05)
 
 
 def end_run(run: subprocess.Popen[str]) -> None:

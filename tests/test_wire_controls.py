@@ -20,6 +20,7 @@ from tests.conftest import (
     WriteSpec,
     end_run,
     toml_list,
+    wait_listening,
 )
 from tests.test_files_attacks import Q
 
@@ -177,14 +178,7 @@ def test_N10_a_connection_whose_head_comes_after_a_pause_gets_its_refusal(
          "--wire", "late", "--host", "allowed.lnkt", "--listen", f"127.0.0.1:{port}"],
         stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline and proxy.poll() is None
-                time.sleep(0.05)
+        wait_listening(port, proxy)
         with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
             time.sleep(SWITCH_SECONDS)  # accepted: its task waits for the head
             wirestate.pause(str(settings), "late", "a test")

@@ -220,11 +220,8 @@ def test_a_settled_hosts_file_is_kept_and_a_change_at_the_same_size_and_time_is_
     assert _lookup("a.example") == ["10.0.0.9"]
 
 
-def test_a_hosts_file_kept_is_not_read_again_until_it_changes(
-        hosts: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    hosts.write_text("10.0.0.1 a.example\n10.0.0.3 b.example\n")
-    monkeypatch.setattr(resolver, "HOSTS_SETTLE_NS", -1)  # every read counts as settled
-    assert _lookup("a.example") == ["10.0.0.1"]
+def _count_opens(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """From now on, every path `open` is given, in order (the files are still opened)."""
     opened: list[str] = []
     real_open = open
 
@@ -233,6 +230,15 @@ def test_a_hosts_file_kept_is_not_read_again_until_it_changes(
         return real_open(path, *args, **kwargs)  # type: ignore[call-overload]
 
     monkeypatch.setattr("builtins.open", counting_open)
+    return opened
+
+
+def test_a_hosts_file_kept_is_not_read_again_until_it_changes(
+        hosts: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hosts.write_text("10.0.0.1 a.example\n10.0.0.3 b.example\n")
+    monkeypatch.setattr(resolver, "HOSTS_SETTLE_NS", -1)  # every read counts as settled
+    assert _lookup("a.example") == ["10.0.0.1"]
+    opened = _count_opens(monkeypatch)
     assert _lookup("a.example") == ["10.0.0.1"]
     assert _lookup("b.example") == ["10.0.0.3"]
     assert _lookup("c.example") == []
@@ -300,14 +306,7 @@ def test_a_pause_kept_is_not_read_again_until_it_changes_and_each_change_is_seen
     wirestate.pause(str(tmp_path), "w", "reason one")
     with pytest.raises(Refused, match="reason one"):
         wire.gate()
-    opened: list[str] = []
-    real_open = open
-
-    def counting_open(path: str, *args: object, **kwargs: object) -> object:
-        opened.append(str(path))
-        return real_open(path, *args, **kwargs)  # type: ignore[call-overload]
-
-    monkeypatch.setattr("builtins.open", counting_open)
+    opened = _count_opens(monkeypatch)
     for _ in range(3):
         with pytest.raises(Refused, match="reason one"):
             wire.gate()
@@ -403,7 +402,7 @@ def test_tunnels_allowed_refused_or_abandoned_leave_no_descriptor(testnet: Path,
     import subprocess
 
     from lnk_common.wirelog import log_path
-    from tests.conftest import LNK_SANDBOX
+    from tests.conftest import LNK_SANDBOX, wait_listening
 
     settings = tmp_path / "settings"
     with socket.socket() as probe:
@@ -443,14 +442,7 @@ def test_tunnels_allowed_refused_or_abandoned_leave_no_descriptor(testnet: Path,
         tunnel().close()
 
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline and proxy.poll() is None
-                time.sleep(0.05)
+        wait_listening(port, proxy)
         counts = []
         for _ in range(8):
             carried()
