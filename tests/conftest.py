@@ -106,16 +106,27 @@ def testnet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         network.down(state)
 
 
-def wait_listening(port: int, process: subprocess.Popen[bytes], seconds: float = 20) -> None:
-    """Wait until a helper started in `process` (a standalone proxy's `--listen`) takes
-    connections on 127.0.0.1:`port`; fail if it ends first or takes longer."""
-    deadline = time.monotonic() + seconds
+def start_proxy(settings: Path, *options: str, stderr: int | None = subprocess.DEVNULL
+                ) -> tuple[subprocess.Popen[bytes], int]:
+    """A standalone proxy (the launcher's argv with `--listen`) on a free port of
+    127.0.0.1, once it takes connections; killed if it ends first or takes longer than
+    20 s to start. The caller ends it (terminate, wait)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [str(Path(LNK_SANDBOX).with_name("lnk-sandbox-proxy")), "--settings", str(settings),
+         *options, "--listen", f"127.0.0.1:{port}"], stderr=stderr)
+    deadline = time.monotonic() + 20
     while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
+            return process, port
         except OSError:
-            assert time.monotonic() < deadline and process.poll() is None
+            if time.monotonic() > deadline or process.poll() is not None:
+                process.kill()
+                process.wait()
+                raise AssertionError(f"the proxy did not start ({process.returncode})") from None
             time.sleep(0.05)
 
 

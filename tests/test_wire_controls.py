@@ -19,8 +19,8 @@ from tests.conftest import (
     RunSandbox,
     WriteSpec,
     end_run,
+    start_proxy,
     toml_list,
-    wait_listening,
 )
 from tests.test_files_attacks import Q
 
@@ -170,15 +170,8 @@ def test_N10_a_connection_whose_head_comes_after_a_pause_gets_its_refusal(
     from lnk_common.wirelog import log_path
 
     settings = tmp_path / "settings"
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    proxy = subprocess.Popen(
-        [str(Path(LNK_SANDBOX).with_name("lnk-sandbox-proxy")), "--settings", str(settings),
-         "--wire", "late", "--host", "allowed.lnkt", "--listen", f"127.0.0.1:{port}"],
-        stderr=subprocess.DEVNULL)
+    proxy, port = start_proxy(settings, "--wire", "late", "--host", "allowed.lnkt")
     try:
-        wait_listening(port, proxy)
         with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
             time.sleep(SWITCH_SECONDS)  # accepted: its task waits for the head
             wirestate.pause(str(settings), "late", "a test")

@@ -402,16 +402,11 @@ def test_tunnels_allowed_refused_or_abandoned_leave_no_descriptor(testnet: Path,
     import subprocess
 
     from lnk_common.wirelog import log_path
-    from tests.conftest import LNK_SANDBOX, wait_listening
+    from tests.conftest import start_proxy
 
     settings = tmp_path / "settings"
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    proxy = subprocess.Popen(
-        [str(Path(LNK_SANDBOX).with_name("lnk-sandbox-proxy")), "--settings", str(settings),
-         "--wire", "cost", "--host", "allowed.lnkt", "--pause", "1000,1000,60",
-         "--listen", f"127.0.0.1:{port}"], stderr=subprocess.PIPE)
+    proxy, port = start_proxy(settings, "--wire", "cost", "--host", "allowed.lnkt",
+                              "--pause", "1000,1000,60", stderr=subprocess.PIPE)
     context = ssl.create_default_context(cafile=str(testnet / "cert.pem"))
 
     def tunnel() -> socket.socket:
@@ -442,7 +437,6 @@ def test_tunnels_allowed_refused_or_abandoned_leave_no_descriptor(testnet: Path,
         tunnel().close()
 
     try:
-        wait_listening(port, proxy)
         counts = []
         for _ in range(8):
             carried()
