@@ -122,11 +122,12 @@ def _ring(parked: asyncio.Future[Note | _Rung]) -> None:
 class _Exchange:
     """The lane's call in flight."""
 
-    __slots__ = ("authority", "call", "extra", "head", "held", "path", "paused", "raw",
-                 "received", "remaining", "response", "sent_back", "started", "upstream")
+    __slots__ = ("authority", "call", "extra", "head", "held", "path", "paused", "protocol",
+                 "raw", "received", "remaining", "response", "sent_back", "started",
+                 "upstream")
 
     def __init__(self, authority: str, call: int, head: RequestHead, raw: bytes, path: str,
-                 upstream: Upstream) -> None:
+                 upstream: Upstream, protocol: UpstreamProtocol) -> None:
         self.authority = authority
         self.call = call
         self.started = time.monotonic()
@@ -134,6 +135,7 @@ class _Exchange:
         self.raw = raw
         self.path = path
         self.upstream = upstream
+        self.protocol = protocol  # the upstream's, whose bytes come here while it runs
         self.received = b""  # the response's bytes until its head is whole
         self.response: ResponseHead | None = None
         self.held = b""  # a response's head, held until its body's first bytes
@@ -259,7 +261,8 @@ class Lane:
         except BaseException:
             upstream.close()
             raise
-        self.exchange = _Exchange(target.authority, call, head, data, path, upstream)
+        self.exchange = _Exchange(target.authority, call, head, data, path, upstream,
+                                  protocol)
         self.last = time.monotonic()
         protocol.sink = self
         if self.protocol.writing_paused:  # the last response is not all sent yet
@@ -360,9 +363,7 @@ class Lane:
 
     def _hand_off(self, exchange: _Exchange) -> None:
         self.exchange = None
-        protocol = exchange.upstream.writer.transport.get_protocol()
-        if isinstance(protocol, UpstreamProtocol):
-            protocol.sink = None
+        exchange.protocol.sink = None
         self._wake(Handoff(exchange.authority, exchange.call, exchange.started,
                            exchange.head, exchange.raw, exchange.path, exchange.upstream,
                            exchange.received))
@@ -375,9 +376,7 @@ class Lane:
         assert exchange is not None
         self.exchange = None
         upstream = exchange.upstream
-        protocol = upstream.writer.transport.get_protocol()
-        if isinstance(protocol, UpstreamProtocol):
-            protocol.sink = None
+        exchange.protocol.sink = None
         response = exchange.response
         if (not failure and response is not None and not response.close
                 and not exchange.extra and not exchange.remaining):
@@ -407,9 +406,7 @@ class Lane:
         exchange = self.exchange
         if exchange is not None:
             self.exchange = None
-            protocol = exchange.upstream.writer.transport.get_protocol()
-            if isinstance(protocol, UpstreamProtocol):
-                protocol.sink = None
+            exchange.protocol.sink = None
             exchange.upstream.close()
             with contextlib.suppress(Exception):
                 self.proxy.log.write(
