@@ -82,7 +82,7 @@ def session_policy(settings: str, name: str, env: Mapping[str, str]) -> Policy:
     # Checked again at each session: what lnk-sandbox runs from may have moved since.
     guests_view.refuse_written_outside(
         policy, env, os.path.abspath(sys.argv[0]),
-        f"{guests_view.guests_path(settings)}: guests.{name}.spec.files.write")
+        f"{guests_view.guests_path(settings)}: guests.{name}.spec.")
     folder = os.path.join(settings, guests_view.GUESTS_FOLDER)
     home = guests_view.guest_home(settings, name)
     for path in (folder, home):

@@ -37,9 +37,10 @@ import os
 
 from lnk_common.policy import MAX_NAME_CHARACTERS, Policy, is_name
 
-__all__ = ["GUEST_NAME_CHARACTERS", "KEY_TYPES", "SHELL_FILES", "Guest", "GuestError", "PublicKey",
+__all__ = ["GUEST_NAME_CHARACTERS", "KEY_TYPES", "Guest", "GuestError", "Place", "Protected",
+           "PublicKey",
            "add_line", "describe", "forced_command", "forced_line", "guest_document",
-           "key_lines", "lets_in", "parse_guests", "parse_public_key", "remove_lines",
+           "key_lines", "lets_in", "lies_in", "parse_guests", "parse_public_key", "remove_lines",
            "render_guests", "split_options", "wire_name", "written_outside_problem"]
 
 
@@ -95,7 +96,8 @@ def name_problem(name: str) -> str | None:
 
 
 class PublicKey:
-    """A public key: its type, its blob (decoded) and its comment (for messages only)."""
+    """A public key: its type, its blob (decoded) and its comment (the guest's own text:
+    shown only through lnk_ask.text.plain, never written to a file)."""
 
     __slots__ = ("blob", "comment", "kind")
 
@@ -155,10 +157,10 @@ def parse_public_key(data: bytes, file: str) -> PublicKey:
     if len(data) > MAX_KEY_FILE_BYTES:
         raise GuestError(f"{file}: larger than {MAX_KEY_FILE_BYTES} bytes; a public key is "
                          "one line")
-    try:
-        text = data.decode("ascii")
+    try:  # the type and the base64 are ASCII (checked below); a comment may be UTF-8
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
-        raise GuestError(f"{file}: not a public key (not ASCII text)") from None
+        raise GuestError(f"{file}: not a public key (not UTF-8 text)") from None
     if "PRIVATE KEY" in text:
         raise GuestError(f"{file}: this is a private key; give the .pub file (the private "
                          "key stays with the guest)")
@@ -366,40 +368,140 @@ def forced_line(command: str, key: PublicKey, name: str) -> str:
 
 
 # -- what a guest may never write ------------------------------------------------------
+#
+# A rule, not a list of names: what the owner's login, shell, editor, git or desktop reads
+# code or settings from runs, as the owner and outside any sandbox, whatever a guest wrote
+# there; one session's writes would run unsandboxed later (at the guest's next connection:
+# sshd, `$SHELL -c`, lnk-sandbox; at the owner's next login, editor, commit, desktop).
+# So a written folder (files.write, files.write_dot_files) may not be, hold, or lie inside:
+# - the owner's home folder (be or hold only: a project folder in it is fine);
+# - any dot entry directly in the home, whatever its name, existing or not (`.bashrc.d`,
+#   `.config`, `.ssh`, `.local` …);
+# - each Protected place the I/O shell found (lnk_wrap.guests_view.outside_places): ~/bin,
+#   the folders the owner's environment names for programs to read (PATH, the XDG
+#   folders …), what the owner's git settings name, where every link in those folders
+#   leads, the system's folders, and the trees of code a session runs (lnk-sandbox, its
+#   interpreter and packages, bubblewrap).
+# Each is compared as named and as resolved, and as the file system has it: by the
+# (device, inode) of each folder on the way, so a case-insensitive file system, a bind
+# mount or a link cannot pass a name the text comparison misses.
 
-# What sshd and the owner's shell read as the owner before the guest's sandbox exists:
-# the forced command runs as `$SHELL -c` (Debian's bash reads ~/.bashrc there, zsh its
-# .zshenv, fish its config.fish), sshd reads ~/.ssh (authorized_keys, rc, environment).
-SHELL_FILES = (".ssh", ".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile",
-               ".zshenv", ".zshrc", ".zprofile", ".zlogin", ".cshrc", ".tcshrc", ".login",
-               ".config/fish", ".kshrc", ".mkshrc", ".inputrc")
+# A Place's chain: (a component's name, its device, its inode), from the root down.
+Link = tuple[str, int, int]
 
 
-def _inside(path: str, folder: str) -> bool:
+class Place:
+    """A path as the check sees it: as named, as resolved, and the chain of (name, device,
+    inode) of each folder from the root down along the resolved path, as far as it
+    exists (`exists`: the whole path does)."""
+
+    __slots__ = ("chain", "exists", "named", "resolved")
+
+    def __init__(self, named: str, resolved: str, chain: tuple[Link, ...] = (),
+                 exists: bool = False) -> None:
+        self.named = named
+        self.resolved = resolved
+        self.chain = chain
+        self.exists = exists
+
+    def forms(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((self.named, self.resolved)))
+
+    def identity(self) -> tuple[int, int] | None:
+        return self.chain[-1][1:] if self.exists and self.chain else None
+
+    def identities(self) -> list[tuple[int, int]]:
+        return [link[1:] for link in self.chain]
+
+    def shown(self) -> str:
+        return self.named if self.resolved == self.named else (
+            f"{self.named} (resolved: {self.resolved})")
+
+
+class Protected:
+    """A place no written folder may be, hold or lie inside; `rule`: why, in words the
+    refusal says ("a folder on your PATH")."""
+
+    __slots__ = ("place", "rule")
+
+    def __init__(self, place: Place, rule: str) -> None:
+        self.place = place
+        self.rule = rule
+
+
+def lies_in(path: str, folder: str) -> bool:
+    """`path` is `folder` or lies below it, by name."""
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def written_outside_problem(policy: Policy, points: tuple[str, ...],
-                            trees: tuple[str, ...] = ()) -> str | None:
-    """Why a guest with `policy` could change what runs outside its sandbox, or None.
+_inside = lies_in
 
-    What runs as the owner before the sandbox, at the guest's next session: `points`
-    (the owner's home folders, their shell's files and ~/.ssh, the folder of
-    authorized_keys), which no written folder may be or hold; `trees` (lnk-sandbox, its
-    interpreter, its packages and libraries, bubblewrap), where no written folder may
-    lie either: all of a tree of code runs. One session's writes would run, unsandboxed,
-    at the next."""
-    for written in (*policy.write, *policy.write_dot_files):
-        for path in (*points, *trees):
-            if _inside(path, written):
-                return (f"it writes {written}, which holds {path}: that runs as you, outside "
-                        "any sandbox, when the guest connects (sshd, your shell, "
-                        "lnk-sandbox); grant a folder that holds none of it")
-        for tree in trees:
-            if _inside(written, tree):
-                return (f"it writes {written}, inside {tree}, whose code runs as you, outside "
-                        "any sandbox, when the guest connects (lnk-sandbox, its interpreter "
-                        "and libraries); grant a folder outside it")
+
+def _is(written: Place, other: Place) -> bool:
+    mine = written.identity()
+    return (mine is not None and mine == other.identity()) or any(
+        form == theirs for form in written.forms() for theirs in other.forms())
+
+
+def _holds(written: Place, other: Place) -> bool:
+    mine = written.identity()
+    return (mine is not None and mine in other.identities()) or any(
+        _inside(theirs, form) for form in written.forms() for theirs in other.forms())
+
+
+def _lies_inside(written: Place, other: Place) -> bool:
+    theirs = other.identity()
+    return (theirs is not None and theirs in written.identities()) or any(
+        _inside(form, folder) for form in written.forms() for folder in other.forms())
+
+
+def _dot_folder(written: Place, home: Place) -> str | None:
+    """The dot entry of `home` that `written` is or lies inside, or None."""
+    for form in written.forms():
+        for folder in home.forms():
+            if form != folder and _inside(form, folder):
+                first = form[len(folder.rstrip("/")) + 1:].split("/")[0]
+                if first.startswith("."):
+                    return f"{folder.rstrip('/')}/{first}"
+    mine = home.identity()
+    for index, link in enumerate(written.chain[:-1]):
+        following = written.chain[index + 1][0]
+        if mine is not None and link[1:] == mine and following.startswith("."):
+            return f"{home.named.rstrip('/')}/{following}"
+    return None
+
+
+_RUNS = "what is written there runs as you, outside any sandbox"
+
+
+def written_outside_problem(written: tuple[tuple[str, Place], ...], homes: tuple[Place, ...],
+                            protected: tuple[Protected, ...]) -> str | None:
+    """Why a guest writing `written` ((its key, the folder), in order) could change what
+    runs as the owner outside any sandbox, in one line naming the key, the folder, the
+    rule and the path; None when it cannot (see the rule above)."""
+    for key, place in written:
+        where = f"{key} {place.shown()}"
+        for home in homes:
+            if _is(place, home) or _holds(place, home):
+                verb = "is" if _is(place, home) else "holds"
+                return (f"{where} {verb} your home folder {home.shown()}: your login and "
+                        f"shell read it, so {_RUNS}; grant a folder inside it instead "
+                        "(~/projects/x), not a dot folder")
+            dot = _dot_folder(place, home)
+            if dot is not None:
+                return (f"{where} {'is' if dot in place.forms() else 'lies inside'} {dot}, "
+                        "a dot folder of your home (your shell, editor, git and desktop "
+                        f"read code and settings from those): {_RUNS}; grant a folder "
+                        "that is no dot folder and lies in none")
+        # The closest match is the one named: what it is, then what it lies in, then
+        # what it holds.
+        for verb, relation in (("is", _is), ("lies inside", _lies_inside),
+                               ("holds", _holds)):
+            for entry in protected:
+                if relation(place, entry.place):
+                    return (f"{where} {verb} {entry.place.shown()}, {entry.rule}: {_RUNS}; "
+                            "grant a folder that is none of these, holds none and lies in "
+                            "none")
     return None
 
 

@@ -161,42 +161,280 @@ def own_program(argv0: str) -> str:
     return path
 
 
-def outside_paths(env: Mapping[str, str], program: str
-                  ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """What runs as the owner, outside, when a guest connects (lnk_wrap.guests.
-    written_outside_problem): the points, then the trees of code; each as named and as
-    it resolves."""
+# The system's folders: every login reads code and settings there (/etc/profile,
+# /etc/bash.bashrc, /etc/gitconfig, /etc/xdg/autostart, /etc/systemd/user, /usr …), and
+# cron and at run, as you, what /var/spool holds.
+SYSTEM_FOLDERS = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+                  "/boot", "/opt", "/var/spool")
+# Folders of the home that are not dot folders and hold code that runs as you: ~/bin
+# (Debian's ~/.profile puts it on PATH when it exists), node's ~/node_modules (read by
+# every node program under the home that has none closer).
+HOME_CODE_FOLDERS = ("bin", "node_modules")
+# What the environment names for programs to read code or settings from: each a list of
+# folders or files (':' between them). The XDG ones with their defaults (the XDG Base
+# Directory spec) when unset; the others mean nothing when unset.
+LOCATION_VARIABLES: dict[str, str] = {
+    "PATH": "", "XDG_CONFIG_HOME": "~/.config", "XDG_DATA_HOME": "~/.local/share",
+    "XDG_STATE_HOME": "~/.local/state", "XDG_CACHE_HOME": "~/.cache",
+    "XDG_CONFIG_DIRS": "/etc/xdg", "XDG_DATA_DIRS": "/usr/local/share:/usr/share",
+    "XDG_RUNTIME_DIR": "", "ZDOTDIR": "", "BASH_ENV": "", "ENV": "", "INPUTRC": "",
+    "GIT_CONFIG_GLOBAL": "", "GIT_CONFIG_SYSTEM": "", "GIT_TEMPLATE_DIR": "",
+    "GIT_EXEC_PATH": "", "GNUPGHOME": "", "SSH_AUTH_SOCK": "", "MYVIMRC": "",
+    "PYTHONPATH": "", "PYTHONSTARTUP": "", "PYTHONUSERBASE": "", "PYTHONHOME": "",
+    "VIRTUAL_ENV": "", "CONDA_PREFIX": "", "NODE_PATH": "", "NVM_DIR": "",
+    "PERL5LIB": "", "PERLLIB": "", "RUBYLIB": "", "GEM_HOME": "", "GEM_PATH": "",
+    "GOPATH": "", "GOBIN": "", "CARGO_HOME": "", "RUSTUP_HOME": "", "LD_LIBRARY_PATH": "",
+    "LD_PRELOAD": "",
+}
+# What the environment names as a program to run (a command line: its absolute words).
+COMMAND_VARIABLES = ("SHELL", "EDITOR", "VISUAL", "PAGER", "GIT_EDITOR", "GIT_PAGER",
+                     "GIT_SSH", "GIT_SSH_COMMAND", "GIT_ASKPASS", "SSH_ASKPASS", "BROWSER")
+# A folder whose every entry is read as code or settings: where each link in it leads is
+# protected too (a script of a project linked into ~/bin, a dotfiles checkout linked into
+# ~/.config). A folder of more entries than this is not one a person keeps; refused
+# rather than half looked at.
+MAX_ENTRIES_LOOKED_AT = 100_000
+# git follows includes at most 10 deep (config.c's MAX_INCLUDE_DEPTH).
+MAX_GIT_INCLUDE_DEPTH = 10
+
+
+class _Places:
+    """Places made from paths, the file system's answers kept for the one check."""
+
+    def __init__(self) -> None:
+        self.stats: dict[str, tuple[int, int] | None] = {}
+
+    def _identity(self, path: str) -> tuple[int, int] | None:
+        if path not in self.stats:
+            try:
+                info = os.stat(path)
+                self.stats[path] = (info.st_dev, info.st_ino)
+            except (OSError, ValueError):
+                self.stats[path] = None
+        return self.stats[path]
+
+    @staticmethod
+    def resolve(path: str) -> str:
+        """realpath, in three system calls where the kernel says (a folder of a thousand
+        links is resolved at every session): the path opened (O_PATH, links followed) and
+        its name read back; realpath where it does not exist or /proc is not there."""
+        try:
+            fd = os.open(path, getattr(os, "O_PATH", os.O_RDONLY) | os.O_CLOEXEC)
+        except (OSError, ValueError):
+            return os.path.realpath(path)
+        try:
+            name = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            name = ""
+        finally:
+            os.close(fd)
+        return name if name.startswith("/") and not name.endswith(" (deleted)") \
+            else os.path.realpath(path)
+
+    def place(self, path: str, *, resolved: str | None = None) -> core.Place:
+        named = os.path.normpath(path)
+        resolved = resolved or self.resolve(named)
+        chain: list[core.Link] = []
+        folder = "/"
+        exists = True
+        for name in ["/", *(part for part in resolved.split("/") if part)]:
+            folder = os.path.join(folder, name)
+            identity = self._identity(folder)
+            if identity is None:
+                exists = False
+                break
+            chain.append((name, *identity))
+        return core.Place(named, resolved, tuple(chain), exists)
+
+
+def _words(command: str) -> list[str]:
+    """The absolute paths among a command line's words (or `~/…`), quotes and shell
+    punctuation stripped."""
+    found: list[str] = []
+    for word in command.split():
+        word = word.strip("\"'`;&|(){}<>")
+        if word.startswith(("/", "~")):
+            found.append(word)
+    return found
+
+
+def _expand(path: str, home: str) -> str | None:
+    if path.startswith("~/") or path == "~":
+        return os.path.join(home, path[2:]) if home else None
+    if path.startswith("~"):
+        user, _, rest = path[1:].partition("/")
+        try:
+            return os.path.join(pwd.getpwnam(user).pw_dir, rest)
+        except KeyError:
+            return None
+    return path if os.path.isabs(path) else None
+
+
+def _git_settings(env: Mapping[str, str], home: str) -> list[str]:
+    """The settings files git reads for every repository of the owner (git-config(1))."""
+    files: list[str] = []
+    if not env.get("GIT_CONFIG_NOSYSTEM"):
+        files.append(env.get("GIT_CONFIG_SYSTEM") or "/etc/gitconfig")
+    if env.get("GIT_CONFIG_GLOBAL"):
+        files.append(env["GIT_CONFIG_GLOBAL"])
+    else:
+        xdg = env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+        files += [os.path.join(xdg, "git", "config"), os.path.join(home, ".gitconfig")]
+    return [path for path in files if os.path.isabs(path)]
+
+
+def _git_named(path: str, home: str, depth: int = 0) -> list[tuple[str, str]]:
+    """(the place, what names it) for a git settings file: the file itself, and every
+    absolute path a value in it names (core.hooksPath, an include, an editor, a
+    helper, an alias's program …), includes followed."""
+    from lnk_wrap.gitconfig import MAX_CONFIG_BYTES, GitConfigError, parse
+
+    found = [(path, "a settings file your git reads")]
+    try:
+        with open(path, "rb") as file:
+            data = file.read(MAX_CONFIG_BYTES + 1)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return found
+    except OSError as error:
+        raise GuestError(f"{path}: your git settings cannot be read ({error.strerror}); "
+                         "refusing, since what they name could not be checked") from None
+    try:
+        entries = parse(data[:MAX_CONFIG_BYTES])
+    except GitConfigError as error:
+        raise GuestError(f"{path}: your git settings cannot be read as git reads them "
+                         f"({error}); refusing, since what they name could not be "
+                         "checked") from None
+    for entry in entries:
+        if not entry.value:
+            continue
+        if entry.key == "path" and (entry.base == "include"
+                                    or entry.base.startswith("includeif.")):
+            included = _expand(entry.value, home) if entry.value.startswith("~") else \
+                os.path.join(os.path.dirname(path), entry.value)
+            if included and depth < MAX_GIT_INCLUDE_DEPTH:
+                found += _git_named(included, home, depth + 1)
+        for word in _words(entry.value):
+            expanded = _expand(word, home)
+            if expanded:
+                found.append((expanded, f"named by your git settings ({entry.name} in "
+                                        f"{path})"))
+    return found
+
+
+def _link_text(path: str) -> str:
+    """What a link holds; "/" for one that cannot be read now (resolved, then, in doubt)."""
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "/"
+
+
+def _links_in(folder: str, rule: str) -> list[tuple[str, str]]:
+    """Where each link directly in `folder` leads, with the rule saying so."""
+    found: list[tuple[str, str]] = []
+    try:
+        with os.scandir(folder) as entries:
+            for count, entry in enumerate(entries):
+                if count >= MAX_ENTRIES_LOOKED_AT:
+                    raise GuestError(
+                        f"{folder} holds more than {MAX_ENTRIES_LOOKED_AT} entries, too many "
+                        "to check where each link in it leads; refusing")
+                # A link to a bare name leads to another entry of this same folder,
+                # looked at in its own turn: only the others need resolving.
+                if entry.is_symlink() and "/" in _link_text(entry.path):
+                    found.append((entry.path, f"a link in {folder}, {rule}"))
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return []
+    return found
+
+
+def outside_places(env: Mapping[str, str], program: str
+                   ) -> tuple[tuple[core.Place, ...], tuple[core.Protected, ...]]:
+    """What runs as the owner, outside any sandbox, read from this machine and `env` (see
+    lnk_wrap.guests.written_outside_problem): the owner's homes, then every protected
+    place with its rule, in the order the refusal names the first."""
     from lnk_wrap.helpers import package_root
     from lnk_wrap.launch import LaunchError, find_bwrap
 
-    homes = {os.path.normpath(home) for home in (pwd.getpwuid(os.getuid()).pw_dir,
-                                                  env.get("HOME", "")) if os.path.isabs(home)}
-    points = [os.path.dirname(authorized_keys_path(env))]
-    for home in homes:
-        points += [home, *(os.path.join(home, name) for name in core.SHELL_FILES)]
+    account = pwd.getpwuid(os.getuid())
+    homes = list(dict.fromkeys(os.path.normpath(home) for home in (account.pw_dir,
+                                                                    env.get("HOME", ""))
+                               if os.path.isabs(home) and os.path.normpath(home) != "/"))
+    home = homes[-1] if homes else ""
+    named: list[tuple[str, str]] = [
+        (os.path.dirname(authorized_keys_path(env)), "sshd's folder of your keys")]
+    linked: list[tuple[str, str]] = []
+    for folder in homes:
+        named += [(os.path.join(folder, name), "a folder of your home whose code runs as you")
+                  for name in HOME_CODE_FOLDERS]
+        linked += [(os.path.join(folder, "bin"), "a folder of your home whose code runs as "
+                    "you"), (os.path.join(folder, ".local", "bin"), "a folder on your PATH")]
+        # Every dot entry as it resolves: a ~/.bashrc or ~/.config linked into a
+        # dotfiles checkout makes that checkout what runs.
+        try:
+            with os.scandir(folder) as entries:
+                named += [(entry.path, "a dot entry of your home") for entry in entries
+                          if entry.name.startswith(".")]
+        except OSError:
+            pass
+    for variable, default in LOCATION_VARIABLES.items():
+        value = env.get(variable) or default
+        for item in value.split(":"):
+            path = _expand(item, home)
+            if path and path != "/":
+                rule = ("a folder on your PATH" if variable == "PATH"
+                        else f"named by your environment (${variable})")
+                named.append((path, rule))
+                if variable in ("PATH", "XDG_CONFIG_HOME"):
+                    linked.append((path, rule))
+    for variable in COMMAND_VARIABLES:
+        for word in _words(env.get(variable, "")):
+            path = _expand(word, home)
+            if path:
+                named.append((path, f"a program your environment names (${variable})"))
+    named.append((account.pw_shell, "your login shell, which sshd runs"))
+    for settings in _git_settings(env, home):
+        named += _git_named(settings, home)
+    named += [(folder, "a folder of the system every login reads") for folder in
+              SYSTEM_FOLDERS]
     # lnk-sandbox, its interpreter, its packages (an editable install's are on no sys.path
     # entry), every library folder it imports from, and the bubblewrap it starts.
-    trees = [program, os.path.realpath(sys.executable), package_root(),
-             *(folder for folder in sys.path if os.path.isabs(folder) and os.path.isdir(folder))]
+    code = "code a guest's session runs as you (lnk-sandbox, its interpreter, its packages)"
+    named += [(path, code) for path in (program, os.path.realpath(sys.executable),
+                                        package_root(), *sys.path) if os.path.isabs(path)]
     with contextlib.suppress(LaunchError):  # no bubblewrap: no session starts anyway
-        trees.append(find_bwrap(env))
-
-    def both(paths: list[str]) -> tuple[str, ...]:
-        found: list[str] = []
-        for path in paths:
-            for form in (os.path.normpath(path), os.path.realpath(path)):
-                if form not in found and form != "/":
-                    found.append(form)
-        return tuple(found)
-
-    return both(points), both(trees)
+        named.append((find_bwrap(env), "the bubblewrap a guest's session starts"))
+    for folder, rule in dict.fromkeys(linked):
+        named += _links_in(folder, rule)
+    places = _Places()
+    system = [places.resolve(folder) for folder in SYSTEM_FOLDERS]
+    seen: set[str] = set()
+    protected: list[core.Protected] = []
+    for path, rule in named:
+        if not os.path.isabs(path) or path in seen:
+            continue
+        seen.add(path)
+        resolved = places.resolve(path)
+        if resolved == "/" or (rule.startswith("a link in ") and any(
+                core.lies_in(resolved, folder) for folder in system)):
+            continue  # a link into the system's folders: held by their rule already
+        protected.append(core.Protected(places.place(path, resolved=resolved), rule))
+    return tuple(places.place(folder) for folder in homes), tuple(protected)
 
 
 def refuse_written_outside(policy: Policy, env: Mapping[str, str], program: str,
                            where: str) -> None:
-    problem = core.written_outside_problem(policy, *outside_paths(env, program))
+    """Refuse a guest's policy that writes what runs as the owner outside any sandbox;
+    `where`: the file and the table its keys are in ("spec.toml: ", "guests.toml:
+    guests.ann.spec.")."""
+    places = _Places()
+    written = (*(("files.write", places.place(path)) for path in policy.write),
+               *(("files.write_dot_files", places.place(path))
+                 for path in policy.write_dot_files))
+    problem = core.written_outside_problem(written, *outside_places(env, program))
     if problem:
-        raise GuestError(f"{where}: a guest's spec may not write what runs outside: {problem}")
+        raise GuestError(f"{where}{problem} (a guest's spec may not write what runs "
+                         "outside)")
 
 
 def kept_policy(settings: str, guest: Guest, env: Mapping[str, str]) -> Policy:
@@ -266,7 +504,7 @@ def add(settings: str, name: str, spec_file: str, key_file: str, env: Mapping[st
                          "browser, logged in as you, and a login's callback would hand what "
                          "your accounts give into the guest's sandbox; nothing was kept")
     program = own_program(argv0)
-    refuse_written_outside(policy, env, program, f"{policy.spec}: files.write")
+    refuse_written_outside(policy, env, program, f"{policy.spec}: ")
     key_path = os.path.abspath(key_file)
     key_data = _read_limited(key_path, core.MAX_KEY_FILE_BYTES, "the key file",
                              missing_ok=False)

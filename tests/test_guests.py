@@ -53,7 +53,8 @@ def test_a_public_key_is_read_with_its_fingerprint() -> None:
     (b"ssh-ed25519 !!!notbase64", "does not decode"),
     (b"ssh-rsa " + BLOB.encode(), "is not a ssh-rsa key"),
     (b"ssh-ed25519", "not a public key line"),
-    ("ssh-ed25519 AAAA caf\u00e9".encode(), "not ASCII"),
+    (b"ssh-ed25519 AAAA caf\xe9", "not UTF-8"),
+    ("ssh-ed25519 AAAA\u00e9 c".encode(), "does not decode"),
     (b"x" * (core.MAX_KEY_FILE_BYTES + 1), "larger than"),
 ])
 def test_a_key_file_that_is_not_one_public_key_is_refused(data: bytes, reason: str) -> None:
@@ -448,7 +449,7 @@ def test_base64_of_the_blob_is_what_the_line_carries() -> None:
 def test_a_spec_that_writes_what_runs_outside_is_refused(owner: Path, written: str) -> None:
     """The owner's home folder, ~/.ssh, a folder holding them, lnk-sandbox's own folder:
     a guest writing any would run its writes outside at the next session (sshd, the
-    owner's shell, lnk-sandbox itself)."""
+    owner's shell, lnk-sandbox itself); refused by the real `guest add`, naming the rule."""
     from lnk_wrap.helpers import package_root
 
     target = {"venv": Path(LNK_SANDBOX).parent, "packages": Path(package_root()) / "lnk_wrap"
@@ -457,22 +458,194 @@ def test_a_spec_that_writes_what_runs_outside_is_refused(owner: Path, written: s
     refused = _guest_add(owner, "ann", "--spec", str(owner / "spec.toml"), "--key",
                          str(owner / "k.pub"))
     assert refused.returncode == 125, refused
-    assert (f"spec.toml: files.write: a guest's spec may not write what runs outside: it "
-            f"writes {target}, ") in refused.stderr, refused
+    rule = {"home": "is your home folder", "home/.ssh": "is " + str(owner / "home" / ".ssh")
+            + ", a dot folder of your home", ".": "holds your home folder",
+            "venv": "code a guest's session runs as you",
+            "packages": "code a guest's session runs as you"}[written]
+    assert refused.stderr.startswith(f"lnk-sandbox: {owner}/spec.toml: files.write {target} ")
+    assert rule in refused.stderr, refused
+    assert "what is written there runs as you, outside any sandbox" in refused.stderr
+    assert refused.stderr.count("\n") == 1
     _nothing_kept(owner)
 
 
-def test_written_outside_problem_table() -> None:
-    points = ("/home/o", "/home/o/.bashrc", "/home/o/.config/fish")
-    trees = ("/v/bin/lnk-sandbox", "/home/o/lnk-sandbox", "/usr/lib/python3.11")
-    for write, bad in ((("/home/o/project",), False), (("/home",), True),
-                       (("/home/o",), True), (("/home/o/.bashrc",), True),
-                       (("/home/o/.config",), True), (("/home/o/.config/git",), False),
-                       (("/v",), True), (("/var",), False), (("/home/o/lnk-sandbox/x",), True),
-                       (("/usr/lib/python3.11/site-packages",), True),
-                       (("/home/o/lnk-sandbox-notes",), False)):
-        policy = Policy(settings="/s", write=write)
-        assert (core.written_outside_problem(policy, points, trees) is not None) is bad, write
+# -- what a guest may never write: the rule, on a real owner's folders --------------------
+
+@pytest.fixture
+def machine(tmp_path: Path) -> dict[str, str]:
+    """An owner's home, with what a person's home holds, and an environment whose XDG
+    folders, PATH and git settings point elsewhere too; the env `guest add` would see."""
+    home = tmp_path / "home"
+    for folder in (".bashrc.d", ".config/fish/conf.d", ".ssh/config.d", ".local/bin",
+                   ".local/share/applications", "bin", ".config/systemd/user", ".config/git",
+                   ".config/autostart", ".vim/plugin", ".emacs.d", ".mozilla", ".cargo/bin",
+                   "node_modules", "binaries", "projects/x/.git", "projects/linked",
+                   ".new-tool"):
+        (home / folder).mkdir(parents=True, exist_ok=True)
+    for folder in ("xdg-config/autostart", "xdg-data/systemd/user", "xdg-dirs/autostart",
+                   "tools/bin", "hooks", "gitinc", "editor", "proj", "dotfiles/vim",
+                   "xdg-config-notes", "outside", "runtime", "lnk"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "gitinc" / "extra").write_text(f"[core]\n\teditor = {tmp_path}/editor/vi -f\n")
+    (home / ".gitconfig").write_text(f"[core]\n\thooksPath = {tmp_path}/hooks\n"
+                                     f"[include]\n\tpath = {tmp_path}/gitinc/extra\n")
+    (tmp_path / "proj" / "tool").write_text("#!/bin/sh\n")
+    (home / "bin" / "tool").symlink_to(tmp_path / "proj" / "tool")
+    (tmp_path / "dotfiles" / "bashrc").write_text("")
+    (home / ".bashrc").symlink_to(tmp_path / "dotfiles" / "bashrc")
+    (home / ".vimrc").symlink_to(tmp_path / "dotfiles" / "vim")
+    (tmp_path / "to-config").symlink_to(home / ".config")
+    (tmp_path / "to-bin").symlink_to(home / "bin")
+    (home / "projects" / "linked" / "cfg").symlink_to(home / ".config" / "git")
+    return {"HOME": str(home), "LNK_HOME": str(tmp_path / "lnk"),
+            "PATH": f"{tmp_path}/tools/bin:{home}/.local/bin:/usr/local/bin:/usr/bin:/bin",
+            "XDG_CONFIG_HOME": str(tmp_path / "xdg-config"),
+            "XDG_DATA_HOME": str(tmp_path / "xdg-data"),
+            "XDG_CONFIG_DIRS": f"{tmp_path}/xdg-dirs:/etc/xdg",
+            "XDG_RUNTIME_DIR": str(tmp_path / "runtime"), "BASE": str(tmp_path)}
+
+
+DOT = "a dot folder of your home"
+HOME_CODE = "a folder of your home whose code runs as you"
+# (the folder written, <H>/ and <B>/ for the machine's, what the refusal says, the rule)
+REFUSED = [
+    ("<H>/.bashrc.d", "is <H>/.bashrc.d", DOT),
+    ("<H>/.config/fish/conf.d", "lies inside <H>/.config", DOT),
+    ("<H>/.ssh/config.d", "lies inside <H>/.ssh", DOT),
+    ("<H>/.local", "is <H>/.local", DOT),
+    ("<H>/.local/bin", "lies inside <H>/.local", DOT),
+    ("<H>/.local/share/applications", "lies inside <H>/.local", DOT),
+    ("<H>/.config/systemd/user", "lies inside <H>/.config", DOT),
+    ("<H>/.config/git", "lies inside <H>/.config", DOT),
+    ("<H>/.config/autostart", "lies inside <H>/.config", DOT),
+    ("<H>/.vim/plugin", "lies inside <H>/.vim", DOT),
+    ("<H>/.emacs.d", "is <H>/.emacs.d", DOT),
+    ("<H>/.mozilla", "is <H>/.mozilla", DOT),
+    ("<H>/.cargo/bin", "lies inside <H>/.cargo", DOT),
+    ("<H>/.new-tool", "is <H>/.new-tool", DOT),
+    ("<H>", "is your home folder <H>", "your login and shell read it"),
+    ("<B>", "holds your home folder <H>", "your login and shell read it"),
+    ("<H>/bin", "is <H>/bin", HOME_CODE),
+    ("<H>/node_modules", "is <H>/node_modules", HOME_CODE),
+    ("<B>/xdg-config", "is <B>/xdg-config", "named by your environment ($XDG_CONFIG_HOME)"),
+    ("<B>/xdg-config/autostart", "lies inside <B>/xdg-config",
+     "named by your environment ($XDG_CONFIG_HOME)"),
+    ("<B>/xdg-data/systemd/user", "lies inside <B>/xdg-data",
+     "named by your environment ($XDG_DATA_HOME)"),
+    ("<B>/xdg-dirs/autostart", "lies inside <B>/xdg-dirs",
+     "named by your environment ($XDG_CONFIG_DIRS)"),
+    ("<B>/runtime", "is <B>/runtime", "named by your environment ($XDG_RUNTIME_DIR)"),
+    ("<B>/tools", "holds <B>/tools/bin", "a folder on your PATH"),
+    ("<B>/tools/bin", "is <B>/tools/bin", "a folder on your PATH"),
+    ("<B>/hooks", "is <B>/hooks", "named by your git settings (core.hookspath in "
+     "<H>/.gitconfig)"),
+    ("<B>/gitinc", "holds <B>/gitinc/extra", "a settings file your git reads"),
+    ("<B>/editor", "holds <B>/editor/vi", "named by your git settings (core.editor in "
+     "<B>/gitinc/extra)"),
+    ("<B>/proj", "holds <H>/bin/tool (resolved: <B>/proj/tool)", "a link in <H>/bin"),
+    ("<B>/dotfiles", "holds <H>/.bashrc (resolved: <B>/dotfiles/bashrc)",
+     "a dot entry of your home"),
+    ("<B>/dotfiles/vim", "is <H>/.vimrc (resolved: <B>/dotfiles/vim)",
+     "a dot entry of your home"),
+    # A link to a dot folder or to ~/bin is what it resolves to (the spec loader resolves).
+    ("<B>/to-config", "is <H>/.config", DOT),
+    ("<B>/to-bin", "is <H>/bin", HOME_CODE),
+    ("<H>/projects/linked/cfg", "lies inside <H>/.config", DOT),
+    ("/etc", "is /etc", "a folder of the system every login reads"),
+    ("/var/spool", "is /var/spool", "a folder of the system every login reads"),
+    ("/var", "holds /var/spool", "a folder of the system every login reads"),
+]
+ALLOWED = ["<H>/projects/x", "<H>/projects/x/.git", "<H>/binaries", "<B>/outside",
+           "<B>/xdg-config-notes", "<H>/projects/linked"]
+
+
+def _fill(text: str, machine: dict[str, str]) -> str:
+    return text.replace("<H>", machine["HOME"]).replace("<B>", machine["BASE"])
+
+
+def _refusal(machine: dict[str, str], written: str) -> str | None:
+    from lnk_wrap.guests_view import refuse_written_outside
+
+    env = {key: value for key, value in machine.items() if key != "BASE"}
+    spec = Path(machine["BASE"]) / "spec.toml"
+    spec.write_text(f"[files]\nwrite = {toml_list(_fill(written, machine))}\n")
+    policy = load_spec(spec, env)
+    try:
+        refuse_written_outside(policy, env, LNK_SANDBOX, f"{spec}: ")
+    except GuestError as error:
+        return str(error)
+    return None
+
+
+@pytest.mark.parametrize(("written", "said", "rule"), REFUSED)
+def test_every_folder_the_owners_programs_read_is_refused_naming_its_rule(
+        machine: dict[str, str], written: str, said: str, rule: str) -> None:
+    refusal = _refusal(machine, written)
+    assert refusal is not None, written
+    spec = Path(machine["BASE"]) / "spec.toml"
+    real = os.path.realpath(_fill(written, machine))
+    assert refusal.startswith(f"{spec}: files.write {real} {_fill(said, machine)}"), refusal
+    assert _fill(rule, machine) in refusal, refusal
+    assert "\n" not in refusal
+
+
+@pytest.mark.parametrize("written", ALLOWED)
+def test_a_project_folder_is_fine(machine: dict[str, str], written: str) -> None:
+    assert _refusal(machine, written) is None
+
+
+def test_guest_add_refuses_bashrc_d_and_keeps_nothing(machine: dict[str, str]) -> None:
+    """The attack of the issue, through the real verb: a spec writing ~/.bashrc.d (a file
+    dropped there runs at the owner's next login) is refused before anything is asked."""
+    base = Path(machine["BASE"])
+    (base / "spec.toml").write_text(f"[files]\nwrite = {toml_list(machine['HOME'] + '/.bashrc.d')}\n")
+    (base / "k.pub").write_text(ED + "\n")
+    env = {**os.environ, **{key: value for key, value in machine.items() if key != "BASE"}}
+    env["PATH"] = env["PATH"] + ":" + os.environ["PATH"]
+    refused = _guest_add(base, "ann", "--spec", str(base / "spec.toml"), "--key",
+                         str(base / "k.pub"), env=env)
+    assert refused.returncode == 125, refused
+    assert (f"files.write {machine['HOME']}/.bashrc.d is {machine['HOME']}/.bashrc.d, a dot "
+            "folder of your home") in refused.stderr, refused
+    assert not (base / "lnk" / "guests.toml").exists()
+    assert not (Path(machine["HOME"]) / ".ssh" / "authorized_keys").exists()
+
+
+def _place(path: str, identities: dict[str, int], *, exists: bool = True) -> core.Place:
+    """A Place on a made-up file system: `identities` gives each folder's inode by its
+    name as the file system has it (a case-insensitive one gives one inode to two names)."""
+    chain: list[tuple[str, int, int]] = [("/", 1, 2)]
+    prefix = ""
+    for name in path.strip("/").split("/"):
+        prefix += "/" + name
+        if prefix not in identities:
+            return core.Place(path, path, tuple(chain), False)
+        chain.append((name, 1, identities[prefix]))
+    return core.Place(path, path, tuple(chain), exists)
+
+
+def test_the_rule_compares_as_the_file_system_has_it() -> None:
+    """Names the text comparison misses: ~/BIN on a case-insensitive file system is ~/bin;
+    a bind mount of ~/.config elsewhere is ~/.config; ~/.CONFIG is a dot folder still."""
+    inodes = {"/h": 10, "/h/o": 11, "/h/o/bin": 12, "/h/o/BIN": 12, "/h/o/BIN/x": 13,
+              "/h/o/.config": 14, "/srv": 20, "/srv/cfg": 14, "/srv/cfg/git": 15,
+              "/h/o/.CONFIG": 14, "/h/o/work": 16, "/srv/w": 21}
+    home = _place("/h/o", inodes)
+    protected = (core.Protected(_place("/h/o/bin", inodes), "~/bin"),
+                 core.Protected(_place("/h/o/.config", inodes), "a dot entry of your home"))
+    for written, said in (("/h/o/BIN", "is /h/o/bin, ~/bin"),
+                          ("/h/o/BIN/x", "lies inside /h/o/bin, ~/bin"),
+                          ("/srv/cfg", "is /h/o/.config, a dot entry"),
+                          ("/srv/cfg/git", "lies inside /h/o/.config, a dot entry"),
+                          ("/h/o/.CONFIG", "is /h/o/.CONFIG, a dot folder of your home"),
+                          ("/h", "holds your home folder /h/o")):
+        problem = core.written_outside_problem((("files.write", _place(written, inodes)),),
+                                               (home,), protected)
+        assert problem is not None and problem.startswith(f"files.write {written} {said}"), \
+            (written, problem)
+    for fine in ("/h/o/work", "/srv/w"):
+        assert core.written_outside_problem((("files.write", _place(fine, inodes)),),
+                                            (home,), protected) is None, fine
 
 
 GOLDEN = Path(__file__).parent / "golden"
