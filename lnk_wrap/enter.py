@@ -107,11 +107,12 @@ def log_session(settings: str, name: str, env: Mapping[str, str], event: str) ->
     """One line in Link's guests log (bounded: a guest connecting in a loop cannot grow
     it): when, which guest, from where (SSH_CONNECTION's address), what happened. A log
     that cannot be written is not a reason to refuse: it guards nothing."""
-    from lnk_common.boundedlog import BoundedLog, clip, printable
+    from lnk_common.boundedlog import BoundedLog, clip
+    from lnk_wrap.guests_view import shown
 
     client = (env.get("SSH_CONNECTION") or "-").split(" ")[0] or "-"
     line = (f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} guest-{name} "
-            f"{printable(client)} {printable(event)}")
+            f"{shown(client)} {shown(event)}")
     try:
         os.makedirs(os.path.join(settings, LOG_PATH[0]), mode=0o700, exist_ok=True)
         log = BoundedLog(os.path.join(settings, *LOG_PATH))

@@ -516,7 +516,7 @@ def describe(policy: Policy, home: str) -> list[str]:
         f"reads (and runs programs from): {listing(policy.read)}",
         f"reads and writes: {listing(policy.write)}",
         f"its own folder, written, dot files open: {home}",
-        "reads, as every sandbox: the system's folders (/usr, /etc, /bin, /lib …), "
+        "reads, as every sandbox: the system's folders (/usr, /etc, /bin, /lib ...), "
         "never /etc/shadow, sudoers, SSH host keys or Link's settings",
     ]
     if policy.hide:
@@ -525,7 +525,7 @@ def describe(policy: Policy, home: str) -> list[str]:
         lines.append(f"given back inside hidden folders: {listing(policy.reopen)}")
     dots = tuple(path for path in policy.write_dot_files if path != home)
     if dots:
-        lines.append(f"dot files writable (.git, hooks, .envrc …) in: {listing(dots)}")
+        lines.append(f"dot files writable (.git, hooks, .envrc ...) in: {listing(dots)}")
     lines.append("programs: " + (f"only {listing(policy.commands)}" if policy.commands
                                  else "any program it can read"))
     if policy.network == "proxy":

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from lnk_common.policy import Policy
 
 __all__ = ["GUESTS_FILE", "authorized_keys_path", "guest_home", "guests", "guests_path",
-           "read_guests"]
+           "json_shown", "outside_places", "read_guests", "refuse_written_outside", "shown"]
 
 GUESTS_FILE = "guests.toml"
 # Each guest's own folder (like an agent's, agents/NAME), in Link's settings.
@@ -47,6 +47,40 @@ GUESTS_FOLDER = "guests"
 _LOCK_FILE = ("sandbox", "guests.lock")
 # How long a person has to answer `guest add`'s question (lnk_ask's default).
 ASK_SECONDS = 120
+# A key's comment is the guest's own words (a key file may be 16 kB): this much is shown,
+# after what the guest may read and write, so it can neither push that out of the
+# question's cut nor off the screen; the rest is said to be there, not shown.
+MAX_SHOWN_COMMENT_CHARS = 100
+# A refusal is one line; one naming a long path or two is some hundreds of characters.
+MAX_SHOWN_REFUSAL_CHARS = 4000
+# A line of what a session opens: a spec's list of paths or hosts may be long, and each
+# line is shown whole (cut by lnk_ask.text.plain past this, saying so).
+MAX_SHOWN_LINE_CHARS = 16 * 1024
+
+
+def shown(text: str, limit: int = MAX_SHOWN_LINE_CHARS) -> str:
+    """`text` as the person's terminal is given it: printable ASCII as it is, anything else
+    escaped (lnk_ask.text.plain, as every question shows a sandbox's text). A guest's key
+    comment, name and paths come from files the guest gave: an escape sequence there
+    would rewrite what `guest add` shows (a forged "may write: nothing", the real lines
+    erased, OSC 52 written to the clipboard), a bidi mark reverse it, a Cyrillic letter
+    pass for a Latin one."""
+    if len(text) <= limit and all(" " <= character <= "~" and character != "\\"
+                                  for character in text):
+        return text  # the common case, without importing hashlib at each session
+    from lnk_ask.text import plain
+
+    return plain(text, limit)
+
+
+def comment_words(key: core.PublicKey) -> str:
+    """The key's comment as it goes into what is shown and asked (not yet escaped: every
+    place it goes escapes it once), cut to MAX_SHOWN_COMMENT_CHARS."""
+    comment = key.comment
+    if len(comment) <= MAX_SHOWN_COMMENT_CHARS:
+        return comment
+    return (comment[:MAX_SHOWN_COMMENT_CHARS]
+            + f" [... {len(comment) - MAX_SHOWN_COMMENT_CHARS} more characters not shown]")
 
 
 def guests_path(settings: str) -> str:
@@ -470,12 +504,16 @@ def kept_policy(settings: str, guest: Guest, env: Mapping[str, str]) -> Policy:
         raise GuestError(f"{file}: {key}: {error.reason}; refusing the session") from None
 
 
-def _ask(settings: str, name: str, key: core.PublicKey, shown: list[str]) -> None:
+def _ask(settings: str, name: str, key: core.PublicKey, opens: list[str]) -> None:
     from lnk_ask.asker import ask
 
+    # lnk_ask escapes the title and the question (lnk_ask.text.plain) on every way of
+    # asking; the guest's comment comes last, cut, so it cannot hide what comes before.
     question = (f"Let the guest {name} in over SSH with the key {key.kind} "
-                f"{key.fingerprint()}{' (' + key.comment + ')' if key.comment else ''}? "
-                "Each session runs in a sandbox that: " + "; ".join(shown) + ".")
+                f"{key.fingerprint()}? Each session runs in a sandbox that: "
+                + "; ".join(opens) + "."
+                + (f" The key's comment (the guest's own words): {comment_words(key)}"
+                   if key.comment else ""))
     print(f"lnk-sandbox: asking you (a dialog, this terminal, or `lnk-sandbox asks` and "
           f"`lnk-sandbox answer ID yes`) within {ASK_SECONDS} s", file=sys.stderr)
     answer = ask(settings, core.wire_name(name), f"Guest over SSH: {name}", question,
@@ -544,13 +582,14 @@ def add(settings: str, name: str, spec_file: str, key_file: str, env: Mapping[st
                                                               site_packages=""):
             raise GuestError(f"the spec kept for {name} would not mean what {policy.spec} "
                              "says; nothing was kept")
-        shown = core.describe(policy, home)
-        print(f"guest {name}, key {key.kind} {key.fingerprint()}"
-              f"{' (' + key.comment + ')' if key.comment else ''}, from {policy.spec}:")
-        for item in shown:
-            print(f"  {item}")
+        opens = core.describe(policy, home)
+        print(f"guest {name}, key {key.kind} {key.fingerprint()}, from {shown(policy.spec)}:")
+        for item in opens:
+            print(f"  {shown(item)}")
+        if key.comment:
+            print(f"  the key's comment (the guest's own words): {shown(comment_words(key))}")
         sys.stdout.flush()
-        _ask(settings, name, key, shown)
+        _ask(settings, name, key, opens)
         _private_folder(os.path.join(settings, GUESTS_FOLDER))
         made_home = not os.path.lexists(home)
         _private_folder(home)
@@ -584,8 +623,8 @@ def add(settings: str, name: str, spec_file: str, key_file: str, env: Mapping[st
                 raise GuestError(f"{keys_path}: cannot be written ({error.strerror}); "
                                  "nothing was kept") from None
             raise
-    print(f"guest {name} added: {keys_path} lets the key in, into a sandbox only "
-          f"(wire {core.wire_name(name)}; own folder {home})")
+    print(f"guest {name} added: {shown(keys_path)} lets the key in, into a sandbox only "
+          f"(wire {core.wire_name(name)}; own folder {shown(home)})")
     return 0
 
 
@@ -609,28 +648,46 @@ def remove(settings: str, name: str, env: Mapping[str, str]) -> int:
         write_atomic(guests_path(settings), core.render_guests(remaining).encode(), 0o600)
     where = (f"its line removed from {keys_path}" if removed else
              f"no line of {keys_path} let it in any more")
-    print(f"guest {name} removed: {where}; its folder {guest_home(settings, name)} is kept "
-          "(its files)")
+    print(shown(f"guest {name} removed: {where}; its folder {guest_home(settings, name)} is "
+                "kept (its files)"))
     return 0
 
 
 def guests(settings: str, arguments: Mapping[str, object], env: Mapping[str, str]) -> int:
-    """One `guest` verb; GuestError is left to the caller (one line, exit 125)."""
+    """One `guest` verb; GuestError is left to the caller (one line, exit 125), its text
+    escaped (`shown`): a refusal may name a path or a key's word from the guest's files."""
+    try:
+        return _verb(settings, arguments, env)
+    except GuestError as error:
+        raise GuestError(shown(str(error), MAX_SHOWN_REFUSAL_CHARS)) from None
+    except OSError as error:
+        raise GuestError(shown(f"{error.filename or 'a guest file'}: {error.strerror}",
+                               MAX_SHOWN_REFUSAL_CHARS)) from None
+
+
+def json_shown(document: object) -> bytes:
+    """JSON with every character past printable ASCII written as a `\\u` escape (DEL too):
+    the same document to a program, nothing a terminal acts on to a person."""
+    import json
+
+    text = json.dumps(document, ensure_ascii=True, separators=(",", ":"))
+    return text.replace("\x7f", "\\u007f").encode("ascii") + b"\n"
+
+
+def _verb(settings: str, arguments: Mapping[str, object], env: Mapping[str, str]) -> int:
     if arguments["list"]:
         found = read_guests(settings)
         if arguments["--json"]:
-            import orjson
-
-            sys.stdout.buffer.write(orjson.dumps({"guests": [
+            sys.stdout.buffer.write(json_shown({"guests": [
                 {"name": guest.name, "key": guest.key.kind,
                  "fingerprint": guest.key.fingerprint(), "comment": guest.key.comment,
                  "spec_file": guest.spec_file, "wire": core.wire_name(guest.name),
                  "folder": guest_home(settings, guest.name)}
-                for guest in sorted(found.values(), key=lambda guest: guest.name)]}) + b"\n")
+                for guest in sorted(found.values(), key=lambda guest: guest.name)]}))
         else:
             for guest in sorted(found.values(), key=lambda guest: guest.name):
-                print(f"{guest.name}  {guest.key.kind} {guest.key.fingerprint()}  "
-                      f"(from {guest.spec_file})")
+                print(shown(f"{guest.name}  {guest.key.kind} {guest.key.fingerprint()}  "
+                            f"(from {guest.spec_file})"))
         return 0
     name = str(arguments["NAME"])
     if arguments["add"]:

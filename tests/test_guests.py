@@ -301,7 +301,7 @@ def test_describe_says_what_a_session_opens() -> None:
         "reads (and runs programs from): /r",
         "reads and writes: /w",
         "its own folder, written, dot files open: /s/guests/ann",
-        "reads, as every sandbox: the system's folders (/usr, /etc, /bin, /lib …), never "
+        "reads, as every sandbox: the system's folders (/usr, /etc, /bin, /lib ...), never "
         "/etc/shadow, sudoers, SSH host keys or Link's settings",
         "hidden inside those: /r/h",
         "programs: any program it can read",
@@ -598,7 +598,8 @@ def test_guest_add_refuses_bashrc_d_and_keeps_nothing(machine: dict[str, str]) -
     """The attack of the issue, through the real verb: a spec writing ~/.bashrc.d (a file
     dropped there runs at the owner's next login) is refused before anything is asked."""
     base = Path(machine["BASE"])
-    (base / "spec.toml").write_text(f"[files]\nwrite = {toml_list(machine['HOME'] + '/.bashrc.d')}\n")
+    bashrc_d = machine["HOME"] + "/.bashrc.d"
+    (base / "spec.toml").write_text(f"[files]\nwrite = {toml_list(bashrc_d)}\n")
     (base / "k.pub").write_text(ED + "\n")
     env = {**os.environ, **{key: value for key, value in machine.items() if key != "BASE"}}
     env["PATH"] = env["PATH"] + ":" + os.environ["PATH"]

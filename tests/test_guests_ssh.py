@@ -75,13 +75,17 @@ class World:
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f",
                             str(base / name)], check=True, timeout=WAIT_SECONDS)
         self.port = free_port()
+        self.owner_gitconfig = base / "owner.gitconfig"
         self.config = base / "sshd_config"
         self.config.write_text(
             f"Port {self.port}\nListenAddress 127.0.0.1\nHostKey {base / 'hostkey'}\n"
             f"AuthorizedKeysFile {self.home / '.ssh' / 'authorized_keys'}\n"
             f"PidFile {base / 'sshd.pid'}\nStrictModes no\nUsePAM no\n"
             "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-            "PermitRootLogin prohibit-password\nSubsystem sftp internal-sftp\n")
+            "PermitRootLogin prohibit-password\nSubsystem sftp internal-sftp\n"
+            # The owner's git settings as every session's `enter` reads them (a file the
+            # tests write later: sshd's environment is not the test's).
+            f"SetEnv GIT_CONFIG_GLOBAL={self.owner_gitconfig}\n")
         self.env = {**os.environ, "HOME": str(self.home), "LNK_HOME": str(self.settings)}
         for variable in ("SSH_AUTH_SOCK", "DISPLAY", "WAYLAND_DISPLAY", "TMUX"):
             self.env.pop(variable, None)
@@ -656,3 +660,165 @@ def test_remove_takes_out_its_line_only(own_world: World) -> None:
     assert world.lnk("guest", "list", "--json").stdout == '{"guests":[]}\n'
     gone = world.lnk("guest", "remove", "bob")
     assert gone.returncode == 125 and "no guest named bob" in gone.stderr
+
+
+# -- what a guest may write: never what runs as the owner ---------------------------------
+
+def test_a_spec_writing_bashrc_d_is_refused_at_guest_add(own_world: World) -> None:
+    """The issue's attack: a guest granted ~/.bashrc.d drops a file there, and it runs as
+    the owner at the owner's next login. Refused at `guest add`, naming the rule and the
+    path; nothing kept, the guest's key lets nobody in."""
+    world = own_world
+    (world.home / ".bashrc.d").mkdir()
+    spec = world.base / "bashrc.toml"
+    spec.write_text(f"[files]\nwrite = {toml_list(world.home / '.bashrc.d')}\n")
+    before = world.authorized_keys.read_bytes()
+    refused = world.lnk("guest", "add", "bob", "--spec", str(spec), "--key",
+                        str(world.base / "bob.pub"), answer="yes")
+    assert refused.returncode == 125, refused
+    assert (f"{spec}: files.write {world.home}/.bashrc.d is {world.home}/.bashrc.d, a dot "
+            "folder of your home") in refused.stderr, refused
+    assert world.authorized_keys.read_bytes() == before
+    assert "bob" not in world.lnk("guest", "list").stdout
+    landed = world.ssh("sh", "-c", f"'echo id > {world.home}/.bashrc.d/x.sh'", key="bob")
+    assert landed.returncode == 255 and not (world.home / ".bashrc.d" / "x.sh").exists()
+
+
+def test_a_kept_folder_that_becomes_what_your_git_runs_is_refused_at_the_next_session(
+        own_world: World) -> None:
+    """A kept spec's written folder that later turns into a place the owner's programs
+    read code from (here: the owner's git settings, as sshd gives them to `enter`, now
+    name a hooks folder inside it) is refused at the next session, and served again once
+    it is not; each refusal a line of the guests log."""
+    world = own_world
+    assert world.ssh("cat", str(world.data / "readme")).stdout == "readable\n"
+    (world.work / "hooks").mkdir()
+    world.owner_gitconfig.write_text(f"[core]\n\thooksPath = {world.work}/hooks\n")
+    refused = world.ssh("sh", "-c", f"'echo x > {world.work}/hooks/pre-commit'")
+    assert refused.returncode != 0 and not (world.work / "hooks" / "pre-commit").exists()
+    assert (f"guests.ann.spec.files.write {world.work} holds {world.work}/hooks, named by "
+            f"your git settings (core.hookspath in {world.owner_gitconfig})"
+            in refused.stderr), refused
+    log = (world.settings / "sandbox" / "guests.log").read_text()
+    assert "refused: " in log and "core.hookspath" in log
+    world.owner_gitconfig.write_text("")
+    assert world.ssh("cat", str(world.data / "readme")).stdout == "readable\n"
+
+
+# -- what `guest add` shows of the guest's files: plain ASCII -----------------------------
+
+# A key comment that, printed raw, clears the screen, draws a forged summary over the
+# real one, erases a line, writes the clipboard (OSC 52), reverses text (bidi), and
+# passes a Cyrillic letter and an 8-bit CSI (U+009B) for what they are not.
+CLIPBOARD = "\x1b]52;c;" + "cm0gLXJmIH4=" + "\x07"
+EVIL_COMMENT = ("laptop\x1b[2J\x1b[H\rguest bob: may write: nothing\x1b[1A\x1b[2K"
+                + CLIPBOARD + " \u202eevil\u202c \u0430dmin \x9b31mred\x1b[0m" + "x" * 300)
+
+
+def _evil_key(world: World) -> Path:
+    blob = (world.base / "bob.pub").read_text().split()[1]
+    path = world.base / "evil.pub"
+    path.write_bytes(f"ssh-ed25519 {blob} {EVIL_COMMENT}\n".encode())
+    return path
+
+
+def _only_printable(data: bytes) -> bool:
+    return all(byte == 0x0A or 0x20 <= byte < 0x7F for byte in data)
+
+
+def test_a_key_comment_cannot_drive_the_terminal_or_hide_the_summary(own_world: World
+                                                                     ) -> None:
+    """What `guest add` prints and asks is plain ASCII: the comment's escapes, CR, OSC 52,
+    bidi and look-alikes are shown escaped, after the real summary, which is whole."""
+    world = own_world
+    answered = world.lnk("guest", "add", "bob", "--spec", str(world.spec), "--key",
+                         str(_evil_key(world)), answer="no")
+    out = (answered.stdout + answered.stderr).encode()
+    assert answered.returncode == 125 and "the answer was no" in answered.stderr, answered
+    assert _only_printable(out), out
+    assert f"  reads and writes: {world.work}\n" in answered.stdout
+    assert "\\x1b]52;c;cm0gLXJmIH4=\\x07" in answered.stdout
+    assert "\\u202eevil\\u202c \\u0430dmin \\x9b31mred" in answered.stdout
+    comment_line = [line for line in answered.stdout.splitlines() if "comment" in line]
+    assert len(comment_line) == 1 and comment_line[0].startswith(
+        "  the key's comment (the guest's own words): laptop\\x1b[2J\\x1b[H\\x0dguest bob")
+    assert "more characters not shown" in comment_line[0]
+    assert answered.stdout.index("reads and writes") < answered.stdout.index("comment")
+    # The question as asked (lnk_ask's log of it): plain, the summary before the comment.
+    from lnk_ask.asker import log_path
+
+    asked = Path(log_path(str(world.settings))).read_bytes()
+    assert _only_printable(asked.replace(b"\t", b" "))  # its fields are tab-separated
+    question = [line for line in asked.decode().splitlines() if "\tasked\t" in line][-1]
+    assert f"reads and writes: {world.work};" in question
+    assert question.index("reads and writes") < question.index("The key's comment")
+    assert "\\x1b]52;c;" in question
+
+
+def test_guest_list_and_its_json_show_the_guests_words_escaped(own_world: World) -> None:
+    """A spec file named by the guest (kept as its name) with an escape, bidi and Cyrillic:
+    `guest list` prints it escaped; `--json` stays JSON (the real name when decoded) and
+    holds only printable ASCII."""
+    world = own_world
+    odd = world.base / "g\x1b]52;c;eA==\x07\u202e\u0430.toml"
+    odd.write_text(world.spec.read_text())
+    added = world.lnk("guest", "add", "bob", "--spec", str(odd), "--key",
+                      str(world.base / "bob.pub"), answer="yes")
+    assert added.returncode == 0, added
+    assert _only_printable(added.stdout.encode()), added.stdout
+    listed = world.lnk("guest", "list")
+    assert _only_printable(listed.stdout.encode()), listed.stdout
+    assert "g\\x1b]52;c;eA==\\x07\\u202e\\u0430.toml" in listed.stdout
+    as_json = world.lnk("guest", "list", "--json")
+    assert _only_printable(as_json.stdout.encode()), as_json.stdout
+    found = {guest["name"]: guest for guest in json.loads(as_json.stdout)["guests"]}
+    assert found["bob"]["spec_file"] == str(odd)
+
+
+def test_the_guests_log_holds_no_control_character(own_world: World) -> None:
+    """A refusal naming a folder the guest named (an escape, bidi, Cyrillic in it) is one
+    plain line of guests.log."""
+    world = own_world
+    odd = world.base / "w\x1b[2J\u202e\u0430"
+    odd.mkdir()
+    spec = world.base / "odd.toml"
+    spec.write_text(f"[files]\nwrite = {toml_list(odd)}\n")
+    assert world.lnk("guest", "add", "bob", "--spec", str(spec), "--key",
+                     str(world.base / "bob.pub"), answer="yes").returncode == 0
+    odd.rmdir()
+    refused = world.ssh("true", key="bob")
+    assert refused.returncode != 0
+    log = (world.settings / "sandbox" / "guests.log").read_bytes()
+    assert b"guest-bob" in log and b"refused: " in log
+    assert _only_printable(log), log
+
+
+def test_a_key_comment_on_a_real_terminal_shows_the_summary_and_sets_no_clipboard(
+        own_world: World, tmp_path: Path) -> None:
+    """`guest add` in a real tmux pane, tmux accepting OSC 52 (set-clipboard on): the pane
+    shows the real summary and the comment escaped, no forged line drawn, and tmux made no
+    paste buffer from the comment's clipboard sequence."""
+    world = own_world
+    env = {**world.env, "TERM": "xterm"}
+    tmux = Tmux(tmp_path, env)
+    key = _evil_key(world)
+    done = threading.Event()
+    answerer = threading.Thread(target=world._answer, args=("no", done, world.env))
+    answerer.start()
+    try:
+        tmux.tmux("new-session", "-d", "-x", "200", "-y", "50", "-s", "t", "sh")
+        tmux.tmux("set-option", "-g", "set-clipboard", "on")
+        tmux.send(f"{LNK_SANDBOX} guest add bob --spec {world.spec} --key {key}; "
+                  "echo added-$((40+2))", "Enter")
+        tmux.wait("added-42")
+        screen = tmux.screen()
+        assert f"reads and writes: {world.work}" in screen, screen
+        assert "laptop\\x1b[2J\\x1b[H\\x0dguest bob: may write: nothing" in screen, screen
+        assert "\\x1b]52;c;cm0gLXJmIH4=\\x07" in screen
+        assert not [line for line in screen.splitlines()
+                    if line.startswith("guest bob: may write: nothing")], screen
+        assert tmux.tmux("list-buffers") == "", "the comment wrote tmux's clipboard"
+    finally:
+        done.set()
+        answerer.join()
+        tmux.stop()
