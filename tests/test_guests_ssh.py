@@ -687,20 +687,21 @@ def test_a_spec_writing_bashrc_d_is_refused_at_guest_add(own_world: World) -> No
 def test_a_kept_folder_that_becomes_what_your_git_runs_is_refused_at_the_next_session(
         own_world: World) -> None:
     """A kept spec's written folder that later turns into a place the owner's programs
-    read code from (here: the owner's git settings, as sshd gives them to `enter`, now
-    name a hooks folder inside it) is refused at the next session, and served again once
-    it is not; each refusal a line of the guests log."""
+    run code from (here: the owner's git settings, as sshd gives them to `enter`, now
+    name an editor inside it, which git runs as the owner at the next commit) is refused
+    at the next session, and served again once it is not; the refusal is a line of the
+    guests log."""
     world = own_world
     assert world.ssh("cat", str(world.data / "readme")).stdout == "readable\n"
-    (world.work / "hooks").mkdir()
-    world.owner_gitconfig.write_text(f"[core]\n\thooksPath = {world.work}/hooks\n")
-    refused = world.ssh("sh", "-c", f"'echo x > {world.work}/hooks/pre-commit'")
-    assert refused.returncode != 0 and not (world.work / "hooks" / "pre-commit").exists()
-    assert (f"guests.ann.spec.files.write {world.work} holds {world.work}/hooks, named by "
-            f"your git settings (core.hookspath in {world.owner_gitconfig})"
+    (world.work / "tools").mkdir()
+    world.owner_gitconfig.write_text(f"[core]\n\teditor = {world.work}/tools/vi -f\n")
+    refused = world.ssh("sh", "-c", f"'echo id > {world.work}/tools/vi'")
+    assert refused.returncode != 0 and not (world.work / "tools" / "vi").exists()
+    assert (f"guests.ann.spec.files.write {world.work} holds {world.work}/tools/vi, named "
+            f"by your git settings (core.editor in {world.owner_gitconfig})"
             in refused.stderr), refused
     log = (world.settings / "sandbox" / "guests.log").read_text()
-    assert "refused: " in log and "core.hookspath" in log
+    assert "refused: " in log and "core.editor" in log
     world.owner_gitconfig.write_text("")
     assert world.ssh("cat", str(world.data / "readme")).stdout == "readable\n"
 
@@ -711,14 +712,17 @@ def test_a_kept_folder_that_becomes_what_your_git_runs_is_refused_at_the_next_se
 # real one, erases a line, writes the clipboard (OSC 52), reverses text (bidi), and
 # passes a Cyrillic letter and an 8-bit CSI (U+009B) for what they are not.
 CLIPBOARD = "\x1b]52;c;" + "cm0gLXJmIH4=" + "\x07"
-EVIL_COMMENT = ("laptop\x1b[2J\x1b[H\rguest bob: may write: nothing\x1b[1A\x1b[2K"
-                + CLIPBOARD + " \u202eevil\u202c \u0430dmin \x9b31mred\x1b[0m" + "x" * 300)
+# ASCII only (a key file lnk-sandbox read before too), then with UTF-8's tricks.
+EVIL_ASCII = ("laptop\x1b[2J\x1b[H\rguest bob: may write: nothing\x1b[1A\x1b[2K"
+              + CLIPBOARD + " \x1b[8mhidden\x1b[0m" + "x" * 300)
+EVIL_UNICODE = (EVIL_ASCII[:EVIL_ASCII.index(" \x1b[8m")]
+                + " \u202eevil\u202c \u0430dmin \x9b31mred\x1b[0m" + "x" * 300)
 
 
-def _evil_key(world: World) -> Path:
+def _evil_key(world: World, comment: str = EVIL_ASCII) -> Path:
     blob = (world.base / "bob.pub").read_text().split()[1]
     path = world.base / "evil.pub"
-    path.write_bytes(f"ssh-ed25519 {blob} {EVIL_COMMENT}\n".encode())
+    path.write_bytes(f"ssh-ed25519 {blob} {comment}\n".encode())
     return path
 
 
@@ -726,19 +730,21 @@ def _only_printable(data: bytes) -> bool:
     return all(byte == 0x0A or 0x20 <= byte < 0x7F for byte in data)
 
 
-def test_a_key_comment_cannot_drive_the_terminal_or_hide_the_summary(own_world: World
-                                                                     ) -> None:
+@pytest.mark.parametrize("comment", [EVIL_ASCII, EVIL_UNICODE], ids=["ascii", "unicode"])
+def test_a_key_comment_cannot_drive_the_terminal_or_hide_the_summary(own_world: World,
+                                                                     comment: str) -> None:
     """What `guest add` prints and asks is plain ASCII: the comment's escapes, CR, OSC 52,
     bidi and look-alikes are shown escaped, after the real summary, which is whole."""
     world = own_world
     answered = world.lnk("guest", "add", "bob", "--spec", str(world.spec), "--key",
-                         str(_evil_key(world)), answer="no")
+                         str(_evil_key(world, comment)), answer="no")
     out = (answered.stdout + answered.stderr).encode()
     assert answered.returncode == 125 and "the answer was no" in answered.stderr, answered
     assert _only_printable(out), out
     assert f"  reads and writes: {world.work}\n" in answered.stdout
     assert "\\x1b]52;c;cm0gLXJmIH4=\\x07" in answered.stdout
-    assert "\\u202eevil\\u202c \\u0430dmin \\x9b31mred" in answered.stdout
+    if comment == EVIL_UNICODE:
+        assert "\\u202eevil\\u202c \\u0430dmin \\x9b31mred" in answered.stdout
     comment_line = [line for line in answered.stdout.splitlines() if "comment" in line]
     assert len(comment_line) == 1 and comment_line[0].startswith(
         "  the key's comment (the guest's own words): laptop\\x1b[2J\\x1b[H\\x0dguest bob")
@@ -811,13 +817,13 @@ def test_a_key_comment_on_a_real_terminal_shows_the_summary_and_sets_no_clipboar
         tmux.send(f"{LNK_SANDBOX} guest add bob --spec {world.spec} --key {key}; "
                   "echo added-$((40+2))", "Enter")
         tmux.wait("added-42")
+        assert tmux.tmux("list-buffers") == "", "the comment wrote tmux's clipboard"
         screen = tmux.screen()
         assert f"reads and writes: {world.work}" in screen, screen
         assert "laptop\\x1b[2J\\x1b[H\\x0dguest bob: may write: nothing" in screen, screen
         assert "\\x1b]52;c;cm0gLXJmIH4=\\x07" in screen
         assert not [line for line in screen.splitlines()
                     if line.startswith("guest bob: may write: nothing")], screen
-        assert tmux.tmux("list-buffers") == "", "the comment wrote tmux's clipboard"
     finally:
         done.set()
         answerer.join()
