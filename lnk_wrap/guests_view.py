@@ -324,16 +324,29 @@ def _git_named(path: str, home: str, depth: int = 0) -> list[tuple[str, str]]:
     from lnk_wrap.gitconfig import MAX_CONFIG_BYTES, GitConfigError, parse
 
     found = [(path, "a settings file your git reads")]
-    try:
-        with open(path, "rb") as file:
-            data = file.read(MAX_CONFIG_BYTES + 1)
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+    try:  # never waiting on a FIFO; a device (GIT_CONFIG_GLOBAL=/dev/null) or a folder
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # holds no settings
+    except (FileNotFoundError, NotADirectoryError):
         return found
     except OSError as error:
         raise GuestError(f"{path}: your git settings cannot be read ({error.strerror}); "
                          "refusing, since what they name could not be checked") from None
     try:
-        entries = parse(data[:MAX_CONFIG_BYTES])
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return found
+        data = b""
+        while len(data) <= MAX_CONFIG_BYTES:
+            more = os.read(fd, MAX_CONFIG_BYTES + 1 - len(data))
+            if not more:
+                break
+            data += more
+    finally:
+        os.close(fd)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise GuestError(f"{path}: your git settings are larger than {MAX_CONFIG_BYTES} "
+                         "bytes; refusing, since what they name could not be checked")
+    try:
+        entries = parse(data)
     except GitConfigError as error:
         raise GuestError(f"{path}: your git settings cannot be read as git reads them "
                          f"({error}); refusing, since what they name could not be "

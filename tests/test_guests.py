@@ -612,6 +612,28 @@ def test_guest_add_refuses_bashrc_d_and_keeps_nothing(machine: dict[str, str]) -
     assert not (Path(machine["HOME"]) / ".ssh" / "authorized_keys").exists()
 
 
+def test_git_settings_that_cannot_be_read_refuse_and_a_fifo_is_not_waited_on(
+        machine: dict[str, str]) -> None:
+    """A settings file git would refuse names what cannot be checked: refused. One that is
+    a FIFO (or a device, GIT_CONFIG_GLOBAL=/dev/null) holds no settings: not waited on."""
+    import threading
+
+    base = Path(machine["BASE"])
+    os.mkfifo(base / "fifo")
+    results: list[str | None] = []
+    checking = threading.Thread(target=lambda: results.append(
+        _refusal({**machine, "GIT_CONFIG_GLOBAL": str(base / "fifo")}, "<B>/outside")))
+    checking.start()
+    checking.join(30)
+    assert not checking.is_alive() and results == [None]
+    assert _refusal({**machine, "GIT_CONFIG_GLOBAL": "/dev/null"}, "<B>/outside") is None
+    (base / "bad.gitconfig").write_text("[core\n")
+    refusal = _refusal({**machine, "GIT_CONFIG_GLOBAL": str(base / "bad.gitconfig")},
+                       "<B>/outside")
+    assert refusal is not None and refusal.startswith(f"{base}/bad.gitconfig: your git "
+                                                      "settings cannot be read as git reads")
+
+
 def _place(path: str, identities: dict[str, int], *, exists: bool = True) -> core.Place:
     """A Place on a made-up file system: `identities` gives each folder's inode by its
     name as the file system has it (a case-insensitive one gives one inode to two names)."""
