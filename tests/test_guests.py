@@ -378,6 +378,24 @@ def test_a_bad_spec_is_refused_naming_file_and_key(owner: Path, spec: str, reaso
     assert not (owner / "home" / ".ssh" / "authorized_keys").exists()
 
 
+def test_a_refusal_naming_the_guests_words_is_plain_ascii(owner: Path) -> None:
+    """A spec from the guest naming a folder with an escape, a bidi override and a Cyrillic
+    letter: `guest add`'s refusal names it escaped, in one printable line."""
+    odd = owner / "gone\x1b]52;c;eA==\x07\u202e\u0430"
+    (owner / "spec.toml").write_text(f"[files]\nwrite = {toml_list(odd)}\n")
+    refused = subprocess.run([LNK_SANDBOX, "guest", "add", "ann", "--spec",
+                              str(owner / "spec.toml"), "--key", str(owner / "k.pub")],
+                             capture_output=True, timeout=60, check=False,
+                             start_new_session=True, stdin=subprocess.DEVNULL,
+                             env={**os.environ, "HOME": str(owner / "home"),
+                                  "LNK_HOME": str(owner / "lnk")})
+    assert refused.returncode == 125, refused
+    assert all(byte == 0x0A or 0x20 <= byte < 0x7F for byte in refused.stderr), refused.stderr
+    assert b"\\u202e\\u0430' does not exist" in refused.stderr, refused.stderr
+    assert refused.stderr.count(b"\n") == 1
+    _nothing_kept(owner)
+
+
 def test_a_private_key_a_bad_name_and_a_missing_key_are_refused(owner: Path) -> None:
     (owner / "k").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nxx\n")
     for words, reason in (
