@@ -708,3 +708,19 @@ def test_guests_toml_and_the_line_golden() -> None:
     assert text == (GOLDEN / "guests.toml").read_text()
     kept_line = text.split("line = ")[1].split("\n")[0]
     assert kept_line.strip('"').replace('\\"', '"') == OURS
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text())
+def test_what_is_shown_is_printable_ascii_and_json_reads_back(text: str) -> None:
+    """`shown` (a line on the terminal) and `json_shown` (guest list --json) hold only
+    printable ASCII (and JSON's own newline at the end) whatever the guest's text; the
+    JSON reads back to the very text."""
+    import json
+
+    from lnk_wrap.guests_view import json_shown, shown
+
+    assert all(" " <= character <= "~" for character in shown(text))
+    data = json_shown({"spec_file": text})
+    assert all(byte == 0x0A or 0x20 <= byte < 0x7F for byte in data)
+    assert json.loads(data) == {"spec_file": text}
