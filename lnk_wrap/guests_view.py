@@ -391,7 +391,7 @@ def _links_in(folder: str, rule: str) -> list[tuple[str, str]]:
                 if entry.is_symlink() and "/" in _link_text(entry.path):
                     found.append((entry.path, f"a link in {folder}, {rule}"))
     except (FileNotFoundError, NotADirectoryError, PermissionError):
-        return []
+        return []  # none there, or one you cannot list: no link in it is one you made
     return found
 
 
@@ -422,8 +422,12 @@ def outside_places(env: Mapping[str, str], program: str
             with os.scandir(folder) as entries:
                 named += [(entry.path, "a dot entry of your home") for entry in entries
                           if entry.name.startswith(".")]
-        except OSError:
-            pass
+        except (FileNotFoundError, NotADirectoryError):
+            pass  # no home there: nothing in it runs
+        except OSError as error:
+            raise GuestError(f"your home folder {folder} cannot be listed ({error.strerror}), "
+                             "so where its dot entries lead cannot be checked; refusing") \
+                from None
     for variable, default in LOCATION_VARIABLES.items():
         value = env.get(variable) or default
         for item in value.split(":"):
