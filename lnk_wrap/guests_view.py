@@ -221,8 +221,10 @@ LOCATION_VARIABLES: dict[str, str] = {
     "LD_PRELOAD": "",
 }
 # What the environment names as a program to run (a command line: its absolute words).
-COMMAND_VARIABLES = ("SHELL", "EDITOR", "VISUAL", "PAGER", "GIT_EDITOR", "GIT_PAGER",
-                     "GIT_SSH", "GIT_SSH_COMMAND", "GIT_ASKPASS", "SSH_ASKPASS", "BROWSER")
+COMMAND_VARIABLES = ("SHELL", "EDITOR", "VISUAL", "PAGER", "MANPAGER", "BROWSER",
+                     "TERMINAL", "PROMPT_COMMAND", "LESSOPEN", "LESSCLOSE", "GIT_EDITOR",
+                     "GIT_PAGER", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_ASKPASS",
+                     "GIT_EXTERNAL_DIFF", "SSH_ASKPASS", "SUDO_ASKPASS")
 # A folder whose every entry is read as code or settings: where each link in it leads is
 # protected too (a script of a project linked into ~/bin, a dotfiles checkout linked into
 # ~/.config). A folder of more entries than this is not one a person keeps; refused
