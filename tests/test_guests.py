@@ -652,6 +652,39 @@ def test_git_settings_that_cannot_be_read_refuse_and_a_fifo_is_not_waited_on(
                                                       "settings cannot be read as git reads")
 
 
+BIND_CHECK = """
+import os, subprocess, sys
+from lnk_common.spec import load_spec
+from lnk_wrap.guests import GuestError
+from lnk_wrap.guests_view import refuse_written_outside
+home, bound, spec, program = sys.argv[1:5]
+subprocess.run(["mount", "--bind", os.path.join(home, ".config"), bound], check=True)
+env = {"HOME": home, "LNK_HOME": os.path.join(os.path.dirname(home), "lnk"),
+       "PATH": "/usr/bin:/bin"}
+try:
+    refuse_written_outside(load_spec(spec, env), env, program, "")
+except GuestError as error:
+    print(error)
+"""
+
+
+def test_a_bind_mount_of_a_dot_folder_is_that_dot_folder(machine: dict[str, str]) -> None:
+    """By name, /BASE/bound is no dot folder; bind-mounted over ~/.config (in a mount
+    namespace of this test's own), the file system says it is ~/.config: refused."""
+    import sys
+
+    base = Path(machine["BASE"])
+    (base / "bound").mkdir()
+    (base / "spec.toml").write_text(f"[files]\nwrite = {toml_list(base / 'bound')}\n")
+    done = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", sys.executable,
+                           "-c", BIND_CHECK, machine["HOME"], str(base / "bound"),
+                           str(base / "spec.toml"), LNK_SANDBOX],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done
+    assert done.stdout.startswith(f"files.write {base}/bound is {machine['HOME']}/.config, a "
+                                  "dot entry of your home"), done
+
+
 def _place(path: str, identities: dict[str, int], *, exists: bool = True) -> core.Place:
     """A Place on a made-up file system: `identities` gives each folder's inode by its
     name as the file system has it (a case-insensitive one gives one inode to two names)."""
