@@ -653,12 +653,11 @@ def test_git_settings_that_cannot_be_read_refuse_and_a_fifo_is_not_waited_on(
 
 
 BIND_CHECK = """
-import os, subprocess, sys
+import os, sys
 from lnk_common.spec import load_spec
 from lnk_wrap.guests import GuestError
 from lnk_wrap.guests_view import refuse_written_outside
 home, bound, spec, program = sys.argv[1:5]
-subprocess.run(["mount", "--bind", os.path.join(home, ".config"), bound], check=True)
 env = {"HOME": home, "LNK_HOME": os.path.join(os.path.dirname(home), "lnk"),
        "PATH": "/usr/bin:/bin"}
 try:
@@ -676,10 +675,15 @@ def test_a_bind_mount_of_a_dot_folder_is_that_dot_folder(machine: dict[str, str]
     base = Path(machine["BASE"])
     (base / "bound").mkdir()
     (base / "spec.toml").write_text(f"[files]\nwrite = {toml_list(base / 'bound')}\n")
-    done = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", sys.executable,
-                           "-c", BIND_CHECK, machine["HOME"], str(base / "bound"),
-                           str(base / "spec.toml"), LNK_SANDBOX],
-                          capture_output=True, text=True, timeout=60, check=False)
+    # The bind mount as root of a user namespace; the check in a namespace inside it, as
+    # this test's own user again (whose home is listable, as an owner's is).
+    done = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
+         'mount --bind "$1/.config" "$2" && shift 2 && exec "$@"', "sh", machine["HOME"],
+         str(base / "bound"), "unshare", "--user", f"--map-user={os.getuid()}",
+         f"--map-group={os.getgid()}", sys.executable, "-c", BIND_CHECK, machine["HOME"],
+         str(base / "bound"), str(base / "spec.toml"), LNK_SANDBOX],
+        capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done
     assert done.stdout.startswith(f"files.write {base}/bound is {machine['HOME']}/.config, a "
                                   "dot entry of your home"), done
