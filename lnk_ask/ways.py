@@ -11,13 +11,13 @@ code into the one program whose answer is trusted.
 
 A page's question (`whole`: its URL is up to 16 KiB, shown whole) is not a label that
 grows with its text (an 8 KiB URL made a 1,687-pixel window on a 768-pixel screen, its
-end and its buttons below the screen) but `zenity --text-info` (PAGE_DIALOG): a window of
+end and its buttons below the screen) but `zenity --text-info` (zenity_page_argv): a window of
 a bounded size, read against the screen's, in which the text scrolls, the title (which
 names the page's host) on its first line. Its Allow stays greyed until the person ticks
 the box under the text, which names the title again (so the host is read where the
 choice is made); the text is editable, so keys typed into the window (Enter, Space, Tab:
 a stray key, a key meant for another window) land in the text, and an Allow with the
-text changed is no (PAGE_VERDICT: what was read is not what would open).
+text changed is no (dialog_verdict: what was read is not what would open).
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ DENY_LABEL = "Deny"
 PAGE_DIALOG_WIDTH = 680
 PAGE_DIALOG_HEIGHT = 460
 DIALOG_SCREEN_SHARE = 0.8
-# A fixed-width font, so a line of PAGE_LINE_CHARS has a known width (DejaVu Sans Mono
+# A fixed-width font, so page_text's lines have a known width (DejaVu Sans Mono
 # at 10 points on a 96-dpi screen: 8 pixels a character); the margin is the text box's
 # frame, its scroll bar and the window's border.
 PAGE_DIALOG_FONT = "Monospace 10"
@@ -190,7 +190,7 @@ def zenity_page_argv(zenity: str, title: str, seconds: int,
     """`zenity --text-info` for a page (its text on standard input: page_text): a
     window of `size`, the text scrolling in it; Allow greyed until the box naming the
     title is ticked; --editable, so a key typed into the window changes the text
-    (and then Allow is no: PAGE_VERDICT) rather than reaching a button. The box's
+    (and then Allow is no: dialog_verdict) rather than reaching a button. The box's
     label is plain (GTK reads no markup nor mnemonic in it: checked on a screenshot)."""
     checkbox = dialog_lines(f"I have read it, and allow: {title}", PAGE_CHECKBOX_CHARS)
     return [zenity, "--text-info", f"--title={title}", "--editable",
