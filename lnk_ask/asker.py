@@ -150,7 +150,7 @@ def ask(settings_root: str, wire: str, title: str, question: str,
         _log(log, wire, ident, "asked", shown_title, shown_question)
         try:
             answer, how = _wait(queue, ident, wire, shown_title, shown_question, started,
-                                deadline, environment, platform, terminal)
+                                deadline, environment, platform, terminal, whole)
             found = Answer(answer, how, ident)
         except BaseException as error:  # an interruption, a failure: no, and said so
             reason = "interrupted" if isinstance(error, (KeyboardInterrupt, SystemExit)) \
@@ -276,21 +276,33 @@ def _open_terminal(path: str) -> _Terminal | None:
 
 def _start_dialog(dialog: ways.Dialog, env: Mapping[str, str]) -> subprocess.Popen[bytes] | None:
     try:
-        return subprocess.Popen(dialog.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=ways.dialog_environment(env),
-                                start_new_session=True, close_fds=True)
+        process = subprocess.Popen(
+            dialog.argv, stdin=subprocess.PIPE if dialog.stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ways.dialog_environment(env),
+            start_new_session=True, close_fds=True)
     except OSError:
         return None
+    if process.stdin is not None:
+        # A page's text (at most MAX_WHOLE_QUESTION_CHARS and a few lines: within a
+        # pipe's 64 KiB, so the write never waits on the dialog).
+        with contextlib.suppress(OSError):
+            process.stdin.write(dialog.stdin.encode("ascii", "replace"))
+        with contextlib.suppress(OSError):
+            process.stdin.close()
+        process.stdin = None  # closed: communicate() must not flush it
+    return process
 
 
 def _wait(queue: AskQueue, ident: str, wire: str, title: str, question: str,
           started: float, deadline: float, env: Mapping[str, str], platform: str,
-          terminal_path: str) -> tuple[str, str]:
+          terminal_path: str, whole: bool = False) -> tuple[str, str]:
     seconds = max(1, round(deadline - started))
     # The wire is part of the text a dialog shows (never of its window's title, which
-    # the person does not always see): which sandbox asks is half the question.
+    # the person does not always see): which sandbox asks is half the question. A
+    # page's dialog is sized against the screen (lnk_ask.ways.page_dialog_size).
+    screen = ways.screen_size(env) if whole and platform != "darwin" else None
     dialog = ways.pick_dialog(env, platform, title, f"{question}\n\n(asked by the wire {wire})",
-                              seconds)
+                              seconds, whole=whole, screen=screen)
     process = _start_dialog(dialog, env) if dialog else None
     terminal = _open_terminal(terminal_path) if terminal_path else None
     prompt = ""
@@ -313,8 +325,8 @@ def _wait(queue: AskQueue, ident: str, wire: str, title: str, question: str,
                 break
             if process is not None and dialog is not None and process.poll() is not None:
                 out, err = process.communicate()
-                verdict = ways.dialog_verdict(dialog.kind, process.returncode,
-                                              (out + err).decode("utf-8", "replace"))
+                verdict = dialog.verdict(process.returncode, out.decode("utf-8", "replace"),
+                                         err.decode("utf-8", "replace"))
                 process = None
                 if verdict is not None:
                     decided = queue.decide(ident, verdict, "dialog")

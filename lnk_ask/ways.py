@@ -8,6 +8,16 @@ harness's PATH may hold a folder a sandbox writes (`~/.local/bin`, a project's
 yes. It runs with DIALOG_ENVIRONMENT only (the display, the session bus, the locale):
 GTK_MODULES, GTK_PATH, LD_PRELOAD and the like in the caller's environment would load
 code into the one program whose answer is trusted.
+
+A page's question (`whole`: its URL is up to 16 KiB, shown whole) is not a label that
+grows with its text (an 8 KiB URL made a 1,687-pixel window on a 768-pixel screen, its
+end and its buttons below the screen) but `zenity --text-info` (zenity_page_argv): a window of
+a bounded size, read against the screen's, in which the text scrolls, the title (which
+names the page's host) on its first line. Its Allow stays greyed until the person ticks
+the box under the text, which names the title again (so the host is read where the
+choice is made); the text is editable, so keys typed into the window (Enter, Space, Tab:
+a stray key, a key meant for another window) land in the text, and an Allow with the
+text changed is no (dialog_verdict: what was read is not what would open).
 """
 
 from __future__ import annotations
@@ -28,6 +38,9 @@ __all__ = [
     "DIALOG_FOLDERS",
     "DIALOG_LINE_CHARS",
     "MAX_TYPED_BYTES",
+    "PAGE_DIALOG_FONT",
+    "PAGE_DIALOG_HEIGHT",
+    "PAGE_DIALOG_WIDTH",
     "Dialog",
     "code_matches",
     "dialog_environment",
@@ -36,9 +49,13 @@ __all__ = [
     "find_program",
     "notify_argv",
     "osascript_argv",
+    "page_dialog_size",
+    "page_text",
     "pick_dialog",
+    "screen_size",
     "terminal_prompt",
     "zenity_argv",
+    "zenity_page_argv",
 ]
 
 # Where a dialog program is looked for: the system's folders only (see above).
@@ -61,16 +78,41 @@ MAX_TYPED_BYTES = 64
 DIALOG_LINE_CHARS = 90
 ALLOW_LABEL = "Allow"
 DENY_LABEL = "Deny"
+# A page's dialog, in pixels: what fits a 800x600 screen with a panel or two (the
+# smallest a desktop has), and at most DIALOG_SCREEN_SHARE of the screen when it is
+# smaller still (xwininfo's root window: the union of the monitors, so never taken to
+# make the window larger than this). Its text scrolls inside; the window never grows
+# with it (checked on Xvfb at 1024x768 and 640x480 with the longest question).
+PAGE_DIALOG_WIDTH = 680
+PAGE_DIALOG_HEIGHT = 460
+DIALOG_SCREEN_SHARE = 0.8
+# A fixed-width font, so page_text's lines have a known width (DejaVu Sans Mono
+# at 10 points on a 96-dpi screen: 8 pixels a character); the margin is the text box's
+# frame, its scroll bar and the window's border.
+PAGE_DIALOG_FONT = "Monospace 10"
+PAGE_CHAR_PIXELS = 8
+PAGE_MARGIN_PIXELS = 72
+# The box's label is one line GTK never cuts: it sets the window's least width.
+PAGE_CHECKBOX_CHARS = 60
 
 
 class Dialog:
-    """A dialog to start: `kind` (zenity, notify-send, osascript) and its argv."""
+    """A dialog to start: `kind` (zenity, zenity-page, notify-send, osascript), its
+    argv, and what it is given on its standard input (a page's text)."""
 
-    __slots__ = ("argv", "kind")
+    __slots__ = ("argv", "kind", "stdin")
 
-    def __init__(self, kind: str, argv: list[str]) -> None:
+    def __init__(self, kind: str, argv: list[str], stdin: str = "") -> None:
         self.kind = kind
         self.argv = argv
+        self.stdin = stdin
+
+    def verdict(self, status: int, out: str, err: str) -> str | None:
+        """What its end means (dialog_verdict), from its status and its output: a
+        page's dialog prints its text on Allow (stdout only: GTK warns on stderr)."""
+        if self.kind == "zenity-page":
+            return dialog_verdict(self.kind, status, out, shown=self.stdin)
+        return dialog_verdict(self.kind, status, out + err)
 
 
 def find_program(name: str, folders: tuple[str, ...] = DIALOG_FOLDERS) -> str | None:
@@ -94,6 +136,9 @@ def find_program(name: str, folders: tuple[str, ...] = DIALOG_FOLDERS) -> str | 
 def dialog_environment(env: Mapping[str, str]) -> dict[str, str]:
     kept = {name: env[name] for name in DIALOG_ENVIRONMENT if env.get(name)}
     kept["PATH"] = "/usr/bin:/bin"
+    # GTK's scroll bars always drawn (not only under the pointer): a page's text that
+    # goes on below the window shows that it does.
+    kept["GTK_OVERLAY_SCROLLING"] = "0"
     return kept
 
 
@@ -119,6 +164,62 @@ def zenity_argv(zenity: str, title: str, question: str, seconds: int) -> list[st
             "--no-markup", "--no-wrap",
             f"--ok-label={ALLOW_LABEL}", f"--cancel-label={DENY_LABEL}", "--default-cancel",
             "--icon-name=dialog-warning", f"--timeout={max(1, seconds)}"]
+
+
+def page_dialog_size(screen: tuple[int, int] | None) -> tuple[int, int]:
+    """A page's dialog's width and height: PAGE_DIALOG_WIDTH x PAGE_DIALOG_HEIGHT, or
+    DIALOG_SCREEN_SHARE of a screen too small for that."""
+    width, height = PAGE_DIALOG_WIDTH, PAGE_DIALOG_HEIGHT
+    if screen is not None:
+        width = min(width, int(screen[0] * DIALOG_SCREEN_SHARE))
+        height = min(height, int(screen[1] * DIALOG_SCREEN_SHARE))
+    return width, height
+
+
+def page_text(title: str, question: str, width: int) -> str:
+    """A page's dialog's text: the title (the page's host) on the first line, alone,
+    then the question cut into lines that fit a dialog `width` pixels wide."""
+    chars = max(20, (width - PAGE_MARGIN_PIXELS) // PAGE_CHAR_PIXELS)
+    lines = dialog_lines(question, chars)
+    return (f"{dialog_lines(title, chars)}\n({lines.count(chr(10)) + 1} lines below: "
+            f"read them to the end)\n\n{lines}\n")
+
+
+def zenity_page_argv(zenity: str, title: str, seconds: int,
+                     size: tuple[int, int]) -> list[str]:
+    """`zenity --text-info` for a page (its text on standard input: page_text): a
+    window of `size`, the text scrolling in it; Allow greyed until the box naming the
+    title is ticked; --editable, so a key typed into the window changes the text
+    (and then Allow is no: dialog_verdict) rather than reaching a button. The box's
+    label is plain (GTK reads no markup nor mnemonic in it: checked on a screenshot)."""
+    checkbox = dialog_lines(f"I have read it, and allow: {title}", PAGE_CHECKBOX_CHARS)
+    return [zenity, "--text-info", f"--title={title}", "--editable",
+            f"--checkbox={checkbox}", f"--font={PAGE_DIALOG_FONT}",
+            f"--width={size[0]}", f"--height={size[1]}",
+            f"--ok-label={ALLOW_LABEL}", f"--cancel-label={DENY_LABEL}",
+            f"--timeout={max(1, seconds)}"]
+
+
+def screen_size(env: Mapping[str, str]) -> tuple[int, int] | None:
+    """The X screen's size (`xwininfo -root`, found as a dialog program is), or None:
+    no X display, no xwininfo, or an answer not understood (the default size then)."""
+    import re
+    import subprocess
+
+    xwininfo = find_program("xwininfo")
+    if xwininfo is None or not env.get("DISPLAY"):
+        return None
+    try:
+        shown = subprocess.run([xwininfo, "-root"], capture_output=True, text=True,
+                               timeout=5, check=False, env=dialog_environment(env),
+                               stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    width = re.search(r"^\s*Width: (\d{1,6})$", shown.stdout, re.MULTILINE)
+    height = re.search(r"^\s*Height: (\d{1,6})$", shown.stdout, re.MULTILINE)
+    if shown.returncode != 0 or width is None or height is None:
+        return None
+    return int(width.group(1)), int(height.group(1))
 
 
 def _markup_escaped(text: str) -> str:
@@ -152,9 +253,12 @@ def osascript_argv(title: str, question: str, seconds: int) -> list[str]:
 
 
 def pick_dialog(env: Mapping[str, str], platform: str, title: str, question: str,
-                seconds: int, *, notify_has_actions: bool | None = None) -> Dialog | None:
+                seconds: int, *, whole: bool = False, screen: tuple[int, int] | None = None,
+                notify_has_actions: bool | None = None) -> Dialog | None:
     """The dialog to show, or None where there is no screen or no program for it.
-    `notify_has_actions`: whether notify-send takes --action (None: ask it)."""
+    `whole`: a page's question, in a page's dialog (zenity_page_argv) sized against
+    `screen` (None: the default size). `notify_has_actions`: whether notify-send takes
+    --action (None: ask it)."""
     if platform == "darwin":
         if os.path.isfile("/usr/bin/osascript"):
             return Dialog("osascript", osascript_argv(title, question, seconds))
@@ -162,6 +266,10 @@ def pick_dialog(env: Mapping[str, str], platform: str, title: str, question: str
     if not (env.get("DISPLAY") or env.get("WAYLAND_DISPLAY")):
         return None
     zenity = find_program("zenity")
+    if zenity and whole:
+        size = page_dialog_size(screen)
+        return Dialog("zenity-page", zenity_page_argv(zenity, title, seconds, size),
+                      page_text(title, question, size[0]))
     if zenity:
         return Dialog("zenity", zenity_argv(zenity, title, question, seconds))
     notify = find_program("notify-send")
@@ -185,9 +293,17 @@ def _notify_takes_actions(notify: str, env: Mapping[str, str]) -> bool:
     return "--action" in shown.stdout
 
 
-def dialog_verdict(kind: str, status: int, output: str) -> str | None:
+def dialog_verdict(kind: str, status: int, output: str, *, shown: str = "") -> str | None:
     """What a dialog's end means: "yes", "no", or None (no answer: its own timeout, a
-    notification closed or expired, an error; the question stays open elsewhere)."""
+    notification closed or expired, an error; the question stays open elsewhere).
+    `shown`: a page's dialog's text, which its output on Allow must be, unchanged."""
+    if kind == "zenity-page":
+        # 0 Allow (ticked, then clicked): yes only with the text as shown; a text
+        # changed in the window (a stray key landed in it) is no. 1 Deny, Escape, the
+        # window closed; 5 its timeout; anything else an error.
+        if status == 0:
+            return "yes" if shown and output == shown else "no"
+        return {1: "no"}.get(status)
     if kind == "zenity":
         # 0 Allow; 1 Deny, Escape or the window closed (the person said no); 5 its
         # timeout; anything else (-1/255: no display) is an error.

@@ -5,17 +5,23 @@
 person's own opener here, outside: `xdg-open` (`open` on macOS) found on the PATH the
 harness gave the proxy, with the one form the person read. For a page whose
 `redirect_uri` comes back to `http://localhost:<port>` or `http://127.0.0.1:<port>`, a
-`Callback` listens on that port of this machine's loopback (bound before the person is
-asked: a port already taken is refused, since the login's answer, its code, would go to
-whatever holds it) and passes the first request in to the same port on the sandbox's own
-loopback, over a socket made inside the sandbox's network by the DNS helper (the proxy,
-in this machine's network, can make none there); then it closes, answered or not, or
-after CALLBACK_SECONDS.
+`Callback` listens on that port of this machine's loopback and passes the first request
+in to the same port on the sandbox's own loopback, over a socket made inside the
+sandbox's network by the DNS helper (the proxy, in this machine's network, can make none
+there); then it closes, answered or not, or after CALLBACK_SECONDS.
+
+Order: ask → yes → `listen` (bound now; a port already taken is refused, since the
+login's answer, its code, would go to whatever holds it) → the opener started →
+`close_early` (whatever connected before that is closed unread) → `start` (the first
+request from then on is passed in). Nothing is bound while the person is asked: a request
+sent then finds no port, a no holds none, and the program learns nothing of this
+machine's ports before the answer.
 
 Trust: the URL is the program's (hostile) and was checked before it reaches here; the
-request that comes to the callback port is the browser's (or anything on this machine
-that finds the port first: one request only, then the port is closed). Neither a path,
-a query nor a code is ever logged: the host and port only.
+request that comes to the callback port after the page is opened is the browser's (or
+anything on this machine that reaches the port before the browser: one request only,
+then the port is closed). Neither a path, a query nor a code is ever logged: the host
+and port only.
 """
 
 from __future__ import annotations
@@ -67,9 +73,11 @@ def find_opener(environ: Mapping[str, str], platform: str = sys.platform) -> str
     return shutil.which(name, path=environ.get("PATH", os.defpath))
 
 
-async def run_opener(opener: str, url: str, environ: Mapping[str, str]) -> str:
+async def run_opener(opener: str, url: str, environ: Mapping[str, str], *,
+                     started: Callable[[], None] | None = None) -> str:
     """Run `opener url`; "" when it opened the page (exit 0, or still running after
-    OPENER_SECONDS), else one line saying why not."""
+    OPENER_SECONDS), else one line saying why not. `started` is called once the opener
+    is running, before its end is waited for (not when it could not be started)."""
     try:
         process = await asyncio.create_subprocess_exec(
             opener, url, stdin=asyncio.subprocess.DEVNULL,
@@ -77,6 +85,8 @@ async def run_opener(opener: str, url: str, environ: Mapping[str, str]) -> str:
             env=dict(environ), start_new_session=True)
     except OSError as error:
         return f"the opener {opener} could not be started: {error.strerror}"
+    if started is not None:
+        started()
     assert process.stderr is not None
     try:
         status = await asyncio.wait_for(process.wait(), OPENER_SECONDS)
@@ -130,8 +140,9 @@ class CallbackSockets:
 class Callback:
     """One login's callback: this machine's loopback port `port` (127.0.0.1, and ::1
     too when the redirect names `localhost`, which a browser may reach by either),
-    listened on until the first request or `seconds`; that request is passed in to the
-    program's port and its answer back, and then everything is closed."""
+    listened on from the person's yes until the first request after the page was
+    opened, or `seconds`; that request is passed in to the program's port and its
+    answer back, and then everything is closed."""
 
     def __init__(self, host: str, port: int, sockets: CallbackSockets, *,
                  log: Callable[[str, str, str], None], next_id: Callable[[], int],
@@ -148,7 +159,8 @@ class Callback:
         self.task: asyncio.Task[None] | None = None
 
     def listen(self) -> None:
-        """Bind the port here, or Refused: taken, or no callback socket left."""
+        """Bind the port here, or Refused: taken, or no callback socket left. Called
+        after the person's yes, never before (lnk_proxy.server `_open_call`)."""
         if not self.sockets.left():
             raise Refused(503, "no login callback is left in this sandbox (a run passes "
                                "in 8); not opened: start the sandbox again to sign in",
@@ -179,6 +191,26 @@ class Callback:
                                   f"not free to listen on ({error.strerror}); not opened"),
                           counts=False) from None
         self.pair = self.sockets.take()
+
+    def close_early(self) -> int:
+        """Close, unread, every connection waiting on the port: called once the opener
+        is started, so whatever connected between the bind and the page's opening (a
+        process on this machine that found the port first) is never taken for the
+        browser's request. Returns how many, and logs it (never what they sent)."""
+        closed = 0
+        for sock in self.listeners:
+            while True:
+                try:
+                    early, _ = sock.accept()
+                except OSError:  # BlockingIOError: none left waiting
+                    break
+                early.close()
+                closed += 1
+        if closed:
+            self.log("refused", f"localhost:{self.port}",
+                     f"kind=callback reason={closed} connection(s) came before the page "
+                     "was opened; closed unread")
+        return closed
 
     def start(self) -> None:
         """Serve the one callback, in the background (the opener runs meanwhile)."""

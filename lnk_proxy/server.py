@@ -1115,9 +1115,11 @@ class Proxy(Wire):
                          ) -> tuple[bool, bytes]:
         """`/_link/s/<secret>/open`: one URL (the body) opened in the person's browser,
         outside, when they say yes; asked every time, the URL shown whole in the one form
-        that opens (lnk_proxy.open_rules). A login's callback to a loopback port is
-        listened for here before the person is asked (a port taken is refused) and passed
-        in once (lnk_proxy.open_verb). Logged by host only; counted as a call."""
+        that opens (lnk_proxy.open_rules). A login's callback to a loopback port is bound
+        only after the yes (nothing is held, nothing of this machine's ports is learnt,
+        while the person is asked; a port taken is then refused), what came to it before
+        the opener started is closed unread, and the first request after is passed in
+        once (lnk_proxy.open_verb). Logged by host only; counted as a call."""
         from lnk_proxy.open_rules import MAX_URL_BYTES, OpenRuleError, callback_target, check_url
         from lnk_proxy.open_verb import Callback, find_opener, run_opener
 
@@ -1145,11 +1147,6 @@ class Proxy(Wire):
             if self.open_ask is None:
                 raise Refused(403, "opening a page is asked of the person, and no way to "
                                    "ask is available here; not opened", counts=False)
-            if target is not None:
-                callback = Callback(target[0], target[1], self.callbacks,
-                                    log=self.log.write, next_id=lambda: next(self.ids),
-                                    gate=lambda: self.gate(counted=False))
-                callback.listen()
             shown = url.opened
             # One line (lnk_ask shows a question's line breaks as \x0a); a dialog cuts it
             # into lines (lnk_ask.ways.dialog_lines), every character kept.
@@ -1166,6 +1163,15 @@ class Proxy(Wire):
             # The question may have waited two minutes: a kill switch or a pause since
             # then holds over the yes.
             self.gate(counted=False)
+            # Bound only now, after the yes: while the question waits nothing listens (a
+            # request sent then cannot pass as the browser's), no port is held for a
+            # question answered no, and whether a port is taken is learnt by nobody who
+            # has not been allowed (taken: 409 now, said to the program and logged).
+            if target is not None:
+                callback = Callback(target[0], target[1], self.callbacks,
+                                    log=self.log.write, next_id=lambda: next(self.ids),
+                                    gate=lambda: self.gate(counted=False))
+                callback.listen()
         except Refused as refusal:
             if callback is not None:
                 callback.cancel()
@@ -1174,9 +1180,16 @@ class Proxy(Wire):
         call = next(self.ids)
         self.log.write("allowed", authority, f"id={call} kind=open")
         started = time.monotonic()
-        if callback is not None:
-            callback.start()
-        failure = await run_opener(opener, shown, tool_environment(environ))
+
+        def page_opened() -> None:
+            # The opener is started: what connected before it is closed unread, and the
+            # first request after is the one passed in.
+            if callback is not None:
+                callback.close_early()
+                callback.start()
+
+        failure = await run_opener(opener, shown, tool_environment(environ),
+                                   started=page_opened)
         self.log.write("ended", authority, f"id={call} kind=open seconds="
                                            f"{time.monotonic() - started:.3f}"
                                            + (" error=the opener failed" if failure else ""))

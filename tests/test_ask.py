@@ -31,9 +31,11 @@ from lnk_ask import Answer, ask, ask_async, plain
 from lnk_ask.asker import AskUsageError, log_path
 from lnk_ask.main import UsageError, parse
 from lnk_ask.queue import MAX_WAITING_PER_WIRE, AskQueue, QueueError, id_problem
-from lnk_ask.text import MAX_QUESTION_CHARS
+from lnk_ask.text import MAX_QUESTION_CHARS, MAX_TITLE_CHARS
 from lnk_ask.ways import (
     DIALOG_LINE_CHARS,
+    PAGE_DIALOG_HEIGHT,
+    PAGE_DIALOG_WIDTH,
     code_matches,
     dialog_environment,
     dialog_lines,
@@ -41,9 +43,13 @@ from lnk_ask.ways import (
     find_program,
     notify_argv,
     osascript_argv,
+    page_dialog_size,
+    page_text,
     pick_dialog,
     zenity_argv,
+    zenity_page_argv,
 )
+from lnk_proxy.open_rules import MAX_URL_BYTES
 from lnk_wrap.helpers import helper_argv
 from tests.conftest import LNK_SANDBOX, WriteSpec, toml_list
 
@@ -134,6 +140,23 @@ def test_zenity_argv_golden() -> None:
         "--default-cancel", "--icon-name=dialog-warning", "--timeout=120"]
 
 
+def test_zenity_page_argv_golden() -> None:
+    assert zenity_page_argv("/usr/bin/zenity", "w: open a.example?", 120, (680, 460)) == [
+        "/usr/bin/zenity", "--text-info", "--title=w: open a.example?", "--editable",
+        "--checkbox=I have read it, and allow: w: open a.example?", "--font=Monospace 10",
+        "--width=680", "--height=460", "--ok-label=Allow", "--cancel-label=Deny",
+        "--timeout=120"]
+
+
+def test_page_dialog_size_and_text() -> None:
+    assert page_dialog_size(None) == (PAGE_DIALOG_WIDTH, PAGE_DIALOG_HEIGHT)
+    assert page_dialog_size((3840, 2160)) == (PAGE_DIALOG_WIDTH, PAGE_DIALOG_HEIGHT)
+    assert page_dialog_size((640, 480)) == (512, 384)
+    text = page_text("w: open a.example?", "x" * 200, 680)
+    assert text == ("w: open a.example?\n(3 lines below: read them to the end)\n\n"
+                    + "x" * 76 + "\n" + "x" * 76 + "\n" + "x" * 48 + "\n")
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=400))
 def test_dialog_lines_keep_every_character(text: str) -> None:
@@ -172,6 +195,16 @@ def test_dialog_verdicts(kind: str, status: int, output: str, verdict: str | Non
     assert dialog_verdict(kind, status, output) == verdict
 
 
+@pytest.mark.parametrize(("status", "output", "verdict"), [
+    (0, "T\n\nQ\n", "yes"), (0, "T\n\nQ \n", "no"), (0, "T\n\n\nQ\n", "no"), (0, "", "no"),
+    (1, "", "no"), (5, "", None), (255, "", None), (-15, "", None),
+])
+def test_page_dialog_verdicts(status: int, output: str, verdict: str | None) -> None:
+    """Allow is yes only with the text as shown: a key that landed in it is no."""
+    assert dialog_verdict("zenity-page", status, output, shown="T\n\nQ\n") == verdict
+    assert dialog_verdict("zenity-page", 0, "", shown="") == "no"  # nothing shown: never yes
+
+
 def test_no_screen_no_dialog_and_programs_only_from_system_folders(tmp_path: Path) -> None:
     assert pick_dialog({}, "linux", "T", "Q", 5) is None
     planted = tmp_path / "zenity"
@@ -188,7 +221,8 @@ def test_no_screen_no_dialog_and_programs_only_from_system_folders(tmp_path: Pat
     assert found is not None and found.argv[0] == "/usr/bin/zenity"
     kept = dialog_environment({"DISPLAY": ":9", "LD_PRELOAD": "/x.so", "GTK_MODULES": "x",
                                "PATH": str(tmp_path), "HOME": "/root"})
-    assert kept == {"DISPLAY": ":9", "HOME": "/root", "PATH": "/usr/bin:/bin"}
+    assert kept == {"DISPLAY": ":9", "HOME": "/root", "PATH": "/usr/bin:/bin",
+                    "GTK_OVERLAY_SCROLLING": "0"}
 
 
 def test_code_matches_only_the_code() -> None:
@@ -492,11 +526,10 @@ def test_terminal_keys_typed_before_the_question_are_not_an_answer(
 # -- the dialog: zenity on Xvfb, clicked with xdotool -----------------------------------------
 
 
-@pytest.fixture(scope="module")
-def display() -> Iterator[str]:
-    """A virtual screen of this module's own (Xvfb picks a free display number)."""
+def _xvfb(size: str) -> Iterator[str]:
+    """A virtual screen of `size` (Xvfb picks a free display number)."""
     read, write = os.pipe()
-    server = subprocess.Popen(["Xvfb", "-displayfd", str(write), "-screen", "0", "1024x768x24",
+    server = subprocess.Popen(["Xvfb", "-displayfd", str(write), "-screen", "0", f"{size}x24",
                                "-nolisten", "tcp"], pass_fds=(write,),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     os.close(write)
@@ -510,6 +543,18 @@ def display() -> Iterator[str]:
         server.wait(WAIT_SECONDS)
 
 
+@pytest.fixture(scope="module")
+def display() -> Iterator[str]:
+    """A virtual screen of this module's own, 1024x768 (the issue's laptop)."""
+    yield from _xvfb("1024x768")
+
+
+@pytest.fixture(scope="module")
+def small_display() -> Iterator[str]:
+    """A screen smaller than a page's dialog's default size: 640x480."""
+    yield from _xvfb("640x480")
+
+
 def xdotool(display: str, *words: str) -> str:
     return subprocess.run(["xdotool", *words], env={**os.environ, "DISPLAY": display},
                           capture_output=True, text=True, check=False,
@@ -518,7 +563,8 @@ def xdotool(display: str, *words: str) -> str:
 
 def window(display: str, title: str) -> dict[str, int]:
     def geometry() -> dict[str, int] | None:
-        found = xdotool(display, "search", "--onlyvisible", "--name", f"^{title}$").split()
+        found = xdotool(display, "search", "--onlyvisible", "--name",
+                        f"^{re.escape(title)}$").split()
         if not found:
             return None
         shell = xdotool(display, "getwindowgeometry", "--shell", found[0])
@@ -639,6 +685,202 @@ def test_dialog_answered_from_the_queue_closes(display: str, sandbox_env: dict[s
         assert (status, found["how"]) == (0, "queue")
         wait_for(lambda: not xdotool(display, "search", "--name", f"^{title}$").split(),
                  "the dialog to close")
+    finally:
+        asker.kill()
+        asker.communicate()
+
+
+# -- a page's dialog: the whole URL, scrolling, at the limits ---------------------------------
+
+# The longest URL the open verb accepts, as it asks about it (lnk_proxy.server _open_call):
+# 16 KiB once escaped, with a login's callback line after.
+LONGEST_URL = "https://docs.example.org/authorize?redirect_uri=http%3A%2F%2Flocalhost%3A8080&d="
+LONGEST_URL += "x" * (MAX_URL_BYTES - len(LONGEST_URL))
+PAGE_QUESTION = (f"The sandbox pages asks to open this page in your browser: {LONGEST_URL}"
+                 "  Its login comes back to port 8080 of this machine's loopback "
+                 "(http://localhost:8080), and that answer is passed into the sandbox, once.")
+
+
+def close_window(display: str, window_id: int) -> None:
+    """What a window manager's close button does: WM_DELETE_WINDOW sent to the window
+    (no window manager runs on Xvfb; libX11 through ctypes)."""
+    import ctypes
+    import ctypes.util
+
+    x11 = ctypes.CDLL(ctypes.util.find_library("X11"))
+    x11.XOpenDisplay.restype = ctypes.c_void_p
+    x11.XOpenDisplay.argtypes = [ctypes.c_char_p]
+    x11.XInternAtom.restype = ctypes.c_ulong
+    x11.XInternAtom.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
+
+    class ClientMessage(ctypes.Structure):
+        _fields_ = [("type", ctypes.c_int), ("serial", ctypes.c_ulong),
+                    ("send_event", ctypes.c_int), ("display", ctypes.c_void_p),
+                    ("window", ctypes.c_ulong), ("message_type", ctypes.c_ulong),
+                    ("format", ctypes.c_int), ("data", ctypes.c_long * 5)]
+
+    class Event(ctypes.Union):
+        _fields_ = [("xclient", ClientMessage), ("pad", ctypes.c_long * 24)]
+
+    x11.XSendEvent.argtypes = [ctypes.c_void_p, ctypes.c_ulong, ctypes.c_int, ctypes.c_long,
+                               ctypes.POINTER(Event)]
+    x11.XCloseDisplay.argtypes = [ctypes.c_void_p]
+    connection = x11.XOpenDisplay(display.encode())
+    assert connection, "no X display"
+    try:
+        event = Event()
+        event.xclient.type = 33  # ClientMessage
+        event.xclient.window = window_id
+        event.xclient.message_type = x11.XInternAtom(connection, b"WM_PROTOCOLS", 0)
+        event.xclient.format = 32
+        event.xclient.data[0] = x11.XInternAtom(connection, b"WM_DELETE_WINDOW", 0)
+        assert x11.XSendEvent(connection, window_id, 0, 0, ctypes.byref(event))
+    finally:
+        x11.XCloseDisplay(connection)  # flushes
+
+
+def start_page_ask(env: dict[str, str], display: str, title: str, timeout: int,
+                   question: str = PAGE_QUESTION) -> subprocess.Popen[str]:
+    """A page's question (`--whole`), given on standard input as the proxy gives it."""
+    asker = subprocess.Popen([ASK, "--title", title, "--question", "-", "--whole",
+                              "--timeout", str(timeout), "--json", "--wire", "pages"],
+                             env={**env, "DISPLAY": display}, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    assert asker.stdin is not None
+    asker.stdin.write(question)
+    asker.stdin.close()
+    asker.stdin = None  # given whole: communicate() reads only
+    return asker
+
+
+def keys(display: str, where: dict[str, int], *names: str) -> None:
+    for name in names:
+        xdotool(display, "windowfocus", "--sync", str(where["WINDOW"]), "key", name)
+
+
+def tick_and_allow(display: str, title: str, asker: subprocess.Popen[str]) -> None:
+    """The person's deliberate yes: Ctrl+Tab out of the text to the box, Space ticks it
+    (Allow is greyed until then), then a click on Allow (bottom right)."""
+    where = window(display, title)
+    keys(display, where, "ctrl+Tab", "space")
+    click(display, title, "Allow", asker)
+
+
+def within(where: dict[str, int], size: tuple[int, int]) -> bool:
+    return (where["X"] >= 0 and where["Y"] >= 0 and where["X"] + where["WIDTH"] <= size[0]
+            and where["Y"] + where["HEIGHT"] <= size[1])
+
+
+@pytest.mark.parametrize(("screen", "size"), [("display", (1024, 768)),
+                                              ("small_display", (640, 480))])
+def test_page_dialog_of_the_longest_url_fits_the_screen_and_allow_is_reached(
+    screen: str, size: tuple[int, int], sandbox_env: dict[str, str], tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    """The issue's attack, at the limit: a 16 KiB URL (the verb's longest) made a window
+    taller than the screen, its end and its buttons below it. The window is bounded,
+    read against the screen's size (at most 80% of a 640x480 one), the URL scrolls in
+    it, the host on its first line, and Allow is there to be chosen."""
+    shown_on = request.getfixturevalue(screen)
+    title = f"pages: open docs.example.org? {secrets.token_hex(4)}"
+    asker = start_page_ask(sandbox_env, shown_on, title, 60)
+    try:
+        where = window(shown_on, title)
+        screenshot(shown_on, tmp_path / f"page-dialog-{size[0]}.png")
+        assert within(where, size), where
+        assert where["WIDTH"] <= min(PAGE_DIALOG_WIDTH, size[0] * 0.8) + 1, where
+        assert where["HEIGHT"] <= min(PAGE_DIALOG_HEIGHT, size[1] * 0.8) + 1, where
+        # The URL's end is read by scrolling to it (the wheel, over the text: reading
+        # changes nothing, so Allow is still yes after).
+        xdotool(shown_on, "mousemove", str(where["X"] + where["WIDTH"] // 2),
+                str(where["Y"] + where["HEIGHT"] // 3), "click", "--repeat", "400",
+                "--delay", "2", "5")
+        time.sleep(0.5)  # drawn before it is photographed
+        screenshot(shown_on, tmp_path / f"page-dialog-{size[0]}-end.png")
+        tick_and_allow(shown_on, title, asker)
+        status, found, _ = finish(asker)
+        assert (status, found["answer"], found["how"]) == (0, "yes", "dialog")
+    finally:
+        asker.kill()
+        asker.communicate()
+
+
+def test_page_dialog_of_the_longest_question_and_title_fits(
+    display: str, sandbox_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The longest question a page's dialog shows (MAX_WHOLE_QUESTION_CHARS, escapes
+    and the cut's note included) under the longest title (its box's label in two lines)."""
+    title = (f"{secrets.token_hex(4)} pages: open " + "a" * 80)[:MAX_TITLE_CHARS]
+    question = "\u202e\u0430" * 3000 + "y" * 20000
+    asker = start_page_ask(sandbox_env, display, title, 60, question)
+    try:
+        where = window(display, title)
+        screenshot(display, tmp_path / "page-dialog-longest.png")
+        assert within(where, (1024, 768)), where
+        tick_and_allow(display, title, asker)
+        status, found, _ = finish(asker)
+        assert (status, found["answer"]) == (0, "yes")
+    finally:
+        asker.kill()
+        asker.communicate()
+
+
+@pytest.mark.parametrize("stray", [["Return"], ["space"], ["Tab", "space"],
+                                   ["Tab", "space", "Return"], ["Tab", "Tab", "space"],
+                                   ["ISO_Left_Tab", "space"]])
+def test_attack_page_dialog_stray_keys_are_never_yes(
+    display: str, sandbox_env: dict[str, str], stray: list[str]
+) -> None:
+    """A key typed into the page's dialog (by a person typing elsewhere as it appears):
+    none reaches Allow (it is greyed until the box is ticked, and the keys land in the
+    text), and the text then differs from what was shown, so even a deliberate Allow
+    after is no. (Before: Deny had the focus, and Tab then Space was Allow.)"""
+    title = f"pages: open docs.example.org? {secrets.token_hex(4)}"
+    asker = start_page_ask(sandbox_env, display, title, 60)
+    try:
+        where = window(display, title)
+        keys(display, where, *stray)
+        try:
+            asker.wait(1)  # the keys alone: an answer (it must be no), or none yet
+        except subprocess.TimeoutExpired:
+            tick_and_allow(display, title, asker)
+        status, found, _ = finish(asker)
+        assert (status, found["answer"], found["how"]) == (1, "no", "dialog")
+    finally:
+        asker.kill()
+        asker.communicate()
+
+
+@pytest.mark.parametrize("how", ["Escape", "close"])
+def test_page_dialog_escape_and_closing_are_no(display: str, sandbox_env: dict[str, str],
+                                               how: str) -> None:
+    title = f"pages: open docs.example.org? {secrets.token_hex(4)}"
+    asker = start_page_ask(sandbox_env, display, title, 60)
+    try:
+        where = window(display, title)
+        if how == "close":
+            close_window(display, where["WINDOW"])
+        else:
+            keys(display, where, "Escape")
+        status, found, _ = finish(asker)
+        assert (status, found["answer"], found["how"]) == (1, "no", "dialog")
+    finally:
+        asker.kill()
+        asker.communicate()
+
+
+def test_page_dialog_by_keys_alone_takes_three_deliberate_ones(
+    display: str, sandbox_env: dict[str, str]
+) -> None:
+    """The keyboard's way to Allow: Ctrl+Tab (out of the text), Space (the box), Enter
+    (Allow, the default once it is not greyed). Said as the residue in the docs."""
+    title = f"pages: open docs.example.org? {secrets.token_hex(4)}"
+    asker = start_page_ask(sandbox_env, display, title, 60)
+    try:
+        keys(display, window(display, title), "ctrl+Tab", "space", "Return")
+        status, found, _ = finish(asker)
+        assert (status, found["answer"], found["how"]) == (0, "yes", "dialog")
     finally:
         asker.kill()
         asker.communicate()

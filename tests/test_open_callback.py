@@ -1,7 +1,8 @@
 """A login's callback (lnk_proxy.open_verb.Callback), in process with real sockets on this
 machine's loopback: the wait bounded (the five minutes, shortened here), the sockets kept
-for the next login when no callback came, one request only, a taken port refused with
-the reason, no socket left refused, and the callback's target parsed from the URL.
+for the next login when no callback came, one request only, what connected before the
+page was opened closed unread, a taken port refused with the reason, no socket left
+refused, and the callback's target parsed from the URL.
 The same code runs in the proxy; tests/test_open_verb.py drives it through real sandboxes.
 """
 
@@ -118,6 +119,58 @@ def test_one_request_is_passed_in_and_a_second_finds_the_port_closed() -> None:
     assert [line[0] for line in lines] == ["allowed", "ended"]
     assert all("code=C" not in part for line in lines for part in line)
     assert sockets.left() == 0  # used: a socket inside is connected once
+
+
+def test_attack_what_connected_before_the_page_was_opened_never_reaches_the_program() -> None:
+    """A process on this machine connects between the bind (after the yes) and the
+    opener's start and sends a forged code: `close_early` closes it unread, and the
+    request after (the browser's) is the one passed in."""
+    sockets, lines = _sockets(), list[tuple[str, str, str]]()
+    program = socket.create_server(("127.0.0.1", 0))
+    program_port = program.getsockname()[1]
+
+    async def main() -> tuple[bytes, bytes, bytes]:
+        loop = asyncio.get_running_loop()
+        callback = _callback(_free_port(), sockets, lines, host="127.0.0.1")
+        callback.listen()
+        listening = callback.listeners[0].getsockname()[1]
+        callback.port = program_port  # passed in to `program` (see the test above)
+        forger = socket.create_connection(("127.0.0.1", listening), timeout=5)
+        forger.sendall(b"GET /cb?code=FORGED HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        assert callback.close_early() == 1  # the opener has just been started
+        callback.start()
+
+        def program_answers() -> bytes:
+            connection, _ = program.accept()
+            with connection:
+                request = connection.recv(65536)
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                return request
+
+        answered = loop.run_in_executor(None, program_answers)
+        reader, writer = await asyncio.open_connection("127.0.0.1", listening)
+        writer.write(b"GET /cb?code=REAL HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        reply = await reader.read()
+        writer.close()
+        request = await answered
+        assert callback.task is not None
+        await callback.task
+        with forger:
+            forger.settimeout(5)
+            try:
+                forged_reply = forger.recv(65536)
+            except ConnectionResetError:
+                forged_reply = b""
+        return request, reply, forged_reply
+
+    request, reply, forged_reply = asyncio.run(main())
+    program.close()
+    assert request.startswith(b"GET /cb?code=REAL HTTP/1.1\r\n")
+    assert reply.startswith(b"HTTP/1.1 200 ")
+    assert forged_reply == b""  # closed unread, never answered
+    assert lines[0] == ("refused", f"localhost:{program_port}",
+                        "kind=callback reason=1 connection(s) came before the page was "
+                        "opened; closed unread")
 
 
 def test_a_taken_port_is_refused_and_nothing_is_used() -> None:

@@ -8,9 +8,11 @@ the PATH `lnk-sandbox run` is given (the harness's), which, for a login, plays t
 and follows the redirect. What holds: yes opens exactly the form shown; no opens nothing
 and the program's open fails; other schemes and userinfo never reach the person or the
 opener; what is shown is printable ASCII, whole (an 8 KiB URL included); a login's
-callback reaches the program once and the port is closed after; a port already taken is
-refused before anyone is asked; a redirect elsewhere is not listened for; the log keeps
-the host only; opens count as calls; [commands] does not stop the browser.
+callback reaches the program once and the port is closed after; nothing listens while the
+person is asked (a request sent then never reaches the program, a no holds no port); a
+port already taken is asked about as a free one and refused after yes; a redirect
+elsewhere is not listened for; the log keeps the host only; opens count as calls;
+[commands] does not stop the browser.
 """
 
 from __future__ import annotations
@@ -317,25 +319,128 @@ def test_the_port_takes_one_request_and_reaches_a_program_on_ipv6_loopback(
     assert _results(out) == [{"got": ["/cb?code=FIRST"]}], err
 
 
-def test_a_port_taken_on_this_machine_is_refused_before_anyone_is_asked(
+def _question_waits(env: dict[str, str]) -> dict[str, str]:
+    """The first question in the queue, waited for (not answered)."""
+    deadline = time.monotonic() + SANDBOX_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        waiting = _asks(env)
+        if waiting:
+            return waiting[0]
+        time.sleep(0.1)
+    raise AssertionError("no question waited")
+
+
+def _nothing_printed(run: subprocess.Popen[str], seconds: float) -> bool:
+    """The program has printed nothing within `seconds` (its open is still waiting)."""
+    import select
+
+    assert run.stdout is not None
+    readable, _, _ = select.select([run.stdout], [], [], seconds)
+    return not readable
+
+
+def _answer(env: dict[str, str], ident: str, answer: str) -> None:
+    subprocess.run([LNK_SANDBOX, "answer", ident, answer], env=env, check=True,
+                   capture_output=True, timeout=SANDBOX_TIMEOUT_SECONDS)
+
+
+def test_attack_a_request_sent_while_the_question_waits_never_reaches_the_program(
     setup: tuple[Path, dict[str, str]], write_spec: WriteSpec
 ) -> None:
+    """A process on this machine connects to the login's callback port while the person
+    is asked, and sends a forged `?code=`: nothing listens then (connect refused on
+    either loopback), so nothing is sent; after yes, the browser's request is the one
+    the program gets, once. (Before: the port listened from before the question, and the
+    forged request was passed in as the first one, before the page was even opened.)"""
     inside, env = setup
     spec = _spec(write_spec, inside)
-    with socket.create_server(("127.0.0.1", 0)) as taken:
-        port = taken.getsockname()[1]
-        done = subprocess.run([LNK_SANDBOX, "run", "--spec", str(spec), "--", PYTHON,
-                               str(inside / "login.py"), str(port), "127.0.0.1"],
-                              env={**env, "WAIT": "1"}, capture_output=True, text=True,
-                              timeout=SANDBOX_TIMEOUT_SECONDS, stdin=subprocess.DEVNULL,
-                              check=False)
-    opened, arrived = _results(done.stdout)
-    assert opened["rc"] == 4
-    assert opened["err"] == (f"xdg-open (lnk-sandbox): not opened: port {port} of this "
-                             "machine's loopback is taken by another program: the login's "
-                             "answer (its code) would go to it; not opened\n")
-    assert arrived == {"got": []}
-    assert _opened(env) == [] and _asks(env) == []
+    port = _free_port()
+    run = _start(spec, {**env, "FOLLOW": "1"}, PYTHON, str(inside / "login.py"), str(port),
+                 "localhost")
+    try:
+        question = _question_waits(env)
+        forged_sent = []
+        for host in ("127.0.0.1", "::1"):
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            with socket.socket(family) as forger:
+                forger.settimeout(3)
+                if forger.connect_ex((host, port)) == 0:
+                    forger.sendall(b"GET /cb?code=FORGED&state=s HTTP/1.1\r\n"
+                                   b"Host: localhost\r\n\r\n")
+                    forged_sent.append(host)
+        _answer(env, question["id"], "yes")
+        out, err = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    finally:
+        end_run(run)
+    opened, arrived = _results(out)
+    assert arrived == {"got": ["/cb?code=THECODE&state=s"]}, (forged_sent, err)
+    assert forged_sent == [], "the callback port listened while the question waited"
+    assert opened == {"rc": 0, "err": ""}, err
+    assert _refused(port)
+
+
+def test_a_no_holds_no_port(
+    setup: tuple[Path, dict[str, str]], write_spec: WriteSpec
+) -> None:
+    """While the question waits the port is free (this test binds it itself), and a no
+    binds nothing: the port stays free after."""
+    inside, env = setup
+    spec = _spec(write_spec, inside)
+    port = _free_port()
+    run = _start(spec, {**env, "WAIT": "1"}, PYTHON, str(inside / "login.py"), str(port),
+                 "localhost")
+    try:
+        question = _question_waits(env)
+        with socket.create_server(("127.0.0.1", port)):  # free: nothing holds it
+            pass
+        _answer(env, question["id"], "no")
+        out, err = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    finally:
+        end_run(run)
+    opened, _ = _results(out)
+    assert opened["rc"] == 4, err
+    assert "the person did not allow opening the page (queue)" in str(opened["err"])
+    with socket.create_server(("127.0.0.1", port)):  # still free after the no
+        pass
+    assert "localhost:" + str(port) not in wire_log_of(env, "pages")
+
+
+@pytest.mark.parametrize("taken", [True, False])
+def test_attack_a_taken_port_and_a_free_one_read_alike_until_the_answer(
+    setup: tuple[Path, dict[str, str]], write_spec: WriteSpec, taken: bool
+) -> None:
+    """Mapping this machine's listening ports through the open verb: before the answer,
+    a taken port and a free one give the program the same thing, a question and a wait
+    for the person (before: a taken port was refused at once, nobody asked). After a
+    yes, a taken port is refused (409, to the program and the log), the page not
+    opened; a no reads the same for both."""
+    inside, env = setup
+    spec = _spec(write_spec, inside)
+    holder = socket.create_server(("127.0.0.1", 0)) if taken else None
+    port = holder.getsockname()[1] if holder is not None else _free_port()
+    run = _start(spec, {**env, "WAIT": "1"}, PYTHON, str(inside / "login.py"), str(port),
+                 "127.0.0.1")
+    try:
+        question = _question_waits(env)
+        assert f"port {port} of this machine's loopback" in question["question"]
+        assert _nothing_printed(run, 1.0), "the open returned before the person answered"
+        _answer(env, question["id"], "yes" if taken else "no")
+        out, err = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    finally:
+        end_run(run)
+        if holder is not None:
+            holder.close()
+    opened, arrived = _results(out)
+    assert opened["rc"] == 4 and arrived == {"got": []}, err
+    if taken:
+        reason = (f"port {port} of this machine's loopback is taken by another program: the "
+                  "login's answer (its code) would go to it; not opened")
+        assert opened["err"] == f"xdg-open (lnk-sandbox): not opened: {reason}\n"
+        assert f"\trefused\tauth.example.org\treason={reason}" in wire_log_of(env, "pages")
+    else:
+        assert opened["err"] == ("xdg-open (lnk-sandbox): not opened: the person did not "
+                                 "allow opening the page (queue)\n")
+    assert _opened(env) == []
 
 
 @pytest.mark.parametrize("redirect_host", ["evil.example", "localhost.", "0.0.0.0", "[::1]"])  # noqa: S104
