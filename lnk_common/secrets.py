@@ -436,24 +436,77 @@ def write_tool_file(settings_root: str, name: str, definition: bytes) -> None:
     _write_file(settings_root, name + TOOL_SUFFIX, definition, f"the tool {name}")
 
 
+# A tool's own secrets (`tool add NAME --secret VAR`, and the literal header values it keeps
+# out of mcp-remote's argv): one file beside the definition, `<name>.tool-secrets`, so the
+# definition itself never holds a token. A handful of values, each at most a secret's size.
+TOOL_SECRETS_SUFFIX = ".tool-secrets"
+MAX_TOOL_SECRETS_FILE_BYTES = 16 * MAX_SECRET_BYTES
+
+
+def read_tool_secrets_file(settings_root: str, name: str) -> bytes | None:
+    """The bytes of the tool `name`'s secrets, read as strictly as a secret; None when it
+    has none stored."""
+    _checked_name(name)
+    missing = f"no secrets stored for the tool {name}"
+    try:
+        value = _read_file(settings_root, name + TOOL_SECRETS_SUFFIX,
+                           f"the secrets of the tool {name}", MAX_TOOL_SECRETS_FILE_BYTES,
+                           missing=missing)
+    except SecretError as error:
+        if str(error) == missing:
+            return None
+        raise
+    if len(value) > MAX_TOOL_SECRETS_FILE_BYTES:
+        raise SecretError(f"the secrets of the tool {name} are over "
+                          f"{MAX_TOOL_SECRETS_FILE_BYTES} bytes")
+    return value
+
+
+def write_tool_secrets_file(settings_root: str, name: str, secrets: bytes | None) -> None:
+    """Keep `secrets` as the tool `name`'s (written as a secret is), or with None remove
+    what was kept (a tool added again without secrets keeps none of its old ones)."""
+    _checked_name(name)
+    if secrets is None:
+        _remove_files(settings_root, name, (name + TOOL_SECRETS_SUFFIX,))
+        return
+    if len(secrets) > MAX_TOOL_SECRETS_FILE_BYTES:
+        raise SecretError(f"the secrets of the tool {name} are over "
+                          f"{MAX_TOOL_SECRETS_FILE_BYTES} bytes")
+    _write_file(settings_root, name + TOOL_SECRETS_SUFFIX, secrets,
+                f"the secrets of the tool {name}")
+
+
 def tool_names(settings_root: str) -> list[str]:
     """The names of the tools defined, sorted (regular files `<name>.tool`)."""
     return _names_with(settings_root, TOOL_SUFFIX, beside_a_secret=False)
 
 
 def remove_tool_file(settings_root: str, name: str) -> bool:
+    """Remove the tool `name`'s definition and its secrets; False when there was no
+    definition. The definition goes first: a definition left without its secrets is
+    refused at its start, never run with less than it names."""
     _checked_name(name)
+    return _remove_files(settings_root, name, (name + TOOL_SUFFIX, name + TOOL_SECRETS_SUFFIX))
+
+
+def _remove_files(settings_root: str, name: str, filenames: tuple[str, ...]) -> bool:
+    """Unlink each of `filenames` in the secrets folder (never following a link); whether
+    the first was there."""
     folder = _secrets_folder(settings_root, make=False)
     if folder is None:
         return False
+    found = False
     try:
-        try:
-            os.unlink(name + TOOL_SUFFIX, dir_fd=folder)
-        except FileNotFoundError:
-            return False
-        except OSError as error:
-            raise SecretError(f"the tool {name} cannot be removed: {error.strerror}") from None
+        for index, filename in enumerate(filenames):
+            try:
+                os.unlink(filename, dir_fd=folder)
+            except FileNotFoundError:
+                continue
+            except OSError as error:
+                raise SecretError(f"the tool {name} cannot be removed: "
+                                  f"{error.strerror}") from None
+            found = found or index == 0
         os.fsync(folder)
-        return True
+        return found
     finally:
         os.close(folder)

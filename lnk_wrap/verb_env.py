@@ -29,8 +29,9 @@ if TYPE_CHECKING:
 
     from lnk_common.policy import Policy
 
-__all__ = ["URL_SECRET_FILE", "VerbEnvError", "check_tools", "is_url_secret",
-           "sandbox_environment", "secret_placeholders", "url_secret_for"]
+__all__ = ["TOOL_VARIABLE_NOTE", "URL_SECRET_FILE", "VerbEnvError", "check_tools",
+           "is_url_secret", "sandbox_environment", "secret_placeholders", "url_secret_for",
+           "without_tool_variables"]
 
 URL_SECRET_FILE = "url-secret"  # noqa: S105  (a file's name)
 # 32 random bytes, hex: no guessing, and nothing a URL or a shell reads specially.
@@ -121,6 +122,45 @@ def check_tools(policy: Policy) -> None:
             read_tool(policy.settings, name)
         except ToolError as error:
             raise VerbEnvError(f"[verbs] tools names {name}: {error}") from None
+
+
+TOOL_VARIABLE_NOTE = ("{names} named by a tool's definition (lnk-sandbox tool list): taken "
+                      "out of the sandbox's environment; the tool gets its own from Link's "
+                      "settings (tool add --secret)")
+
+
+def without_tool_variables(env: Mapping[str, str], settings: str
+                           ) -> tuple[dict[str, str], list[str]]:
+    """`env` without every variable any tool's definition names (lnk_common.tools: its
+    secrets, --env names, `${VAR}`s), for every sandbox, whether its spec names a tool or
+    not (a harness exported FAR_TOKEN for one tool: no sandbox holds it); and the line to
+    say when the caller's environment held one (its names, never a value). VerbEnvError
+    when a definition cannot be read: its variables would be unknown."""
+    if not _has_tools(settings):
+        return dict(env), []  # before the import: lnk_common.tools costs a start ~10 ms
+    from lnk_common.tools import ToolError, tool_variables
+
+    try:
+        named = tool_variables(settings)
+    except ToolError as error:
+        raise VerbEnvError(f"{error}: the variables it names cannot be kept out of the "
+                           "sandbox; remove the tool or add it again") from None
+    held = sorted(name for name in env if name in named)
+    result = {name: value for name, value in env.items() if name not in named}
+    return result, [TOOL_VARIABLE_NOTE.format(names=", ".join(held))] if held else []
+
+
+def _has_tools(settings: str) -> bool:
+    """Whether the secrets folder holds any `*.tool` entry (a listing, nothing read): a
+    machine with no tool pays no more at a start. An entry that is not a definition is
+    judged by lnk_common.tools, as strictly as the MCP verb reads one."""
+    try:
+        entries = os.listdir(os.path.join(settings, "sandbox", "secrets"))
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # cannot list it: lnk_common.tools says why
+    return any(entry.endswith(".tool") for entry in entries)
 
 
 def sandbox_environment(env: Mapping[str, str], *, placeholders: Mapping[str, str],
