@@ -476,6 +476,38 @@ def write_tool_secrets_file(settings_root: str, name: str, secrets: bytes | None
                 f"the secrets of the tool {name}")
 
 
+# What every tool's definition names, for a sandbox's start to read with `os` alone
+# (lnk_wrap.verb_env): `name TAB inode TAB mtime_ns TAB size TAB VAR,VAR…` a line, one a
+# definition, as lnk_common.tools wrote it. Not a secret's name (it holds a '.'), nor a
+# tool's (no `.tool` suffix).
+TOOLS_INDEX = "tools.index"
+
+
+def tool_file_identity(settings_root: str, name: str) -> tuple[int, int, int] | None:
+    """(inode, mtime_ns, size) of the tool `name`'s definition, never through a link; None
+    when it is not a regular file there."""
+    _checked_name(name)
+    folder = _secrets_folder(settings_root, make=False)
+    if folder is None:
+        return None
+    try:
+        info = os.stat(name + TOOL_SUFFIX, dir_fd=folder, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    finally:
+        os.close(folder)
+    return (info.st_ino, info.st_mtime_ns, info.st_size) if stat.S_ISREG(info.st_mode) else None
+
+
+def write_tools_index(settings_root: str, index: bytes | None) -> None:
+    """Keep the tools' index (written as a secret is), or with None remove it (a start
+    then reads every definition)."""
+    if index is None:
+        _remove_files(settings_root, "index", (TOOLS_INDEX,))
+        return
+    _write_file(settings_root, TOOLS_INDEX, index, "the tools' index")
+
+
 def tool_names(settings_root: str) -> list[str]:
     """The names of the tools defined, sorted (regular files `<name>.tool`)."""
     return _names_with(settings_root, TOOL_SUFFIX, beside_a_secret=False)

@@ -50,9 +50,11 @@ from lnk_common.secrets import (
     read_tool_file,
     read_tool_secrets_file,
     remove_tool_file,
+    tool_file_identity,
     tool_names,
     write_tool_file,
     write_tool_secrets_file,
+    write_tools_index,
 )
 
 TYPE_CHECKING = False
@@ -422,6 +424,30 @@ def add_tool(settings: str, plan: ToolPlan, secrets: Mapping[str, str]) -> None:
         write_tool_file(settings, plan.name, plan.definition)
     except SecretError as error:
         raise ToolError(str(error)) from None
+    _write_index(settings)
+
+
+def _write_index(settings: str) -> None:
+    """The tools' index (secrets.TOOLS_INDEX) of every definition kept now, each line
+    with its file's identity so a start can tell the index still describes it (else it
+    reads the definitions). A definition that cannot be read leaves no index: a start
+    then reads them all and refuses, naming it."""
+    try:
+        lines = []
+        for tool in list_tools(settings):
+            identity = tool_file_identity(settings, tool.name)
+            if identity is None:
+                raise ToolError(f"the tool {tool.name} went while the index was written")
+            lines.append("\t".join([tool.name, *map(str, identity),
+                                    ",".join(sorted(tool.variables()))]) + "\n")
+        write_tools_index(settings, "".join(lines).encode("ascii") if lines else None)
+    except ToolError:
+        try:
+            write_tools_index(settings, None)
+        except SecretError as error:
+            raise ToolError(f"the tools' index cannot be removed: {error}") from None
+    except SecretError as error:
+        raise ToolError(str(error)) from None
 
 
 def read_tool(settings: str, name: str) -> Tool:
@@ -459,8 +485,10 @@ def list_tools(settings: str) -> list[Tool]:
 
 
 def tool_variables(settings: str) -> frozenset[str]:
-    """Every variable any tool's definition names (Tool.variables); ToolError when one
-    cannot be read (its variables would be unknown: the caller refuses rather than guess)."""
+    """Every variable any tool's definition names (Tool.variables), read from the
+    definitions themselves; ToolError when one cannot be read (its variables would be
+    unknown: the caller refuses rather than guess). A sandbox's start reads the index
+    instead when it describes every definition there (lnk_wrap.verb_env)."""
     found: set[str] = set()
     for tool in list_tools(settings):
         found |= tool.variables()
@@ -469,6 +497,9 @@ def tool_variables(settings: str) -> frozenset[str]:
 
 def remove_tool(settings: str, name: str) -> bool:
     try:
-        return remove_tool_file(settings, name)
+        removed = remove_tool_file(settings, name)
     except SecretError as error:
         raise ToolError(str(error)) from None
+    if removed:
+        _write_index(settings)
+    return removed

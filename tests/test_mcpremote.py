@@ -816,3 +816,23 @@ def test_an_entry_script_is_written_only_for_our_console_scripts() -> None:
     assert "from lnk_mcpremote.main import main\n" in text
     with pytest.raises(EntryError, match="not a module"):
         script("/usr/bin/python3.11", "/r", ["/s"], "os; import evil")
+
+
+def test_literal_header_values_are_moved_out_of_argv_and_references_kept() -> None:
+    """What `tool add` keeps of mcp-remote's command: each literal value (either form of
+    --header) replaced by a `${V}` of the tool's secrets, a value that names a `${VAR}`
+    left as the person wrote it; the result parses with the moved values filled."""
+    from lnk_mcpremote import keep_literal_values_out
+
+    argv = ["https://far.example/mcp", "--header", "Authorization: Bearer tok-1",
+            "--header=X-Key:  tok-2 ", "--header", "X-Ref: Bearer ${FAR_TOKEN}",
+            "--header", "X-Empty:"]
+    words, moved, names = keep_literal_values_out(argv, lambda position: f"V{position}")
+    assert words == ["https://far.example/mcp", "--header", "Authorization: ${V1}",
+                     "--header=X-Key: ${V2}", "--header", "X-Ref: Bearer ${FAR_TOKEN}",
+                     "--header", "X-Empty:"]
+    assert moved == {"V1": "Bearer tok-1", "V2": "tok-2"} and names == ["Authorization", "X-Key"]
+    parsed = parse_arguments(words, {**moved, "FAR_TOKEN": "tok-3",
+                                     "LNK_TOOL_SECRETS": "V1,V2,FAR_TOKEN"})
+    assert parsed.headers == (("Authorization", "Bearer tok-1"), ("X-Key", "tok-2"),
+                              ("X-Ref", "Bearer tok-3"), ("X-Empty", ""))

@@ -200,11 +200,24 @@ def test_an_old_definition_naming_a_variable_takes_it_out_of_every_sandbox(
     README's `${FAR_TOKEN}`), a harness that exports FAR_TOKEN: a sandbox whose spec names
     no tool at all lacks it, and the run says so; the tool itself is refused at its start
     (never filled from the session), with the fix."""
-    harness = {**sandbox_env, "FAR_TOKEN": HARNESS_TOKEN}
+    harness = {**sandbox_env, "FAR_TOKEN": HARNESS_TOKEN, "FAR_TOKEN2": "second"}
     plain_spec = write_spec("[files]\n")
-    result = run_sandbox(plain_spec, "sh", "-c", 'echo "HAS=${FAR_TOKEN:-none}"', env=harness)
-    assert result.stdout.strip() == "HAS=none", result
-    assert "FAR_TOKEN named by a tool's definition" in result.stderr, result.stderr
+    # Read from the definitions (no index: an older lnk-sandbox wrote none), then from the
+    # tools' index a tool add writes, and once the definition changed behind the index
+    # (now naming FAR_TOKEN2, not FAR_TOKEN): read from the definitions again.
+    for step, expected in (("no index", "A=none B=second"), ("index", "A=none B=second"),
+                           ("stale index", f"A={HARNESS_TOKEN} B=none")):
+        if step == "index":
+            assert _tool(sandbox_env, "add", "other", "--", "true").returncode == 0
+        if step == "stale index":
+            tool_setup_old.write_bytes(tool_setup_old.read_bytes().replace(
+                b"${FAR_TOKEN}", b"${FAR_TOKEN2}"))
+        result = run_sandbox(plain_spec, "sh", "-c",
+                             'echo "A=${FAR_TOKEN:-none} B=${FAR_TOKEN2:-none}"', env=harness)
+        assert result.stdout.strip() == expected, (step, result)
+        assert "named by a tool's definition" in result.stderr, (step, result)
+    tool_setup_old.write_bytes(tool_setup_old.read_bytes().replace(
+        b"${FAR_TOKEN2}", b"${FAR_TOKEN}"))
     folder, spec = client
     called = _call_far(run_sandbox, folder, spec, env=harness)
     assert "names ${FAR_TOKEN}, which is not one of its secrets: add it again with " \
