@@ -31,6 +31,11 @@ A secret's name never holds '.', so `<name>.rule` is no secret's name and no sec
 can be a rule's. This module keeps the rule's bytes only; `secret set --rule` parses them
 before anything is stored, and the proxy parses them again at each read.
 
+A tool's definition is kept here too (`<name>.tool`), its own secrets beside it
+(`<name>.tool-secrets`, so the definition never holds a token) and the tools' index
+(`tools.index`, the variables every definition names, for a sandbox's start): all written
+and read as a secret is, none a secret's name (each holds a '.').
+
 Sans-IO core: `name_problem` and `value_problem`. One error type: `SecretError`.
 """
 
