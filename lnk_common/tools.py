@@ -38,10 +38,9 @@ command's words, a secret's value or an --env value (any may be a token).
 
 from __future__ import annotations
 
+import json
 import os
 import re
-
-import orjson
 
 from lnk_common.secrets import (
     MAX_SECRET_BYTES,
@@ -111,6 +110,13 @@ _OLD_DEFINITION_KEYS = frozenset({"command", "allow", "ask"})
 
 class ToolError(Exception):
     """A tool cannot be named, defined, read or removed; one line."""
+
+
+def _dumps(document: object) -> bytes:
+    """JSON in ASCII. The standard library's, not orjson: a sandbox's start without a wire
+    has no site-packages on its path, and reads definitions when the tools' index does not
+    describe them (lnk_wrap.verb_env)."""
+    return json.dumps(document, separators=(",", ":")).encode("ascii")
 
 
 def _is_locale(name: str) -> bool:
@@ -265,8 +271,8 @@ def parse_tool(name: str, raw: bytes, *, owner_home: str) -> Tool:
     """A definition as kept; an old one ({"command", "allow", "ask"}) gets `owner_home`
     (the passwd entry's) for HOME and cwd, FALLBACK_PATH and C.UTF-8, and no secrets."""
     try:
-        document = orjson.loads(raw)
-    except orjson.JSONDecodeError:
+        document = json.loads(raw)
+    except ValueError:  # JSONDecodeError, and bytes that are not UTF-8
         raise ToolError(f"the tool {name}'s definition is not JSON") from None
     if not isinstance(document, dict) or set(document) not in (_DEFINITION_KEYS,
                                                                _OLD_DEFINITION_KEYS):
@@ -304,7 +310,7 @@ class ToolPlan:
         self.asked = asked
         self.moved = moved
         self.moved_headers = moved_headers
-        self.definition = orjson.dumps({
+        self.definition = _dumps({
             "command": list(tool.command), "allow": sorted(tool.allow), "ask": tool.ask,
             "cwd": tool.cwd, "home": tool.home, "environment": tool.environment,
             "secrets": list(tool.secrets)})
@@ -420,7 +426,7 @@ def add_tool(settings: str, plan: ToolPlan, secrets: Mapping[str, str]) -> None:
     secrets older than it (a secret it names that is missing refuses its start)."""
     try:
         write_tool_secrets_file(settings, plan.name,
-                                orjson.dumps(dict(secrets)) if secrets else None)
+                                _dumps(dict(secrets)) if secrets else None)
         write_tool_file(settings, plan.name, plan.definition)
     except SecretError as error:
         raise ToolError(str(error)) from None
@@ -467,8 +473,8 @@ def read_tool_secrets(settings: str, tool: Tool) -> dict[str, str]:
     except SecretError as error:
         raise ToolError(str(error)) from None
     try:
-        stored = orjson.loads(raw) if raw is not None else {}
-    except orjson.JSONDecodeError:
+        stored = json.loads(raw) if raw is not None else {}
+    except ValueError:
         raise ToolError(f"the secrets of the tool {tool.name} are not JSON: add the tool "
                         "again") from None
     if not isinstance(stored, dict):
