@@ -22,7 +22,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from lnk_common.tools import ToolError, check_secret_values, parse_tool, plan_tool
 from tests.conftest import (
     LNK_SANDBOX,
     SANDBOX_TIMEOUT_SECONDS,
@@ -32,6 +35,10 @@ from tests.conftest import (
     toml_list,
 )
 from tests.test_mcp_verb import INITIALIZE, PYTHON, RAW_CLIENT, write_messages
+
+settings.register_profile("fast", max_examples=300, deadline=None)
+settings.register_profile("deep", max_examples=20000, deadline=None)
+PROFILE = "deep" if os.environ.get("LNK_FUZZ") == "deep" else "fast"
 
 MCP_REMOTE = str(Path(LNK_SANDBOX).with_name("lnk-sandbox-mcp-remote"))
 TOKEN = "tok-7c1e9a44b0d2f3e8-far"  # noqa: S105 (a test's token)
@@ -294,8 +301,8 @@ def test_secrets_come_one_a_line_in_their_order_and_a_miscount_keeps_nothing(
     """`printf '%s\\n' "$A" "$B" | tool add … --secret A --secret B`: exactly as many
     lines as secrets, or nothing is kept (a value is never said)."""
     words = ["add", "two", "--secret", "ONE", "--secret", "TWO", "--", "true"]
-    for given in ("only-one-value\n", "a-value\nb-value\nc-value\n", "a-value\n\n"):
-        refused = _tool(sandbox_env, *words, stdin=given)
+    for typed in ("only-one-value\n", "a-value\nb-value\nc-value\n", "a-value\n\n"):
+        refused = _tool(sandbox_env, *words, stdin=typed)
         assert refused.returncode == 125 and "value" in refused.stderr, refused
         assert "-value" not in refused.stderr
         assert not (lnk_home / "sandbox" / "secrets").exists() or not list(
@@ -309,3 +316,56 @@ def test_secrets_come_one_a_line_in_their_order_and_a_miscount_keeps_nothing(
     assert "-value" not in json.dumps(listed)
     removed = _tool(sandbox_env, "remove", "two")
     assert removed.returncode == 0 and not list((lnk_home / "sandbox" / "secrets").iterdir())
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=12),
+                     lambda inner: st.lists(inner, max_size=4)
+                     | st.dictionaries(st.text(max_size=12), inner, max_size=4), max_leaves=12)
+_KEYS = ["command", "allow", "ask", "cwd", "home", "environment", "secrets"]
+
+
+@settings(settings.get_profile(PROFILE))
+@given(st.one_of(
+    st.binary(max_size=200),
+    st.dictionaries(st.sampled_from(_KEYS), _JSON, max_size=7).map(
+        lambda document: json.dumps(document).encode())))
+def test_a_definition_parses_or_raises_its_own_error(raw: bytes) -> None:
+    """Any bytes, and JSON objects of our keys with any values: a Tool whose every part
+    is checked (it can start), or ToolError; nothing else escapes."""
+    try:
+        tool = parse_tool("far", raw, owner_home="/home/p")
+    except ToolError:
+        return
+    assert tool.cwd.startswith("/") and tool.home.startswith("/") and tool.command
+    tool.process_environment(dict.fromkeys(tool.secrets, "v"))
+
+
+_WORD = st.text(st.characters(codec="utf-8", exclude_characters="\0"), max_size=20)
+
+
+@settings(settings.get_profile(PROFILE))
+@given(st.lists(_WORD, min_size=1, max_size=6), st.lists(_WORD, max_size=3),
+       st.lists(_WORD, max_size=3), st.booleans())
+def test_a_plan_is_whole_or_refused_and_a_refusal_never_repeats_a_value(
+        command: list[str], assignments: list[str], secrets: list[str], remote: bool) -> None:
+    """plan_tool on any words (as mcp-remote's command or not): a plan whose command names
+    no `${VAR}` outside its secrets and holds no moved header's value, or ToolError that
+    repeats neither an --env value nor a header's value."""
+    header_value = f"tok-{command[0]}"
+    if remote:
+        command = ["lnk-sandbox-mcp-remote", "https://far.example/mcp", "--header",
+                   f"X-Key: {header_value}", *command[1:]]
+    try:
+        plan = plan_tool("far", command, [], "each", environ={"PATH": "/usr/bin", "LANG": "C"},
+                         owner_home="/home/p", home=None, cwd=None, assignments=assignments,
+                         secrets=secrets)
+        check_secret_values(plan, [b"v"] * len(plan.asked))
+    except ToolError as error:
+        for assignment in assignments:
+            value = assignment.partition("=")[2]
+            assert len(value) < 4 or value not in str(error)
+        if remote:
+            assert header_value not in str(error) or len(header_value) < 8
+        return
+    for moved in plan.moved.values():
+        assert all(moved not in word for word in plan.tool.command)
