@@ -16,8 +16,8 @@ names one, --env for more, --cwd, else HOME), never the session's of the sandbox
 `sitecustomize.py` or a `node_modules` would run the guest's code as the person). Its
 secrets reach it in its environment only, never in argv; `${VAR}` in its command may name
 only one of them (mcp-remote fills those from its environment). Every variable a
-definition names is taken out of every sandbox's environment (tool_variables, used by
-lnk_wrap.verb_env).
+definition names for a token (its secrets, each `${VAR}`) is taken out of every sandbox's
+environment (tool_variables, used by lnk_wrap.verb_env).
 
 The definition (JSON): {"command": [ARG…], "allow": [TOOL…], "ask": "each" | "none",
 "cwd": DIR, "home": DIR, "environment": {NAME: VALUE}, "secrets": [VAR…]}. `allow`: MCP
@@ -96,13 +96,14 @@ MOVED_HEADER_PREFIX = "LNK_TOOL_HEADER_"
 _VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # `${VAR}` in a command's word, as mcp-remote (ours and npm's) fills it.
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-# What the tool's environment holds from its definition and nothing names with --env or
-# --secret: fixed at tool add (PATH, the locale) or from the home (HOME); and names every
-# program and sandbox needs, which a tool's variable would take out of every sandbox.
+# Names neither --env nor --secret may give: fixed at tool add (PATH, the locale), from the
+# home (HOME), or Link's (LNK_*).
 _FIXED_NAMES = frozenset({"PATH", "HOME", "LANG", "LANGUAGE"})
-_REFUSED_NAMES = _FIXED_NAMES | frozenset({"PWD", "OLDPWD", "TERM", "USER", "LOGNAME",
-                                           "SHELL", "TMPDIR"})
-_REFUSED_PREFIXES = ("LC_", "LNK_")
+_FIXED_PREFIXES = ("LC_", "LNK_")
+# And no secret may be a name every program and sandbox needs: a secret's name is taken out
+# of every sandbox's environment.
+_NEEDED_NAMES = frozenset({"PWD", "OLDPWD", "TERM", "USER", "LOGNAME", "SHELL", "TMPDIR",
+                           "DISPLAY", "WAYLAND_DISPLAY", "XDG_RUNTIME_DIR"})
 _DEFINITION_KEYS = frozenset({"command", "allow", "ask", "cwd", "home", "environment",
                               "secrets"})
 _OLD_DEFINITION_KEYS = frozenset({"command", "allow", "ask"})
@@ -143,11 +144,12 @@ class Tool:
         return self.ask == "each" and tool not in self.allow
 
     def variables(self) -> frozenset[str]:
-        """Every variable the definition names: its secrets, its --env names and each
-        `${VAR}` of its command (an old definition's token came that way)."""
-        given = {name for name in self.environment if name != "PATH" and not _is_locale(name)}
+        """Every variable the definition names for a token: its secrets and each `${VAR}`
+        of its command (an old definition's token came that way). Not its --env names: an
+        --env value is no secret (it is in the definition and in tool add's argv), and a
+        tool's DISPLAY or SSL_CERT_FILE must not leave every sandbox's environment."""
         referenced = {match for word in self.command for match in _REFERENCE.findall(word)}
-        return frozenset({*self.secrets, *given, *referenced})
+        return frozenset({*self.secrets, *referenced})
 
     def process_environment(self, values: Mapping[str, str]) -> dict[str, str]:
         """The tool process's whole environment: the definition's, HOME, and its secrets
@@ -189,10 +191,12 @@ def _variable_problem(name: object, option: str) -> str | None:
             or _VARIABLE_NAME.match(name) is None:
         return (f"{option} takes a variable's name: 1 to {MAX_VARIABLE_NAME} letters, digits "
                 "and '_', not starting with a digit (what was given is not repeated here)")
-    if name in _REFUSED_NAMES or name.startswith(_REFUSED_PREFIXES):
-        return (f"{option} {name} is refused: PATH, HOME and the locale are fixed at tool add, "
-                "LNK_ names are Link's, and a tool's variables are taken out of every "
-                "sandbox's environment, so none of TERM, USER, LOGNAME, SHELL, TMPDIR, PWD")
+    if name in _FIXED_NAMES or name.startswith(_FIXED_PREFIXES):
+        return (f"{option} {name} is refused: PATH, HOME and the locale are fixed at tool add "
+                "(PATH and the locale as they are then; --home), and LNK_ names are Link's")
+    if option == "--secret" and name in _NEEDED_NAMES:
+        return (f"--secret {name} is refused: a secret's name is taken out of every "
+                f"sandbox's environment, and every program needs {name}")
     return None
 
 

@@ -65,7 +65,7 @@ Verbs:
           terminal, else one line each, in the order given) and given to the tool in
           its environment; `${VAR}` in COMMAND may name only those. For
           lnk-sandbox-mcp-remote, its URL is checked at once, and a literal header
-          value is kept as a secret, out of its command. Every variable a tool names
+          value is kept as a secret, out of its command. Every secret a tool names
           is taken out of every sandbox's environment. `list` shows the names (--json:
           with what each allows and its secrets' names), `remove` deletes one.
   guest   Guests over SSH: a person with a key of their own works only in a sandbox of

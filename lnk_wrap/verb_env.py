@@ -131,10 +131,11 @@ TOOL_VARIABLE_NOTE = ("{names} named by a tool's definition (lnk-sandbox tool li
 
 def without_tool_variables(env: Mapping[str, str], settings: str
                            ) -> tuple[dict[str, str], list[str]]:
-    """`env` without every variable any tool's definition names (lnk_common.tools: its
-    secrets, --env names, `${VAR}`s), for every sandbox, whether its spec names a tool or
-    not (a harness exported FAR_TOKEN for one tool: no sandbox holds it); and the line to
-    say when the caller's environment held one (its names, never a value). VerbEnvError
+    """`env` without every variable any tool's definition names for a token
+    (lnk_common.tools: its secrets, the `${VAR}`s of its command), for every sandbox,
+    whether its spec names a tool or not (a harness exported FAR_TOKEN for one tool: no
+    sandbox holds it); and the line to say when the caller's environment held one (its
+    names, never a value). VerbEnvError
     when a definition cannot be read: its variables would be unknown."""
     named = _indexed_tool_variables(settings)
     if named is None:
