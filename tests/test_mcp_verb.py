@@ -437,3 +437,36 @@ def test_a_method_the_verb_does_not_know_never_reaches_the_tool(
     assert log.count(f"refused\tmcp:demo\treason={reason}") + folded == \
         len(NOT_MCP_METHODS) + 1, log
     assert "Tools/Call" not in log and "tasks/get" not in log
+
+
+def test_an_old_definition_starts_with_safe_defaults_never_the_sessions(
+    tool_setup: tuple[Path, Path], sandbox_env: dict[str, str], run_sandbox: RunSandbox,
+    lnk_home: Path, tmp_path: Path,
+) -> None:
+    """A definition kept before cwd, HOME and the environment were (`{"command", "allow",
+    "ask"}`) is still read, and its tool starts in the passwd entry's home with HOME
+    there, the fallback PATH and C.UTF-8: not the session's HOME, cwd or variables."""
+    folder, spec = tool_setup
+    (folder / "record_tool.py").write_text(RECORD_TOOL)
+    record = folder / "record.jsonl"
+    secrets = lnk_home / "sandbox" / "secrets"
+    secrets.mkdir(parents=True, mode=0o700)
+    (lnk_home / "sandbox").chmod(0o700)
+    secrets.chmod(0o700)
+    fd = os.open(secrets / "demo.tool", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, json.dumps({"command": [PYTHON, str(folder / "record_tool.py"), str(record)],
+                             "allow": [], "ask": "none"}).encode())
+    os.close(fd)
+    messages = write_messages(folder / "messages.jsonl", [INITIALIZE])
+    (folder / "raw.py").write_text(RAW_CLIENT)
+    session = tmp_path / "session"
+    session.mkdir()
+    run_sandbox(spec, PYTHON, str(folder / "raw.py"), "demo", str(messages), cwd=session,
+                env={**sandbox_env, "HOME": str(session), "SESSION_MARK": "from-the-session"})
+    start = next(value for kind, value in recorded(record) if kind == "start")
+    assert isinstance(start, dict)
+    environ = start["environ"]
+    assert os.path.realpath(start["cwd"]) == os.path.realpath(_owner_home()), start
+    assert (environ["HOME"], environ["PATH"], environ["LANG"]) == (
+        _owner_home(), "/usr/local/bin:/usr/bin:/bin", "C.UTF-8"), start
+    assert "from-the-session" not in json.dumps(start)
