@@ -31,6 +31,11 @@ A secret's name never holds '.', so `<name>.rule` is no secret's name and no sec
 can be a rule's. This module keeps the rule's bytes only; `secret set --rule` parses them
 before anything is stored, and the proxy parses them again at each read.
 
+A tool's definition is kept here too (`<name>.tool`), its own secrets beside it
+(`<name>.tool-secrets`, so the definition never holds a token) and the tools' index
+(`tools.index`, the variables every definition names, for a sandbox's start): all written
+and read as a secret is, none a secret's name (each holds a '.').
+
 Sans-IO core: `name_problem` and `value_problem`. One error type: `SecretError`.
 """
 
@@ -436,24 +441,109 @@ def write_tool_file(settings_root: str, name: str, definition: bytes) -> None:
     _write_file(settings_root, name + TOOL_SUFFIX, definition, f"the tool {name}")
 
 
+# A tool's own secrets (`tool add NAME --secret VAR`, and the literal header values it keeps
+# out of mcp-remote's argv): one file beside the definition, `<name>.tool-secrets`, so the
+# definition itself never holds a token. A handful of values, each at most a secret's size.
+TOOL_SECRETS_SUFFIX = ".tool-secrets"
+MAX_TOOL_SECRETS_FILE_BYTES = 16 * MAX_SECRET_BYTES
+
+
+def read_tool_secrets_file(settings_root: str, name: str) -> bytes | None:
+    """The bytes of the tool `name`'s secrets, read as strictly as a secret; None when it
+    has none stored."""
+    _checked_name(name)
+    missing = f"no secrets stored for the tool {name}"
+    try:
+        value = _read_file(settings_root, name + TOOL_SECRETS_SUFFIX,
+                           f"the secrets of the tool {name}", MAX_TOOL_SECRETS_FILE_BYTES,
+                           missing=missing)
+    except SecretError as error:
+        if str(error) == missing:
+            return None
+        raise
+    if len(value) > MAX_TOOL_SECRETS_FILE_BYTES:
+        raise SecretError(f"the secrets of the tool {name} are over "
+                          f"{MAX_TOOL_SECRETS_FILE_BYTES} bytes")
+    return value
+
+
+def write_tool_secrets_file(settings_root: str, name: str, secrets: bytes | None) -> None:
+    """Keep `secrets` as the tool `name`'s (written as a secret is), or with None remove
+    what was kept (a tool added again without secrets keeps none of its old ones)."""
+    _checked_name(name)
+    if secrets is None:
+        _remove_files(settings_root, name, (name + TOOL_SECRETS_SUFFIX,))
+        return
+    if len(secrets) > MAX_TOOL_SECRETS_FILE_BYTES:
+        raise SecretError(f"the secrets of the tool {name} are over "
+                          f"{MAX_TOOL_SECRETS_FILE_BYTES} bytes")
+    _write_file(settings_root, name + TOOL_SECRETS_SUFFIX, secrets,
+                f"the secrets of the tool {name}")
+
+
+# What every tool's definition names, for a sandbox's start to read with `os` alone
+# (lnk_wrap.verb_env): `name TAB inode TAB mtime_ns TAB size TAB VAR,VAR…` a line, one a
+# definition, as lnk_common.tools wrote it. Not a secret's name (it holds a '.'), nor a
+# tool's (no `.tool` suffix).
+TOOLS_INDEX = "tools.index"
+
+
+def tool_file_identity(settings_root: str, name: str) -> tuple[int, int, int] | None:
+    """(inode, mtime_ns, size) of the tool `name`'s definition, never through a link; None
+    when it is not a regular file there."""
+    _checked_name(name)
+    folder = _secrets_folder(settings_root, make=False)
+    if folder is None:
+        return None
+    try:
+        info = os.stat(name + TOOL_SUFFIX, dir_fd=folder, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    finally:
+        os.close(folder)
+    return (info.st_ino, info.st_mtime_ns, info.st_size) if stat.S_ISREG(info.st_mode) else None
+
+
+def write_tools_index(settings_root: str, index: bytes | None) -> None:
+    """Keep the tools' index (written as a secret is), or with None remove it (a start
+    then reads every definition)."""
+    if index is None:
+        _remove_files(settings_root, "index", (TOOLS_INDEX,))
+        return
+    _write_file(settings_root, TOOLS_INDEX, index, "the tools' index")
+
+
 def tool_names(settings_root: str) -> list[str]:
     """The names of the tools defined, sorted (regular files `<name>.tool`)."""
     return _names_with(settings_root, TOOL_SUFFIX, beside_a_secret=False)
 
 
 def remove_tool_file(settings_root: str, name: str) -> bool:
+    """Remove the tool `name`'s definition and its secrets; False when there was no
+    definition. The definition goes first: a definition left without its secrets is
+    refused at its start, never run with less than it names."""
     _checked_name(name)
+    return _remove_files(settings_root, name, (name + TOOL_SUFFIX, name + TOOL_SECRETS_SUFFIX))
+
+
+def _remove_files(settings_root: str, name: str, filenames: tuple[str, ...]) -> bool:
+    """Unlink each of `filenames` in the secrets folder (never following a link); whether
+    the first was there."""
     folder = _secrets_folder(settings_root, make=False)
     if folder is None:
         return False
+    found = False
     try:
-        try:
-            os.unlink(name + TOOL_SUFFIX, dir_fd=folder)
-        except FileNotFoundError:
-            return False
-        except OSError as error:
-            raise SecretError(f"the tool {name} cannot be removed: {error.strerror}") from None
+        for index, filename in enumerate(filenames):
+            try:
+                os.unlink(filename, dir_fd=folder)
+            except FileNotFoundError:
+                continue
+            except OSError as error:
+                raise SecretError(f"the tool {name} cannot be removed: "
+                                  f"{error.strerror}") from None
+            found = found or index == 0
         os.fsync(folder)
-        return True
+        return found
     finally:
         os.close(folder)

@@ -5,7 +5,13 @@
 Trust: the argv is the person's (a tool's definition in Link's settings), but a header's
 value is a secret, so no error here ever repeats a value, nor an argument that may be
 one (a `--header` without a colon is named by its position only). The environment is
-passed in explicitly (`${VAR}` in a value is filled from it).
+passed in explicitly. `${VAR}` in a value is filled from it only for a VAR it names in
+LNK_TOOL_SECRETS, the tool's own secrets the proxy gives it (lnk_common.tools): never
+another variable, whatever the environment holds. `lnk-sandbox tool add` runs this same
+check on a definition's command before keeping it (the URL's rule at once, not at a
+first call), and moves each literal value into the tool's secrets
+(keep_literal_values_out), so no value of a header sits in argv, which every process of
+the same user reads in /proc.
 
 Order: the URL first (https, or http to this machine's loopback only: a token must
 never cross the network in the clear), then each header (its name, its value's bytes,
@@ -16,7 +22,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -24,9 +30,11 @@ __all__ = [
     "MAX_HEADERS",
     "MAX_HEADER_VALUE_BYTES",
     "MAX_URL_BYTES",
+    "TOOL_SECRETS_VARIABLE",
     "ArgumentError",
     "Arguments",
     "Target",
+    "keep_literal_values_out",
     "parse_arguments",
     "parse_header",
     "parse_target",
@@ -59,6 +67,9 @@ _RESERVED_NAMES = frozenset({
 })
 _RESERVED_PREFIXES = ("mcp-param-",)
 _LOOPBACK_NAME = "localhost"
+# The names (comma-separated) of the variables that hold the tool's own secrets, set by the
+# proxy when it starts the tool (lnk_common.tools): the only ones `${VAR}` may name.
+TOOL_SECRETS_VARIABLE = "LNK_TOOL_SECRETS"
 
 
 class ArgumentError(Exception):
@@ -148,9 +159,16 @@ def parse_target(url: str) -> Target:
                   connect_host=connect_host, host_header=host_header)
 
 
+def tool_secret_names(environment: Mapping[str, str]) -> frozenset[str]:
+    """The variables `${VAR}` may name: those TOOL_SECRETS_VARIABLE lists."""
+    return frozenset(name for name in environment.get(TOOL_SECRETS_VARIABLE, "").split(",")
+                     if name)
+
+
 def parse_header(argument: str, position: int, environment: Mapping[str, str]) -> tuple[str, str]:
     """One `--header "Name: value"` (position counts from 1, for errors that must not
-    repeat the argument), `${VAR}` filled from `environment`."""
+    repeat the argument), `${VAR}` filled from `environment` for a VAR among the tool's
+    secrets only."""
     where = f"--header #{position}"
     if any(c in argument for c in "\r\n\0"):
         raise ArgumentError(f"{where}: a CR, LF or NUL is refused")
@@ -163,8 +181,14 @@ def parse_header(argument: str, position: int, environment: Mapping[str, str]) -
     if name.lower() in _RESERVED_NAMES or name.lower().startswith(_RESERVED_PREFIXES):
         raise ArgumentError(f"{where}: {name} is set by lnk-sandbox-mcp-remote itself")
 
+    secrets = tool_secret_names(environment)
+
     def fill(match: re.Match[str]) -> str:
         variable = match.group(1)
+        if variable not in secrets:
+            raise ArgumentError(f"{where} ({name}): ${{{variable}}} is not one of the tool's "
+                                f"secrets (lnk-sandbox tool add NAME --secret {variable}); "
+                                "no other variable is filled")
         if variable not in environment:
             # Refused, not emptied: an empty token would only fail later, far away.
             raise ArgumentError(f"{where} ({name}): ${{{variable}}} is not in the environment")
@@ -218,3 +242,40 @@ def parse_arguments(argv: list[str], environment: Mapping[str, str]) -> Argument
         seen.add(name.lower())
         headers.append((name, value))
     return Arguments(target=target, headers=tuple(headers))
+
+
+def _header_words(argv: list[str]) -> list[tuple[int, str, str]]:
+    """(the index in argv of each `--header`'s word, what comes before its text in that
+    word, its text), in order, as parse_arguments reads them."""
+    found: list[tuple[int, str, str]] = []
+    index = 0
+    while index < len(argv):
+        if argv[index] == "--header" and index + 1 < len(argv):
+            found.append((index + 1, "", argv[index + 1]))
+            index += 2
+            continue
+        if argv[index].startswith("--header="):
+            found.append((index, "--header=", argv[index].removeprefix("--header=")))
+        index += 1
+    return found
+
+
+def keep_literal_values_out(argv: list[str], variable_for: Callable[[int], str]
+                            ) -> tuple[list[str], dict[str, str], list[str]]:
+    """argv (one parse_arguments took) with each header whose value names no `${VAR}`
+    written as `Name: ${V}`, V = variable_for(its position); the values so taken out, by
+    V; and the names of those headers. A value that names a `${VAR}` is left as the person
+    wrote it: they chose which part is the secret."""
+    words = list(argv)
+    moved: dict[str, str] = {}
+    names: list[str] = []
+    for position, (index, prefix, text) in enumerate(_header_words(argv), start=1):
+        name, _colon, value = text.partition(":")
+        value = value.strip(" \t")
+        if not value or _VARIABLE.search(value):
+            continue
+        variable = variable_for(position)
+        moved[variable] = value
+        names.append(name.strip())
+        words[index] = f"{prefix}{name.strip()}: ${{{variable}}}"
+    return words, moved, names

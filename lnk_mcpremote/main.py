@@ -4,13 +4,14 @@ over Streamable HTTP (both the 2025-11-25 revision with sessions and the statele
 
     lnk-sandbox-mcp-remote URL [--header "Name: value"]…
 
-It is a tool's command (`lnk-sandbox tool add far -- lnk-sandbox-mcp-remote URL --header
-"Authorization: Bearer ${FAR_TOKEN}"`), run outside any sandbox, straight to the network:
-it is the person's tool. `https://` (TLS verified against the system's CAs,
+It is a tool's command (`lnk-sandbox tool add far --secret FAR_TOKEN -- lnk-sandbox-mcp-remote
+URL --header 'Authorization: Bearer ${FAR_TOKEN}'`), run outside any sandbox, straight to
+the network: it is the person's tool. `https://` (TLS verified against the system's CAs,
 SSL_CERT_FILE honoured), or `http://` to this machine's loopback only; anything else is
-refused before a connection is made, one line on stderr, exit 2. `${VAR}` in a header's
-value is filled from the environment, so a token can stay out of argv (where the same
-user sees it in /proc).
+refused before a connection is made, one line on stderr, exit 2 (and `tool add` refuses
+such a definition at once). `${VAR}` in a header's value is filled from the environment
+for a VAR that LNK_TOOL_SECRETS names (the tool's own secrets, which the proxy gives it in
+the environment), so a token stays out of argv (where the same user sees it in /proc).
 """
 
 from __future__ import annotations

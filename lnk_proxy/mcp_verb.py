@@ -4,7 +4,10 @@ HTTP.
 
 The proxy is the tool process's one client: it starts the command on first use (outside,
 as the person, one process per sandbox and tool, its stderr to a bounded log in Link's
-settings: lnk_common.boundedlog), initializes it itself (protocol 2025-11-25), and relays
+settings: lnk_common.boundedlog) with exactly the environment, HOME and cwd its
+definition names and its own secrets (lnk_common.tools), never the proxy's or the
+session's (a guest's HOME and cwd are a folder the guest writes), initializes it itself
+(protocol 2025-11-25), and relays
 each JSON-RPC request of the program to it under ids of its own, answering with the tool's
 response under the program's id, as `application/json` (Streamable HTTP lets a server
 answer a POST with JSON instead of a stream). The program's `initialize` is answered from
@@ -14,6 +17,12 @@ relay), with an `Mcp-Session-Id`; a request carrying a session id that is not ou
 revision sends none). Notifications from the program are taken (202) and not relayed;
 requests from the tool to the program (sampling, elicitation, roots) are answered with an
 error: nothing in the sandbox is asked to act for a tool.
+
+The program's methods are an allow-list (PROGRAM_REQUESTS, PROGRAM_NOTIFICATIONS: those of
+the revisions relayed, spelt exactly as MCP spells them); any other (`Tools/Call`,
+`tools/call `, `tasks/get`, …) is refused with a JSON-RPC error and never reaches the tool,
+whose server might take a spelling the verb does not know as a call it would have asked of
+the person.
 
 Every `tools/call` asks the person first (lnk_ask), unless the tool's definition allows the
 MCP tool by name (`--allow`) or says `--ask none`; a refusal, an error or silence is a
@@ -39,8 +48,9 @@ import orjson
 from lnk_common.refusal import StatusError
 from lnk_common.tools import Tool
 
-__all__ = ["MAX_MESSAGE_BYTES", "RELAYED_VERSIONS", "McpError", "ToolProcess", "parse_message",
-           "plain", "tool_environment"]
+__all__ = ["MAX_MESSAGE_BYTES", "PROGRAM_NOTIFICATIONS", "PROGRAM_REQUESTS", "RELAYED_VERSIONS",
+           "McpError", "ToolProcess", "method_refusal", "parse_message", "plain",
+           "tool_environment"]
 
 # One JSON-RPC message from the program, or one line from the tool: a tool's result with
 # a screenshot or a file is a few MiB; more is refused (the program) or ends the tool
@@ -57,6 +67,35 @@ RELAYED_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 OUR_VERSION = "2025-11-25"
 # A question shown to the person: bounded (lnk_ask escapes and bounds it again).
 MAX_SHOWN_ARGUMENTS = 2000
+
+
+# The program's requests the verb takes, by MCP's exact spelling (methods are
+# case-sensitive strings), and what it does with each: those of the client's requests of
+# 2024-11-05 to 2025-11-25 (the revisions relayed: the mcp SDK's CLIENT_REQUESTS), and
+# 2026-07-28's probe. Not here, so refused: tasks/* (2025-11-25's experimental tasks, which
+# the SDK leaves out too), subscriptions/listen (2026-07-28's; the tool speaks
+# 2025-11-25), and every other spelling.
+PROGRAM_REQUESTS: dict[str, str] = {
+    "initialize": "answered",        # from the tool's own InitializeResult
+    "ping": "answered",
+    "server/discover": "answered",   # "no such method": the client then initializes
+    "tools/call": "asked",           # of the person, unless allowed (lnk_common.tools)
+    "tools/list": "relayed",
+    "resources/list": "relayed",
+    "resources/read": "relayed",
+    "resources/templates/list": "relayed",
+    "resources/subscribe": "relayed",
+    "resources/unsubscribe": "relayed",
+    "prompts/list": "relayed",
+    "prompts/get": "relayed",
+    "completion/complete": "relayed",
+    "logging/setLevel": "relayed",
+}
+# The program's notifications the verb takes (202) and does not relay: the client's
+# notifications of the revisions relayed.
+PROGRAM_NOTIFICATIONS = frozenset({"notifications/initialized", "notifications/cancelled",
+                                   "notifications/progress", "notifications/roots/list_changed"})
+METHOD_NOT_RELAYED = -32601
 
 
 class McpError(StatusError):
@@ -85,6 +124,20 @@ def parse_message(raw: bytes) -> dict[str, Any]:
     return message
 
 
+def method_refusal(message: dict[str, Any]) -> dict[str, Any] | None:
+    """The JSON-RPC error for a message whose method the verb does not take (a request
+    not in PROGRAM_REQUESTS, a notification not in PROGRAM_NOTIFICATIONS), or None. The
+    method is not repeated: it is the program's text."""
+    method = message["method"]
+    known = method in PROGRAM_REQUESTS if "id" in message else method in PROGRAM_NOTIFICATIONS
+    if known:
+        return None
+    return _error(message.get("id"), METHOD_NOT_RELAYED,
+                  "refused: not a method the MCP verb relays (MCP's "
+                  + ("requests" if "id" in message else "notifications")
+                  + " of 2024-11-05 to 2025-11-25, spelt exactly); not sent to the tool")
+
+
 def plain(value: Any, limit: int = MAX_SHOWN_ARGUMENTS) -> str:
     """`value` as JSON in printable ASCII (non-ASCII escaped), cut at `limit`."""
     text = orjson.dumps(value).decode("utf-8")
@@ -94,14 +147,15 @@ def plain(value: Any, limit: int = MAX_SHOWN_ARGUMENTS) -> str:
     return shown if len(shown) <= limit else shown[:limit] + f"… ({len(shown)} characters)"
 
 
-# What the proxy was given for the sandbox (its placeholders, its URL secret): the tool is
-# the person's program, not the sandbox's proxy, and is given none of it.
+# What the proxy was given for the sandbox (its placeholders, its URL secret): an opener
+# is the person's program, not the sandbox's proxy, and is given none of it.
 _PROXY_ONLY = ("LNK_PLACEHOLDER", "LNK_SECRET_PLACEHOLDERS", "LNK_URL_SECRET")
 
 
 def tool_environment(environ: Any) -> dict[str, str]:
-    """The tool's environment: the person's (the proxy's own, as the harness gave it),
-    without what the proxy holds for the sandbox."""
+    """An opener's environment (the open verb's): the proxy's own, without what the
+    proxy holds for the sandbox. Never a tool's: a tool's is its definition's alone
+    (lnk_common.tools.Tool.process_environment)."""
     return {name: value for name, value in environ.items() if name not in _PROXY_ONLY}
 
 
@@ -115,9 +169,10 @@ Asker = Callable[[str, str], Awaitable[tuple[bool, str]]]
 class ToolProcess:
     """One tool's process for this sandbox, and the proxy's client session with it."""
 
-    def __init__(self, tool: Tool, log_path: str) -> None:
+    def __init__(self, tool: Tool, log_path: str, settings: str) -> None:
         self.tool = tool
         self.log_path = log_path
+        self.settings = settings
         self.process: asyncio.subprocess.Process | None = None
         self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self.next_id = 0
@@ -142,13 +197,22 @@ class ToolProcess:
             await self._start()
 
     async def _start(self) -> None:
+        from lnk_common.tools import ToolError, read_tool_secrets
+
         self.close()
+        # The definition's environment, HOME and cwd, and its secrets read now: nothing of
+        # the proxy's environment, which is the session's (a guest's, in a guest's session).
+        try:
+            environment = self.tool.process_environment(
+                read_tool_secrets(self.settings, self.tool))
+        except ToolError as error:
+            raise McpError(502, f"the tool {self.tool.name} is not started: {error}") from None
         try:
             self.process = await asyncio.create_subprocess_exec(
                 *self.tool.command, stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                limit=MAX_MESSAGE_BYTES, cwd=os.environ.get("HOME") or "/",
-                start_new_session=True, env=tool_environment(os.environ))
+                limit=MAX_MESSAGE_BYTES, cwd=self.tool.cwd,
+                start_new_session=True, env=environment)
         except OSError as error:
             raise McpError(502, f"the tool {self.tool.name} could not be started "
                                 f"({error.strerror})") from None

@@ -1210,7 +1210,7 @@ class Proxy(Wire):
         """`/_link/s/<secret>/mcp/<name>`: one JSON-RPC message of MCP's Streamable HTTP
         to the tool's process (lnk_proxy.mcp_verb), answered as JSON. Logged `mcp:<name>`,
         never a method's arguments."""
-        from lnk_proxy.mcp_verb import McpError, parse_message
+        from lnk_proxy.mcp_verb import McpError, method_refusal, parse_message
 
         name = after[1:] if after.startswith("/") else ""
         tool = self.tools.get(name)
@@ -1237,6 +1237,19 @@ class Proxy(Wire):
         except Refused as refusal:
             await self._refuse_verb(reader, writer, authority, refusal)
             return False, b""
+        import orjson
+
+        unknown = method_refusal(message)
+        if unknown is not None:
+            # Not MCP's spelling of a method the verb takes (`Tools/Call`, `tools/call `):
+            # never to the tool, which might take it for a call it would have asked about.
+            # A JSON-RPC error (with no id, at 400, for a notification: Streamable HTTP's).
+            not_relayed = Refused(400, "a method the MCP verb does not relay")
+            self.log.write("refused", authority, f"reason={not_relayed.logged}")
+            self.count_refusal(authority, not_relayed)
+            return await _respond(client, writer, 200 if "id" in message else 400,
+                                  [(b"content-type", b"application/json")],
+                                  orjson.dumps(unknown))
         call = next(self.ids)
         self.log.write("allowed", authority, f"id={call} kind=mcp")
         started = time.monotonic()
@@ -1261,8 +1274,6 @@ class Proxy(Wire):
         headers = [(b"content-type", b"application/json")]
         if session is not None:
             headers.append((b"mcp-session-id", session.encode("ascii")))
-        import orjson
-
         return await _respond(client, writer, 200, headers, orjson.dumps(response))
 
     def _tool(self, tool: Tool) -> ToolProcess:
@@ -1275,7 +1286,8 @@ class Proxy(Wire):
             # newest part when a process starts): a run's own would pile up a file a run.
             log = os.path.join(self.settings or "/nonexistent", "sandbox", "tools",
                                f"{tool.name}.log")
-            process = self.tool_processes[tool.name] = ToolProcess(tool, log)
+            process = self.tool_processes[tool.name] = ToolProcess(
+                tool, log, self.settings or "/nonexistent")
         return process
 
     def close_tools(self) -> None:

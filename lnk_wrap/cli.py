@@ -14,7 +14,8 @@ Usage:
   lnk-sandbox secret set NAME [--rule=FILE]
   lnk-sandbox secret list [--json]
   lnk-sandbox secret remove NAME
-  lnk-sandbox tool add NAME [--allow=TOOL]... [--ask=MODE] [--] COMMAND...
+  lnk-sandbox tool add NAME [--allow=TOOL]... [--ask=MODE] [--secret=VAR]...
+                       [--env=NAME_VALUE]... [--home=DIR] [--cwd=DIR] [--] COMMAND...
   lnk-sandbox tool list [--json]
   lnk-sandbox tool remove NAME
   lnk-sandbox guest add NAME --spec=FILE --key=PUBKEY_FILE
@@ -56,9 +57,17 @@ Verbs:
   tool    Tools that run outside: stdio MCP servers a spec may name ([verbs] tools),
           reached from inside through the MCP verb and started, outside, on first
           use. `add` defines NAME as COMMAND (kept in Link's settings, hidden in every
-          sandbox: a token in it never reaches one); every tools/call asks you first
-          unless the MCP tool is named by --allow, or --ask none; `list` shows the
-          names (--json: with what each allows), `remove` deletes one.
+          sandbox); every tools/call asks you first unless the MCP tool is named
+          by --allow, or --ask none. The tool runs with the environment fixed at `add`:
+          PATH and the locale as they are then, HOME your passwd entry's (or --home),
+          its cwd its HOME (or --cwd), and NAME=VALUE for each --env; never a
+          session's. Each --secret VAR is read from standard input (a prompt each on a
+          terminal, else one line each, in the order given) and given to the tool in
+          its environment; `${VAR}` in COMMAND may name only those. For
+          lnk-sandbox-mcp-remote, its URL is checked at once, and a literal header
+          value is kept as a secret, out of its command. Every secret a tool names
+          is taken out of every sandbox's environment. `list` shows the names (--json:
+          with what each allows and its secrets' names), `remove` deletes one.
   guest   Guests over SSH: a person with a key of their own works only in a sandbox of
           their own, as you. `add` reads the spec FILE as run does, shows what it opens,
           asks you, keeps it (guests.toml in Link's settings, every path absolute) and
@@ -90,6 +99,10 @@ Options:
   --rule=FILE   The rule kept with a secret (secret set): where it may go, and how.
   --allow=TOOL  An MCP tool of the tool that runs without asking (tool add; repeat it).
   --ask=MODE    each (the default: every other tools/call asks you) or none (tool add).
+  --secret=VAR  A secret of the tool (tool add; repeat it): its value on standard input.
+  --env=NAME_VALUE  NAME=VALUE in the tool's environment (tool add; repeat it; not a secret).
+  --home=DIR    The tool's HOME (tool add); default: yours, from the passwd entry.
+  --cwd=DIR     The tool's working folder (tool add); default: its HOME.
   --key=PUBKEY_FILE  The guest's public key (guest add): one line, TYPE BASE64 [COMMENT].
   --settings=DIR  Link's settings folder (enter: sshd's environment is not yours).
 
@@ -162,6 +175,7 @@ _RUN_DEFAULTS: dict[str, object] = {
     "stop": False, "on-stop": False, "paused": False, "resume": False,
     "secret": False, "set": False, "list": False, "remove": False, "NAME": None,
     "--rule": None, "tool": False, "add": False, "--allow": [], "--ask": None,
+    "--secret": [], "--env": [], "--home": None, "--cwd": None,
     "asks": False, "answer": False, "ID": None, "ANSWER": None,
     "guest": False, "enter": False, "--key": None, "--settings": None,
     "--spec": None, "--wire": None, "--json": False, "--follow": False, "--clear": False,

@@ -422,7 +422,16 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
         for note in notes:
             _say(note)
     # Never the placeholder's variable in the sandbox, whatever the caller's environment
-    # held: the program's is its SDK's key variable.
+    # held: the program's is its SDK's key variable. Nor any variable a tool's definition
+    # names (its token's: lnk_wrap.verb_env), said when the caller's environment held one.
+    from lnk_wrap.verb_env import VerbEnvError, without_tool_variables
+
+    try:
+        env, notes = without_tool_variables(env, policy.settings)
+    except VerbEnvError as error:
+        raise LaunchError(str(error)) from None
+    for note in notes:
+        _say(note)
     env = {name: value for name, value in env.items() if name != PLACEHOLDER_VARIABLE}
     proxy_given: dict[str, str] = {PLACEHOLDER_VARIABLE: placeholder} if placeholder else {}
     if policy.secrets or policy.has_url_secret():

@@ -29,8 +29,9 @@ if TYPE_CHECKING:
 
     from lnk_common.policy import Policy
 
-__all__ = ["URL_SECRET_FILE", "VerbEnvError", "check_tools", "is_url_secret",
-           "sandbox_environment", "secret_placeholders", "url_secret_for"]
+__all__ = ["TOOL_VARIABLE_NOTE", "URL_SECRET_FILE", "VerbEnvError", "check_tools",
+           "is_url_secret", "sandbox_environment", "secret_placeholders", "url_secret_for",
+           "without_tool_variables"]
 
 URL_SECRET_FILE = "url-secret"  # noqa: S105  (a file's name)
 # 32 random bytes, hex: no guessing, and nothing a URL or a shell reads specially.
@@ -121,6 +122,92 @@ def check_tools(policy: Policy) -> None:
             read_tool(policy.settings, name)
         except ToolError as error:
             raise VerbEnvError(f"[verbs] tools names {name}: {error}") from None
+
+
+TOOL_VARIABLE_NOTE = ("{names} named by a tool's definition (lnk-sandbox tool list): taken "
+                      "out of the sandbox's environment; the tool gets its own from Link's "
+                      "settings (tool add --secret)")
+
+
+def without_tool_variables(env: Mapping[str, str], settings: str
+                           ) -> tuple[dict[str, str], list[str]]:
+    """`env` without every variable any tool's definition names for a token
+    (lnk_common.tools: its secrets, the `${VAR}`s of its command), for every sandbox,
+    whether its spec names a tool or not (a harness exported FAR_TOKEN for one tool: no
+    sandbox holds it); and the line to say when the caller's environment held one (its
+    names, never a value). VerbEnvError
+    when a definition cannot be read: its variables would be unknown."""
+    named = _indexed_tool_variables(settings)
+    if named is None:
+        # The index does not describe the definitions there (one kept by an older
+        # lnk-sandbox, a write that did not finish): read them all, strictly (orjson, re:
+        # ~16 ms a start, paid until `tool add` or `tool remove` writes the index again).
+        from lnk_common.tools import ToolError, tool_variables
+
+        try:
+            named = tool_variables(settings)
+        except ToolError as error:
+            raise VerbEnvError(f"{error}: the variables it names cannot be kept out of the "
+                               "sandbox; remove the tool or add it again") from None
+    held = sorted(name for name in env if name in named)
+    result = {name: value for name, value in env.items() if name not in named}
+    return result, [TOOL_VARIABLE_NOTE.format(names=", ".join(held))] if held else []
+
+
+# The tools' index is a line a tool; a machine has tens of tools at most.
+MAX_TOOLS_INDEX_BYTES = 256 * 1024
+_OPEN_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_REGULAR = 0o100000
+_FILE_TYPE = 0o170000
+
+
+def _indexed_tool_variables(settings: str) -> frozenset[str] | None:
+    """The variables the tools' index (lnk_common.secrets.TOOLS_INDEX) lists, when it
+    describes exactly the definitions in the secrets folder (each `*.tool` a regular file
+    of the inode, mtime and size the index wrote); frozenset() with none; None when it
+    cannot say (the caller reads the definitions). With `os` alone: the start path takes
+    neither `re` nor orjson (docs/ARCHITECTURE.md, "Start-up cost")."""
+    try:
+        folder = os.open(os.path.join(settings, "sandbox", "secrets"), _OPEN_FOLDER)
+    except FileNotFoundError:
+        return frozenset()
+    except OSError:
+        return None
+    try:
+        found: dict[str, tuple[int, int, int]] = {}
+        for entry in os.listdir(folder):
+            if entry.endswith(".tool"):
+                info = os.stat(entry, dir_fd=folder, follow_symlinks=False)
+                if info.st_mode & _FILE_TYPE != _REGULAR:
+                    return None
+                found[entry[:-len(".tool")]] = (info.st_ino, info.st_mtime_ns, info.st_size)
+        if not found:
+            return frozenset()
+        fd = os.open("tools.index", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=folder)
+        try:
+            info = os.fstat(fd)
+            if info.st_mode & _FILE_TYPE != _REGULAR or info.st_uid != os.geteuid() \
+                    or info.st_mode & 0o7777 != 0o600:
+                return None
+            data = os.read(fd, MAX_TOOLS_INDEX_BYTES + 1)
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    finally:
+        os.close(folder)
+    if len(data) > MAX_TOOLS_INDEX_BYTES:
+        return None
+    named: set[str] = set()
+    listed: dict[str, tuple[int, int, int]] = {}
+    for line in data.decode("ascii", "replace").splitlines():
+        fields = line.split("\t")
+        if len(fields) != 5 or not all(field.isdigit() for field in fields[1:4]):
+            return None
+        listed[fields[0]] = (int(fields[1]), int(fields[2]), int(fields[3]))
+        named.update(name for name in fields[4].split(",") if name)
+    return frozenset(named) if listed == found else None
 
 
 def sandbox_environment(env: Mapping[str, str], *, placeholders: Mapping[str, str],

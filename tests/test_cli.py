@@ -452,3 +452,21 @@ def test_a_verbs_start_imports_nothing_heavy(
     assert "lnk_wrap.verb_env" in imported
     assert sorted(imported & {"re", "lnk_common.secrets", "lnk_proxy.secret_rules", "typing",
                               "json", "orjson"}) == []
+
+
+def test_a_start_on_a_machine_with_tools_imports_nothing_heavy(
+    tmp_path: Path, write_spec: WriteSpec, sandbox_env: dict[str, str]
+) -> None:
+    """Every start takes out the variables tools name (issue 26): with tools defined it
+    reads them from the tools' index with `os` alone, no `re`, orjson or Link's secrets'
+    module (~16 ms here); an index that does not describe the definitions (removed here)
+    is not trusted: the definitions are read, and those imports paid."""
+    for name in ("one", "two"):
+        subprocess.run([LNK_SANDBOX, "tool", "add", name, "--env", f"{name.upper()}=1", "--",
+                        "/bin/true"], env=sandbox_env, check=True, capture_output=True)
+    spec = write_spec(f"[files]\nread = {toml_list(tmp_path)}\n")
+    line = json.loads(_wrap(spec, sandbox_env, "/bin/true"))
+    heavy = {"re", "lnk_common.secrets", "lnk_common.tools", "orjson", "json", "typing"}
+    assert sorted(_imported(line[3:], sandbox_env, tmp_path) & heavy) == []
+    (Path(sandbox_env["LNK_HOME"]) / "sandbox" / "secrets" / "tools.index").unlink()
+    assert "lnk_common.tools" in _imported(line[3:], sandbox_env, tmp_path)

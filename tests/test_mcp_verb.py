@@ -13,6 +13,9 @@ with the sandbox.
 
 from __future__ import annotations
 
+import json
+import os
+import pwd
 import subprocess
 import time
 from pathlib import Path
@@ -236,18 +239,234 @@ def test_a_chatty_tools_stderr_stays_bounded(
     assert logs and sum(path.stat().st_size for path in logs) <= 2 * MAX_LOG_BYTES + 4096
 
 
-def test_the_tool_is_given_nothing_the_proxy_holds_for_the_sandbox(
+# A stdio MCP server of the standard library only (so any python runs it, the system's
+# with its user site too), that records what it starts with and every message it gets:
+# `RECORD_TOOL RECORD` appends JSON lines ["start", {"environ", "cwd"}], ["method", M].
+RECORD_TOOL = '''
+import json, os, sys
+record = sys.argv[1]
+def note(kind, value):
+    with open(record, "a") as stream:
+        stream.write(json.dumps([kind, value]) + "\\n")
+note("start", {"environ": dict(os.environ), "cwd": os.getcwd()})
+for line in sys.stdin:
+    message = json.loads(line)
+    method = message.get("method")
+    note("method", method)
+    if "id" not in message or method is None:
+        continue
+    if method == "initialize":
+        result = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "recorder", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "wipe", "inputSchema": {"type": "object"}}]}
+    else:
+        result = {"content": [{"type": "text", "text": "did " + str(method)}]}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result})
+                     + "\\n")
+    sys.stdout.flush()
+'''
+
+# Inside: POST each line of MESSAGES (one JSON-RPC message each, as written) to the tool's
+# verb, printing `HTTP <status> <body>` a line; with `dump`, then the sandbox's whole
+# environment and every /proc/*/environ and /proc/*/cmdline it can read.
+RAW_CLIENT = '''
+import glob, os, sys, urllib.error, urllib.request
+url = os.environ["LNK_SANDBOX_URL"] + "/mcp/" + sys.argv[1]
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+for line in open(sys.argv[2], "rb"):
+    request = urllib.request.Request(url, data=line.rstrip(b"\\n"), method="POST", headers={
+        "content-type": "application/json", "accept": "application/json, text/event-stream"})
+    try:
+        with opener.open(request, timeout=120) as response:
+            status, body = response.status, response.read()
+    except urllib.error.HTTPError as error:
+        status, body = error.code, error.read()
+    print("HTTP", status, body.decode("utf-8", "replace"), flush=True)
+if sys.argv[3:] == ["dump"]:
+    print("ENV", repr(dict(os.environ)))
+    for path in glob.glob("/proc/[0-9]*/environ") + glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            with open(path, "rb") as stream:
+                print("PROC", path, repr(stream.read()))
+        except OSError:
+            pass
+'''
+
+INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {},
+    "clientInfo": {"name": "raw", "version": "1"}}}
+
+
+def write_messages(path: Path, messages: list[dict[str, object]]) -> Path:
+    path.write_text("".join(json.dumps(message) + "\n" for message in messages))
+    return path
+
+
+def recorded(record: Path) -> list[list[object]]:
+    return [json.loads(line) for line in record.read_text().splitlines()] \
+        if record.exists() else []
+
+
+def _owner_home() -> str:
+    return pwd.getpwuid(os.geteuid()).pw_dir
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"  # bin/setup needs it; its user site is on (a venv's is off)
+
+
+def test_a_tool_never_runs_what_the_sessions_home_and_cwd_hold(
     tool_setup: tuple[Path, Path], sandbox_env: dict[str, str], run_sandbox: RunSandbox,
+    tmp_path: Path,
 ) -> None:
-    """The tool runs as the person, with the person's environment, but not the URL secret
-    or the placeholders the proxy was given for the sandbox."""
+    """Item 1 as an attack: the session that runs the sandbox (a guest's is like it) has a
+    HOME and a cwd it writes, with a `.pth` and a `usercustomize.py` in HOME's user site
+    and a `json.py` where `python -c` looks first (cwd). A python tool started for the
+    sandbox's call runs none of them: it starts in the definition's HOME and cwd (the
+    passwd entry's), with the definition's environment and nothing of the session's."""
     folder, spec = tool_setup
-    (folder / "envtool.py").write_text(
-        "import os\n" + TOOL.replace('return "pong"', 'return ",".join(sorted(\n'
-                                     '        k for k in os.environ if k.startswith("LNK_")))'))
+    marker = tmp_path / "planted-code-ran"
+    (folder / "record_tool.py").write_text(RECORD_TOOL)
+    record = folder / "record.jsonl"
+    version = subprocess.run(
+        [SYSTEM_PYTHON, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        capture_output=True, text=True, check=True).stdout.strip()
+    planted = f"open({str(marker)!r}, 'a').write('ran\\n')\n"
+    session_home, session_cwd = tmp_path / "session-home", tmp_path / "session-cwd"
+    user_site = session_home / ".local" / "lib" / f"python{version}" / "site-packages"
+    user_site.mkdir(parents=True)
+    (user_site / "planted.pth").write_text("import os; " + planted)
+    (user_site / "usercustomize.py").write_text(planted)
+    for where in (session_home, session_cwd):
+        where.mkdir(exist_ok=True)
+        (where / "json.py").write_text(planted)
+        (where / "sitecustomize.py").write_text(planted)
+    _tool(sandbox_env, "add", "demo", "--ask", "none", "--", SYSTEM_PYTHON, "-c",
+          f"exec(open({str(folder / 'record_tool.py')!r}).read())", str(record))
+    messages = write_messages(folder / "messages.jsonl", [INITIALIZE, {
+        "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "wipe", "arguments": {}}}])
+    (folder / "raw.py").write_text(RAW_CLIENT)
+    env = {**sandbox_env, "HOME": str(session_home), "SESSION_MARK": "from-the-session"}
+    result = run_sandbox(spec, PYTHON, str(folder / "raw.py"), "demo", str(messages),
+                         env=env, cwd=session_cwd)
+    assert not marker.exists(), "the session's planted code ran in the tool"
+    assert "did tools/call" in result.stdout, result
+    start = next(value for kind, value in recorded(record) if kind == "start")
+    assert isinstance(start, dict)
+    environ, cwd = start["environ"], start["cwd"]
+    assert os.path.realpath(cwd) == os.path.realpath(_owner_home()), start
+    assert environ["HOME"] == _owner_home(), start
+    assert environ["PATH"] == ":".join(
+        folder for folder in sandbox_env["PATH"].split(":") if folder.startswith("/")), start
+    locale = {name for name in environ if name in ("LANG", "LANGUAGE") or name.startswith("LC_")}
+    assert set(environ) - locale == {"PATH", "HOME"}, sorted(environ)
+    assert "from-the-session" not in json.dumps(start), start
+
+
+def test_a_tool_gets_the_environment_home_and_cwd_its_definition_names(
+    tool_setup: tuple[Path, Path], sandbox_env: dict[str, str], run_sandbox: RunSandbox,
+    tmp_path: Path,
+) -> None:
+    """--env, --home and --cwd, fixed at tool add: the tool gets those and nothing the
+    proxy holds for the sandbox (its URL secret, its placeholders)."""
+    folder, spec = tool_setup
+    (folder / "record_tool.py").write_text(RECORD_TOOL)
+    record = folder / "record.jsonl"
+    home, cwd = tmp_path / "tool-home", tmp_path / "tool-cwd"
+    home.mkdir()
+    cwd.mkdir()
+    _tool(sandbox_env, "add", "demo", "--ask", "none", "--env", "TOOL_MODE=quiet",
+          "--home", str(home), "--cwd", str(cwd), "--", PYTHON,
+          str(folder / "record_tool.py"), str(record))
+    messages = write_messages(folder / "messages.jsonl", [INITIALIZE])
+    (folder / "raw.py").write_text(RAW_CLIENT)
+    run_sandbox(spec, PYTHON, str(folder / "raw.py"), "demo", str(messages))
+    start = next(value for kind, value in recorded(record) if kind == "start")
+    assert isinstance(start, dict)
+    environ = start["environ"]
+    assert (environ["HOME"], start["cwd"], environ["TOOL_MODE"]) == (
+        str(home), str(cwd), "quiet"), start
+    assert not [name for name in environ if name.startswith("LNK_")], sorted(environ)
+
+
+# Methods MCP does not have, each a spelling a server might take for one it has.
+NOT_MCP_METHODS = ["Tools/Call", "tools/Call", "TOOLS/CALL", "tools/call ", " tools/call",
+                   "tools/call\u0000", "tools/call\n", "tools//call", "tools/call/",
+                   "tools/\uff43all", "tasks/get", "subscriptions/listen", "tools/run"]
+
+
+def test_a_method_the_verb_does_not_know_never_reaches_the_tool(
+    tool_setup: tuple[Path, Path], sandbox_env: dict[str, str], run_sandbox: RunSandbox,
+    lnk_home: Path,
+) -> None:
+    """Item 10: the MCP verb is an allow-list of MCP's methods, spelt exactly. Each other
+    spelling of tools/call (and tasks/get, subscriptions/listen, …) is a JSON-RPC error
+    and one `refused` line, and the tool (which records what it gets) never sees it, even
+    with `--ask none`; a notification the verb does not know is a 400."""
+    folder, spec = tool_setup
+    (folder / "record_tool.py").write_text(RECORD_TOOL)
+    record = folder / "record.jsonl"
     _tool(sandbox_env, "add", "demo", "--ask", "none", "--", PYTHON,
-          str(folder / "envtool.py"))
-    result = run_sandbox(spec, PYTHON, str(folder / "client.py"), "demo")
-    line = next(line for line in result.stdout.splitlines() if line.startswith("CALL ping"))
-    assert "LNK_URL_SECRET" not in line and "PLACEHOLDER" not in line, line
-    assert "LNK_HOME" in line, line  # the person's own environment, as it was
+          str(folder / "record_tool.py"), str(record))
+    call = {"name": "wipe", "arguments": {"what": "all"}}
+    messages: list[dict[str, object]] = [INITIALIZE]
+    messages += [{"jsonrpc": "2.0", "id": 10 + index, "method": method, "params": call}
+                 for index, method in enumerate(NOT_MCP_METHODS)]
+    messages += [{"jsonrpc": "2.0", "method": "Notifications/Initialized"},
+                 {"jsonrpc": "2.0", "id": 99, "method": "tools/call", "params": call}]
+    write_messages(folder / "messages.jsonl", messages)
+    (folder / "raw.py").write_text(RAW_CLIENT)
+    result = run_sandbox(spec, PYTHON, str(folder / "raw.py"), "demo",
+                         str(folder / "messages.jsonl"))
+    answers = [line.split(" ", 2) for line in result.stdout.splitlines()]
+    assert len(answers) == len(messages), result
+    for index, (_, status, body) in enumerate(answers[1:1 + len(NOT_MCP_METHODS)]):
+        error = json.loads(body)
+        assert status == "200" and error["id"] == 10 + index, (NOT_MCP_METHODS[index], body)
+        assert error["error"]["code"] == -32601 and "refused" in error["error"]["message"]
+    assert answers[-2][1] == "400" and json.loads(answers[-2][2])["id"] is None, answers[-2]
+    assert "did tools/call" in answers[-1][2], answers[-1]
+    methods = [value for kind, value in recorded(record) if kind == "method"]
+    assert methods == ["initialize", "notifications/initialized", "tools/call"], methods
+    log = _log(lnk_home)
+    reason = "a method the MCP verb does not relay"
+    # One `refused` line each; the log folds a run of like lines into one `more=N`.
+    folded = sum(int(line.split("more=")[1].split()[0]) for line in log.splitlines()
+                 if "\trefused\t*\tmore=" in line and line.endswith(reason))
+    assert log.count(f"refused\tmcp:demo\treason={reason}") + folded == \
+        len(NOT_MCP_METHODS) + 1, log
+    assert "Tools/Call" not in log and "tasks/get" not in log
+
+
+def test_an_old_definition_starts_with_safe_defaults_never_the_sessions(
+    tool_setup: tuple[Path, Path], sandbox_env: dict[str, str], run_sandbox: RunSandbox,
+    lnk_home: Path, tmp_path: Path,
+) -> None:
+    """A definition kept before cwd, HOME and the environment were (`{"command", "allow",
+    "ask"}`) is still read, and its tool starts in the passwd entry's home with HOME
+    there, the fallback PATH and C.UTF-8: not the session's HOME, cwd or variables."""
+    folder, spec = tool_setup
+    (folder / "record_tool.py").write_text(RECORD_TOOL)
+    record = folder / "record.jsonl"
+    secrets = lnk_home / "sandbox" / "secrets"
+    secrets.mkdir(parents=True, mode=0o700)
+    (lnk_home / "sandbox").chmod(0o700)
+    secrets.chmod(0o700)
+    fd = os.open(secrets / "demo.tool", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, json.dumps({"command": [PYTHON, str(folder / "record_tool.py"), str(record)],
+                             "allow": [], "ask": "none"}).encode())
+    os.close(fd)
+    messages = write_messages(folder / "messages.jsonl", [INITIALIZE])
+    (folder / "raw.py").write_text(RAW_CLIENT)
+    session = tmp_path / "session"
+    session.mkdir()
+    run_sandbox(spec, PYTHON, str(folder / "raw.py"), "demo", str(messages), cwd=session,
+                env={**sandbox_env, "HOME": str(session), "SESSION_MARK": "from-the-session"})
+    start = next(value for kind, value in recorded(record) if kind == "start")
+    assert isinstance(start, dict)
+    environ = start["environ"]
+    assert os.path.realpath(start["cwd"]) == os.path.realpath(_owner_home()), start
+    assert (environ["HOME"], environ["PATH"], environ["LANG"]) == (
+        _owner_home(), "/usr/local/bin:/usr/bin:/bin", "C.UTF-8"), start
+    assert "from-the-session" not in json.dumps(start)

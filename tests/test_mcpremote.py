@@ -155,7 +155,8 @@ def test_the_sdk_client_reaches_the_sdk_server_by_session_revision(
         logs.append(params.data)
 
     async def session() -> tuple[Any, list[str], Any, Any]:
-        params = _params(url, "Authorization: Bearer ${FAR_TOKEN}", env={"FAR_TOKEN": TOKEN})
+        params = _params(url, "Authorization: Bearer ${FAR_TOKEN}",
+                         env={"FAR_TOKEN": TOKEN, "LNK_TOOL_SECRETS": "FAR_TOKEN"})
         with errlog.open("w") as err, anyio.fail_after(STEP_TIMEOUT_SECONDS):
             async with stdio_client(params, errlog=err) as (read, write), \
                     ClientSession(read, write, logging_callback=on_log) as client:
@@ -418,13 +419,15 @@ def test_a_redirect_is_not_followed(recorder: Callable[..., Recorder]) -> None:
     ("Mcp-Session-Id: forged", "set by lnk-sandbox-mcp-remote itself"),
     ("Host: elsewhere", "set by lnk-sandbox-mcp-remote itself"),
     ("Mcp-Param-Repo: x", "set by lnk-sandbox-mcp-remote itself"),
-    ("Authorization: Bearer ${NOT_SET}", "${NOT_SET} is not in the environment"),
+    ("Authorization: Bearer ${NOT_SET}", "${NOT_SET} is not one of the tool's secrets"),
+    ("Authorization: Bearer ${LISTED}", "${LISTED} is not in the environment"),
     ("Authorization: Bearer caf\u00e9", "non-ASCII"),
 ])
 def test_a_bad_header_is_refused_and_its_value_never_said(
         recorder: Callable[..., Recorder], header: str, says: str) -> None:
     server = recorder(answer_result)
-    _, err, code = relay([server.url(), "--header", header], [INITIALIZE])
+    _, err, code = relay([server.url(), "--header", header], [INITIALIZE],
+                         env={"LNK_TOOL_SECRETS": "LISTED"})
     assert code == 2 and says in err and err.count("\n") == 1
     assert "Bearer" not in err and "forged" not in err and "tok-" not in err
     assert server.connections == 0
@@ -433,9 +436,22 @@ def test_a_bad_header_is_refused_and_its_value_never_said(
 def test_a_filled_value_with_a_line_break_is_refused(recorder: Callable[..., Recorder]) -> None:
     server = recorder(answer_result)
     _, err, code = relay([server.url(), "--header", "Authorization: Bearer ${T}"],
-                         [INITIALIZE], env={"T": "abc\r\nX-Evil: 1"})
+                         [INITIALIZE], env={"T": "abc\r\nX-Evil: 1", "LNK_TOOL_SECRETS": "T"})
     assert code == 2 and "CR, LF or NUL" in err and "abc" not in err
     assert server.connections == 0
+
+
+def test_a_variable_that_is_not_one_of_the_tools_secrets_is_never_filled(
+        recorder: Callable[..., Recorder]) -> None:
+    """`${VAR}` is filled only for a VAR that LNK_TOOL_SECRETS lists (the tool's own
+    secrets, given by the proxy): a variable the environment holds for another reason
+    (HOME, a session's token) is refused, and nothing is sent."""
+    server = recorder(answer_result)
+    _, err, code = relay([server.url(), "--header", "Authorization: Bearer ${OTHER}"],
+                         [INITIALIZE], env={"OTHER": "tok-9f8e7d6c5b4a", "T": "x",
+                                            "LNK_TOOL_SECRETS": "T"})
+    assert code == 2 and "${OTHER} is not one of the tool's secrets" in err, err
+    assert "tok-" not in err and server.connections == 0
 
 
 def test_headers_at_the_limit_are_taken_and_one_more_is_not() -> None:
@@ -800,3 +816,23 @@ def test_an_entry_script_is_written_only_for_our_console_scripts() -> None:
     assert "from lnk_mcpremote.main import main\n" in text
     with pytest.raises(EntryError, match="not a module"):
         script("/usr/bin/python3.11", "/r", ["/s"], "os; import evil")
+
+
+def test_literal_header_values_are_moved_out_of_argv_and_references_kept() -> None:
+    """What `tool add` keeps of mcp-remote's command: each literal value (either form of
+    --header) replaced by a `${V}` of the tool's secrets, a value that names a `${VAR}`
+    left as the person wrote it; the result parses with the moved values filled."""
+    from lnk_mcpremote import keep_literal_values_out
+
+    argv = ["https://far.example/mcp", "--header", "Authorization: Bearer tok-1",
+            "--header=X-Key:  tok-2 ", "--header", "X-Ref: Bearer ${FAR_TOKEN}",
+            "--header", "X-Empty:"]
+    words, moved, names = keep_literal_values_out(argv, lambda position: f"V{position}")
+    assert words == ["https://far.example/mcp", "--header", "Authorization: ${V1}",
+                     "--header=X-Key: ${V2}", "--header", "X-Ref: Bearer ${FAR_TOKEN}",
+                     "--header", "X-Empty:"]
+    assert moved == {"V1": "Bearer tok-1", "V2": "tok-2"} and names == ["Authorization", "X-Key"]
+    parsed = parse_arguments(words, {**moved, "FAR_TOKEN": "tok-3",
+                                     "LNK_TOOL_SECRETS": "V1,V2,FAR_TOKEN"})
+    assert parsed.headers == (("Authorization", "Bearer tok-1"), ("X-Key", "tok-2"),
+                              ("X-Ref", "Bearer tok-3"), ("X-Empty", ""))
