@@ -109,7 +109,8 @@ def _error(message_id: Any, code: int, text: str) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": message_id, "error": {"code": code, "message": text}}
 
 
-Asker = Callable[[str, str], Awaitable[tuple[bool, str]]]
+# (title, question, what a yes allows in Link's words) -> (yes, how it was answered).
+Asker = Callable[[str, str, str], Awaitable[tuple[bool, str]]]
 
 
 class ToolProcess:
@@ -317,14 +318,17 @@ class ToolProcess:
                     return _error(message_id, -32001, f"refused: {name} must be asked of "
                                   "the person, and no way to ask is available here"), None
                 arguments = params.get("arguments") if isinstance(params, dict) else None
-                # The title short (a dialog's); the question says who asks what, in
-                # plain ASCII (lnk_ask escapes it again), the server's hints shown as
-                # what they are: its own words, not trusted.
+                # The title short (a dialog's); the question says who asks what, the
+                # arguments as their JSON text, escaped once, by lnk_ask (which keeps
+                # it whole for `asks --show` and cuts it for each way, saying so); the
+                # server's hints shown as what they are: its own words, not trusted.
+                # What a yes allows: Link's names first, the program's last.
                 yes, how = await ask(
-                    f"{self.tool.name}: run {plain(name, 48)}?",
-                    f"The sandbox {wire} asks to run the tool {plain(name, 128)} of "
-                    f"{self.tool.name} with the arguments {plain(arguments)}."
-                    + self.hints(name))
+                    f"{self.tool.name}: run {name}?",
+                    f"The sandbox {wire} asks to run the tool {name} of {self.tool.name} "
+                    f"with the arguments {orjson.dumps(arguments).decode('utf-8')}."
+                    + self.hints(name),
+                    f"sandbox {wire}, server {self.tool.name}, tool {name}")
                 if not yes:
                     return _error(message_id, -32001, f"refused: the person did not allow "
                                   f"{name} ({how})"), None

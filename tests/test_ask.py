@@ -271,7 +271,8 @@ def test_queue_answered_yes_by_another_process(sandbox_env: dict[str, str],
         entries = wait_for(lambda: waiting(sandbox_env), "the question in asks")
         assert isinstance(entries, list) and len(entries) == 1
         entry = entries[0]
-        assert set(entry) == {"id", "wire", "title", "question", "since"}
+        assert set(entry) == {"id", "wire", "title", "question", "allows", "since"}
+        assert entry["allows"] == "what the wire w1 asks: Tool call: demo"
         assert entry["wire"] == "w1" and entry["title"] == "Tool call: demo"
         assert entry["question"] == 'wipe {"all": true}\\x0anow\\u202e?'
         ident = str(entry["id"])
@@ -428,7 +429,8 @@ def tmux(tmp_path: Path, sandbox_env: dict[str, str]) -> Iterator[Tmux]:
     found.stop()
 
 
-QUESTION_SHOWN = re.compile(r"question ([0-9a-f]{12})\)[\s\S]*To allow, type (\d{6}) and Enter")
+QUESTION_SHOWN = re.compile(r"lnk-sandbox asks \(([0-9a-f]{12}), wire [^)]*\)[\s\S]*"
+                            r"Type (\d{6}) to allow: ")
 
 
 def shown_code(tmux: Tmux) -> tuple[str, str]:
@@ -455,11 +457,11 @@ def test_terminal_code_typed_back_is_yes(tmux: Tmux, tmp_path: Path) -> None:
     out = tmp_path / "answer.json"
     ask_in_pane(tmux, out)
     ident, code = shown_code(tmux)
-    assert "[lnk-sandbox asks] Tool call: demo (wire term, question " in tmux.screen()
-    assert "wipe everything?" in tmux.screen()
+    assert f"[lnk] lnk-sandbox asks ({ident}, wire term): Tool call: demo" in tmux.screen()
+    assert "  | wipe everything?" in tmux.screen()
     tmux.send(code, "Enter")
     assert answer_in(out) == {"answer": "yes", "how": "terminal", "id": ident}
-    wait_for(lambda: "[lnk-sandbox] yes (terminal)" in tmux.screen(), "the outcome shown")
+    wait_for(lambda: "[lnk] yes (terminal)" in tmux.screen(), "the outcome shown")
 
 
 def test_terminal_wrong_code_is_no(tmux: Tmux, tmp_path: Path) -> None:
@@ -486,7 +488,7 @@ def test_terminal_keys_typed_before_the_question_are_not_an_answer(
     assert not out.read_text().strip() if out.exists() else True
     assert cli(sandbox_env, "answer", ident, "no").returncode == 0
     assert answer_in(out) == {"answer": "no", "how": "queue", "id": ident}
-    wait_for(lambda: "[lnk-sandbox] no (queue)" in tmux.screen(), "the outcome shown")
+    wait_for(lambda: "[lnk] no (queue)" in tmux.screen(), "the outcome shown")
 
 
 # -- the dialog: zenity on Xvfb, clicked with xdotool -----------------------------------------
@@ -723,7 +725,7 @@ def test_attack_terminal_fake_question_and_tiocsti(
     wait_for(lambda: (work / "done").exists(), "the attacker to finish")
     probe = json.loads((work / "probe.json").read_text())
     screen = tmux.screen()
-    assert "type 111111" in screen and f"type {code}" in screen  # both on the terminal
+    assert "type 111111" in screen and f"Type {code}" in screen  # both on the terminal
     assert code not in json.dumps(probe), "the real code was visible inside"
     assert probe["tiocsti 0"] == [-1, "EPERM"]
     assert probe["tiocsti 999"] == [-1, "EPERM"]  # the filter, not the kernel's EBADF
@@ -794,7 +796,7 @@ def test_sigterm_is_no_and_cleans_up(sandbox_env: dict[str, str], lnk_home: Path
         asker.terminate()
         status, found, err = finish(asker)
         assert (status, found["answer"], found["how"]) == (1, "no", "error")
-        assert err == "lnk-sandbox-ask: no: interrupted\n"
+        assert err.splitlines()[-1] == "lnk-sandbox-ask: no: interrupted"
         assert waiting(sandbox_env) == []
         assert not (lnk_home / "sandbox" / "asks" / f"{entries[0]['id']}.json").exists()
     finally:
