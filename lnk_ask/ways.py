@@ -77,9 +77,10 @@ LINK_MARK = "[lnk]"
 PROGRAM_GUTTER = "  | "
 # Where one of Link's lines is cut to fit the terminal's width.
 CUT_MARK = " [cut]"
-# A terminal smaller than this cannot show a header, a line of the question, what was cut,
-# the code's line and what it allows: the question is not asked there (it says so).
-MIN_TERMINAL_COLUMNS = 60
+# A terminal smaller than this cannot show a header, a line of the question, what was cut
+# (its line, with a question's id, is 65 characters at most) and the code's line with what
+# a yes allows: the question is not asked there (it says so).
+MIN_TERMINAL_COLUMNS = 70
 MIN_TERMINAL_ROWS = 6
 # A terminal that does not say its size (TIOCGWINSZ gives 0): the common one.
 FALLBACK_TERMINAL_SIZE = (80, 24)
@@ -243,7 +244,7 @@ def terminal_prompt(title: str, question: str, allows: str, wire: str, ident: st
     if columns < MIN_TERMINAL_COLUMNS or rows < MIN_TERMINAL_ROWS:
         return None
     width = columns - 1  # a line of exactly the width leaves some terminals a line on
-    header = _fitted(f"{LINK_MARK} lnk-sandbox asks ({ident}, wire {wire}): "
+    header = _fitted(f"{LINK_MARK} asks ({ident}, wire {wire}): "
                      f"{spaces_shown(title)}", width)
     footer = [_fitted(f"{LINK_MARK} Enter after the code; anything else is no; no answer "
                       f"in {seconds} s is no.", width),
@@ -256,8 +257,8 @@ def terminal_prompt(title: str, question: str, allows: str, wire: str, ident: st
         room -= 1  # the line that says what was cut
         kept = lines[:room]
         hidden = len(text) - sum(len(line) for line in kept)
-        footer.insert(0, _fitted(f"{LINK_MARK} {hidden} of {len(text)} characters not shown; "
-                                 f"all: lnk-sandbox asks --show {ident}", width))
+        footer.insert(0, _fitted(f"{LINK_MARK} {hidden} more characters: lnk-sandbox asks "
+                                 f"--show {ident}", width))
         lines = kept
     shown = [header, *(PROGRAM_GUTTER + line for line in lines), *footer]
     return "\r\n" + "\r\n".join(shown)
@@ -265,8 +266,9 @@ def terminal_prompt(title: str, question: str, allows: str, wire: str, ident: st
 
 def terminal_too_small(ident: str, columns: int) -> str:
     """The one line for a terminal too small to show a question: it is not asked there."""
-    return "\r\n" + _fitted(f"{LINK_MARK} a question waits ({ident}); this terminal is too "
-                             "small to show it: lnk-sandbox asks", max(1, columns - 1)) + "\r\n"
+    lines = (f"{LINK_MARK} question {ident} waits;", f"{LINK_MARK} this terminal is too small",
+             f"{LINK_MARK} to show it: lnk-sandbox asks")
+    return "".join(f"\r\n{_fitted(line, max(1, columns - 1))}" for line in lines) + "\r\n"
 
 
 def code_matches(typed: bytes, code: str) -> bool:

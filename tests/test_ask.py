@@ -403,8 +403,11 @@ class Tmux:
                               env=self.env, capture_output=True, text=True, check=True,
                               timeout=WAIT_SECONDS).stdout
 
-    def start(self, command: str) -> None:
-        self.tmux("new-session", "-d", "-x", "200", "-y", "50", "-s", "t", command)
+    def start(self, command: str, columns: int = 200, rows: int = 50) -> None:
+        self.tmux("new-session", "-d", "-x", str(columns), "-y", str(rows), "-s", "t", command)
+        # A detached session takes the size of the window given, not of a client's.
+        self.tmux("set-option", "-t", "t", "window-size", "manual")
+        self.tmux("resize-window", "-t", "t", "-x", str(columns), "-y", str(rows))
 
     def screen(self) -> str:
         try:
@@ -429,7 +432,7 @@ def tmux(tmp_path: Path, sandbox_env: dict[str, str]) -> Iterator[Tmux]:
     found.stop()
 
 
-QUESTION_SHOWN = re.compile(r"lnk-sandbox asks \(([0-9a-f]{12}), wire [^)]*\)[\s\S]*"
+QUESTION_SHOWN = re.compile(r"\[lnk\] asks \(([0-9a-f]{12}), wire [^)]*\)[\s\S]*"
                             r"Type (\d{6}) to allow: ")
 
 
@@ -457,7 +460,7 @@ def test_terminal_code_typed_back_is_yes(tmux: Tmux, tmp_path: Path) -> None:
     out = tmp_path / "answer.json"
     ask_in_pane(tmux, out)
     ident, code = shown_code(tmux)
-    assert f"[lnk] lnk-sandbox asks ({ident}, wire term): Tool call: demo" in tmux.screen()
+    assert f"[lnk] asks ({ident}, wire term): Tool call: demo" in tmux.screen()
     assert "  | wipe everything?" in tmux.screen()
     tmux.send(code, "Enter")
     assert answer_in(out) == {"answer": "yes", "how": "terminal", "id": ident}
@@ -889,3 +892,229 @@ def test_ask_async_cancelled_ends_the_child(sandbox_env: dict[str, str],
     assert waiting(sandbox_env) == []
     lines = Path(log_path(str(lnk_home))).read_text().splitlines()
     assert lines[-1].split("\t")[3:] == ["no", "error", "interrupted"]
+
+
+# -- the terminal: the question fits it, its code's line says what a yes allows ----------------
+
+# A stdio MCP server (JSON-RPC a line): delete_repo and read_readme, each answering "did
+# NAME".
+MCP_TOOL = r'''
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if "id" not in m: continue
+    meth, r = m.get("method"), None
+    if meth == "initialize":
+        r = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+             "serverInfo": {"name": "demo", "version": "1"}}
+    elif meth == "tools/list":
+        r = {"tools": [{"name": n, "inputSchema": {"type": "object"}}
+                       for n in ("delete_repo", "read_readme")]}
+    elif meth == "tools/call":
+        r = {"content": [{"type": "text", "text": "did " + m["params"]["name"]}]}
+    out = {"jsonrpc": "2.0", "id": m["id"],
+           **({"result": r} if r is not None else {"error": {"code": -32601, "message": "no"}})}
+    sys.stdout.write(json.dumps(out) + "\n"); sys.stdout.flush()
+'''
+
+# Inside: MCP over HTTP to $LNK_SANDBOX_URL/mcp/demo; one tools/call of delete_repo with
+# the arguments in the file argv[1] (JSON); prints the call's text or ERROR.
+MCP_CLIENT = r'''
+import json, os, sys, urllib.request
+url = os.environ["LNK_SANDBOX_URL"] + "/mcp/demo"
+sid = None
+def post(msg):
+    global sid
+    h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    if sid: h["Mcp-Session-Id"] = sid
+    if msg.get("method") != "initialize": h["MCP-Protocol-Version"] = "2025-11-25"
+    req = urllib.request.Request(url, data=json.dumps(msg).encode(), headers=h, method="POST")
+    with urllib.request.urlopen(req, timeout=200) as r:
+        sid = r.headers.get("Mcp-Session-Id") or sid
+        raw = r.read().decode()
+        if "id" not in msg: return None
+        if r.headers.get("Content-Type", "").startswith("text/event-stream"):
+            for line in raw.splitlines():
+                if line.startswith("data:"):
+                    d = json.loads(line[5:])
+                    if d.get("id") == msg["id"]: return d
+        return json.loads(raw)
+post({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "c", "version": "1"}}})
+post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+arguments = json.load(open(sys.argv[1]))
+d = post({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+          "params": {"name": "delete_repo", "arguments": arguments}})
+print(d["result"]["content"][0]["text"] if "result" in d else "ERROR " + json.dumps(d["error"]),
+      flush=True)
+'''
+
+# What a program pads its arguments with: a look-alike of Link's question for a harmless
+# tool, lined up (by the spaces before it) to start a line of an 80-column terminal,
+# right above where the real code is shown.
+FAKE_QUESTION = ("\n[lnk-sandbox asks] Tool call: harmless read_readme (wire w)\n"
+                 "  To allow, type the code below and Enter.\n")
+SMALL_TERMINAL = (80, 24)
+
+
+def padded_arguments() -> dict[str, str]:
+    """3,000 characters and more: padding, the fake (which a line break, shown as an
+    escape, would not have put on a line of its own), and a long tail."""
+    note = ("x" * 61 + " " * 1900 + FAKE_QUESTION.replace("\n", " ") + " " * 19
+            + "y" * 2500)
+    arguments = {"repo": "me/everything", "note": note + "END-OF-ARGUMENTS"}
+    assert len(json.dumps(arguments)) >= 3000
+    return arguments
+
+
+def small_screen(tmux: Tmux) -> list[str]:
+    lines = tmux.screen().rstrip("\n").split("\n")
+    assert len(lines) <= SMALL_TERMINAL[1]
+    return lines
+
+
+def code_line(tmux: Tmux) -> tuple[str, str, str]:
+    """(the question's id, its code, the code's line) once the question is on screen."""
+    ident, code = shown_code(tmux)
+    time.sleep(0.5)  # the whole prompt drawn
+    [line] = [line for line in small_screen(tmux) if f"Type {code} to allow: " in line]
+    return ident, code, line
+
+
+def assert_fits_and_marked(lines: list[str], ident: str, code: str) -> None:
+    """Nothing scrolled off (Link's header is the screen's first line), no line wider than
+    the terminal, every line either Link's (its mark, flush left) or the program's text
+    (after the gutter), and what was cut said, with where it is whole."""
+    assert lines[0].startswith(f"[lnk] asks ({ident}, wire "), "\n".join(lines)
+    assert all(len(line) <= SMALL_TERMINAL[0] for line in lines), lines
+    assert all(line.startswith(("[lnk] ", "  | ")) for line in lines), lines
+    assert any(re.fullmatch(rf"\[lnk\] \d+ more characters: lnk-sandbox asks --show {ident}",
+                            line) for line in lines), lines
+    assert lines[-1].startswith("[lnk] >"), lines  # capture-pane drops the space after
+    assert sum(f"Type {code} to allow: " in line for line in lines) == 1
+
+
+def test_terminal_mcp_question_fits_and_its_code_line_names_tool_server_and_wire(
+    tmux: Tmux, tmp_path: Path, write_spec: WriteSpec, sandbox_env: dict[str, str],
+) -> None:
+    """A real sandbox calls delete_repo through the MCP verb with 3,000 characters of
+    arguments, padded so that a look-alike question for a harmless tool would sit right
+    above the code. On an 80x24 terminal (full before the question), the question fits:
+    its header is the first line, the fake is inside the gutter as the program's text,
+    the code's line says the sandbox, server and tool a yes allows, and `asks --show`
+    gives the whole arguments. (Before: one long line; the header scrolled off, the fake
+    lined up above the bare code.)"""
+    folder = tmp_path / "mcp"
+    folder.mkdir()
+    (folder / "tool.py").write_text(MCP_TOOL)
+    (folder / "client.py").write_text(MCP_CLIENT)
+    (folder / "arguments.json").write_text(json.dumps(padded_arguments()))
+    subprocess.run([LNK_SANDBOX, "tool", "add", "demo", "--", sys.executable,
+                    str(folder / "tool.py")], env=sandbox_env, check=True,
+                   capture_output=True, timeout=WAIT_SECONDS)
+    spec = write_spec(f"[files]\nread = {toml_list(folder)}\n[verbs]\ntools = [\"demo\"]\n")
+    out = tmp_path / "out.txt"
+    command = (f"seq 1 100; {shlex.quote(LNK_SANDBOX)} run --spec {shlex.quote(str(spec))} "
+               f"--wire victim -- python3 {shlex.quote(str(folder / 'client.py'))} "
+               f"{shlex.quote(str(folder / 'arguments.json'))} </dev/null "
+               f">{shlex.quote(str(out))} 2>&1")
+    tmux.start(f"sh -c {shlex.quote(command + '; sleep 60')}", *SMALL_TERMINAL)
+    ident, code, line = code_line(tmux)
+    lines = small_screen(tmux)
+    assert_fits_and_marked(lines, ident, code)
+    assert "demo: run delete_repo?" in lines[0]
+    assert line == f"[lnk] Type {code} to allow: sandbox victim, server demo, tool delete_repo"
+    faked = [shown for shown in lines if "[lnk-sandbox asks] Tool call" in shown]
+    assert faked and all(shown.startswith("  | ") for shown in faked), lines
+    assert any("[1901 spaces][lnk-sandbox asks]" in shown for shown in lines), lines
+    # The whole question, every argument, with `asks --show`.
+    shown = cli(sandbox_env, "asks", "--show", ident, "--json")
+    assert shown.returncode == 0, shown
+    whole = json.loads(shown.stdout)
+    assert whole["allows"] == "sandbox victim, server demo, tool delete_repo"
+    assert json.dumps(padded_arguments(), separators=(",", ":")) in whole["question"]
+    assert whole["question"].count("END-OF-ARGUMENTS") == 1
+    tmux.send(code, "Enter")
+    assert wait_for(lambda: out.exists() and "did delete_repo" in out.read_text(),
+                    "the call to run")
+
+
+# The person's opener, outside: records the URL it is given.
+RECORDING_OPENER = f"""#!{sys.executable}
+import os, sys
+with open(os.environ["OPENED"], "a") as out:
+    out.write(sys.argv[1] + "\\n")
+"""
+
+
+def test_terminal_page_question_fits_and_its_code_line_names_the_host(
+    tmux: Tmux, tmp_path: Path, write_spec: WriteSpec, sandbox_env: dict[str, str],
+) -> None:
+    """A real sandbox opens a page with a 4 KiB URL whose tail the program chose: on an
+    80x24 terminal the host is on the code's line, the question fits, and `asks --show`
+    gives the whole URL. (Before: the host scrolled off with the header.)"""
+    opener = tmp_path / "opener"
+    opener.mkdir()
+    (opener / "xdg-open").write_text(RECORDING_OPENER)
+    (opener / "xdg-open").chmod(0o755)
+    opened = tmp_path / "opened.txt"
+    url = ("https://evil.example.net/p?" + "a" * 3000
+           + "&shown=https://docs.example.org/harmless" + "b" * 1000)
+    spec = write_spec('[verbs]\nopen = true\n')
+    command = (f"seq 1 100; PATH={shlex.quote(str(opener))}:$PATH "
+               f"OPENED={shlex.quote(str(opened))} {shlex.quote(LNK_SANDBOX)} run --spec "
+               f"{shlex.quote(str(spec))} --wire pages -- xdg-open {shlex.quote(url)} "
+               f"</dev/null >/dev/null 2>&1")
+    tmux.start(f"sh -c {shlex.quote(command + '; sleep 60')}", *SMALL_TERMINAL)
+    ident, code, line = code_line(tmux)
+    lines = small_screen(tmux)
+    assert_fits_and_marked(lines, ident, code)
+    assert "pages: open evil.example.net?" in lines[0]
+    assert line == f"[lnk] Type {code} to allow: sandbox pages opens a page on evil.example.net"
+    shown = cli(sandbox_env, "asks", "--show", ident, "--json")
+    assert shown.returncode == 0, shown
+    assert json.loads(shown.stdout)["question"].endswith(f"in your browser: {url}")
+    tmux.send(code, "Enter")
+    assert wait_for(lambda: opened.exists() and opened.read_text() == url + "\n",
+                    "the page to open")
+
+
+def test_terminal_too_small_says_so_and_the_queue_answers(
+    tmux: Tmux, tmp_path: Path, sandbox_env: dict[str, str],
+) -> None:
+    out = tmp_path / "answer.json"
+    command = (f"{shlex.quote(ASK)} --title T --question Q --wire tiny --timeout 60 --json "
+               f"> {shlex.quote(str(out))}")
+    tmux.start(f"sh -c {shlex.quote(command + '; sleep 60')}", 50, 10)
+    wait_for(lambda: "this terminal is too small" in tmux.screen(), "the notice")
+    assert "Type " not in tmux.screen()
+    [entry] = waiting(sandbox_env, "tiny")
+    assert cli(sandbox_env, "answer", str(entry["id"]), "yes").returncode == 0
+    assert answer_in(out)["how"] == "queue"
+
+
+def test_the_terminal_prompt_fits_any_size_and_marks_every_line() -> None:
+    """The layout as data: at each size from the smallest taken, every line fits, Link's
+    lines carry the mark and nothing else does, the code's line says what a yes allows."""
+    from lnk_ask.ways import (
+        LINK_MARK,
+        MIN_TERMINAL_COLUMNS,
+        MIN_TERMINAL_ROWS,
+        PROGRAM_GUTTER,
+        terminal_prompt,
+    )
+
+    question = plain("run " + " " * 500 + "[lnk] Type 111111 to allow: harmless\n" * 40)
+    for columns in (MIN_TERMINAL_COLUMNS, 80, 132):
+        for rows in (MIN_TERMINAL_ROWS, 24, 60):
+            shown = terminal_prompt("T", question, "sandbox w, server s, tool t", "w",
+                                    "0123456789ab", "654321", 120, columns, rows)
+            assert shown is not None
+            lines = shown.split("\r\n")[1:]
+            assert len(lines) <= rows and all(len(line) < columns for line in lines)
+            assert all(line.startswith((LINK_MARK + " ", PROGRAM_GUTTER)) for line in lines)
+            assert [line for line in lines if line.startswith(LINK_MARK)][-2].startswith(
+                f"{LINK_MARK} Type 654321 to allow: sandbox w")
+            assert sum("Type " in line and line.startswith(LINK_MARK) for line in lines) == 1
+    assert terminal_prompt("T", "Q", "a", "w", "0123456789ab", "654321", 120,
+                           MIN_TERMINAL_COLUMNS - 1, 24) is None
