@@ -331,9 +331,10 @@ def test_answer_refusals(sandbox_env: dict[str, str]) -> None:
 def test_silence_is_no_after_the_timeout(sandbox_env: dict[str, str], lnk_home: Path) -> None:
     started = time.monotonic()
     asker = start_ask(sandbox_env, "--title", "T", "--question", "Q", timeout=2)
-    status, found, _ = finish(asker)
+    status, found, err = finish(asker)
     assert time.monotonic() - started >= 2
     assert (status, found["answer"], found["how"]) == (1, "no", "timeout")
+    assert f"lnk-sandbox answer {found['id']} yes|no" in err  # said, and silence is still no
     # The late answer is told who decided.
     late = cli(sandbox_env, "answer", found["id"], "yes")
     assert late.returncode == EXIT_REFUSED and "answered no (timeout)" in late.stderr
@@ -940,7 +941,8 @@ def post(msg):
                     if d.get("id") == msg["id"]: return d
         return json.loads(raw)
 post({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "c", "version": "1"}}})
+    "protocolVersion": "2025-11-25", "capabilities": {},
+    "clientInfo": {"name": "c", "version": "1"}}})
 post({"jsonrpc": "2.0", "method": "notifications/initialized"})
 arguments = json.load(open(sys.argv[1]))
 d = post({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
@@ -1118,3 +1120,173 @@ def test_the_terminal_prompt_fits_any_size_and_marks_every_line() -> None:
             assert sum("Type " in line and line.startswith(LINK_MARK) for line in lines) == 1
     assert terminal_prompt("T", "Q", "a", "w", "0123456789ab", "654321", 120,
                            MIN_TERMINAL_COLUMNS - 1, 24) is None
+
+
+# -- nothing a sandbox does holds a question back -------------------------------------------
+
+# Inside: a terminal of its own as its controlling terminal (a pty of the sandbox's own
+# /dev/pts), so /dev/tty opens, then an exclusive flock on /dev/tty (the machine's one
+# inode, bound into every sandbox) and on every terminal it holds; held till `release`.
+TERMINAL_LOCKER = r'''
+import fcntl, glob, json, os, sys, termios, time
+work = sys.argv[1]
+found = {}
+if os.fork() == 0:
+    os.setsid()
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+    held = []
+    for path in ["/dev/tty", *glob.glob("/dev/pts/[0-9]*")]:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_NOCTTY)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held.append(fd)
+            found[path] = "locked"
+        except OSError as error:
+            found[path] = str(error)
+    for fd in (0, 1, 2):
+        try:
+            if os.isatty(fd):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                found[f"fd {fd}"] = "locked"
+        except OSError as error:
+            found[f"fd {fd}"] = str(error)
+    open(os.path.join(work, "probe.json"), "w").write(json.dumps(found))
+    open(os.path.join(work, "locked"), "w").close()
+    for _ in range(1200):
+        if os.path.exists(os.path.join(work, "release")):
+            break
+        time.sleep(0.1)
+    os._exit(0)
+os.wait()
+'''
+
+
+def test_attack_a_sandbox_locking_the_terminal_holds_no_question_back(
+    tmux: Tmux, tmp_path: Path, write_spec: WriteSpec,
+) -> None:
+    """A program in a real sandbox, on the person's terminal, takes an exclusive flock on
+    /dev/tty (through a controlling terminal of its own) and on every terminal it can
+    open: the question is shown on the terminal all the same, and its code answers it.
+    (Before: the asker's flock on /dev/tty waited for the program's, and no question
+    reached any terminal while it held it.)"""
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "locker.py").write_text(TERMINAL_LOCKER)
+    spec = write_spec(f"[files]\nread = {toml_list(tmp_path / 'locker.py')}\n"
+                      f"write = {toml_list(work)}\n")
+    locked = shlex.quote(str(work / "locked"))
+    before = (f"{shlex.quote(LNK_SANDBOX)} run --spec {shlex.quote(str(spec))} -- python3 "
+              f"{shlex.quote(str(tmp_path / 'locker.py'))} {shlex.quote(str(work))} "
+              f"</dev/tty >/dev/tty 2>{shlex.quote(str(tmp_path / 'sandbox.err'))} & "
+              f"while [ ! -e {locked} ]; do sleep 0.1; done; ")
+    out = tmp_path / "answer.json"
+    try:
+        ask_in_pane(tmux, out, before=before)
+        wait_for(lambda: (work / "locked").exists(), "the program to lock the terminal")
+        probe = json.loads((work / "probe.json").read_text())
+        assert probe["/dev/tty"] == "locked", probe
+        ident, code = shown_code(tmux)
+        tmux.send(code, "Enter")
+        assert answer_in(out) == {"answer": "yes", "how": "terminal", "id": ident}
+    finally:
+        (work / "release").touch()
+
+
+def test_terminal_keys_typed_before_the_question_are_given_back(
+    tmux: Tmux, tmp_path: Path, sandbox_env: dict[str, str],
+) -> None:
+    """Keys typed to the program before the question (a whole line, and a line begun) are
+    not an answer to it, and are not thrown away: when the question closes they are where
+    they were, and the program reads them. (Before: flushed, at the question's start and
+    again at its end.)"""
+    out = tmp_path / "answer.json"
+    go = tmp_path / "go"
+    command = (f"while [ ! -e {shlex.quote(str(go))} ]; do sleep 0.1; done; "
+               f"{shlex.quote(ASK)} --title T --question Q --wire ahead --timeout 60 --json "
+               f"> {shlex.quote(str(out))}; read -r first; echo \"GOT[$first]\"; "
+               f"read -r second; echo \"GOT2[$second]\"")
+    tmux.start(f"sh -c {shlex.quote(command + '; sleep 60')}")
+    tmux.send("hello there", "Enter")
+    tmux.send("part")  # a line begun, not ended
+    wait_for(lambda: "part" in tmux.screen(), "the keys echoed")
+    go.touch()
+    ident, _ = shown_code(tmux)
+    assert AskQueue(str(sandbox_env["LNK_HOME"])).answered(ident) is None
+    assert cli(sandbox_env, "answer", ident, "no").returncode == 0
+    assert answer_in(out) == {"answer": "no", "how": "queue", "id": ident}
+    wait_for(lambda: "GOT[hello there]" in tmux.screen(), "the whole line given back")
+    tmux.send("ial", "Enter")
+    wait_for(lambda: "GOT2[partial]" in tmux.screen(), "the line begun given back")
+
+
+def test_no_screen_and_no_terminal_says_at_once_where_the_question_waits(
+    sandbox_env: dict[str, str],
+) -> None:
+    """With no dialog and no terminal, `lnk-sandbox-ask` says at once on stderr that the
+    question waits in the queue, and the command that answers it. (Before: nothing, then
+    no after two minutes.)"""
+    import select
+
+    asker = start_ask(sandbox_env, "--title", "T", "--question", "Q", "--wire", "alone",
+                      timeout=120)
+    try:
+        assert asker.stderr is not None
+        readable, _, _ = select.select([asker.stderr], [], [], WAIT_SECONDS)
+        assert readable, "nothing said on stderr while the question waits"
+        line = asker.stderr.readline()
+        [entry] = waiting(sandbox_env, "alone")
+        ident = str(entry["id"])
+        assert line == (f"lnk-sandbox-ask: no screen and no terminal to ask on: the question "
+                        f"{ident} waits in the queue (see lnk-sandbox asks); answer it with: "
+                        f"lnk-sandbox answer {ident} yes|no (no answer in 120 s is no)\n")
+        assert asker.poll() is None  # said while it waits, not at the end
+        assert cli(sandbox_env, "answer", ident, "yes").returncode == 0
+        status, found, _ = finish(asker)
+        assert (status, found["how"]) == (0, "queue")
+    finally:
+        asker.kill()
+        asker.communicate()
+
+
+def test_a_tool_calls_arguments_are_escaped_once_and_links_cut_is_ascii(
+    tmp_path: Path, write_spec: WriteSpec, sandbox_env: dict[str, str],
+) -> None:
+    """The program's own `…` in a tool call's arguments reads `\\u2026` in `asks`, as any
+    non-ASCII character does: escaped once, by lnk_ask, not twice (it read `\\\\u2026`:
+    the MCP verb escaped the JSON to ASCII and lnk_ask doubled its backslash), and
+    Link's own cut is said in ASCII, with the whole's length and digest, where the MCP
+    verb's `…` read `\\u2026` too, like the program's own."""
+    folder = tmp_path / "mcp"
+    folder.mkdir()
+    (folder / "tool.py").write_text(MCP_TOOL)
+    (folder / "client.py").write_text(MCP_CLIENT)
+    (folder / "arguments.json").write_text(json.dumps({"note": "wait\u2026 " + "z" * 3000}))
+    subprocess.run([LNK_SANDBOX, "tool", "add", "demo", "--", sys.executable,
+                    str(folder / "tool.py")], env=sandbox_env, check=True,
+                   capture_output=True, timeout=WAIT_SECONDS)
+    spec = write_spec(f"[files]\nread = {toml_list(folder)}\n[verbs]\ntools = [\"demo\"]\n")
+    quiet = {key: value for key, value in sandbox_env.items()
+             if key not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--wire", "dots", "--",
+                            "python3", str(folder / "client.py"),
+                            str(folder / "arguments.json")], env=quiet,
+                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        entries = wait_for(lambda: waiting(sandbox_env, "dots"), "the tool call's question")
+        assert isinstance(entries, list)
+        [entry] = entries
+        question = str(entry["question"])
+        assert '{"note":"wait\\u2026 zzz' in question, question[:200]
+        assert "\\\\u2026" not in question and "\\u2026 (" not in question
+        assert question.count("\\u2026") == 1
+        cut = r" \[\.\.\. \d+ characters in all, not shown whole; sha256 [0-9a-f]{16}\]$"
+        assert re.search(cut, question), question[-120:]
+        assert entry["title"] == "demo: run delete_repo?"
+        assert cli(sandbox_env, "answer", str(entry["id"]), "no").returncode == 0
+        out, _ = run.communicate(timeout=WAIT_SECONDS * 2)
+        assert out.startswith("ERROR "), out
+    finally:
+        run.kill()
+        run.communicate()
