@@ -449,10 +449,13 @@ def _wait(queue: AskQueue, ident: str, wire: str, shown: _Shown, started: float,
                                     terminal.code, left, columns, rows)
 
     told = False
+    # Said only where there never was a terminal: a terminal that drops out may be the
+    # one standard error is on, its output stopped, where a line would block.
+    no_terminal = terminal is None
 
     def queue_only() -> None:
         nonlocal told
-        if tell is not None and not told and process is None and terminal is None:
+        if tell is not None and not told and process is None and no_terminal:
             told = True
             tell(_queue_only(ident, max(1, round(deadline - time.monotonic()))))
 

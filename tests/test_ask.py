@@ -1290,3 +1290,45 @@ def test_a_tool_calls_arguments_are_escaped_once_and_links_cut_is_ascii(
     finally:
         run.kill()
         run.communicate()
+
+
+# Inside: stop the output of the terminal it shares (tcflow TCOOFF, Ctrl-S's effect) and
+# hold it stopped till `release`.
+OUTPUT_STOPPER = r'''
+import os, sys, termios, time
+work = sys.argv[1]
+termios.tcflow(0, termios.TCOOFF)
+open(os.path.join(work, "stopped"), "w").close()
+for _ in range(1200):
+    if os.path.exists(os.path.join(work, "release")):
+        break
+    time.sleep(0.1)
+termios.tcflow(0, termios.TCOON)
+'''
+
+
+def test_attack_a_sandbox_stopping_the_terminals_output_holds_no_question_back(
+    tmux: Tmux, tmp_path: Path, write_spec: WriteSpec, sandbox_env: dict[str, str],
+) -> None:
+    """A program in a real sandbox stops the shared terminal's output (TCOOFF): the
+    terminal cannot show the question and drops out, and the queue still answers it.
+    (Before: the asker waited on the terminal's write for ever, and no way could answer.)"""
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "stopper.py").write_text(OUTPUT_STOPPER)
+    spec = write_spec(f"[files]\nread = {toml_list(tmp_path / 'stopper.py')}\n"
+                      f"write = {toml_list(work)}\n")
+    stopped = shlex.quote(str(work / "stopped"))
+    before = (f"{shlex.quote(LNK_SANDBOX)} run --spec {shlex.quote(str(spec))} -- python3 "
+              f"{shlex.quote(str(tmp_path / 'stopper.py'))} {shlex.quote(str(work))} "
+              f"</dev/tty >/dev/null 2>{shlex.quote(str(tmp_path / 'sandbox.err'))} & "
+              f"while [ ! -e {stopped} ]; do sleep 0.1; done; ")
+    out = tmp_path / "answer.json"
+    try:
+        ask_in_pane(tmux, out, before=before, wire="stopped")
+        entries = wait_for(lambda: waiting(sandbox_env, "stopped"), "the question")
+        assert isinstance(entries, list)
+        assert cli(sandbox_env, "answer", str(entries[0]["id"]), "yes").returncode == 0
+        assert answer_in(out) == {"answer": "yes", "how": "queue", "id": entries[0]["id"]}
+    finally:
+        (work / "release").touch()
