@@ -240,7 +240,7 @@ class _Terminal:
     shown are read aside then (not an answer) and given back at the close (TIOCSTI, ours
     to use outside a sandbox), or shown when they cannot be."""
 
-    __slots__ = ("code", "fd", "kept", "lock", "locked", "shown", "typed")
+    __slots__ = ("code", "echoed", "fd", "kept", "lock", "locked", "shown", "typed")
 
     def __init__(self, path: str) -> None:
         self.fd = os.open(path, os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC | os.O_NONBLOCK)
@@ -249,6 +249,7 @@ class _Terminal:
         self.shown = False
         self.typed = bytearray()
         self.kept = b""
+        self.echoed = False
         self.code = f"{secrets.randbelow(10 ** ways.CODE_DIGITS):0{ways.CODE_DIGITS}d}"
         if not os.isatty(self.fd):
             self.close()
@@ -313,6 +314,7 @@ class _Terminal:
         except termios.error:
             return b""
         canonical = bool(settings[3] & termios.ICANON)
+        self.echoed = bool(settings[3] & termios.ECHO)
         if canonical:
             raw = [*settings[:6], list(settings[6])]
             raw[3] = settings[3] & ~termios.ICANON
@@ -377,7 +379,7 @@ class _Terminal:
         """The keys typed before the question, put back where they were typed (TIOCSTI
         from outside every sandbox, on our own controlling terminal), or, where the
         system refuses it (dev.tty.legacy_tiocsti = 0), shown so they can be typed
-        again."""
+        again; only counted when they were typed unseen (echo off: a password)."""
         given = 0
         try:
             for byte in self.kept:
@@ -385,8 +387,9 @@ class _Terminal:
                 given += 1
         except OSError:
             left = self.kept[given:].decode("utf-8", "surrogateescape")
+            shown = plain_text.plain(left, 400) if self.echoed else f"{len(left)} keys"
             self._write(f"{ways.LINK_MARK} typed before the question and not given back "
-                        f"(the system refuses TIOCSTI): {plain_text.plain(left, 400)}\r\n")
+                        f"(the system refuses TIOCSTI): {shown}\r\n")
 
     def close(self, outcome: str = "") -> None:
         """End the question here: say how it ended, give back the keys typed before it,

@@ -13,7 +13,7 @@ import sys
 import time
 
 from lnk_ask.queue import ANSWERS, AskQueue, QueueError
-from lnk_ask.text import plain
+from lnk_ask.text import plain, spaces_shown
 
 __all__ = ["answer", "asks"]
 
@@ -45,8 +45,10 @@ def asks(settings: str, *, as_json: bool, show: str | None = None) -> int:
         return 0
     for record in shown:
         since = time.strftime("%H:%M:%S", time.localtime(float(str(record["since"]))))
+        # Runs of spaces written out (not in --json): padding cannot line the program's
+        # words up under the lines of ours around them.
         print(f"{record['id']}  wire {record['wire']}  since {since}  {record['title']}\n"
-              f"    {record['question']}\n"
+              f"    {spaces_shown(str(record['question']))}\n"
               f"    a yes allows: {record['allows']}\n"
               f"    answer with: lnk-sandbox answer {record['id']} yes|no "
               f"(all of it: lnk-sandbox asks --show {record['id']})")
@@ -70,7 +72,8 @@ def _show(settings: str, ident: str, *, as_json: bool) -> int:
         return 0
     print(f"{shown['id']}  wire {shown['wire']}  {shown['title']}\n"
           f"a yes allows: {shown['allows']}\n"
-          f"the question, whole:\n{shown['question']}\n"
+          f"the question, whole (runs of spaces counted; --json gives them as they are):\n"
+          f"{spaces_shown(shown['question'])}\n"
           f"answer with: lnk-sandbox answer {shown['id']} yes|no")
     return 0
 

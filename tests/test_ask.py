@@ -1036,6 +1036,17 @@ def test_terminal_mcp_question_fits_and_its_code_line_names_tool_server_and_wire
     assert whole["allows"] == "sandbox victim, server demo, tool delete_repo"
     assert json.dumps(padded_arguments(), separators=(",", ":")) in whole["question"]
     assert whole["question"].count("END-OF-ARGUMENTS") == 1
+    human = cli(sandbox_env, "asks", "--show", ident)
+    assert human.returncode == 0, human
+    assert "a yes allows: sandbox victim, server demo, tool delete_repo\n" in human.stdout
+    assert "[1901 spaces][lnk-sandbox asks] Tool call" in human.stdout
+    assert "y" * 2500 + 'END-OF-ARGUMENTS"}' in human.stdout
+    listed = cli(sandbox_env, "asks")
+    assert "    a yes allows: sandbox victim, server demo, tool delete_repo\n" in listed.stdout
+    assert "  " not in listed.stdout.split("\n")[1][4:]
+    unknown = cli(sandbox_env, "asks", "--show", "0123456789ab")
+    assert (unknown.returncode, unknown.stderr) == (
+        EXIT_REFUSED, "lnk-sandbox: no question 0123456789ab waits (see lnk-sandbox asks)\n")
     tmux.send(code, "Enter")
     assert wait_for(lambda: out.exists() and "did delete_repo" in out.read_text(),
                     "the call to run")
