@@ -265,7 +265,8 @@ def terminal_prompt(title: str, question: str, allows: str, wire: str, ident: st
 
 
 def terminal_too_small(ident: str, columns: int) -> str:
-    """The one line for a terminal too small to show a question: it is not asked there."""
+    """What a terminal too small to show a question shows (three short lines): it is not
+    asked there."""
     lines = (f"{LINK_MARK} question {ident} waits;", f"{LINK_MARK} this terminal is too small",
              f"{LINK_MARK} to show it: lnk-sandbox asks")
     return "".join(f"\r\n{_fitted(line, max(1, columns - 1))}" for line in lines) + "\r\n"
