@@ -1343,3 +1343,26 @@ def test_attack_a_sandbox_stopping_the_terminals_output_holds_no_question_back(
         assert answer_in(out) == {"answer": "yes", "how": "queue", "id": entries[0]["id"]}
     finally:
         (work / "release").touch()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=3000), st.text(max_size=300), st.text(max_size=100),
+       st.integers(min_value=70, max_value=300), st.integers(min_value=6, max_value=120))
+def test_the_terminal_prompt_holds_for_any_text(question: str, allows: str, title: str,
+                                                columns: int, rows: int) -> None:
+    """Whatever the program's text, the prompt fits, and only Link's lines carry the
+    mark: the program's never start a line, however they are padded."""
+    from lnk_ask.ways import LINK_MARK, PROGRAM_GUTTER, terminal_prompt
+
+    shown = terminal_prompt(plain(title, 80), plain(question), plain(allows, 240), "w",
+                            "0123456789ab", "654321", 120, columns, rows)
+    assert shown is not None and printable_ascii(shown.replace("\r\n", ""))
+    lines = shown.split("\r\n")[1:]
+    assert len(lines) <= rows and all(len(line) < columns for line in lines)
+    assert lines[0].startswith(f"{LINK_MARK} asks (0123456789ab, wire w): ")
+    body = lines[1:-3]
+    if body and body[-1].startswith(LINK_MARK):
+        body = body[:-1]  # what was cut
+    assert body and all(line.startswith(PROGRAM_GUTTER) for line in body)
+    assert lines[-2].startswith(f"{LINK_MARK} Type 654321 to allow: ")
+    assert lines[-1] == f"{LINK_MARK} > "
