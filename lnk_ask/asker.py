@@ -289,6 +289,10 @@ class _Terminal:
             try:
                 self.lock = queue.terminal_lock(self.device())
             except QueueError as error:
+                with contextlib.suppress(OSError):
+                    self._write(f"\r\n{ways.LINK_MARK} question {ident} is not asked here "
+                                f"(see lnk-sandbox asks): {plain_text.plain(str(error), 200)}"
+                                "\r\n")
                 raise OSError(str(error)) from None
         try:
             fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -1187,16 +1187,17 @@ def test_attack_a_sandbox_locking_the_terminal_holds_no_question_back(
     spec = write_spec(f"[files]\nread = {toml_list(tmp_path / 'locker.py')}\n"
                       f"write = {toml_list(work)}\n")
     locked = shlex.quote(str(work / "locked"))
-    before = (f"{shlex.quote(LNK_SANDBOX)} run --spec {shlex.quote(str(spec))} -- python3 "
-              f"{shlex.quote(str(tmp_path / 'locker.py'))} {shlex.quote(str(work))} "
-              f"</dev/tty >/dev/tty 2>{shlex.quote(str(tmp_path / 'sandbox.err'))} & "
+    # The pane's own terminal (/dev/pts/N, not /dev/tty) as its standard input and output.
+    before = (f"pane=$(tty); {shlex.quote(LNK_SANDBOX)} run --spec {shlex.quote(str(spec))} "
+              f"-- python3 {shlex.quote(str(tmp_path / 'locker.py'))} {shlex.quote(str(work))} "
+              f"<\"$pane\" >\"$pane\" 2>{shlex.quote(str(tmp_path / 'sandbox.err'))} & "
               f"while [ ! -e {locked} ]; do sleep 0.1; done; ")
     out = tmp_path / "answer.json"
     try:
         ask_in_pane(tmux, out, before=before)
         wait_for(lambda: (work / "locked").exists(), "the program to lock the terminal")
         probe = json.loads((work / "probe.json").read_text())
-        assert probe["/dev/tty"] == "locked", probe
+        assert probe["/dev/tty"] == "locked" and probe["fd 0"] == "locked", probe
         ident, code = shown_code(tmux)
         tmux.send(code, "Enter")
         assert answer_in(out) == {"answer": "yes", "how": "terminal", "id": ident}
