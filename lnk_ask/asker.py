@@ -320,9 +320,12 @@ class _Terminal:
         canonical = bool(settings[3] & termios.ICANON)
         self.echoed = bool(settings[3] & termios.ECHO)
         if canonical:
+            # VMIN 1, VTIME 0: a read of the program's that begins in this instant waits
+            # for a key as it would have (VMIN 0 would give it 0 bytes: an end of file).
+            # Ours does not wait: its open file description is non-blocking.
             raw = [*settings[:6], list(settings[6])]
             raw[3] = settings[3] & ~termios.ICANON
-            raw[6][termios.VMIN] = 0
+            raw[6][termios.VMIN] = 1
             raw[6][termios.VTIME] = 0
             with contextlib.suppress(termios.error):
                 termios.tcsetattr(self.fd, termios.TCSANOW, raw)
