@@ -36,6 +36,7 @@ from typing import Any
 
 import orjson
 
+from lnk_ask.text import bounded
 from lnk_common.refusal import StatusError
 from lnk_common.tools import Tool
 
@@ -86,12 +87,10 @@ def parse_message(raw: bytes) -> dict[str, Any]:
 
 
 def plain(value: Any, limit: int = MAX_SHOWN_ARGUMENTS) -> str:
-    """`value` as JSON in printable ASCII (non-ASCII escaped), cut at `limit`."""
-    text = orjson.dumps(value).decode("utf-8")
-    shown = text.encode("ascii", "backslashreplace").decode("ascii")
-    shown = "".join(character if 32 <= ord(character) < 127 else f"\\x{ord(character):02x}"
-                    for character in shown)
-    return shown if len(shown) <= limit else shown[:limit] + f"… ({len(shown)} characters)"
+    """`value` as its JSON text, cut at `limit` saying so in ASCII (lnk_ask.text.bounded),
+    for a question: lnk_ask escapes it, once. (Escaped here too, a `…` of the program's
+    read `\\\\u2026`, and a `…` cut of ours `\\u2026`, like the program's own.)"""
+    return bounded(orjson.dumps(value).decode("utf-8"), limit)
 
 
 # What the proxy was given for the sandbox (its placeholders, its URL secret): the tool is
