@@ -30,6 +30,7 @@ import os
 import secrets
 import select
 import signal
+import struct
 import subprocess
 import sys
 import termios
@@ -43,7 +44,7 @@ from lnk_common.policy import is_name
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",
@@ -66,6 +67,10 @@ MAX_TIMEOUT_SECONDS = 900
 # How often the queue and a dialog's process are looked at: an answer from the queue is
 # taken within this, and a loop of ten wakes a second costs nothing.
 POLL_SECONDS = 0.1
+# A title and what a yes allows go to `lnk-sandbox-ask` in argv: each is shown cut far
+# shorter (MAX_TITLE_CHARS, MAX_ALLOWS_CHARS), and argv is bounded (a tool's name may be
+# as long as the program likes); cut here, saying so.
+MAX_ARGV_TEXT_CHARS = 1024
 # The log of every question and answer, under the settings root (a BoundedLog).
 LOG_PATH = ("sandbox", "asks.log")
 # How an answer came.
@@ -118,18 +123,30 @@ def check_usage(wire: str, title: str, timeout: float) -> None:
         raise AskUsageError(f"--timeout is 1 to {MAX_TIMEOUT_SECONDS} seconds")
 
 
+def default_allows(wire: str, title: str) -> str:
+    """What a yes allows when the caller does not say (`lnk-sandbox-ask` run by hand)."""
+    return f"what the wire {wire} asks: {title}"
+
+
 def ask(settings_root: str, wire: str, title: str, question: str,
         timeout: float = DEFAULT_TIMEOUT_SECONDS, *, env: Mapping[str, str] | None = None,
-        platform: str = sys.platform, terminal: str = "/dev/tty", whole: bool = False
-        ) -> Answer:
+        platform: str = sys.platform, terminal: str = "/dev/tty", whole: bool = False,
+        allows: str = "", tell: Callable[[str], None] | None = None) -> Answer:
     """Ask, block until the first answer or the timeout, and return it. Never raises but
     AskUsageError (bad arguments); every other failure, an interruption included
     (KeyboardInterrupt, SystemExit), is Answer("no", "error"). `whole`: the question is
-    shown up to MAX_WHOLE_QUESTION_CHARS, not cut at MAX_QUESTION_CHARS (a page's URL)."""
+    shown up to MAX_WHOLE_QUESTION_CHARS, not cut at MAX_QUESTION_CHARS (a page's URL).
+    `allows`: what a yes allows, in the caller's words (Link's, never a sandbox's alone:
+    "sandbox W, server demo, tool wipe"), shown on the terminal's code line, in the
+    dialog and in the queue (default_allows when empty). `tell`: given one line at once
+    when the question can be answered from the queue only (no screen, no terminal)."""
     check_usage(wire, title, timeout)
     shown_title = plain_text.plain(title, plain_text.MAX_TITLE_CHARS)
     shown_question = plain_text.plain(question, plain_text.MAX_WHOLE_QUESTION_CHARS if whole
                                       else plain_text.MAX_QUESTION_CHARS)
+    kept_question = plain_text.plain(question, plain_text.MAX_KEPT_QUESTION_CHARS)
+    shown_allows = plain_text.plain(allows or default_allows(wire, title),
+                                    plain_text.MAX_ALLOWS_CHARS)
     environment = os.environ if env is None else env
     started = time.monotonic()
     deadline = started + timeout
@@ -142,15 +159,18 @@ def ask(settings_root: str, wire: str, title: str, question: str,
     try:
         try:
             ident = queue.open_question(wire, shown_title, shown_question,
-                                        time.time() + timeout)
+                                        time.time() + timeout, allows=shown_allows,
+                                        whole=kept_question)
         except QueueError as error:
             _log(log, wire, "-", "asked", shown_title, shown_question)
             _log(log, wire, "-", "no", "error", plain_text.plain(str(error)))
             return Answer("no", "error", reason=str(error))
         _log(log, wire, ident, "asked", shown_title, shown_question)
         try:
-            answer, how = _wait(queue, ident, wire, shown_title, shown_question, started,
-                                deadline, environment, platform, terminal, whole)
+            answer, how = _wait(queue, ident, wire, _Shown(shown_title, shown_question,
+                                                           kept_question, shown_allows),
+                                started, deadline, environment, platform, terminal, tell,
+                                whole)
             found = Answer(answer, how, ident)
         except BaseException as error:  # an interruption, a failure: no, and said so
             reason = "interrupted" if isinstance(error, (KeyboardInterrupt, SystemExit)) \
@@ -174,6 +194,20 @@ def ask(settings_root: str, wire: str, title: str, question: str,
         log.close()
 
 
+class _Shown:
+    """A question's texts as the ways show them, plain ASCII: the title, the question as
+    a dialog shows it, the question kept whole (what the terminal lays out), what a yes
+    allows."""
+
+    __slots__ = ("allows", "kept", "question", "title")
+
+    def __init__(self, title: str, question: str, kept: str, allows: str) -> None:
+        self.title = title
+        self.question = question
+        self.kept = kept
+        self.allows = allows
+
+
 def _log(log: BoundedLog, wire: str, ident: str, event: str, first: str,
          second: str) -> None:
     """TIME\\tWIRE\\tID\\tEVENT\\t… : `asked TITLE QUESTION`, or `yes|no HOW [REASON]`.
@@ -185,18 +219,38 @@ def _log(log: BoundedLog, wire: str, ident: str, event: str, first: str,
         log.append(line.encode() + b"\n")
 
 
+# Linux's TIOCGDEV (_IOR('T', 0x32, unsigned int)): the device number of the terminal a
+# descriptor is on, the real one behind /dev/tty (whose own st_rdev, 5:0, is the same for
+# every terminal). Elsewhere the descriptor's st_rdev is taken.
+_TIOCGDEV = 0x80045432
+# Keys typed before a question are read aside when it is shown (they are not an answer)
+# and given back when it closes: at most the line discipline's buffer (4 KiB).
+MAX_TYPEAHEAD_BYTES = 4096
+# A terminal that does not take the question's output in this long (its output stopped:
+# Ctrl-S, or tcflow(TCOOFF) from any program that shares it) drops out of the ways; the
+# question goes on on the others.
+WRITE_SECONDS = 2.0
+
+
 class _Terminal:
     """The controlling terminal, opened anew as /dev/tty (never stdin or stdout, which a
     sandboxed program may share and redirect), used only while this process is in the
-    terminal's foreground and holds the terminal's lock (one question at a time on it)."""
+    terminal's foreground and holds the terminal's lock: one question at a time on it,
+    the lock a file in the asks folder (AskQueue.terminal_lock), never the terminal
+    itself, which every sandbox can reach and lock. Keys typed before the question was
+    shown are read aside then (not an answer) and given back at the close (TIOCSTI, ours
+    to use outside a sandbox), or shown when they cannot be."""
 
-    __slots__ = ("code", "fd", "locked", "shown", "typed")
+    __slots__ = ("code", "echoed", "fd", "kept", "lock", "locked", "shown", "typed")
 
     def __init__(self, path: str) -> None:
         self.fd = os.open(path, os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC | os.O_NONBLOCK)
+        self.lock: int | None = None
         self.locked = False
         self.shown = False
         self.typed = bytearray()
+        self.kept = b""
+        self.echoed = False
         self.code = f"{secrets.randbelow(10 ** ways.CODE_DIGITS):0{ways.CODE_DIGITS}d}"
         if not os.isatty(self.fd):
             self.close()
@@ -208,21 +262,89 @@ class _Terminal:
         except OSError:
             return False
 
-    def try_show(self, prompt: str) -> bool:
-        """Take the terminal's lock and show the question; False while another question
-        holds it or this process is not in the foreground."""
+    def device(self) -> int:
+        try:
+            found = fcntl.ioctl(self.fd, _TIOCGDEV, b"\0" * 4)
+            return int(struct.unpack("I", found)[0])
+        except OSError:
+            return os.fstat(self.fd).st_rdev
+
+    def size(self) -> tuple[int, int]:
+        """(columns, rows) as the terminal says now (TIOCGWINSZ), or the common size."""
+        try:
+            rows, columns = struct.unpack("HHHH", fcntl.ioctl(
+                self.fd, termios.TIOCGWINSZ, b"\0" * 8))[:2]
+        except OSError:
+            rows = columns = 0
+        return (columns, rows) if columns and rows else ways.FALLBACK_TERMINAL_SIZE
+
+    def try_show(self, queue: AskQueue, ident: str,
+                 render: Callable[[int, int], str | None]) -> bool:
+        """Take the terminal's lock and show the question, laid out for its size now;
+        False while another question holds it or this process is not in the foreground.
+        OSError when the terminal cannot ask this question (too small, its lock not to be
+        had, its output stopped): said on it where it can be, and it drops out."""
         if not self.foreground():
             return False
+        if self.lock is None:
+            try:
+                self.lock = queue.terminal_lock(self.device())
+            except QueueError as error:
+                with contextlib.suppress(OSError):
+                    self._write(f"\r\n{ways.LINK_MARK} question {ident} is not asked here "
+                                f"(see lnk-sandbox asks): {plain_text.plain(str(error), 200)}"
+                                "\r\n")
+                raise OSError(str(error)) from None
         try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return False
         self.locked = True
-        # Keys typed before the question was shown are not an answer to it.
-        termios.tcflush(self.fd, termios.TCIFLUSH)
-        self._write(prompt)
+        columns, rows = self.size()
+        prompt = render(columns, rows)
+        if prompt is None:
+            self._write(ways.terminal_too_small(ident, columns))
+            raise OSError("the terminal is too small to show the question")
+        self.kept = self._take_typeahead()
         self.shown = True
+        self._write(prompt)
         return True
+
+    def _take_typeahead(self) -> bytes:
+        """What waits to be read, taken aside: a line begun but not ended too, which a
+        canonical terminal gives only when it is not canonical (for the instant of the
+        read; its settings put back as they were)."""
+        try:
+            settings = termios.tcgetattr(self.fd)
+        except termios.error:
+            return b""
+        canonical = bool(settings[3] & termios.ICANON)
+        self.echoed = bool(settings[3] & termios.ECHO)
+        if canonical:
+            # VMIN 1, VTIME 0: a read of the program's that begins in this instant waits
+            # for a key as it would have (VMIN 0 would give it 0 bytes: an end of file).
+            # Ours does not wait: its open file description is non-blocking.
+            raw = [*settings[:6], list(settings[6])]
+            raw[3] = settings[3] & ~termios.ICANON
+            raw[6][termios.VMIN] = 1
+            raw[6][termios.VTIME] = 0
+            with contextlib.suppress(termios.error):
+                termios.tcsetattr(self.fd, termios.TCSANOW, raw)
+        kept = bytearray()
+        try:
+            while len(kept) < MAX_TYPEAHEAD_BYTES:
+                try:
+                    data = os.read(self.fd, MAX_TYPEAHEAD_BYTES - len(kept))
+                except (BlockingIOError, OSError):
+                    break
+                if not data:
+                    break
+                kept += data
+        finally:
+            if canonical:
+                with contextlib.suppress(termios.error):
+                    termios.tcsetattr(self.fd, termios.TCSANOW, settings)
+        return bytes(kept)
 
     def feed(self) -> str | None:
         """Read what was typed: "yes" for the code and Enter, "no" for any other line,
@@ -249,21 +371,50 @@ class _Terminal:
         return None
 
     def _write(self, message: str) -> None:
+        """Write it all within WRITE_SECONDS, or OSError."""
         data = message.encode("ascii", "replace")
-        with contextlib.suppress(OSError):
-            while data:
-                try:
-                    data = data[os.write(self.fd, data):]
-                except BlockingIOError:
-                    select.select([], [self.fd], [], 1.0)
+        end = time.monotonic() + WRITE_SECONDS
+        while data:
+            try:
+                data = data[os.write(self.fd, data):]
+            except BlockingIOError:
+                left = end - time.monotonic()
+                if left <= 0:
+                    raise OSError("the terminal does not take output (stopped?)") from None
+                select.select([], [self.fd], [], min(left, POLL_SECONDS))
+
+    def _give_back(self) -> None:
+        """The keys typed before the question, put back where they were typed (TIOCSTI
+        from outside every sandbox, on our own controlling terminal), or, where the
+        system refuses it (dev.tty.legacy_tiocsti = 0), shown so they can be typed
+        again; only counted when they were typed unseen (echo off: a password)."""
+        given = 0
+        try:
+            for byte in self.kept:
+                fcntl.ioctl(self.fd, termios.TIOCSTI, bytes([byte]))
+                given += 1
+        except OSError:
+            left = self.kept[given:].decode("utf-8", "surrogateescape")
+            shown = plain_text.plain(left, 400) if self.echoed else f"{len(left)} keys"
+            self._write(f"{ways.LINK_MARK} typed before the question and not given back "
+                        f"(the system refuses TIOCSTI): {shown}\r\n")
 
     def close(self, outcome: str = "") -> None:
-        if self.shown and outcome:
-            self._write(f"\r\n  [lnk-sandbox] {outcome}\r\n")
-        if self.locked:
-            with contextlib.suppress(OSError):
-                termios.tcflush(self.fd, termios.TCIFLUSH)  # a half-typed code
-                fcntl.flock(self.fd, fcntl.LOCK_UN)
+        """End the question here: say how it ended, give back the keys typed before it,
+        let go of the lock. A line half typed at the prompt was typed for the question
+        and goes with it; nothing else is flushed (what was typed to the program and not
+        read here stays for it)."""
+        with contextlib.suppress(OSError):
+            if self.shown and outcome:
+                self._write(f"\r\n{ways.LINK_MARK} {outcome}\r\n")
+            if self.kept:
+                self._give_back()
+        if self.lock is not None:
+            if self.locked:
+                with contextlib.suppress(OSError):
+                    fcntl.flock(self.lock, fcntl.LOCK_UN)
+            os.close(self.lock)
+            self.lock = None
         os.close(self.fd)
 
 
@@ -293,21 +444,46 @@ def _start_dialog(dialog: ways.Dialog, env: Mapping[str, str]) -> subprocess.Pop
     return process
 
 
-def _wait(queue: AskQueue, ident: str, wire: str, title: str, question: str,
-          started: float, deadline: float, env: Mapping[str, str], platform: str,
-          terminal_path: str, whole: bool = False) -> tuple[str, str]:
+def _queue_only(ident: str, seconds: int) -> str:
+    return (f"lnk-sandbox-ask: no screen and no terminal to ask on: the question {ident} "
+            f"waits in the queue (see lnk-sandbox asks); answer it with: lnk-sandbox "
+            f"answer {ident} yes|no (no answer in {seconds} s is no)\n")
+
+
+def _wait(queue: AskQueue, ident: str, wire: str, shown: _Shown, started: float,
+          deadline: float, env: Mapping[str, str], platform: str, terminal_path: str,
+          tell: Callable[[str], None] | None, whole: bool = False) -> tuple[str, str]:
     seconds = max(1, round(deadline - started))
     # The wire is part of the text a dialog shows (never of its window's title, which
-    # the person does not always see): which sandbox asks is half the question. A
-    # page's dialog is sized against the screen (lnk_ask.ways.page_dialog_size).
+    # the person does not always see): which sandbox asks is half the question; what a
+    # yes allows is the other half. A page's dialog is sized against the screen
+    # (lnk_ask.ways.page_dialog_size).
     screen = ways.screen_size(env) if whole and platform != "darwin" else None
-    dialog = ways.pick_dialog(env, platform, title, f"{question}\n\n(asked by the wire {wire})",
-                              seconds, whole=whole, screen=screen)
+    dialog = ways.pick_dialog(env, platform, shown.title,
+                              f"{shown.question}\n\nA yes allows: {shown.allows}\n"
+                              f"(asked by the wire {wire})", seconds, whole=whole,
+                              screen=screen)
     process = _start_dialog(dialog, env) if dialog else None
     terminal = _open_terminal(terminal_path) if terminal_path else None
-    prompt = ""
-    if terminal is not None:
-        prompt = ways.terminal_prompt(title, question, wire, ident, terminal.code, seconds)
+
+    def render(columns: int, rows: int) -> str | None:
+        left = max(1, round(deadline - time.monotonic()))
+        assert terminal is not None
+        return ways.terminal_prompt(shown.title, shown.kept, shown.allows, wire, ident,
+                                    terminal.code, left, columns, rows)
+
+    told = False
+    # Said only where there never was a terminal: a terminal that drops out may be the
+    # one standard error is on, its output stopped, where a line would block.
+    no_terminal = terminal is None
+
+    def queue_only() -> None:
+        nonlocal told
+        if tell is not None and not told and process is None and no_terminal:
+            told = True
+            tell(_queue_only(ident, max(1, round(deadline - time.monotonic()))))
+
+    queue_only()
     # Job control: reading the terminal from the background must fail (EIO), not stop
     # this process; a blocked SIGTTIN counts as ignored for that, and blocking is per
     # thread, so this holds in any thread of a caller.
@@ -331,8 +507,14 @@ def _wait(queue: AskQueue, ident: str, wire: str, title: str, question: str,
                 if verdict is not None:
                     decided = queue.decide(ident, verdict, "dialog")
                     break
+                queue_only()
             if terminal is not None and not terminal.shown:
-                terminal.try_show(prompt)
+                try:
+                    terminal.try_show(queue, ident, render)
+                except OSError:  # this terminal cannot ask it: the other ways go on
+                    terminal.close()
+                    terminal = None
+                    queue_only()
             # Only while in the foreground: a terminal readable by a job in the
             # background would wake this loop at once, again and again.
             waiting = ([terminal.fd] if terminal is not None and terminal.shown
@@ -347,6 +529,7 @@ def _wait(queue: AskQueue, ident: str, wire: str, title: str, question: str,
                         terminal.close()
                         terminal = None
                         verdict = None
+                        queue_only()
                     if verdict is not None:
                         decided = queue.decide(ident, verdict, "terminal")
             else:
@@ -368,29 +551,35 @@ def _wait(queue: AskQueue, ident: str, wire: str, title: str, question: str,
 
 
 def command(settings_root: str, wire: str, title: str,
-            timeout: float = DEFAULT_TIMEOUT_SECONDS, *, whole: bool = False) -> list[str]:
+            timeout: float = DEFAULT_TIMEOUT_SECONDS, *, whole: bool = False,
+            allows: str = "") -> list[str]:
     """The argv that runs `lnk-sandbox-ask` for a question given on its standard input
     (never in argv: a tool's arguments may be long, and argv is every local process's to
     read), isolated as every helper (`python -I -S _start.py ask …`:
-    lnk_wrap.helpers.helper_argv)."""
+    lnk_wrap.helpers.helper_argv). `allows`: a few words, as the title."""
     from lnk_wrap.helpers import helper_argv
 
     check_usage(wire, title, timeout)
+    title = plain_text.bounded(title, MAX_ARGV_TEXT_CHARS)
+    allows = plain_text.bounded(allows, MAX_ARGV_TEXT_CHARS)
     return [*helper_argv("ask"), "--settings", settings_root, "--wire", wire,
             "--title", title, "--question", "-", "--timeout", f"{timeout:g}", "--json",
-            *(["--whole"] if whole else [])]
+            *(["--whole"] if whole else []), *(["--allows", allows] if allows else [])]
 
 
 async def ask_async(settings_root: str, wire: str, title: str, question: str,
                     timeout: float = DEFAULT_TIMEOUT_SECONDS, *,
-                    env: Mapping[str, str] | None = None, whole: bool = False) -> Answer:
+                    env: Mapping[str, str] | None = None, whole: bool = False,
+                    allows: str = "") -> Answer:
     """`ask` in a child process (`lnk-sandbox-ask --json`), for an asyncio caller. The
     child is ended (SIGTERM: it answers no and cleans up) when the caller is cancelled.
-    Anything but a well-formed yes from the child is no."""
+    Anything but a well-formed yes from the child is no. A question longer than
+    MAX_ASKED_CHARS is cut here, saying so (text.bounded): the child takes 1 MiB."""
     import asyncio
     import json
 
-    argv = command(settings_root, wire, title, timeout, whole=whole)
+    argv = command(settings_root, wire, title, timeout, whole=whole, allows=allows)
+    question = plain_text.bounded(question)
     try:
         child = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,

@@ -1,20 +1,24 @@
 """lnk-sandbox-ask: ask the person one question; exit 0 for yes, 1 for no.
 
 Usage:
-  lnk-sandbox-ask --title=T --question=Q [--timeout=SECONDS] [--wire=NAME] [--json]
-                  [--whole] [--settings=DIR]
+  lnk-sandbox-ask --title=T --question=Q [--allows=TEXT] [--timeout=SECONDS]
+                  [--wire=NAME] [--json] [--whole] [--settings=DIR]
   lnk-sandbox-ask (-h | --help)
 
 Every way at once (a dialog on the screen, the terminal with a code typed back, the
 queue answered by `lnk-sandbox answer ID yes|no`); the first answer wins. No answer in
 SECONDS (default 120) is no; an error is no. Each question and answer is logged in
-Link's settings (sandbox/asks.log).
+Link's settings (sandbox/asks.log). With no screen and no terminal, it says at once on
+standard error that the question waits in the queue, and how to answer it.
 
 Options:
   --title=T            A few words: what is asking, e.g. "Tool call: github".
   --question=Q         The question, shown in plain ASCII (controls and non-ASCII escaped);
                        `-`: read it from standard input (UTF-8, at most 1 MiB), which
                        keeps a long question (a tool's arguments) out of argv.
+  --allows=TEXT        What a yes allows, in a few words ("sandbox W, server demo, tool
+                       wipe"): shown on the terminal's line with the code, in the dialog
+                       and in `lnk-sandbox asks` [default: what the wire asks: T].
   --timeout=SECONDS    How long to wait for an answer [default: 120].
   --wire=NAME          The wire that asks (named in the queue and the log) [default: ask].
   --json               Print {"answer": "yes"|"no", "how": ..., "id": ...}.
@@ -38,10 +42,11 @@ EXIT_YES = 0
 EXIT_NO = 1
 EXIT_USAGE = 2
 # A question read from standard input: a tool call's arguments may be long, but what is
-# shown is cut at lnk_ask.text.MAX_QUESTION_CHARS (with a digest of the whole), so more
-# than this is not a question a person could judge; refused as bad usage.
+# kept is cut at lnk_ask.text.MAX_KEPT_QUESTION_CHARS (with a digest of the whole), so
+# more than this is not a question a person could judge; refused as bad usage
+# (ask_async cuts a longer one at text.MAX_ASKED_CHARS first, saying so).
 MAX_QUESTION_INPUT_BYTES = 1 << 20
-_VALUED = ("--title", "--question", "--timeout", "--wire", "--settings")
+_VALUED = ("--title", "--question", "--allows", "--timeout", "--wire", "--settings")
 _FLAGS = ("--json", "--whole")
 
 
@@ -86,6 +91,11 @@ def _usage_exit(message: str) -> None:
     sys.exit(EXIT_USAGE)
 
 
+def _tell(line: str) -> None:
+    sys.stderr.write(line)
+    sys.stderr.flush()
+
+
 def _end(signum: int, frame: object) -> None:
     raise SystemExit(EXIT_NO)  # the finally blocks answer no and clean up
 
@@ -127,7 +137,8 @@ def main(argv: list[str] | None = None) -> None:
                 settings = None
         if isinstance(settings, str):
             found = ask(settings, str(options["--wire"]), str(options["--title"]),
-                        question, timeout, whole=options["--whole"] is True)
+                        question, timeout, whole=options["--whole"] is True,
+                        allows=str(options.get("--allows", "")), tell=_tell)
     except AskUsageError as error:
         _usage_exit(str(error))
         return

@@ -34,6 +34,7 @@ import secrets
 import stat
 import time
 
+from lnk_ask.text import MAX_KEPT_QUESTION_CHARS, MAX_WHOLE_QUESTION_CHARS
 from lnk_common.filewrite import write_synced
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "DEAD_GRACE_SECONDS",
     "MAX_RECORD_BYTES",
     "MAX_WAITING_PER_WIRE",
+    "TERMINAL_LOCK_PREFIX",
     "AskQueue",
     "QueueError",
     "id_problem",
@@ -57,11 +59,18 @@ ID_HEX_DIGITS = 12
 # not allowed in advance asks. Past this the next is no at once: a flood of calls must
 # not become a flood of dialogs on the person's screen, nor a queue nobody can read.
 MAX_WAITING_PER_WIRE = 8
-# A question record or an answer is a few hundred bytes (the question is cut at
-# lnk_ask.text.MAX_QUESTION_CHARS), a page's whole URL some 17 KiB at most
-# (MAX_WHOLE_QUESTION_CHARS, up to twice that as JSON); a larger file is not ours and is
-# refused unread.
-MAX_RECORD_BYTES = 48 * 1024
+# A question record holds the question as the ways show it (cut at
+# lnk_ask.text.MAX_QUESTION_CHARS, or a page's whole URL, MAX_WHOLE_QUESTION_CHARS) and
+# kept whole for `asks --show` (MAX_KEPT_QUESTION_CHARS), plain ASCII that JSON may write
+# twice as long (a backslash, a quote), and a few short fields; a larger file is not ours
+# and is refused unread.
+MAX_RECORD_BYTES = 2 * (MAX_KEPT_QUESTION_CHARS + MAX_WHOLE_QUESTION_CHARS) + 16 * 1024
+# The lock that keeps one question at a time on a terminal: a file per terminal in the
+# asks folder (hidden in every sandbox), named by the terminal's device number. Never a
+# lock on the terminal itself: /dev/tty is one inode for the whole machine, in every
+# sandbox, and a program there that locked it would hold every question off every
+# terminal.
+TERMINAL_LOCK_PREFIX = "terminal-"
 # A question whose asker died (SIGKILL) stays in the folder; past its deadline and this
 # grace it is not listed, refused by `answer`, and removed by the next ask.
 DEAD_GRACE_SECONDS = 30.0
@@ -197,9 +206,12 @@ class AskQueue:
 
     # -- the asker's side ------------------------------------------------------------------
 
-    def open_question(self, wire: str, title: str, question: str, deadline: float) -> str:
-        """Put a question in the queue (texts already plain); its id. `deadline` is wall
-        time (seconds since the epoch), for `asks` and `answer` in other processes."""
+    def open_question(self, wire: str, title: str, question: str, deadline: float, *,
+                      allows: str = "", whole: str = "") -> str:
+        """Put a question in the queue (texts already plain: the question as shown, what
+        a yes allows, the question kept whole, `question` when not given); its id.
+        `deadline` is wall time (seconds since the epoch), for `asks` and `answer` in
+        other processes."""
         folder = self._folder(make=True)
         if folder is None:
             raise QueueError("the asks folder vanished while it was made")
@@ -216,6 +228,7 @@ class AskQueue:
             for _ in range(8):
                 ident = new_id()
                 record = {"id": ident, "wire": wire, "title": title, "question": question,
+                          "allows": allows, "whole": whole or question,
                           "since": round(now, 3), "deadline": round(deadline, 3),
                           "pid": os.getpid()}
                 if self._place(folder, f"{ident}.json",
@@ -264,6 +277,29 @@ class AskQueue:
             raise QueueError(f"the answer to {ident} is not yes or no; refused")
         return str(answer), how
 
+    def terminal_lock(self, device: int) -> int:
+        """The lock file of the terminal `device` (st_rdev), opened (made 0600 when
+        missing): a descriptor to flock. QueueError when it cannot be, or is not a regular
+        file of ours."""
+        folder = self._folder(make=True)
+        if folder is None:
+            raise QueueError("the asks folder vanished while it was made")
+        name = f"{TERMINAL_LOCK_PREFIX}{os.major(device)}-{os.minor(device)}.lock"
+        try:
+            fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                         | os.O_CLOEXEC, _FILE_MODE, dir_fd=folder)
+        except OSError as error:
+            raise QueueError(f"the terminal's lock {name} cannot be opened (a link is "
+                             f"refused): {error.strerror}") from None
+        finally:
+            os.close(folder)
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+            os.close(fd)
+            raise QueueError(f"the terminal's lock {name} is not a regular file of yours; "
+                             "refused")
+        return fd
+
     def close_question(self, ident: str) -> None:
         folder = self._folder(make=False)
         if folder is None:
@@ -287,6 +323,23 @@ class AskQueue:
             os.close(folder)
         return sorted(found, key=lambda record: (float(str(record.get("since", 0))),
                                                  str(record.get("id"))))
+
+    def question(self, ident: str) -> dict[str, object]:
+        """The waiting question `ident`'s record (`asks --show`); QueueError (one line)
+        for a bad id or a question that does not wait."""
+        problem = id_problem(ident)
+        if problem:
+            raise QueueError(problem)
+        folder = self._folder(make=False)
+        if folder is None:
+            raise QueueError(f"no question {ident} waits (see lnk-sandbox asks)")
+        try:
+            for name, record in self._records(folder, time.time(), sweep=False):
+                if name == f"{ident}.json":
+                    return record
+        finally:
+            os.close(folder)
+        raise QueueError(f"no question {ident} waits (see lnk-sandbox asks)")
 
     def answer(self, ident: str, answer: str) -> None:
         """`lnk-sandbox answer ID yes|no`: QueueError (one line) for an unknown or ended

@@ -26,6 +26,8 @@ import hmac
 import os
 import stat
 
+from lnk_ask.text import spaces_shown
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -33,14 +35,20 @@ if TYPE_CHECKING:
 __all__ = [
     "ALLOW_LABEL",
     "CODE_DIGITS",
+    "CUT_MARK",
     "DENY_LABEL",
     "DIALOG_ENVIRONMENT",
     "DIALOG_FOLDERS",
     "DIALOG_LINE_CHARS",
+    "FALLBACK_TERMINAL_SIZE",
+    "LINK_MARK",
     "MAX_TYPED_BYTES",
+    "MIN_TERMINAL_COLUMNS",
+    "MIN_TERMINAL_ROWS",
     "PAGE_DIALOG_FONT",
     "PAGE_DIALOG_HEIGHT",
     "PAGE_DIALOG_WIDTH",
+    "PROGRAM_GUTTER",
     "Dialog",
     "code_matches",
     "dialog_environment",
@@ -54,6 +62,7 @@ __all__ = [
     "pick_dialog",
     "screen_size",
     "terminal_prompt",
+    "terminal_too_small",
     "zenity_argv",
     "zenity_page_argv",
 ]
@@ -94,6 +103,20 @@ PAGE_CHAR_PIXELS = 8
 PAGE_MARGIN_PIXELS = 72
 # The box's label is one line GTK never cuts: it sets the window's least width.
 PAGE_CHECKBOX_CHARS = 60
+# The terminal's layout (terminal_prompt). Every line of Link's own begins with the mark,
+# flush left; every line of the question's text (a program's words) begins with the
+# gutter, which no line of Link's does.
+LINK_MARK = "[lnk]"
+PROGRAM_GUTTER = "  | "
+# Where one of Link's lines is cut to fit the terminal's width.
+CUT_MARK = " [cut]"
+# A terminal smaller than this cannot show a header, a line of the question, what was cut
+# (its line, with a question's id, is 65 characters at most) and the code's line with what
+# a yes allows: the question is not asked there (it says so).
+MIN_TERMINAL_COLUMNS = 70
+MIN_TERMINAL_ROWS = 6
+# A terminal that does not say its size (TIOCGWINSZ gives 0): the common one.
+FALLBACK_TERMINAL_SIZE = (80, 24)
 
 
 class Dialog:
@@ -319,14 +342,50 @@ def dialog_verdict(kind: str, status: int, output: str, *, shown: str = "") -> s
     return None
 
 
-def terminal_prompt(title: str, question: str, wire: str, ident: str, code: str,
-                    seconds: int) -> str:
-    """What the terminal shows (every part plain ASCII already). The code is on the
-    same line as the instruction, after the question."""
-    return (f"\r\n[lnk-sandbox asks] {title} (wire {wire}, question {ident})\r\n"
-            f"  {question}\r\n"
-            f"  To allow, type {code} and Enter. Anything else is no; "
-            f"no answer in {seconds} s is no.\r\n  > ")
+def _fitted(line: str, width: int) -> str:
+    """One of Link's lines within `width` columns; a cut one ends with CUT_MARK."""
+    return line if len(line) <= width else line[:max(0, width - len(CUT_MARK))] + CUT_MARK
+
+
+def terminal_prompt(title: str, question: str, allows: str, wire: str, ident: str,
+                    code: str, seconds: int, columns: int, rows: int) -> str | None:
+    """What the terminal shows, laid out for a terminal of `columns` x `rows` (every text
+    plain ASCII already), or None when it is smaller than MIN_TERMINAL_COLUMNS x
+    MIN_TERMINAL_ROWS. Every line fits the width (none wraps) and all of them the height
+    (none scrolls off): a header, the question's text (each line after PROGRAM_GUTTER,
+    cut to the rows left, with what was cut said and where it is whole), then the code's
+    line, which says what the code allows. Link's lines begin with LINK_MARK, flush
+    left; the question's never do, and its runs of spaces are written out
+    (text.spaces_shown), so nothing in it can pass for a line of Link's."""
+    if columns < MIN_TERMINAL_COLUMNS or rows < MIN_TERMINAL_ROWS:
+        return None
+    width = columns - 1  # a line of exactly the width leaves some terminals a line on
+    header = _fitted(f"{LINK_MARK} asks ({ident}, wire {wire}): "
+                     f"{spaces_shown(title)}", width)
+    footer = [_fitted(f"{LINK_MARK} Enter after the code; anything else is no; no answer "
+                      f"in {seconds} s is no.", width),
+              _fitted(f"{LINK_MARK} Type {code} to allow: {spaces_shown(allows)}", width),
+              f"{LINK_MARK} > "]
+    text = spaces_shown(question)
+    lines = dialog_lines(text, width - len(PROGRAM_GUTTER)).split("\n")
+    room = rows - 1 - len(footer)
+    if len(lines) > room:
+        room -= 1  # the line that says what was cut
+        kept = lines[:room]
+        hidden = len(text) - sum(len(line) for line in kept)
+        footer.insert(0, _fitted(f"{LINK_MARK} {hidden} more characters: lnk-sandbox asks "
+                                 f"--show {ident}", width))
+        lines = kept
+    shown = [header, *(PROGRAM_GUTTER + line for line in lines), *footer]
+    return "\r\n" + "\r\n".join(shown)
+
+
+def terminal_too_small(ident: str, columns: int) -> str:
+    """What a terminal too small to show a question shows (three short lines): it is not
+    asked there."""
+    lines = (f"{LINK_MARK} question {ident} waits;", f"{LINK_MARK} this terminal is too small",
+             f"{LINK_MARK} to show it: lnk-sandbox asks")
+    return "".join(f"\r\n{_fitted(line, max(1, columns - 1))}" for line in lines) + "\r\n"
 
 
 def code_matches(typed: bytes, code: str) -> bool:

@@ -117,9 +117,10 @@ def _asker(settings: str, wire: str, *, whole: bool = False) -> Asker:
     terminal, the queue: the first answer wins; silence or any error is no)."""
     from lnk_ask import AskUsageError, ask_async
 
-    async def ask(title: str, question: str) -> tuple[bool, str]:
+    async def ask(title: str, question: str, allows: str) -> tuple[bool, str]:
         try:
-            answer = await ask_async(settings, wire, title, question, whole=whole)
+            answer = await ask_async(settings, wire, title, question, whole=whole,
+                                     allows=allows)
         except AskUsageError as error:  # ours to get right: said, and no
             return False, f"error: {error}"
         return answer.yes, answer.how

@@ -45,6 +45,7 @@ from typing import Any
 
 import orjson
 
+from lnk_ask.text import bounded
 from lnk_common.refusal import StatusError
 from lnk_common.tools import Tool
 
@@ -139,12 +140,10 @@ def method_refusal(message: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def plain(value: Any, limit: int = MAX_SHOWN_ARGUMENTS) -> str:
-    """`value` as JSON in printable ASCII (non-ASCII escaped), cut at `limit`."""
-    text = orjson.dumps(value).decode("utf-8")
-    shown = text.encode("ascii", "backslashreplace").decode("ascii")
-    shown = "".join(character if 32 <= ord(character) < 127 else f"\\x{ord(character):02x}"
-                    for character in shown)
-    return shown if len(shown) <= limit else shown[:limit] + f"… ({len(shown)} characters)"
+    """`value` as its JSON text, cut at `limit` saying so in ASCII (lnk_ask.text.bounded),
+    for a question: lnk_ask escapes it, once. (Escaped here too, a `…` of the program's
+    read `\\\\u2026`, and a `…` cut of ours `\\u2026`, like the program's own.)"""
+    return bounded(orjson.dumps(value).decode("utf-8"), limit)
 
 
 # What the proxy was given for the sandbox (its placeholders, its URL secret): an opener
@@ -163,7 +162,8 @@ def _error(message_id: Any, code: int, text: str) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": message_id, "error": {"code": code, "message": text}}
 
 
-Asker = Callable[[str, str], Awaitable[tuple[bool, str]]]
+# (title, question, what a yes allows in Link's words) -> (yes, how it was answered).
+Asker = Callable[[str, str, str], Awaitable[tuple[bool, str]]]
 
 
 class ToolProcess:
@@ -381,14 +381,17 @@ class ToolProcess:
                     return _error(message_id, -32001, f"refused: {name} must be asked of "
                                   "the person, and no way to ask is available here"), None
                 arguments = params.get("arguments") if isinstance(params, dict) else None
-                # The title short (a dialog's); the question says who asks what, in
-                # plain ASCII (lnk_ask escapes it again), the server's hints shown as
-                # what they are: its own words, not trusted.
+                # The title short (a dialog's); the question says who asks what, the
+                # arguments as their JSON text, escaped once, by lnk_ask (which keeps
+                # it whole for `asks --show` and cuts it for each way, saying so); the
+                # server's hints shown as what they are: its own words, not trusted.
+                # What a yes allows: Link's names first, the program's last.
                 yes, how = await ask(
-                    f"{self.tool.name}: run {plain(name, 48)}?",
-                    f"The sandbox {wire} asks to run the tool {plain(name, 128)} of "
-                    f"{self.tool.name} with the arguments {plain(arguments)}."
-                    + self.hints(name))
+                    f"{self.tool.name}: run {name}?",
+                    f"The sandbox {wire} asks to run the tool {name} of {self.tool.name} "
+                    f"with the arguments {orjson.dumps(arguments).decode('utf-8')}."
+                    + self.hints(name),
+                    f"sandbox {wire}, server {self.tool.name}, tool {name}")
                 if not yes:
                     return _error(message_id, -32001, f"refused: the person did not allow "
                                   f"{name} ({how})"), None

@@ -1156,7 +1156,8 @@ class Proxy(Wire):
             yes, how = await self.open_ask(
                 f"{self.wire or 'a sandbox'}: open {url.host}?",
                 f"The sandbox {self.wire or '-'} asks to open this page in your browser: "
-                f"{shown}{back}")
+                f"{shown}{back}",
+                f"sandbox {self.wire or '-'} opens a page on {url.host}")
             if not yes:
                 raise Refused(403, f"the person did not allow opening the page ({how})",
                               logged=f"the person did not allow opening the page ({how})")

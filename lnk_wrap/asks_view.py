@@ -13,7 +13,7 @@ import sys
 import time
 
 from lnk_ask.queue import ANSWERS, AskQueue, QueueError
-from lnk_ask.text import plain
+from lnk_ask.text import plain, spaces_shown
 
 __all__ = ["answer", "asks"]
 
@@ -21,7 +21,9 @@ EXIT_REFUSED = 125
 EXIT_USAGE = 2
 
 
-def asks(settings: str, *, as_json: bool) -> int:
+def asks(settings: str, *, as_json: bool, show: str | None = None) -> int:
+    if show is not None:
+        return _show(settings, show, as_json=as_json)
     try:
         waiting = AskQueue(settings).waiting()
     except QueueError as error:
@@ -29,6 +31,7 @@ def asks(settings: str, *, as_json: bool) -> int:
         return EXIT_REFUSED
     shown = [{"id": _plain(record.get("id")), "wire": _plain(record.get("wire")),
               "title": _plain(record.get("title")), "question": _plain(record.get("question")),
+              "allows": _plain(record.get("allows")),
               "since": record.get("since") if isinstance(record.get("since"), float | int)
               else 0}
              for record in waiting]
@@ -42,9 +45,36 @@ def asks(settings: str, *, as_json: bool) -> int:
         return 0
     for record in shown:
         since = time.strftime("%H:%M:%S", time.localtime(float(str(record["since"]))))
+        # Runs of spaces written out (not in --json): padding cannot line the program's
+        # words up under the lines of ours around them.
         print(f"{record['id']}  wire {record['wire']}  since {since}  {record['title']}\n"
-              f"    {record['question']}\n"
-              f"    answer with: lnk-sandbox answer {record['id']} yes|no")
+              f"    {spaces_shown(str(record['question']))}\n"
+              f"    a yes allows: {record['allows']}\n"
+              f"    answer with: lnk-sandbox answer {record['id']} yes|no "
+              f"(all of it: lnk-sandbox asks --show {record['id']})")
+    return 0
+
+
+def _show(settings: str, ident: str, *, as_json: bool) -> int:
+    """One waiting question, whole as the asker kept it (lnk_ask.text's
+    MAX_KEPT_QUESTION_CHARS, a longer one cut there saying so, with its digest)."""
+    try:
+        record = AskQueue(settings).question(ident)
+    except QueueError as error:
+        print(f"lnk-sandbox: {plain(str(error), 400)}", file=sys.stderr)
+        return EXIT_REFUSED
+    shown = {name: _plain(record.get(name)) for name in ("id", "wire", "title", "allows")}
+    shown["question"] = _plain(record.get("whole") or record.get("question"))
+    if as_json:
+        import json
+
+        print(json.dumps(shown))
+        return 0
+    print(f"{shown['id']}  wire {shown['wire']}  {shown['title']}\n"
+          f"a yes allows: {shown['allows']}\n"
+          f"the question, whole (runs of spaces counted; --json gives them as they are):\n"
+          f"{spaces_shown(shown['question'])}\n"
+          f"answer with: lnk-sandbox answer {shown['id']} yes|no")
     return 0
 
 

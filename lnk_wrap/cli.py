@@ -22,7 +22,7 @@ Usage:
   lnk-sandbox guest list [--json]
   lnk-sandbox guest remove NAME
   lnk-sandbox enter NAME [--settings=DIR]
-  lnk-sandbox asks [--json]
+  lnk-sandbox asks [--json] [--show=ID]
   lnk-sandbox answer ID ANSWER
   lnk-sandbox (-h | --help)
   lnk-sandbox --version
@@ -78,8 +78,9 @@ Verbs:
           (SSH_ORIGINAL_COMMAND), scp or sftp, in the guest's sandbox (its wire is
           guest-NAME), with the SSH session's terminal.
   asks    The questions that wait for your answer (a tool call a sandbox made, …):
-          id, wire, since when, the question in plain ASCII; --json:
-          {"asks": [{"id", "wire", "title", "question", "since"}]}.
+          id, wire, since when, the question in plain ASCII, what a yes allows; --json:
+          {"asks": [{"id", "wire", "title", "question", "allows", "since"}]}; and
+          with --show=ID, that question whole (up to 64 Ki characters).
   answer  Answer the question ID (from asks) yes or no. The first answer a question
           gets stands (a dialog, the terminal, or this); two minutes without one is no.
   check   What this machine gives (bubblewrap, user namespaces, Landlock, seccomp) and
@@ -105,6 +106,7 @@ Options:
   --cwd=DIR     The tool's working folder (tool add); default: its HOME.
   --key=PUBKEY_FILE  The guest's public key (guest add): one line, TYPE BASE64 [COMMENT].
   --settings=DIR  Link's settings folder (enter: sshd's environment is not yours).
+  --show=ID     The waiting question ID, whole (asks).
 
 `lnk sandbox VERB …` is the same as `lnk-sandbox VERB …`.
 Exit status: COMMAND's own; 128+N if it died of signal N; 125 when the sandbox could
@@ -176,7 +178,7 @@ _RUN_DEFAULTS: dict[str, object] = {
     "secret": False, "set": False, "list": False, "remove": False, "NAME": None,
     "--rule": None, "tool": False, "add": False, "--allow": [], "--ask": None,
     "--secret": [], "--env": [], "--home": None, "--cwd": None,
-    "asks": False, "answer": False, "ID": None, "ANSWER": None,
+    "asks": False, "answer": False, "ID": None, "ANSWER": None, "--show": None,
     "guest": False, "enter": False, "--key": None, "--settings": None,
     "--spec": None, "--wire": None, "--json": False, "--follow": False, "--clear": False,
     "--name": None, "--list": False, "--remove": None, "-h": False, "--help": False,
@@ -390,7 +392,9 @@ def _dispatch(arguments: Mapping[str, object], env: Mapping[str, str]) -> int:
         except SettingsError as error:
             raise CliError(str(error)) from None
         if arguments["asks"]:
-            return asks(settings, as_json=bool(arguments["--json"]))
+            shown = arguments["--show"]
+            return asks(settings, as_json=bool(arguments["--json"]),
+                        show=shown if isinstance(shown, str) else None)
         return answer(settings, str(arguments["ID"]), str(arguments["ANSWER"]))
     if arguments["check"]:
         from lnk_wrap.check import report, show

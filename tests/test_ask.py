@@ -305,7 +305,8 @@ def test_queue_answered_yes_by_another_process(sandbox_env: dict[str, str],
         entries = wait_for(lambda: waiting(sandbox_env), "the question in asks")
         assert isinstance(entries, list) and len(entries) == 1
         entry = entries[0]
-        assert set(entry) == {"id", "wire", "title", "question", "since"}
+        assert set(entry) == {"id", "wire", "title", "question", "allows", "since"}
+        assert entry["allows"] == "what the wire w1 asks: Tool call: demo"
         assert entry["wire"] == "w1" and entry["title"] == "Tool call: demo"
         assert entry["question"] == 'wipe {"all": true}\\x0anow\\u202e?'
         ident = str(entry["id"])
@@ -364,9 +365,10 @@ def test_answer_refusals(sandbox_env: dict[str, str]) -> None:
 def test_silence_is_no_after_the_timeout(sandbox_env: dict[str, str], lnk_home: Path) -> None:
     started = time.monotonic()
     asker = start_ask(sandbox_env, "--title", "T", "--question", "Q", timeout=2)
-    status, found, _ = finish(asker)
+    status, found, err = finish(asker)
     assert time.monotonic() - started >= 2
     assert (status, found["answer"], found["how"]) == (1, "no", "timeout")
+    assert f"lnk-sandbox answer {found['id']} yes|no" in err  # said, and silence is still no
     # The late answer is told who decided.
     late = cli(sandbox_env, "answer", found["id"], "yes")
     assert late.returncode == EXIT_REFUSED and "answered no (timeout)" in late.stderr
@@ -436,8 +438,11 @@ class Tmux:
                               env=self.env, capture_output=True, text=True, check=True,
                               timeout=WAIT_SECONDS).stdout
 
-    def start(self, command: str) -> None:
-        self.tmux("new-session", "-d", "-x", "200", "-y", "50", "-s", "t", command)
+    def start(self, command: str, columns: int = 200, rows: int = 50) -> None:
+        self.tmux("new-session", "-d", "-x", str(columns), "-y", str(rows), "-s", "t", command)
+        # A detached session takes the size of the window given, not of a client's.
+        self.tmux("set-option", "-t", "t", "window-size", "manual")
+        self.tmux("resize-window", "-t", "t", "-x", str(columns), "-y", str(rows))
 
     def screen(self) -> str:
         try:
@@ -462,7 +467,8 @@ def tmux(tmp_path: Path, sandbox_env: dict[str, str]) -> Iterator[Tmux]:
     found.stop()
 
 
-QUESTION_SHOWN = re.compile(r"question ([0-9a-f]{12})\)[\s\S]*To allow, type (\d{6}) and Enter")
+QUESTION_SHOWN = re.compile(r"\[lnk\] asks \(([0-9a-f]{12}), wire [^)]*\)[\s\S]*"
+                            r"Type (\d{6}) to allow: ")
 
 
 def shown_code(tmux: Tmux) -> tuple[str, str]:
@@ -489,11 +495,11 @@ def test_terminal_code_typed_back_is_yes(tmux: Tmux, tmp_path: Path) -> None:
     out = tmp_path / "answer.json"
     ask_in_pane(tmux, out)
     ident, code = shown_code(tmux)
-    assert "[lnk-sandbox asks] Tool call: demo (wire term, question " in tmux.screen()
-    assert "wipe everything?" in tmux.screen()
+    assert f"[lnk] asks ({ident}, wire term): Tool call: demo" in tmux.screen()
+    assert "  | wipe everything?" in tmux.screen()
     tmux.send(code, "Enter")
     assert answer_in(out) == {"answer": "yes", "how": "terminal", "id": ident}
-    wait_for(lambda: "[lnk-sandbox] yes (terminal)" in tmux.screen(), "the outcome shown")
+    wait_for(lambda: "[lnk] yes (terminal)" in tmux.screen(), "the outcome shown")
 
 
 def test_terminal_wrong_code_is_no(tmux: Tmux, tmp_path: Path) -> None:
@@ -520,7 +526,7 @@ def test_terminal_keys_typed_before_the_question_are_not_an_answer(
     assert not out.read_text().strip() if out.exists() else True
     assert cli(sandbox_env, "answer", ident, "no").returncode == 0
     assert answer_in(out) == {"answer": "no", "how": "queue", "id": ident}
-    wait_for(lambda: "[lnk-sandbox] no (queue)" in tmux.screen(), "the outcome shown")
+    wait_for(lambda: "[lnk] no (queue)" in tmux.screen(), "the outcome shown")
 
 
 # -- the dialog: zenity on Xvfb, clicked with xdotool -----------------------------------------
@@ -965,7 +971,7 @@ def test_attack_terminal_fake_question_and_tiocsti(
     wait_for(lambda: (work / "done").exists(), "the attacker to finish")
     probe = json.loads((work / "probe.json").read_text())
     screen = tmux.screen()
-    assert "type 111111" in screen and f"type {code}" in screen  # both on the terminal
+    assert "type 111111" in screen and f"Type {code}" in screen  # both on the terminal
     assert code not in json.dumps(probe), "the real code was visible inside"
     assert probe["tiocsti 0"] == [-1, "EPERM"]
     assert probe["tiocsti 999"] == [-1, "EPERM"]  # the filter, not the kernel's EBADF
@@ -1036,7 +1042,7 @@ def test_sigterm_is_no_and_cleans_up(sandbox_env: dict[str, str], lnk_home: Path
         asker.terminate()
         status, found, err = finish(asker)
         assert (status, found["answer"], found["how"]) == (1, "no", "error")
-        assert err == "lnk-sandbox-ask: no: interrupted\n"
+        assert err.splitlines()[-1] == "lnk-sandbox-ask: no: interrupted"
         assert waiting(sandbox_env) == []
         assert not (lnk_home / "sandbox" / "asks" / f"{entries[0]['id']}.json").exists()
     finally:
@@ -1129,3 +1135,477 @@ def test_ask_async_cancelled_ends_the_child(sandbox_env: dict[str, str],
     assert waiting(sandbox_env) == []
     lines = Path(log_path(str(lnk_home))).read_text().splitlines()
     assert lines[-1].split("\t")[3:] == ["no", "error", "interrupted"]
+
+
+# -- the terminal: the question fits it, its code's line says what a yes allows ----------------
+
+# A stdio MCP server (JSON-RPC a line): delete_repo and read_readme, each answering "did
+# NAME".
+MCP_TOOL = r'''
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if "id" not in m: continue
+    meth, r = m.get("method"), None
+    if meth == "initialize":
+        r = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+             "serverInfo": {"name": "demo", "version": "1"}}
+    elif meth == "tools/list":
+        r = {"tools": [{"name": n, "inputSchema": {"type": "object"}}
+                       for n in ("delete_repo", "read_readme")]}
+    elif meth == "tools/call":
+        r = {"content": [{"type": "text", "text": "did " + m["params"]["name"]}]}
+    out = {"jsonrpc": "2.0", "id": m["id"],
+           **({"result": r} if r is not None else {"error": {"code": -32601, "message": "no"}})}
+    sys.stdout.write(json.dumps(out) + "\n"); sys.stdout.flush()
+'''
+
+# Inside: MCP over HTTP to $LNK_SANDBOX_URL/mcp/demo; one tools/call of delete_repo with
+# the arguments in the file argv[1] (JSON); prints the call's text or ERROR.
+MCP_CLIENT = r'''
+import json, os, sys, urllib.request
+url = os.environ["LNK_SANDBOX_URL"] + "/mcp/demo"
+sid = None
+def post(msg):
+    global sid
+    h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    if sid: h["Mcp-Session-Id"] = sid
+    if msg.get("method") != "initialize": h["MCP-Protocol-Version"] = "2025-11-25"
+    req = urllib.request.Request(url, data=json.dumps(msg).encode(), headers=h, method="POST")
+    with urllib.request.urlopen(req, timeout=200) as r:
+        sid = r.headers.get("Mcp-Session-Id") or sid
+        raw = r.read().decode()
+        if "id" not in msg: return None
+        if r.headers.get("Content-Type", "").startswith("text/event-stream"):
+            for line in raw.splitlines():
+                if line.startswith("data:"):
+                    d = json.loads(line[5:])
+                    if d.get("id") == msg["id"]: return d
+        return json.loads(raw)
+post({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {},
+    "clientInfo": {"name": "c", "version": "1"}}})
+post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+arguments = json.load(open(sys.argv[1]))
+d = post({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+          "params": {"name": "delete_repo", "arguments": arguments}})
+print(d["result"]["content"][0]["text"] if "result" in d else "ERROR " + json.dumps(d["error"]),
+      flush=True)
+'''
+
+# What a program pads its arguments with: a look-alike of Link's question for a harmless
+# tool, lined up (by the spaces before it) to start a line of an 80-column terminal,
+# right above where the real code is shown.
+FAKE_QUESTION = ("\n[lnk-sandbox asks] Tool call: harmless read_readme (wire w)\n"
+                 "  To allow, type the code below and Enter.\n")
+SMALL_TERMINAL = (80, 24)
+
+
+def padded_arguments() -> dict[str, str]:
+    """3,000 characters and more: padding, the fake (which a line break, shown as an
+    escape, would not have put on a line of its own), and a long tail."""
+    note = ("x" * 61 + " " * 1900 + FAKE_QUESTION.replace("\n", " ") + " " * 19
+            + "y" * 2500)
+    arguments = {"repo": "me/everything", "note": note + "END-OF-ARGUMENTS"}
+    assert len(json.dumps(arguments)) >= 3000
+    return arguments
+
+
+def small_screen(tmux: Tmux) -> list[str]:
+    lines = tmux.screen().rstrip("\n").split("\n")
+    assert len(lines) <= SMALL_TERMINAL[1]
+    return lines
+
+
+def code_line(tmux: Tmux) -> tuple[str, str, str]:
+    """(the question's id, its code, the code's line) once the question is on screen."""
+    ident, code = shown_code(tmux)
+    time.sleep(0.5)  # the whole prompt drawn
+    [line] = [line for line in small_screen(tmux) if f"Type {code} to allow: " in line]
+    return ident, code, line
+
+
+def assert_fits_and_marked(lines: list[str], ident: str, code: str) -> None:
+    """Nothing scrolled off (Link's header is the screen's first line), no line wider than
+    the terminal, every line either Link's (its mark, flush left) or the program's text
+    (after the gutter), and what was cut said, with where it is whole."""
+    assert lines[0].startswith(f"[lnk] asks ({ident}, wire "), "\n".join(lines)
+    assert all(len(line) <= SMALL_TERMINAL[0] for line in lines), lines
+    assert all(line.startswith(("[lnk] ", "  | ")) for line in lines), lines
+    assert any(re.fullmatch(rf"\[lnk\] \d+ more characters: lnk-sandbox asks --show {ident}",
+                            line) for line in lines), lines
+    assert lines[-1].startswith("[lnk] >"), lines  # capture-pane drops the space after
+    assert sum(f"Type {code} to allow: " in line for line in lines) == 1
+
+
+def test_terminal_mcp_question_fits_and_its_code_line_names_tool_server_and_wire(
+    tmux: Tmux, tmp_path: Path, write_spec: WriteSpec, sandbox_env: dict[str, str],
+) -> None:
+    """A real sandbox calls delete_repo through the MCP verb with 3,000 characters of
+    arguments, padded so that a look-alike question for a harmless tool would sit right
+    above the code. On an 80x24 terminal (full before the question), the question fits:
+    its header is the first line, the fake is inside the gutter as the program's text,
+    the code's line says the sandbox, server and tool a yes allows, and `asks --show`
+    gives the whole arguments. (Before: one long line; the header scrolled off, the fake
+    lined up above the bare code.)"""
+    folder = tmp_path / "mcp"
+    folder.mkdir()
+    (folder / "tool.py").write_text(MCP_TOOL)
+    (folder / "client.py").write_text(MCP_CLIENT)
+    (folder / "arguments.json").write_text(json.dumps(padded_arguments()))
+    subprocess.run([LNK_SANDBOX, "tool", "add", "demo", "--", sys.executable,
+                    str(folder / "tool.py")], env=sandbox_env, check=True,
+                   capture_output=True, timeout=WAIT_SECONDS)
+    spec = write_spec(f"[files]\nread = {toml_list(folder)}\n[verbs]\ntools = [\"demo\"]\n")
+    out = tmp_path / "out.txt"
+    command = (f"seq 1 100; {shlex.quote(LNK_SANDBOX)} run --spec {shlex.quote(str(spec))} "
+               f"--wire victim -- python3 {shlex.quote(str(folder / 'client.py'))} "
+               f"{shlex.quote(str(folder / 'arguments.json'))} </dev/null "
+               f">{shlex.quote(str(out))} 2>&1")
+    tmux.start(f"sh -c {shlex.quote(command + '; sleep 60')}", *SMALL_TERMINAL)
+    ident, code, line = code_line(tmux)
+    lines = small_screen(tmux)
+    assert_fits_and_marked(lines, ident, code)
+    assert "demo: run delete_repo?" in lines[0]
+    assert line == f"[lnk] Type {code} to allow: sandbox victim, server demo, tool delete_repo"
+    faked = [shown for shown in lines if "[lnk-sandbox asks] Tool call" in shown]
+    assert faked and all(shown.startswith("  | ") for shown in faked), lines
+    assert any("[1901 spaces][lnk-sandbox asks]" in shown for shown in lines), lines
+    # The whole question, every argument, with `asks --show`.
+    shown = cli(sandbox_env, "asks", "--show", ident, "--json")
+    assert shown.returncode == 0, shown
+    whole = json.loads(shown.stdout)
+    assert whole["allows"] == "sandbox victim, server demo, tool delete_repo"
+    assert json.dumps(padded_arguments(), separators=(",", ":")) in whole["question"]
+    assert whole["question"].count("END-OF-ARGUMENTS") == 1
+    human = cli(sandbox_env, "asks", "--show", ident)
+    assert human.returncode == 0, human
+    assert "a yes allows: sandbox victim, server demo, tool delete_repo\n" in human.stdout
+    assert "[1901 spaces][lnk-sandbox asks] Tool call" in human.stdout
+    assert "y" * 2500 + 'END-OF-ARGUMENTS"}' in human.stdout
+    listed = cli(sandbox_env, "asks")
+    assert "    a yes allows: sandbox victim, server demo, tool delete_repo\n" in listed.stdout
+    assert "  " not in listed.stdout.split("\n")[1][4:]
+    unknown = cli(sandbox_env, "asks", "--show", "0123456789ab")
+    assert (unknown.returncode, unknown.stderr) == (
+        EXIT_REFUSED, "lnk-sandbox: no question 0123456789ab waits (see lnk-sandbox asks)\n")
+    tmux.send(code, "Enter")
+    assert wait_for(lambda: out.exists() and "did delete_repo" in out.read_text(),
+                    "the call to run")
+
+
+# The person's opener, outside: records the URL it is given.
+RECORDING_OPENER = f"""#!{sys.executable}
+import os, sys
+with open(os.environ["OPENED"], "a") as out:
+    out.write(sys.argv[1] + "\\n")
+"""
+
+
+def test_terminal_page_question_fits_and_its_code_line_names_the_host(
+    tmux: Tmux, tmp_path: Path, write_spec: WriteSpec, sandbox_env: dict[str, str],
+) -> None:
+    """A real sandbox opens a page with a 4 KiB URL whose tail the program chose: on an
+    80x24 terminal the host is on the code's line, the question fits, and `asks --show`
+    gives the whole URL. (Before: the host scrolled off with the header.)"""
+    opener = tmp_path / "opener"
+    opener.mkdir()
+    (opener / "xdg-open").write_text(RECORDING_OPENER)
+    (opener / "xdg-open").chmod(0o755)
+    opened = tmp_path / "opened.txt"
+    url = ("https://evil.example.net/p?" + "a" * 3000
+           + "&shown=https://docs.example.org/harmless" + "b" * 1000)
+    spec = write_spec('[verbs]\nopen = true\n')
+    command = (f"seq 1 100; PATH={shlex.quote(str(opener))}:$PATH "
+               f"OPENED={shlex.quote(str(opened))} {shlex.quote(LNK_SANDBOX)} run --spec "
+               f"{shlex.quote(str(spec))} --wire pages -- xdg-open {shlex.quote(url)} "
+               f"</dev/null >/dev/null 2>&1")
+    tmux.start(f"sh -c {shlex.quote(command + '; sleep 60')}", *SMALL_TERMINAL)
+    ident, code, line = code_line(tmux)
+    lines = small_screen(tmux)
+    assert_fits_and_marked(lines, ident, code)
+    assert "pages: open evil.example.net?" in lines[0]
+    assert line == f"[lnk] Type {code} to allow: sandbox pages opens a page on evil.example.net"
+    shown = cli(sandbox_env, "asks", "--show", ident, "--json")
+    assert shown.returncode == 0, shown
+    assert json.loads(shown.stdout)["question"].endswith(f"in your browser: {url}")
+    tmux.send(code, "Enter")
+    assert wait_for(lambda: opened.exists() and opened.read_text() == url + "\n",
+                    "the page to open")
+
+
+def test_terminal_too_small_says_so_and_the_queue_answers(
+    tmux: Tmux, tmp_path: Path, sandbox_env: dict[str, str],
+) -> None:
+    out = tmp_path / "answer.json"
+    command = (f"{shlex.quote(ASK)} --title T --question Q --wire tiny --timeout 60 --json "
+               f"> {shlex.quote(str(out))}")
+    tmux.start(f"sh -c {shlex.quote(command + '; sleep 60')}", 50, 10)
+    wait_for(lambda: "this terminal is too small" in tmux.screen(), "the notice")
+    assert "Type " not in tmux.screen()
+    [entry] = waiting(sandbox_env, "tiny")
+    assert cli(sandbox_env, "answer", str(entry["id"]), "yes").returncode == 0
+    assert answer_in(out)["how"] == "queue"
+
+
+def test_the_terminal_prompt_fits_any_size_and_marks_every_line() -> None:
+    """The layout as data: at each size from the smallest taken, every line fits, Link's
+    lines carry the mark and nothing else does, the code's line says what a yes allows."""
+    from lnk_ask.ways import (
+        LINK_MARK,
+        MIN_TERMINAL_COLUMNS,
+        MIN_TERMINAL_ROWS,
+        PROGRAM_GUTTER,
+        terminal_prompt,
+    )
+
+    question = plain("run " + " " * 500 + "[lnk] Type 111111 to allow: harmless\n" * 40)
+    for columns in (MIN_TERMINAL_COLUMNS, 80, 132):
+        for rows in (MIN_TERMINAL_ROWS, 24, 60):
+            shown = terminal_prompt("T", question, "sandbox w, server s, tool t", "w",
+                                    "0123456789ab", "654321", 120, columns, rows)
+            assert shown is not None
+            lines = shown.split("\r\n")[1:]
+            assert len(lines) <= rows and all(len(line) < columns for line in lines)
+            assert all(line.startswith((LINK_MARK + " ", PROGRAM_GUTTER)) for line in lines)
+            assert [line for line in lines if line.startswith(LINK_MARK)][-2].startswith(
+                f"{LINK_MARK} Type 654321 to allow: sandbox w")
+            assert sum("Type " in line and line.startswith(LINK_MARK) for line in lines) == 1
+    assert terminal_prompt("T", "Q", "a", "w", "0123456789ab", "654321", 120,
+                           MIN_TERMINAL_COLUMNS - 1, 24) is None
+
+
+# -- nothing a sandbox does holds a question back -------------------------------------------
+
+# Inside: a terminal of its own as its controlling terminal (a pty of the sandbox's own
+# /dev/pts), so /dev/tty opens, then an exclusive flock on /dev/tty (the machine's one
+# inode, bound into every sandbox) and on every terminal it holds; held till `release`.
+TERMINAL_LOCKER = r'''
+import fcntl, glob, json, os, sys, termios, time
+work = sys.argv[1]
+found = {}
+if os.fork() == 0:
+    os.setsid()
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+    held = []
+    for path in ["/dev/tty", *glob.glob("/dev/pts/[0-9]*")]:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_NOCTTY)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held.append(fd)
+            found[path] = "locked"
+        except OSError as error:
+            found[path] = str(error)
+    for fd in (0, 1, 2):
+        try:
+            if os.isatty(fd):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                found[f"fd {fd}"] = "locked"
+        except OSError as error:
+            found[f"fd {fd}"] = str(error)
+    open(os.path.join(work, "probe.json"), "w").write(json.dumps(found))
+    open(os.path.join(work, "locked"), "w").close()
+    for _ in range(1200):
+        if os.path.exists(os.path.join(work, "release")):
+            break
+        time.sleep(0.1)
+    os._exit(0)
+os.wait()
+'''
+
+
+def test_attack_a_sandbox_locking_the_terminal_holds_no_question_back(
+    tmux: Tmux, tmp_path: Path, write_spec: WriteSpec,
+) -> None:
+    """A program in a real sandbox, on the person's terminal, takes an exclusive flock on
+    /dev/tty (through a controlling terminal of its own) and on every terminal it can
+    open: the question is shown on the terminal all the same, and its code answers it.
+    (Before: the asker's flock on /dev/tty waited for the program's, and no question
+    reached any terminal while it held it.)"""
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "locker.py").write_text(TERMINAL_LOCKER)
+    spec = write_spec(f"[files]\nread = {toml_list(tmp_path / 'locker.py')}\n"
+                      f"write = {toml_list(work)}\n")
+    locked = shlex.quote(str(work / "locked"))
+    # The pane's own terminal (/dev/pts/N, not /dev/tty) as its standard input and output.
+    before = (f"pane=$(tty); {shlex.quote(LNK_SANDBOX)} run --spec {shlex.quote(str(spec))} "
+              f"-- python3 {shlex.quote(str(tmp_path / 'locker.py'))} {shlex.quote(str(work))} "
+              f"<\"$pane\" >\"$pane\" 2>{shlex.quote(str(tmp_path / 'sandbox.err'))} & "
+              f"while [ ! -e {locked} ]; do sleep 0.1; done; ")
+    out = tmp_path / "answer.json"
+    try:
+        ask_in_pane(tmux, out, before=before)
+        wait_for(lambda: (work / "locked").exists(), "the program to lock the terminal")
+        probe = json.loads((work / "probe.json").read_text())
+        assert probe["/dev/tty"] == "locked" and probe["fd 0"] == "locked", probe
+        ident, code = shown_code(tmux)
+        tmux.send(code, "Enter")
+        assert answer_in(out) == {"answer": "yes", "how": "terminal", "id": ident}
+    finally:
+        (work / "release").touch()
+
+
+def test_terminal_keys_typed_before_the_question_are_given_back(
+    tmux: Tmux, tmp_path: Path, sandbox_env: dict[str, str],
+) -> None:
+    """Keys typed to the program before the question (a whole line, and a line begun) are
+    not an answer to it, and are not thrown away: when the question closes they are where
+    they were, and the program reads them. (Before: flushed, at the question's start and
+    again at its end.)"""
+    out = tmp_path / "answer.json"
+    go = tmp_path / "go"
+    command = (f"while [ ! -e {shlex.quote(str(go))} ]; do sleep 0.1; done; "
+               f"{shlex.quote(ASK)} --title T --question Q --wire ahead --timeout 60 --json "
+               f"> {shlex.quote(str(out))}; read -r first; echo \"GOT[$first]\"; "
+               f"read -r second; echo \"GOT2[$second]\"")
+    tmux.start(f"sh -c {shlex.quote(command + '; sleep 60')}")
+    tmux.send("hello there", "Enter")
+    tmux.send("part")  # a line begun, not ended
+    wait_for(lambda: "part" in tmux.screen(), "the keys echoed")
+    go.touch()
+    ident, _ = shown_code(tmux)
+    assert AskQueue(str(sandbox_env["LNK_HOME"])).answered(ident) is None
+    assert cli(sandbox_env, "answer", ident, "no").returncode == 0
+    assert answer_in(out) == {"answer": "no", "how": "queue", "id": ident}
+    wait_for(lambda: "GOT[hello there]" in tmux.screen(), "the whole line given back")
+    tmux.send("ial", "Enter")
+    wait_for(lambda: "GOT2[partial]" in tmux.screen(), "the line begun given back")
+
+
+def test_no_screen_and_no_terminal_says_at_once_where_the_question_waits(
+    sandbox_env: dict[str, str],
+) -> None:
+    """With no dialog and no terminal, `lnk-sandbox-ask` says at once on stderr that the
+    question waits in the queue, and the command that answers it. (Before: nothing, then
+    no after two minutes.)"""
+    import select
+
+    asker = start_ask(sandbox_env, "--title", "T", "--question", "Q", "--wire", "alone",
+                      timeout=120)
+    try:
+        assert asker.stderr is not None
+        readable, _, _ = select.select([asker.stderr], [], [], WAIT_SECONDS)
+        assert readable, "nothing said on stderr while the question waits"
+        line = asker.stderr.readline()
+        [entry] = waiting(sandbox_env, "alone")
+        ident = str(entry["id"])
+        assert line == (f"lnk-sandbox-ask: no screen and no terminal to ask on: the question "
+                        f"{ident} waits in the queue (see lnk-sandbox asks); answer it with: "
+                        f"lnk-sandbox answer {ident} yes|no (no answer in 120 s is no)\n")
+        assert asker.poll() is None  # said while it waits, not at the end
+        assert cli(sandbox_env, "answer", ident, "yes").returncode == 0
+        status, found, _ = finish(asker)
+        assert (status, found["how"]) == (0, "queue")
+    finally:
+        asker.kill()
+        asker.communicate()
+
+
+def test_a_tool_calls_arguments_are_escaped_once_and_links_cut_is_ascii(
+    tmp_path: Path, write_spec: WriteSpec, sandbox_env: dict[str, str],
+) -> None:
+    """The program's own `…` in a tool call's arguments reads `\\u2026` in `asks`, as any
+    non-ASCII character does: escaped once, by lnk_ask, not twice (it read `\\\\u2026`:
+    the MCP verb escaped the JSON to ASCII and lnk_ask doubled its backslash), and
+    Link's own cut is said in ASCII, with the whole's length and digest, where the MCP
+    verb's `…` read `\\u2026` too, like the program's own."""
+    folder = tmp_path / "mcp"
+    folder.mkdir()
+    (folder / "tool.py").write_text(MCP_TOOL)
+    (folder / "client.py").write_text(MCP_CLIENT)
+    (folder / "arguments.json").write_text(json.dumps({"note": "wait\u2026 " + "z" * 3000}))
+    subprocess.run([LNK_SANDBOX, "tool", "add", "demo", "--", sys.executable,
+                    str(folder / "tool.py")], env=sandbox_env, check=True,
+                   capture_output=True, timeout=WAIT_SECONDS)
+    spec = write_spec(f"[files]\nread = {toml_list(folder)}\n[verbs]\ntools = [\"demo\"]\n")
+    quiet = {key: value for key, value in sandbox_env.items()
+             if key not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--wire", "dots", "--",
+                            "python3", str(folder / "client.py"),
+                            str(folder / "arguments.json")], env=quiet,
+                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        entries = wait_for(lambda: waiting(sandbox_env, "dots"), "the tool call's question")
+        assert isinstance(entries, list)
+        [entry] = entries
+        question = str(entry["question"])
+        assert '{"note":"wait\\u2026 zzz' in question, question[:200]
+        assert "\\\\u2026" not in question and "\\u2026 (" not in question
+        assert question.count("\\u2026") == 1
+        cut = r" \[\.\.\. \d+ characters in all, not shown whole; sha256 [0-9a-f]{16}\]$"
+        assert re.search(cut, question), question[-120:]
+        assert entry["title"] == "demo: run delete_repo?"
+        assert cli(sandbox_env, "answer", str(entry["id"]), "no").returncode == 0
+        out, _ = run.communicate(timeout=WAIT_SECONDS * 2)
+        assert out.startswith("ERROR "), out
+    finally:
+        run.kill()
+        run.communicate()
+
+
+# Inside: stop the output of the terminal it shares (tcflow TCOOFF, Ctrl-S's effect) and
+# hold it stopped till `release`.
+OUTPUT_STOPPER = r'''
+import os, sys, termios, time
+work = sys.argv[1]
+termios.tcflow(0, termios.TCOOFF)
+open(os.path.join(work, "stopped"), "w").close()
+for _ in range(1200):
+    if os.path.exists(os.path.join(work, "release")):
+        break
+    time.sleep(0.1)
+termios.tcflow(0, termios.TCOON)
+'''
+
+
+def test_attack_a_sandbox_stopping_the_terminals_output_holds_no_question_back(
+    tmux: Tmux, tmp_path: Path, write_spec: WriteSpec, sandbox_env: dict[str, str],
+) -> None:
+    """A program in a real sandbox stops the shared terminal's output (TCOOFF): the
+    terminal cannot show the question and drops out, and the queue still answers it.
+    (Before: the asker waited on the terminal's write for ever, and no way could answer.)"""
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "stopper.py").write_text(OUTPUT_STOPPER)
+    spec = write_spec(f"[files]\nread = {toml_list(tmp_path / 'stopper.py')}\n"
+                      f"write = {toml_list(work)}\n")
+    stopped = shlex.quote(str(work / "stopped"))
+    before = (f"{shlex.quote(LNK_SANDBOX)} run --spec {shlex.quote(str(spec))} -- python3 "
+              f"{shlex.quote(str(tmp_path / 'stopper.py'))} {shlex.quote(str(work))} "
+              f"</dev/tty >/dev/null 2>{shlex.quote(str(tmp_path / 'sandbox.err'))} & "
+              f"while [ ! -e {stopped} ]; do sleep 0.1; done; ")
+    out = tmp_path / "answer.json"
+    try:
+        ask_in_pane(tmux, out, before=before, wire="stopped")
+        entries = wait_for(lambda: waiting(sandbox_env, "stopped"), "the question")
+        assert isinstance(entries, list)
+        assert cli(sandbox_env, "answer", str(entries[0]["id"]), "yes").returncode == 0
+        assert answer_in(out) == {"answer": "yes", "how": "queue", "id": entries[0]["id"]}
+    finally:
+        (work / "release").touch()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=3000), st.text(max_size=300), st.text(max_size=100),
+       st.integers(min_value=70, max_value=300), st.integers(min_value=6, max_value=120))
+def test_the_terminal_prompt_holds_for_any_text(question: str, allows: str, title: str,
+                                                columns: int, rows: int) -> None:
+    """Whatever the program's text, the prompt fits, and only Link's lines carry the
+    mark: the program's never start a line, however they are padded."""
+    from lnk_ask.ways import LINK_MARK, PROGRAM_GUTTER, terminal_prompt
+
+    shown = terminal_prompt(plain(title, 80), plain(question), plain(allows, 240), "w",
+                            "0123456789ab", "654321", 120, columns, rows)
+    assert shown is not None and printable_ascii(shown.replace("\r\n", ""))
+    lines = shown.split("\r\n")[1:]
+    assert len(lines) <= rows and all(len(line) < columns for line in lines)
+    assert lines[0].startswith(f"{LINK_MARK} asks (0123456789ab, wire w): ")
+    body = lines[1:-3]
+    if body and body[-1].startswith(LINK_MARK):
+        body = body[:-1]  # what was cut
+    assert body and all(line.startswith(PROGRAM_GUTTER) for line in body)
+    assert lines[-2].startswith(f"{LINK_MARK} Type 654321 to allow: ")
+    assert lines[-1] == f"{LINK_MARK} > "

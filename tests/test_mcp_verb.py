@@ -132,7 +132,7 @@ def test_an_allowed_tool_runs_and_any_other_call_is_asked_and_never_silently_yes
     assert "CALL wipe did wipe SECRETARG" in lines, (out, err)
     assert [line for line in lines if line.startswith("ERROR wipe")] == [
         "ERROR wipe refused: the person did not allow wipe (queue)"], (out, err)
-    assert first["title"] == "demo: run \"wipe\"?", first
+    assert first["title"] == "demo: run wipe?", first
     assert '{"what":"SECRETARG"}' in first["question"], first
     assert "(its own words, not checked)" in first["question"], first
     assert "readOnlyHint" in first["question"], first
