@@ -41,6 +41,7 @@ import sys
 from lnk_common import placeholders
 from lnk_common.policy import Policy, PolicyArgvError, split_argv
 from lnk_wrap import bwrap as bwrap_plan
+from lnk_wrap.outside import OUTSIDE_FOLDER
 from lnk_wrap.system import gather, runtime_paths
 
 TYPE_CHECKING = False  # the typing module costs an import at every start
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from lnk_common.endpoints import Listener
+    from lnk_wrap.outside import Outside
 else:
     import _signal as signal  # not `signal`: its enum wrappers cost 4 ms at every start
 
@@ -184,10 +186,11 @@ def _say(message: str) -> None:
     print(f"lnk-sandbox: {message}", file=sys.stderr)
 
 
-def notice_first_run(policy: Policy) -> None:
-    """A spec that opens dot files says which, on stderr, the first time it runs here.
-    Specs are remembered by what they resolve to, not by file name: a renamed copy is
-    the same spec, and an edited one is a new one."""
+def notice_first_run(policy: Policy, say: Callable[[str], None] = _say) -> None:
+    """A spec that opens dot files says which, through `say` (stderr; a guest's session
+    gives the owner's guests log: the notice is the owner's, and stderr is the guest's),
+    the first time it runs here. Specs are remembered by what they resolve to, not by
+    file name: a renamed copy is the same spec, and an edited one is a new one."""
     if not policy.write_dot_files:
         return
     try:  # hashlib's import costs 3 ms at every start; its C module alone does not
@@ -208,8 +211,8 @@ def notice_first_run(policy: Policy) -> None:
         return
     os.write(fd, f"{policy.spec}\n".encode("utf-8", "surrogateescape"))
     os.close(fd)
-    _say(f"first run of {policy.spec or 'this policy'}: it lets the sandbox write the dot "
-         f"files (.git, hooks, .envrc, editor settings) of {', '.join(policy.write_dot_files)}")
+    say(f"first run of {policy.spec or 'this policy'}: it lets the sandbox write the dot "
+        f"files (.git, hooks, .envrc, editor settings) of {', '.join(policy.write_dot_files)}")
 
 
 def _program_pid(sandbox_pid: int) -> int | None:
@@ -330,18 +333,28 @@ def _kill_sandbox(sandbox_pid: int | None, child: int) -> None:
                 pass
 
 
-def launch(policy: Policy, command: list[str], env: Mapping[str, str]) -> int:
+def launch(policy: Policy, command: list[str], env: Mapping[str, str], *,
+           cwd: str | None = None, guest: str = "",
+           notice: Callable[[str], None] = _say) -> int:
+    """Run `command` in the sandbox of `policy`, with `env` (the program's, before the
+    verbs' variables), in `cwd` (the program's working folder; this process's by
+    default). `guest`: a guest's session (lnk_wrap.enter): the helpers outside are given
+    nothing of the session (lnk_wrap.outside). `notice`: where the first-run notice of a
+    spec that opens dot files goes (the person's; stderr by default)."""
     record_signals()
-    bwrap = find_bwrap(env)
     check_still_holds(policy)
     check_settings_path(policy)
     ensure_settings_folder(policy.settings)
-    try:
-        cwd = os.getcwd()
-    except FileNotFoundError:
-        raise LaunchError("the working directory no longer exists") from None
+    if cwd is None:
+        try:
+            cwd = os.getcwd()
+        except FileNotFoundError:
+            raise LaunchError("the working directory no longer exists") from None
+    # The program's folder is bubblewrap's --chdir; this launcher, and everything it
+    # starts outside, works where no sandbox writes (lnk_wrap.outside).
+    os.chdir(OUTSIDE_FOLDER)
     if not policy.write:  # no written folder: no dot file to hold, nothing to look at
-        return _run_sandbox(bwrap, policy, command, env, cwd, ())
+        return _run_sandbox(policy, command, env, cwd, (), guest)
     from lnk_wrap import dotfiles
 
     known = {path: kind for path, kind, _ in placeholders.index_entries(policy.settings)}
@@ -355,7 +368,7 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str]) -> int:
         found.held, _writable_with(policy, (*found.held, *found.placeholders)))
     if hard_linked is not None:  # F7: a held file must have no other name to write
         raise LaunchError(hard_linked)
-    notice_first_run(policy)
+    notice_first_run(policy, notice)
     # A run file only when this run may hold placeholders: ones it makes, or ones another
     # run made that it finds in place (it must hold them too, or that run's end would
     # remove them from under its mounts). Every run with written folders sweeps what
@@ -371,8 +384,8 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str]) -> int:
             raise LaunchError(str(error)) from None
         for note in notes:
             _say(note)
-        return _run_sandbox(bwrap, policy, command, env, cwd,
-                            tuple({**found.held, **in_place}))
+        return _run_sandbox(policy, command, env, cwd,
+                            tuple({**found.held, **in_place}), guest)
     finally:
         if run is not None:
             for note in placeholders.release(policy.settings, run):
@@ -380,10 +393,27 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str]) -> int:
             run.end()
 
 
-def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[str, str],
-                 cwd: str, held: tuple[str, ...]) -> int:
+def _outside(policy: Policy, env: Mapping[str, str], held: tuple[str, ...], guest: str
+             ) -> Outside:
+    """What the helpers outside are given (lnk_wrap.outside): a guest's session, none of
+    it; a run, the caller's environment less what names a path this sandbox writes."""
+    from lnk_wrap.outside import Account, outside_environment
+
+    return outside_environment(env, guest=bool(guest), account=Account.own(),
+                               written=_writable_with(policy, held),
+                               resolve=os.path.realpath)
+
+
+def _run_sandbox(policy: Policy, command: list[str], env: Mapping[str, str],
+                 cwd: str, held: tuple[str, ...], guest: str) -> int:
     from lnk_wrap.helpers import helper_argv, package_root
 
+    outside = _outside(policy, env, held, guest)
+    if env.get("LNK_SANDBOX_BWRAP") and "LNK_SANDBOX_BWRAP" not in outside.env and not guest:
+        raise LaunchError(f"LNK_SANDBOX_BWRAP={env['LNK_SANDBOX_BWRAP']} names a path this "
+                          "sandbox writes: it would run outside, as you; refusing")
+    # Bubblewrap runs outside: looked for on the helpers' PATH, never in a written folder.
+    bwrap = find_bwrap(outside.env)
     if _SIGNALS.stop:  # asked to end before anything was started: nothing is
         return 128 + _SIGNALS.stop
     init = helper_argv("init", inside=bwrap_plan.PACKAGES_INSIDE)
@@ -405,7 +435,6 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
                 "cannot see it; grant a folder that holds it in [files] read"
             )
     placeholder = ""
-    outside_env = env  # the helpers', outside: the caller's environment as it is
     if policy.models:
         # The program's environment points each named provider's SDK at the verb, with the
         # placeholder for its key, and holds no provider's key (lnk_wrap.model_env); the
@@ -457,11 +486,13 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
     # After the secrets' check: a run refused for a secret not set says that one line, not
     # a note about a trust variable first.
     env = _unreachable_trust_dropped(env, policy, facts)
-    watch, init_end = _start_watch(policy, facts.loaders)
+    watch, init_end = _start_watch(policy, facts.loaders, outside)
     facts = facts.with_watch(init_end)
     wire: _Wire | None = None
     if policy.has_wire():
-        wire = _start_wire(policy, outside_env, proxy_given)
+        for note in outside.notes:
+            _say(note)
+        wire = _start_wire(policy, outside, proxy_given, guest)
         facts = facts.with_data_files(wire.data_files)
         go_read, go_write = wire.block_read, wire.block_write
     else:
@@ -564,7 +595,8 @@ def _unreachable_trust_dropped(env: dict[str, str], policy: Policy,
     return {name: value for name, value in env.items() if name not in dropped}
 
 
-def _start_watch(policy: Policy, loaders: tuple[str, ...]) -> tuple[int, int]:
+def _start_watch(policy: Policy, loaders: tuple[str, ...], outside: Outside
+                 ) -> tuple[int, int]:
     """Start the sandbox's watch (lnk_execwatch.main says what it does) on one end of a
     socket pair; return its pid and the other end, for the init.
 
@@ -608,6 +640,10 @@ def _start_watch(policy: Policy, loaders: tuple[str, ...]) -> tuple[int, int]:
             for signum in FORWARDED_SIGNALS:
                 ignored = signum not in (signal.SIGWINCH, signal.SIGCONT)
                 signal.signal(signum, signal.SIG_IGN if ignored else signal.SIG_DFL)
+            if outside.own_session:  # a guest's terminal is not the watch's
+                os.setsid()
+            os.environ.clear()
+            os.environ.update(outside.env)
             from lnk_common.syscalls import libc
 
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -678,8 +714,8 @@ class _Wire:
         self.pids = []
 
 
-def _start_wire(policy: Policy, env: Mapping[str, str], proxy_given: Mapping[str, str]
-                ) -> _Wire:
+def _start_wire(policy: Policy, outside: Outside, proxy_given: Mapping[str, str],
+                guest: str) -> _Wire:
     """Start what serves the run's ways out (the proxy for its port, DNS, endpoints and
     [lan]; the relay for [localhost] ports), outside, in this machine's network; plan
     the sockets the DNS helper makes inside once bubblewrap has made the network."""
@@ -722,9 +758,12 @@ def _start_wire(policy: Policy, env: Mapping[str, str], proxy_given: Mapping[str
                 options += ["--tool", tool]
             if policy.open_pages:
                 options += ["--open", "yes"]
+            if guest:  # its questions name the guest
+                options += ["--guest", guest]
             # The placeholders and the URL secret: in its environment, never an argument.
-            proxy_env = {**env, **proxy_given}
-            pid, channel = _start_served("proxy", policy, options, proxy_env)
+            proxy_env = {**outside.env, **proxy_given}
+            pid, channel = _start_served("proxy", policy, options, proxy_env,
+                                         outside.own_session)
             wire.pids.append(pid)
             wire.channels["proxy"] = channel
         if policy.localhost_ports or policy.local_models:
@@ -733,7 +772,8 @@ def _start_wire(policy: Policy, env: Mapping[str, str], proxy_given: Mapping[str
                 relay_options += ["--model-port", str(port)]
             if policy.server_tools and policy.local_models:
                 relay_options += ["--server-tools", "yes"]
-            pid, channel = _start_served("relay", policy, relay_options, env)
+            pid, channel = _start_served("relay", policy, relay_options, outside.env,
+                                         outside.own_session)
             wire.pids.append(pid)
             wire.channels["relay"] = channel
         if endpoints.has_dns(entries):
@@ -749,7 +789,7 @@ def _start_wire(policy: Policy, env: Mapping[str, str], proxy_given: Mapping[str
 
 
 def _start_served(helper: str, policy: Policy, options: list[str],
-                  env: Mapping[str, str]) -> tuple[int, int]:
+                  env: Mapping[str, str], own_session: bool) -> tuple[int, int]:
     """Start lnk-sandbox-proxy or lnk-sandbox-relay, outside; return its pid and the
     launcher's end of the socket pair its listening sockets will be sent over (one
     labelled descriptor a message)."""
@@ -765,14 +805,23 @@ def _start_served(helper: str, policy: Policy, options: list[str],
     if policy.site_packages and helper in ("proxy", "relay"):
         start[4:4] = ["--site-packages", policy.site_packages]
     argv = [*start, "--socket-fd", str(served_end), *options]
-    return _spawn_helper(argv, env, given=served_end, kept=launcher_end), launcher_end
+    return (_spawn_helper(argv, env, given=served_end, kept=launcher_end,
+                          own_session=own_session), launcher_end)
 
 
-def _spawn_helper(argv: list[str], env: Mapping[str, str], *, given: int, kept: int) -> int:
+def _spawn_helper(argv: list[str], env: Mapping[str, str], *, given: int, kept: int,
+                  own_session: bool) -> int:
     """Start a helper that inherits `given` (one end of a socket pair; closed here after)
-    and not `kept` (the other end, closed here if the helper cannot start)."""
+    and not `kept` (the other end, closed here if the helper cannot start).
+    `own_session` (a guest's): in a session of its own, so with no controlling terminal
+    (a question's /dev/tty cannot be opened: nothing it asks reaches the guest's
+    terminal), and reading nothing the guest types (its input is /dev/null)."""
     os.set_inheritable(given, True)
     try:
+        if own_session:
+            return os.posix_spawn(argv[0], argv, dict(env), setsid=True, file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0)])
         return os.posix_spawn(argv[0], argv, dict(env))
     except OSError:
         os.close(kept)
