@@ -354,7 +354,9 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str], *,
     # starts outside, works where no sandbox writes (lnk_wrap.outside).
     os.chdir(OUTSIDE_FOLDER)
     if not policy.write:  # no written folder: no dot file to hold, nothing to look at
-        return _run_sandbox(policy, command, env, cwd, (), guest)
+        outside = _outside(policy, env, (), guest)
+        return _run_sandbox(_bwrap_for(env, outside, guest), policy, command, env, cwd, (),
+                            outside)
     from lnk_wrap import dotfiles
 
     known = {path: kind for path, kind, _ in placeholders.index_entries(policy.settings)}
@@ -368,6 +370,9 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str], *,
         found.held, _writable_with(policy, (*found.held, *found.placeholders)))
     if hard_linked is not None:  # F7: a held file must have no other name to write
         raise LaunchError(hard_linked)
+    # What the helpers outside are given, and bubblewrap, before any placeholder is made.
+    outside = _outside(policy, env, (*found.held, *found.placeholders), guest)
+    bwrap = _bwrap_for(env, outside, guest)
     notice_first_run(policy, notice)
     # A run file only when this run may hold placeholders: ones it makes, or ones another
     # run made that it finds in place (it must hold them too, or that run's end would
@@ -384,8 +389,8 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str], *,
             raise LaunchError(str(error)) from None
         for note in notes:
             _say(note)
-        return _run_sandbox(policy, command, env, cwd,
-                            tuple({**found.held, **in_place}), guest)
+        return _run_sandbox(bwrap, policy, command, env, cwd,
+                            tuple({**found.held, **in_place}), outside)
     finally:
         if run is not None:
             for note in placeholders.release(policy.settings, run):
@@ -399,21 +404,24 @@ def _outside(policy: Policy, env: Mapping[str, str], held: tuple[str, ...], gues
     it; a run, the caller's environment less what names a path this sandbox writes."""
     from lnk_wrap.outside import Account, outside_environment
 
-    return outside_environment(env, guest=bool(guest), account=Account.own(),
+    return outside_environment(env, guest=guest, account=Account.own(),
                                written=_writable_with(policy, held),
                                resolve=os.path.realpath)
 
 
-def _run_sandbox(policy: Policy, command: list[str], env: Mapping[str, str],
-                 cwd: str, held: tuple[str, ...], guest: str) -> int:
-    from lnk_wrap.helpers import helper_argv, package_root
-
-    outside = _outside(policy, env, held, guest)
+def _bwrap_for(env: Mapping[str, str], outside: Outside, guest: str) -> str:
+    """Bubblewrap runs outside: looked for on the helpers' PATH (never a folder this
+    sandbox writes), or at the caller's LNK_SANDBOX_BWRAP unless this sandbox writes it."""
     if env.get("LNK_SANDBOX_BWRAP") and "LNK_SANDBOX_BWRAP" not in outside.env and not guest:
         raise LaunchError(f"LNK_SANDBOX_BWRAP={env['LNK_SANDBOX_BWRAP']} names a path this "
                           "sandbox writes: it would run outside, as you; refusing")
-    # Bubblewrap runs outside: looked for on the helpers' PATH, never in a written folder.
-    bwrap = find_bwrap(outside.env)
+    return find_bwrap(outside.env)
+
+
+def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[str, str],
+                 cwd: str, held: tuple[str, ...], outside: Outside) -> int:
+    from lnk_wrap.helpers import helper_argv, package_root
+
     if _SIGNALS.stop:  # asked to end before anything was started: nothing is
         return 128 + _SIGNALS.stop
     init = helper_argv("init", inside=bwrap_plan.PACKAGES_INSIDE)
@@ -492,7 +500,7 @@ def _run_sandbox(policy: Policy, command: list[str], env: Mapping[str, str],
     if policy.has_wire():
         for note in outside.notes:
             _say(note)
-        wire = _start_wire(policy, outside, proxy_given, guest)
+        wire = _start_wire(policy, outside, proxy_given)
         facts = facts.with_data_files(wire.data_files)
         go_read, go_write = wire.block_read, wire.block_write
     else:
@@ -714,8 +722,8 @@ class _Wire:
         self.pids = []
 
 
-def _start_wire(policy: Policy, outside: Outside, proxy_given: Mapping[str, str],
-                guest: str) -> _Wire:
+def _start_wire(policy: Policy, outside: Outside, proxy_given: Mapping[str, str]
+                ) -> _Wire:
     """Start what serves the run's ways out (the proxy for its port, DNS, endpoints and
     [lan]; the relay for [localhost] ports), outside, in this machine's network; plan
     the sockets the DNS helper makes inside once bubblewrap has made the network."""
@@ -758,8 +766,8 @@ def _start_wire(policy: Policy, outside: Outside, proxy_given: Mapping[str, str]
                 options += ["--tool", tool]
             if policy.open_pages:
                 options += ["--open", "yes"]
-            if guest:  # its questions name the guest
-                options += ["--guest", guest]
+            if outside.guest:  # its questions name the guest
+                options += ["--guest", outside.guest]
             # The placeholders and the URL secret: in its environment, never an argument.
             proxy_env = {**outside.env, **proxy_given}
             pid, channel = _start_served("proxy", policy, options, proxy_env,

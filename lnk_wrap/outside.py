@@ -28,6 +28,8 @@ how a path is resolved are given in.
 
 from __future__ import annotations
 
+import posixpath
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -70,17 +72,21 @@ class Account:
 
 
 class Outside:
-    """The helpers' environment (HOME in it, or none), whether they run in a session of
-    their own (a guest's: no controlling terminal, so no question of theirs reaches the
-    guest's), and what was left out of the caller's and why (one line each)."""
+    """The helpers' environment (HOME in it, or none); `guest`: the guest's name for a
+    guest's session, whose helpers run in a session of their own (no controlling
+    terminal, so no question of theirs reaches the guest's); what was left out of the
+    caller's and why (one line each)."""
 
-    __slots__ = ("env", "notes", "own_session")
+    __slots__ = ("env", "guest", "notes")
 
-    def __init__(self, env: dict[str, str], own_session: bool, notes: tuple[str, ...]
-                 ) -> None:
+    def __init__(self, env: dict[str, str], guest: str, notes: tuple[str, ...]) -> None:
         self.env = env
-        self.own_session = own_session
+        self.guest = guest
         self.notes = notes
+
+    @property
+    def own_session(self) -> bool:
+        return bool(self.guest)
 
 
 def _named_paths(value: str) -> list[str]:
@@ -88,23 +94,24 @@ def _named_paths(value: str) -> list[str]:
     return [piece for piece in value.split(":") if piece.startswith("/")]
 
 
-def outside_environment(caller: Mapping[str, str], *, guest: bool, account: Account,
+def outside_environment(caller: Mapping[str, str], *, guest: str, account: Account,
                         written: Callable[[str], bool], resolve: Callable[[str], str]
                         ) -> Outside:
     """The helpers' environment for one run. `caller`: the environment the run was started
-    with (a guest's session's: then only the account is taken); `written(path)`: whether a
+    with; `guest`: a guest's name (its session's environment is not taken, only the
+    account); `written(path)`: whether a
     sandbox of this run writes `path`; `resolve`: a path's real one (a link outside may
     lead into a written folder)."""
 
     def writes(path: str) -> bool:
-        return written(path) or written(resolve(path))
+        return written(posixpath.normpath(path)) or written(resolve(path))
 
     if guest:
         env = {"HOME": account.home, "USER": account.name, "LOGNAME": account.name,
                "PATH": GUEST_PATH, "LANG": GUEST_LOCALE}
         if writes(account.home):  # guest add and enter refuse this first
             del env["HOME"]
-        return Outside(env, True, ())
+        return Outside(env, guest, ())
     env = {}
     left_out: list[str] = []
     for name, value in caller.items():
@@ -127,4 +134,5 @@ def outside_environment(caller: Mapping[str, str], *, guest: bool, account: Acco
                      " a path this sandbox writes; not given to Link's helpers outside")
     if "HOME" in left_out and not writes(account.home):
         env["HOME"] = account.home
-    return Outside(env, False, tuple(notes))
+        notes.append(f"Link's helpers outside have HOME={account.home}, your account's")
+    return Outside(env, "", tuple(notes))

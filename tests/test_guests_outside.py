@@ -303,7 +303,7 @@ def test_a_guests_helpers_get_the_owners_account_and_nothing_of_the_session() ->
     session = {"HOME": "/srv/lnk/guests/ann", "LANG": "/srv/lnk/guests/ann/loc",
                "LC_ALL": "xx", "TERM": "xterm", "SSH_ORIGINAL_COMMAND": "id",
                "PATH": "/usr/bin", "LD_PRELOAD": "/x.so", "DISPLAY": ":9"}
-    made = outside_environment(session, guest=True, account=Account("me", "/home/me"),
+    made = outside_environment(session, guest="ann", account=Account("me", "/home/me"),
                                written=_written("/srv/lnk/guests/ann"),
                                resolve=lambda path: path)
     assert made.env == {"HOME": "/home/me", "USER": "me", "LOGNAME": "me",
@@ -317,7 +317,7 @@ def test_a_runs_helpers_get_no_path_the_sandbox_writes() -> None:
               "OLDPWD": "/proj/x", "SSL_CERT_FILE": "/etc/ssl/ca.pem", "TERM": "xterm",
               "DISPLAY": ":0"}
     made = outside_environment(
-        caller, guest=False, account=Account("me", "/home/me"),
+        caller, guest="", account=Account("me", "/home/me"),
         written=_written("/proj"),
         resolve=lambda path: path.replace("/link-to-proj", "/proj"))
     assert made.env == {"PATH": "/usr/bin::relative", "HOME": "/home/me",
@@ -330,11 +330,11 @@ def test_a_runs_helpers_get_no_path_the_sandbox_writes() -> None:
 
 def test_a_written_home_is_replaced_by_the_accounts_when_that_is_not_written() -> None:
     made = outside_environment(
-        {"HOME": "/proj/home"}, guest=False, account=Account("me", "/home/me"),
+        {"HOME": "/proj/home"}, guest="", account=Account("me", "/home/me"),
         written=_written("/proj"), resolve=lambda path: path)
     assert made.env["HOME"] == "/home/me"
     both = outside_environment(
-        {"HOME": "/home/me"}, guest=False, account=Account("me", "/home/me"),
+        {"HOME": "/home/me"}, guest="", account=Account("me", "/home/me"),
         written=_written("/home/me"), resolve=lambda path: path)
     assert "HOME" not in both.env
 
