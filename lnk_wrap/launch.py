@@ -41,7 +41,7 @@ import sys
 from lnk_common import placeholders
 from lnk_common.policy import Policy, PolicyArgvError, split_argv
 from lnk_wrap import bwrap as bwrap_plan
-from lnk_wrap.outside import OUTSIDE_FOLDER
+from lnk_wrap.outside import OUTSIDE_FOLDER, without_loader_variables
 from lnk_wrap.system import gather, runtime_paths
 
 TYPE_CHECKING = False  # the typing module costs an import at every start
@@ -519,7 +519,8 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
         if fd is not None:
             os.set_inheritable(fd, True)
     try:
-        child = os.posix_spawn(argv[0], argv, dict(env))
+        # Bubblewrap is outside until it has made the sandbox: never a loader variable.
+        child = os.posix_spawn(argv[0], argv, without_loader_variables(env))
     finally:
         os.close(info_write)
         if facts.watch_fd is not None:

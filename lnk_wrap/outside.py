@@ -34,8 +34,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-__all__ = ["GUEST_ENVIRONMENT", "GUEST_LOCALE", "GUEST_PATH", "OUTSIDE_FOLDER", "Account",
-           "Outside", "outside_environment"]
+__all__ = ["GUEST_ENVIRONMENT", "GUEST_LOCALE", "GUEST_PATH", "LOADER_VARIABLES",
+           "OUTSIDE_FOLDER", "Account", "Outside", "outside_environment",
+           "without_loader_variables"]
 
 # Where everything of ours outside works: no sandbox writes it.
 OUTSIDE_FOLDER = "/"
@@ -51,6 +52,22 @@ GUEST_ENVIRONMENT = ("HOME", "USER", "LOGNAME", "PATH", "LANG")
 # The working folder's own variables: the helpers' is OUTSIDE_FOLDER, so these are theirs,
 # not the caller's, and are not said when left out.
 _WORKING_FOLDER = ("PWD", "OLDPWD")
+
+
+# What glibc's loader and libc read from the environment to load or run other code, or
+# to change where they look (glibc's unsecvars.h, the list it clears for setuid
+# programs). Every LD_* variable goes too, whatever glibc adds later. Bubblewrap, which
+# runs outside until the sandbox is made, never gets them (it passes its environment on
+# to the sandbox's init, which would clear them inside anyway: lnk_wrap.init).
+LOADER_VARIABLES = frozenset({
+    "GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH",
+    "MALLOC_TRACE", "NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS",
+})
+
+
+def without_loader_variables(env: Mapping[str, str]) -> dict[str, str]:
+    return {key: value for key, value in env.items()
+            if not key.startswith("LD_") and key not in LOADER_VARIABLES}
 
 
 class Account:

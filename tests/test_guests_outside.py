@@ -387,3 +387,75 @@ def _cmdline(pid: int) -> list[bytes]:
     except OSError:
         return []
 
+
+
+# -- a run: nothing outside reads a path the sandbox writes -------------------------------
+
+LIBRARY = r'''
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+__attribute__((constructor)) static void loaded(void) {
+    char name[64] = {0};
+    int comm = open("/proc/self/comm", O_RDONLY);
+    if (comm >= 0) { read(comm, name, sizeof name - 1); close(comm); }
+    int marker = open(MARKER, O_WRONLY | O_APPEND | O_CREAT, 0600);
+    if (marker >= 0) { write(marker, name, strlen(name)); close(marker); }
+}
+'''
+
+
+def _proxy_spec(tmp_path: Path, work: Path) -> Path:
+    spec = tmp_path / "spec.toml"
+    spec.write_text(f"[files]\nwrite = {toml_list(work)}\n"
+                    '[network]\nmode = "proxy"\nhosts = ["example.invalid"]\n')
+    return spec
+
+
+def test_a_library_a_sandbox_wrote_is_never_loaded_outside(
+        tmp_path: Path, sandbox_env: dict[str, str]) -> None:
+    """LD_PRELOAD names a library in the folder the sandbox writes (as a sandbox's
+    earlier run could have left it): nothing Link starts outside (bubblewrap, the proxy)
+    loads it (its constructor writes its process's name to the marker, where the sandbox
+    cannot write)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    marker = tmp_path / "loaded"
+    source = tmp_path / "evil.c"
+    source.write_text(LIBRARY.replace("MARKER", json.dumps(str(marker))))
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(work / "evil.so"), str(source)],
+                   check=True, timeout=WAIT_SECONDS)
+    done = subprocess.run(
+        [LNK_SANDBOX, "run", "--spec", str(_proxy_spec(tmp_path, work)), "--", "/bin/true"],
+        env={**sandbox_env, "LD_PRELOAD": str(work / "evil.so")}, cwd=str(work),
+        capture_output=True, text=True, timeout=WAIT_SECONDS, check=False)
+    # The caller (lnk-sandbox, started with it) loads it: that is the person's own doing.
+    loaded_by = set(marker.read_text().split()) if marker.exists() else set()
+    assert loaded_by <= {"lnk-sandbox"}, loaded_by
+    assert done.returncode == 0, done
+    assert "LD_PRELOAD names a path this sandbox writes" in done.stderr, done
+
+
+def test_a_bubblewrap_a_sandbox_wrote_on_path_is_never_run(
+        tmp_path: Path, sandbox_env: dict[str, str]) -> None:
+    """A PATH folder the sandbox writes holds a `bwrap` (a sandbox's earlier run could
+    have put it there): the launcher takes the system's, never that one."""
+    work = tmp_path / "work"
+    (work / "bin").mkdir(parents=True)
+    marker = tmp_path / "ran"
+    planted = work / "bin" / "bwrap"
+    planted.write_text(f"#!/bin/sh\ntouch {marker}\nexec /usr/bin/bwrap \"$@\"\n")
+    planted.chmod(0o755)
+    done = subprocess.run(
+        [LNK_SANDBOX, "run", "--spec", str(_proxy_spec(tmp_path, work)), "--", "/bin/true"],
+        env={**sandbox_env, "PATH": f"{work / 'bin'}:{sandbox_env.get('PATH', '/usr/bin')}"},
+        cwd=str(work), capture_output=True, text=True, timeout=WAIT_SECONDS, check=False)
+    assert not marker.exists()
+    assert done.returncode == 0, done
+    refused = subprocess.run(
+        [LNK_SANDBOX, "run", "--spec", str(_proxy_spec(tmp_path, work)), "--", "/bin/true"],
+        env={**sandbox_env, "LNK_SANDBOX_BWRAP": str(planted)}, cwd=str(work),
+        capture_output=True, text=True, timeout=WAIT_SECONDS, check=False)
+    assert refused.returncode == 125 and not marker.exists(), refused
+    assert f"LNK_SANDBOX_BWRAP={planted} names a path this sandbox writes" in refused.stderr
