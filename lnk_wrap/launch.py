@@ -13,10 +13,13 @@ Order of operations:
    check_settings_path), the folder exists (made 0700 if not, so a sandbox cannot make
    it), no hidden path is missing where the program could create it. A working
    directory the sandbox does not see is said in one line and the program starts in /
-   instead.
+   instead. The program's working folder is taken (bubblewrap's --chdir), and this
+   launcher goes to /: nothing it starts outside works where a sandbox writes.
 3. Find the dot files of written folders to hold read only (lnk_wrap.dotfiles), refuse
-   any with a second name the sandbox could write it by (F7: lnk_wrap.heldlinks), and
-   put placeholders where missing ones go, listed with this run
+   any with a second name the sandbox could write it by (F7: lnk_wrap.heldlinks), make
+   what the helpers outside are given (lnk_wrap.outside: a guest's session, the owner's
+   account; a run, no variable naming a path the sandbox writes) and find bubblewrap
+   with it, and put placeholders where missing ones go, listed with this run
    (lnk_common.placeholders). A spec whose write_dot_files opens folders says so on its
    first run.
 4. Build bubblewrap's argv from typed options (lnk_wrap.bwrap.plan) and the init's.
@@ -355,7 +358,7 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str], *,
     os.chdir(OUTSIDE_FOLDER)
     if not policy.write:  # no written folder: no dot file to hold, nothing to look at
         outside = _outside(policy, env, (), guest)
-        return _run_sandbox(_bwrap_for(env, outside, guest), policy, command, env, cwd, (),
+        return _run_sandbox(_bwrap_for(env, outside), policy, command, env, cwd, (),
                             outside)
     from lnk_wrap import dotfiles
 
@@ -372,7 +375,7 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str], *,
         raise LaunchError(hard_linked)
     # What the helpers outside are given, and bubblewrap, before any placeholder is made.
     outside = _outside(policy, env, (*found.held, *found.placeholders), guest)
-    bwrap = _bwrap_for(env, outside, guest)
+    bwrap = _bwrap_for(env, outside)
     notice_first_run(policy, notice)
     # A run file only when this run may hold placeholders: ones it makes, or ones another
     # run made that it finds in place (it must hold them too, or that run's end would
@@ -409,10 +412,11 @@ def _outside(policy: Policy, env: Mapping[str, str], held: tuple[str, ...], gues
                                resolve=os.path.realpath)
 
 
-def _bwrap_for(env: Mapping[str, str], outside: Outside, guest: str) -> str:
+def _bwrap_for(env: Mapping[str, str], outside: Outside) -> str:
     """Bubblewrap runs outside: looked for on the helpers' PATH (never a folder this
     sandbox writes), or at the caller's LNK_SANDBOX_BWRAP unless this sandbox writes it."""
-    if env.get("LNK_SANDBOX_BWRAP") and "LNK_SANDBOX_BWRAP" not in outside.env and not guest:
+    if (env.get("LNK_SANDBOX_BWRAP") and "LNK_SANDBOX_BWRAP" not in outside.env
+            and not outside.guest):
         raise LaunchError(f"LNK_SANDBOX_BWRAP={env['LNK_SANDBOX_BWRAP']} names a path this "
                           "sandbox writes: it would run outside, as you; refusing")
     return find_bwrap(outside.env)
