@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -237,7 +238,7 @@ def test_a_guests_question_is_never_on_its_terminal_and_waits_in_the_owners_queu
             f"env -i HOME={world.home} USER={USER} LOGNAME={USER} TERM=xterm "
             f"PATH=/usr/bin:/bin SHELL={pwd.getpwuid(os.getuid()).pw_shell} "
             f"SSH_ORIGINAL_COMMAND=\"$1\" {forced}\necho SESSION-$((40+2)); sleep 600\n")
-        session = f"sh {script} {subprocess.list2cmdline([command])}"
+        session = f"sh {script} {shlex.quote(command)}"
     try:
         tmux.tmux("new-session", "-d", "-x", "100", "-y", "30", "-s", "t", session)
         tmux.wait("ANSWER-40")
