@@ -358,8 +358,8 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str], *,
     os.chdir(OUTSIDE_FOLDER)
     if not policy.write:  # no written folder: no dot file to hold, nothing to look at
         outside = _outside(policy, env, (), guest)
-        return _run_sandbox(_bwrap_for(env, outside), policy, command, env, cwd, (),
-                            outside)
+        return _run_sandbox(_bwrap_for(policy, env, outside, ()), policy, command, env, cwd,
+                            (), outside)
     from lnk_wrap import dotfiles
 
     known = {path: kind for path, kind, _ in placeholders.index_entries(policy.settings)}
@@ -374,8 +374,9 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str], *,
     if hard_linked is not None:  # F7: a held file must have no other name to write
         raise LaunchError(hard_linked)
     # What the helpers outside are given, and bubblewrap, before any placeholder is made.
-    outside = _outside(policy, env, (*found.held, *found.placeholders), guest)
-    bwrap = _bwrap_for(env, outside)
+    held = (*found.held, *found.placeholders)
+    outside = _outside(policy, env, held, guest)
+    bwrap = _bwrap_for(policy, env, outside, held)
     notice_first_run(policy, notice)
     # A run file only when this run may hold placeholders: ones it makes, or ones another
     # run made that it finds in place (it must hold them too, or that run's end would
@@ -412,14 +413,47 @@ def _outside(policy: Policy, env: Mapping[str, str], held: tuple[str, ...], gues
                                resolve=os.path.realpath)
 
 
-def _bwrap_for(env: Mapping[str, str], outside: Outside) -> str:
+def _bwrap_for(policy: Policy, env: Mapping[str, str], outside: Outside,
+               held: tuple[str, ...]) -> str:
     """Bubblewrap runs outside: looked for on the helpers' PATH (never a folder this
-    sandbox writes), or at the caller's LNK_SANDBOX_BWRAP unless this sandbox writes it."""
+    sandbox writes), or at the caller's LNK_SANDBOX_BWRAP unless this sandbox writes it.
+    Found, the code that runs outside is checked not to be written (check_code)."""
     if (env.get("LNK_SANDBOX_BWRAP") and "LNK_SANDBOX_BWRAP" not in outside.env
             and not outside.guest):
         raise LaunchError(f"LNK_SANDBOX_BWRAP={env['LNK_SANDBOX_BWRAP']} names a path this "
                           "sandbox writes: it would run outside, as you; refusing")
-    return find_bwrap(outside.env)
+    bwrap = find_bwrap(outside.env)
+    check_code(policy, _writable_with(policy, held), bwrap)
+    return bwrap
+
+
+def check_code(policy: Policy, writable: Callable[[str], bool], bwrap: str) -> None:
+    """Refuse a sandbox that could write the code its helpers run outside: bubblewrap,
+    this interpreter, our packages (lnk_*: a helper imports more of them after the
+    sandbox has started, the proxy at its first connection) and every folder it imports
+    from (the standard library, the proxy's site-packages). None may lie in a written
+    folder, and no written folder in one of them (each as named and as it resolves).
+    The folder that holds our packages may hold written folders of its own (a
+    checkout's examples/workspace): a sandbox cannot put a module beside our packages
+    from there."""
+    from lnk_wrap.helpers import package_root
+
+    root = package_root()
+    trees = [os.path.join(root, name) for name in sorted(os.listdir(root))
+             if name.startswith("lnk_") and os.path.isdir(os.path.join(root, name))]
+    trees += [folder for folder in (*sys.path, policy.site_packages)
+              if os.path.isabs(folder) and folder != root and os.path.isdir(folder)]
+    points = [bwrap, os.path.realpath(sys.executable), root]
+    why = ("code that runs outside this sandbox, as you (bubblewrap, Python, Link's own); "
+           "refusing: grant a folder that holds none of it")
+    for path in (*points, *trees):
+        for form in {os.path.normpath(path), os.path.realpath(path)}:
+            if writable(form):
+                raise LaunchError(f"this sandbox writes {form}, {why}")
+            inner = next((folder for folder in policy.write
+                          if path in trees and bwrap_plan.inside(folder, form)), None)
+            if inner is not None:
+                raise LaunchError(f"this sandbox writes {inner}, inside {form}, {why}")
 
 
 def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[str, str],

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from lnk_wrap.outside import GUEST_LOCALE, GUEST_PATH, Account, outside_environment
-from tests.conftest import LNK_SANDBOX, toml_list
+from tests.conftest import LNK_SANDBOX, ROOT, VENV_PYTHON, toml_list
 from tests.test_guests_ssh import CLIENT_OPTIONS, USER, WAIT_SECONDS, Tmux, World, wait_for
 
 SYSTEM_PYTHON = "/usr/bin/python3"  # not a venv's: it reads the user site under HOME
@@ -460,3 +460,32 @@ def test_a_bubblewrap_a_sandbox_wrote_on_path_is_never_run(
         capture_output=True, text=True, timeout=WAIT_SECONDS, check=False)
     assert refused.returncode == 125 and not marker.exists(), refused
     assert f"LNK_SANDBOX_BWRAP={planted} names a path this sandbox writes" in refused.stderr
+
+
+def test_a_run_that_would_write_links_own_code_is_refused(
+        tmp_path: Path, sandbox_env: dict[str, str]) -> None:
+    """Link run from a copy of its packages in the folder the sandbox writes (a checkout
+    the agent works on): the sandbox could change what the proxy imports at its first
+    connection, or what the next run's helpers run. Refused, in one line; the same run
+    from the real packages runs."""
+    work = tmp_path / "work"
+    copy = work / "link"
+    copy.mkdir(parents=True)
+    for package in ROOT.glob("lnk_*"):
+        shutil.copytree(package, copy / package.name,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    spec = tmp_path / "spec.toml"
+    spec.write_text(f"[files]\nwrite = {toml_list(work)}\n")
+    words = ["run", "--spec", str(spec), "--", "/bin/true"]
+
+    refused = subprocess.run(
+        [VENV_PYTHON, "-I", "-S", str(copy / "lnk_wrap" / "_start.py"), "cli", *words],
+        env=sandbox_env, cwd=str(tmp_path), capture_output=True, text=True,
+        timeout=WAIT_SECONDS, check=False)
+    assert refused.returncode == 125, refused
+    assert f"this sandbox writes {work}, inside {copy / 'lnk_ask'}" in refused.stderr \
+        or f"this sandbox writes {copy}" in refused.stderr, refused
+    assert refused.stderr.count("\n") == 1, refused
+    ran = subprocess.run([LNK_SANDBOX, *words], env=sandbox_env, cwd=str(tmp_path),
+                         capture_output=True, text=True, timeout=WAIT_SECONDS, check=False)
+    assert ran.returncode == 0, ran
