@@ -13,8 +13,9 @@ PATH folder, a library named by LD_PRELOAD), and outside that code runs as the p
   there once it has taken the program's folder (bubblewrap's --chdir is the program's).
 - A guest's session: sshd's environment is partly the guest's (AcceptEnv lets the client
   set LANG and LC_*; TERM, SSH_ORIGINAL_COMMAND and SSH_CONNECTION are the client's), and
-  its HOME was the guest's own folder. None of it is taken: the helpers get
-  GUEST_ENVIRONMENT's few, made from the owner's account (its passwd entry), and no
+  its HOME was the guest's own folder. None of it is taken: the helpers get HOME,
+  USER and LOGNAME from the owner's account (its passwd entry), GUEST_PATH and
+  GUEST_LOCALE, and nothing else (the proxy's own variables are added by the launcher): no
   display (the owner's screen is not known to an SSH session, so a guest's questions go to
   the queue).
 - The person's own run: the caller's environment (a harness's, the person's), but no
@@ -34,7 +35,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-__all__ = ["GUEST_ENVIRONMENT", "GUEST_LOCALE", "GUEST_PATH", "LOADER_VARIABLES",
+__all__ = ["GUEST_LOCALE", "GUEST_PATH", "LOADER_VARIABLES",
            "OUTSIDE_FOLDER", "Account", "Outside", "outside_environment",
            "without_loader_variables"]
 
@@ -47,8 +48,6 @@ GUEST_PATH = "/usr/local/bin:/usr/bin:/bin"
 # A locale every glibc has, named, never the client's (a locale name with a `/` is a
 # folder glibc reads the locale's files from).
 GUEST_LOCALE = "C.UTF-8"
-# All a guest's helpers are given (the proxy's own variables are added by the launcher).
-GUEST_ENVIRONMENT = ("HOME", "USER", "LOGNAME", "PATH", "LANG")
 # The working folder's own variables: the helpers' is OUTSIDE_FOLDER, so these are theirs,
 # not the caller's, and are not said when left out.
 _WORKING_FOLDER = ("PWD", "OLDPWD")

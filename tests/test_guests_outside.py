@@ -356,7 +356,11 @@ def test_the_launcher_and_its_helpers_work_in_the_root_folder(
          f"pwd > {marker}; sleep 60"], cwd=str(work), env=env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: marker.exists() and marker.read_text(), "the program to start")
+        def started() -> bool:
+            assert run.poll() is None, run.communicate()
+            return marker.exists() and bool(marker.read_text())
+
+        wait_for(started, "the program to start")
         assert marker.read_text() == f"{work}\n"
         proxies = [pid for pid in _children(run.pid)
                    if _cmdline(pid)[1:3] == [b"-I", b"-S"] and b"proxy" in _cmdline(pid)]
