@@ -163,6 +163,10 @@ def enter(settings_given: str | None, name: str, env: Mapping[str, str]) -> int:
     session_env["HOME"] = home
     session_env["PWD"] = home
     log_session(settings, name, env, f"session: {_kind(command, original)}")
+    if policy.tools:  # what a guest's session can ask (its pages are refused)
+        log_session(settings, name, env, "its questions wait in your queue only: "
+                    "lnk-sandbox asks, then lnk-sandbox answer ID yes|no (an SSH session "
+                    "knows no screen or terminal of yours)")
 
     def owners_notice(line: str) -> None:  # the guest's stderr is the guest's screen
         log_session(settings, name, env, f"notice: {line}")

@@ -271,6 +271,10 @@ def test_a_guests_question_is_never_on_its_terminal_and_waits_in_the_owners_queu
         assert not tool_world.wiped.exists()
         asked = (world.settings / "sandbox" / "asks.log").read_text()
         assert f"\t{question['id']}\tno\tqueue" in asked, asked
+        # The owner is told where a guest's questions wait, in the guests log.
+        log = (world.settings / "sandbox" / "guests.log").read_text()
+        assert " guest-ann - its questions wait in your queue only: lnk-sandbox asks" in log \
+            or " guest-ann 127.0.0.1 its questions wait in your queue only" in log, log
     finally:
         tmux.stop()
 
