@@ -2,7 +2,7 @@
 
     lnk-sandbox-proxy --settings DIR --wire NAME [--host H]… [--endpoint E]… [--lan L]…
                       [--model PROVIDER]… [--server-tools yes] [--secret NAME]…
-                      [--local-model PORT]… [--tool NAME]… [--open yes]
+                      [--local-model PORT]… [--tool NAME]… [--open yes] [--guest NAME]
                       [--calls-per-minute N] [--pause R,T,W] (--socket-fd N | --listen IP:PORT)
 
 --model: the model verb for that provider (anthropic, openai, gemini, openrouter), its key
@@ -15,7 +15,10 @@ a line. --local-model: a [localhost] models port, reached as
 `/_link/s/<URL secret>/local/<port>/…` through the inference filter; the URL secret comes in
 LNK_URL_SECRET. --open yes: `/_link/s/<URL secret>/open`, a page opened in the person's
 browser outside (asked every time), and login callbacks passed in over the sockets
-labelled `callback` (lnk_proxy.open_verb).
+labelled `callback` (lnk_proxy.open_verb). --guest: the sandbox is a guest's session
+(lnk_wrap.enter): every question names the guest. The launcher starts a guest's proxy in
+a session of its own (no controlling terminal), so its questions go to the queue, never
+to the guest's terminal (lnk_wrap.outside).
 
 --socket-fd: the launcher's end of a socket pair over which the listening sockets come,
 each labelled (proxy, dns udp, dns tcp, endpoint), made by the DNS helper
@@ -59,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     options = serving.parse_options("lnk-sandbox-proxy", argv,
                                     ("--host", "--endpoint", "--lan", "--model",
                                      "--server-tools", "--secret", "--local-model",
-                                     "--tool", "--open"))
+                                     "--tool", "--open", "--guest"))
     _check_verbs(options)
     serving.start_helper()
     listeners = serving.receive_listeners(options, "proxy tcp")
@@ -79,6 +82,7 @@ def _check_verbs(options: dict[str, list[str]]) -> None:
     import sys
 
     from lnk_common.model_rules import PROVIDERS
+    from lnk_common.policy import is_name
 
     problem = ""
     models = options["--model"]
@@ -106,18 +110,25 @@ def _check_verbs(options: dict[str, list[str]]) -> None:
                    f"{URL_SECRET_VARIABLE}")
     elif len(set(options["--tool"])) != len(options["--tool"]):
         problem = "--tool names a tool twice"
+    elif len(options["--guest"]) > 1 or not all(map(is_name, options["--guest"])):
+        problem = "--guest takes a guest's name, once"
     if problem:
         print(f"lnk-sandbox-proxy: {problem}", file=sys.stderr)
         sys.exit(2)
 
 
-def _asker(settings: str, wire: str, *, whole: bool = False) -> Asker:
+def _asker(settings: str, wire: str, guest: str, *, whole: bool = False) -> Asker:
     """How the MCP verb asks the person before a tools/call, and the open verb before a
     page opens (`whole`: the URL shown whole): lnk_ask in a child process (a dialog, the
-    terminal, the queue: the first answer wins; silence or any error is no)."""
+    terminal, the queue: the first answer wins; silence or any error is no). `guest`: a
+    guest's session, named in the title and the question."""
     from lnk_ask import AskUsageError, ask_async
 
     async def ask(title: str, question: str, allows: str) -> tuple[bool, str]:
+        if guest:
+            title = f"guest {guest}: {title}"
+            question = f"For the guest {guest}, over SSH: {question}"
+            allows = f"guest {guest}: {allows}"
         try:
             answer = await ask_async(settings, wire, title, question, whole=whole,
                                      allows=allows)
@@ -145,6 +156,7 @@ def serve(listeners: list[tuple[int, str]], options: dict[str, list[str]]) -> No
 
     server_address = from_environment()
     settings, wire = options["--settings"][0], options["--wire"][0]
+    guest = options["--guest"][0] if options["--guest"] else ""
     named = (tuple(options["--endpoint"]), tuple(options["--lan"]))
     # The names the sandbox's DNS gives addresses to: endpoints and [lan] hosts by name
     # (not [network] hosts: a program that uses the proxy variables looks nothing up).
@@ -193,9 +205,9 @@ def serve(listeners: list[tuple[int, str]], options: dict[str, list[str]]) -> No
                   secret=secret, url_secret=url_secret,
                   local_ports=frozenset(int(port) for port in options["--local-model"]),
                   server_tools=options["--server-tools"] == ["yes"], tools=tools,
-                  ask=_asker(settings, wire) if tools else None,
+                  ask=_asker(settings, wire, guest) if tools else None,
                   callbacks=callbacks,
-                  open_ask=_asker(settings, wire, whole=True) if callbacks is not None
+                  open_ask=_asker(settings, wire, guest, whole=True) if callbacks is not None
                   else None,
                   log=WireLog(settings, wire), settings=settings, wire=wire,
                   controls=serving.controls_from(options), say=serving.say,

@@ -15,10 +15,13 @@ The guest's spec, as kept in guests.toml, is read again at every session by the 
 loader; a path in it that became a link since `guest add` is refused (and the launcher
 checks again what can change, as for every run). The session's sandbox is the spec's,
 plus the guest's own folder in Link's settings (`guests/NAME`, written, its dot files
-open: nothing of the person's runs there), which is its HOME and working folder; its wire
-is `guest-NAME`. It keeps the SSH session's terminal: no bubblewrap `--new-session`, so
-job control and Ctrl-C work (the seccomp filter refuses TIOCSTI, which is what
---new-session guards against).
+open: nothing of the person's runs there), which is its HOME and working folder inside;
+its wire is `guest-NAME`. The program keeps the SSH session's terminal: no bubblewrap
+`--new-session`, so job control and Ctrl-C work (the seccomp filter refuses TIOCSTI, which
+is what --new-session guards against). Nothing of the session reaches what runs outside
+(the launcher's helpers): their environment, HOME and working folder are made from the
+owner's account, in a session of their own, with no terminal (lnk_wrap.outside); what is
+the owner's to read (the first-run notice) goes to the guests log, not to the guest.
 """
 
 from __future__ import annotations
@@ -157,13 +160,23 @@ def enter(settings_given: str | None, name: str, env: Mapping[str, str]) -> int:
         log_session(settings, name, env, f"refused: {error}")
         raise
     home = os.path.join(settings, "guests", name)
-    os.chdir(home)
     session_env = {key: value for key, value in env.items() if key != "LNK_HOME"}
     session_env["HOME"] = home
     session_env["PWD"] = home
     log_session(settings, name, env, f"session: {_kind(command, original)}")
+    if policy.tools:  # what a guest's session can ask (its pages are refused)
+        log_session(settings, name, env, "its questions wait in your queue only: "
+                    "lnk-sandbox asks, then lnk-sandbox answer ID yes|no (an SSH session "
+                    "knows no screen or terminal of yours)")
+
+    def owners_notice(line: str) -> None:  # the guest's stderr is the guest's screen
+        log_session(settings, name, env, f"notice: {line}")
+
     try:
-        status = launch(policy, command, session_env)
+        # The session's environment, HOME and folder are the program's, inside only:
+        # the helpers outside are given the owner's account (lnk_wrap.outside).
+        status = launch(policy, command, session_env, cwd=home, guest=name,
+                        notice=owners_notice)
     except (LaunchError, OSError) as error:
         log_session(settings, name, env, f"refused: {error}")
         raise

@@ -32,20 +32,13 @@ import os
 import sys
 
 from lnk_common import landlock, seccomp
+from lnk_wrap.outside import LOADER_VARIABLES, without_loader_variables
 
 __all__ = ["LOADER_VARIABLES", "main"]
 
 EXIT_SANDBOX_FAILED = 125
 EXIT_CANNOT_RUN = 126
 EXIT_NOT_FOUND = 127
-
-# What glibc's loader and libc read from the environment to load or run other code, or
-# to change where they look (glibc's unsecvars.h, the list it clears for setuid
-# programs). Every LD_* variable goes too, whatever glibc adds later.
-LOADER_VARIABLES = frozenset({
-    "GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH",
-    "MALLOC_TRACE", "NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS",
-})
 
 _ACCESS = landlock.ACCESS_RIGHTS
 
@@ -151,13 +144,6 @@ def wait_for_go(fd: int) -> None:
                         "ended)")
 
 
-def clean_environment(env: dict[str, str]) -> dict[str, str]:
-    return {
-        key: value for key, value in env.items()
-        if not key.startswith("LD_") and key not in LOADER_VARIABLES
-    }
-
-
 def apply_landlock(rules: list[landlock.Rule]) -> None:
     abi = landlock.abi_version()
     try:
@@ -180,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
         if options.go_fd >= 0:
             wait_for_go(options.go_fd)
         command = options.command
-        env = clean_environment(dict(os.environ))
+        env = without_loader_variables(os.environ)
         os.closerange(3, 1 << 20)
         apply_landlock(options.rules)
     except (InitError, OSError) as error:

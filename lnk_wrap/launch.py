@@ -13,10 +13,13 @@ Order of operations:
    check_settings_path), the folder exists (made 0700 if not, so a sandbox cannot make
    it), no hidden path is missing where the program could create it. A working
    directory the sandbox does not see is said in one line and the program starts in /
-   instead.
+   instead. The program's working folder is taken (bubblewrap's --chdir), and this
+   launcher goes to /: nothing it starts outside works where a sandbox writes.
 3. Find the dot files of written folders to hold read only (lnk_wrap.dotfiles), refuse
-   any with a second name the sandbox could write it by (F7: lnk_wrap.heldlinks), and
-   put placeholders where missing ones go, listed with this run
+   any with a second name the sandbox could write it by (F7: lnk_wrap.heldlinks), make
+   what the helpers outside are given (lnk_wrap.outside: a guest's session, the owner's
+   account; a run, no variable naming a path the sandbox writes) and find bubblewrap
+   with it, and put placeholders where missing ones go, listed with this run
    (lnk_common.placeholders). A spec whose write_dot_files opens folders says so on its
    first run.
 4. Build bubblewrap's argv from typed options (lnk_wrap.bwrap.plan) and the init's.
@@ -41,6 +44,7 @@ import sys
 from lnk_common import placeholders
 from lnk_common.policy import Policy, PolicyArgvError, split_argv
 from lnk_wrap import bwrap as bwrap_plan
+from lnk_wrap.outside import OUTSIDE_FOLDER, without_loader_variables
 from lnk_wrap.system import gather, runtime_paths
 
 TYPE_CHECKING = False  # the typing module costs an import at every start
@@ -49,6 +53,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from lnk_common.endpoints import Listener
+    from lnk_wrap.outside import Outside
 else:
     import _signal as signal  # not `signal`: its enum wrappers cost 4 ms at every start
 
@@ -184,10 +189,11 @@ def _say(message: str) -> None:
     print(f"lnk-sandbox: {message}", file=sys.stderr)
 
 
-def notice_first_run(policy: Policy) -> None:
-    """A spec that opens dot files says which, on stderr, the first time it runs here.
-    Specs are remembered by what they resolve to, not by file name: a renamed copy is
-    the same spec, and an edited one is a new one."""
+def notice_first_run(policy: Policy, say: Callable[[str], None] = _say) -> None:
+    """A spec that opens dot files says which, through `say` (stderr; a guest's session
+    gives the owner's guests log: the notice is the owner's, and stderr is the guest's),
+    the first time it runs here. Specs are remembered by what they resolve to, not by
+    file name: a renamed copy is the same spec, and an edited one is a new one."""
     if not policy.write_dot_files:
         return
     try:  # hashlib's import costs 3 ms at every start; its C module alone does not
@@ -208,8 +214,8 @@ def notice_first_run(policy: Policy) -> None:
         return
     os.write(fd, f"{policy.spec}\n".encode("utf-8", "surrogateescape"))
     os.close(fd)
-    _say(f"first run of {policy.spec or 'this policy'}: it lets the sandbox write the dot "
-         f"files (.git, hooks, .envrc, editor settings) of {', '.join(policy.write_dot_files)}")
+    say(f"first run of {policy.spec or 'this policy'}: it lets the sandbox write the dot "
+        f"files (.git, hooks, .envrc, editor settings) of {', '.join(policy.write_dot_files)}")
 
 
 def _program_pid(sandbox_pid: int) -> int | None:
@@ -330,18 +336,30 @@ def _kill_sandbox(sandbox_pid: int | None, child: int) -> None:
                 pass
 
 
-def launch(policy: Policy, command: list[str], env: Mapping[str, str]) -> int:
+def launch(policy: Policy, command: list[str], env: Mapping[str, str], *,
+           cwd: str | None = None, guest: str = "",
+           notice: Callable[[str], None] = _say) -> int:
+    """Run `command` in the sandbox of `policy`, with `env` (the program's, before the
+    verbs' variables), in `cwd` (the program's working folder; this process's by
+    default). `guest`: a guest's session (lnk_wrap.enter): the helpers outside are given
+    nothing of the session (lnk_wrap.outside). `notice`: where the first-run notice of a
+    spec that opens dot files goes (the person's; stderr by default)."""
     record_signals()
-    bwrap = find_bwrap(env)
     check_still_holds(policy)
     check_settings_path(policy)
     ensure_settings_folder(policy.settings)
-    try:
-        cwd = os.getcwd()
-    except FileNotFoundError:
-        raise LaunchError("the working directory no longer exists") from None
+    if cwd is None:
+        try:
+            cwd = os.getcwd()
+        except FileNotFoundError:
+            raise LaunchError("the working directory no longer exists") from None
+    # The program's folder is bubblewrap's --chdir; this launcher, and everything it
+    # starts outside, works where no sandbox writes (lnk_wrap.outside).
+    os.chdir(OUTSIDE_FOLDER)
     if not policy.write:  # no written folder: no dot file to hold, nothing to look at
-        return _run_sandbox(bwrap, policy, command, env, cwd, ())
+        outside = _outside(policy, env, (), guest)
+        return _run_sandbox(_bwrap_for(policy, env, outside, ()), policy, command, env, cwd,
+                            (), outside)
     from lnk_wrap import dotfiles
 
     known = {path: kind for path, kind, _ in placeholders.index_entries(policy.settings)}
@@ -355,7 +373,11 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str]) -> int:
         found.held, _writable_with(policy, (*found.held, *found.placeholders)))
     if hard_linked is not None:  # F7: a held file must have no other name to write
         raise LaunchError(hard_linked)
-    notice_first_run(policy)
+    # What the helpers outside are given, and bubblewrap, before any placeholder is made.
+    held = (*found.held, *found.placeholders)
+    outside = _outside(policy, env, held, guest)
+    bwrap = _bwrap_for(policy, env, outside, held)
+    notice_first_run(policy, notice)
     # A run file only when this run may hold placeholders: ones it makes, or ones another
     # run made that it finds in place (it must hold them too, or that run's end would
     # remove them from under its mounts). Every run with written folders sweeps what
@@ -372,7 +394,7 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str]) -> int:
         for note in notes:
             _say(note)
         return _run_sandbox(bwrap, policy, command, env, cwd,
-                            tuple({**found.held, **in_place}))
+                            tuple({**found.held, **in_place}), outside)
     finally:
         if run is not None:
             for note in placeholders.release(policy.settings, run):
@@ -380,8 +402,62 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str]) -> int:
             run.end()
 
 
+def _outside(policy: Policy, env: Mapping[str, str], held: tuple[str, ...], guest: str
+             ) -> Outside:
+    """What the helpers outside are given (lnk_wrap.outside): a guest's session, none of
+    it; a run, the caller's environment less what names a path this sandbox writes."""
+    from lnk_wrap.outside import Account, outside_environment
+
+    return outside_environment(env, guest=guest, account=Account.own(),
+                               written=_writable_with(policy, held),
+                               resolve=os.path.realpath)
+
+
+def _bwrap_for(policy: Policy, env: Mapping[str, str], outside: Outside,
+               held: tuple[str, ...]) -> str:
+    """Bubblewrap runs outside: looked for on the helpers' PATH (never a folder this
+    sandbox writes), or at the caller's LNK_SANDBOX_BWRAP unless this sandbox writes it.
+    Found, the code that runs outside is checked not to be written (check_code)."""
+    if (env.get("LNK_SANDBOX_BWRAP") and "LNK_SANDBOX_BWRAP" not in outside.env
+            and not outside.guest):
+        raise LaunchError(f"LNK_SANDBOX_BWRAP={env['LNK_SANDBOX_BWRAP']} names a path this "
+                          "sandbox writes: it would run outside, as you; refusing")
+    bwrap = find_bwrap(outside.env)
+    check_code(policy, _writable_with(policy, held), bwrap)
+    return bwrap
+
+
+def check_code(policy: Policy, writable: Callable[[str], bool], bwrap: str) -> None:
+    """Refuse a sandbox that could write the code its helpers run outside: bubblewrap,
+    this interpreter, our packages (lnk_*: a helper imports more of them after the
+    sandbox has started, the proxy at its first connection) and every folder it imports
+    from (the standard library, the proxy's site-packages). None may lie in a written
+    folder, and no written folder in one of them (each as named and as it resolves).
+    The folder that holds our packages may hold written folders of its own (a
+    checkout's examples/workspace): a sandbox cannot put a module beside our packages
+    from there."""
+    from lnk_wrap.helpers import package_root
+
+    root = package_root()
+    trees = [os.path.join(root, name) for name in sorted(os.listdir(root))
+             if name.startswith("lnk_") and os.path.isdir(os.path.join(root, name))]
+    trees += [folder for folder in (*sys.path, policy.site_packages)
+              if os.path.isabs(folder) and folder != root and os.path.isdir(folder)]
+    points = [bwrap, os.path.realpath(sys.executable), root]
+    why = ("code that runs outside this sandbox, as you (bubblewrap, Python, Link's own); "
+           "refusing: grant a folder that holds none of it")
+    for path in (*points, *trees):
+        for form in {os.path.normpath(path), os.path.realpath(path)}:
+            if writable(form):
+                raise LaunchError(f"this sandbox writes {form}, {why}")
+            inner = next((folder for folder in policy.write
+                          if path in trees and bwrap_plan.inside(folder, form)), None)
+            if inner is not None:
+                raise LaunchError(f"this sandbox writes {inner}, inside {form}, {why}")
+
+
 def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[str, str],
-                 cwd: str, held: tuple[str, ...]) -> int:
+                 cwd: str, held: tuple[str, ...], outside: Outside) -> int:
     from lnk_wrap.helpers import helper_argv, package_root
 
     if _SIGNALS.stop:  # asked to end before anything was started: nothing is
@@ -405,7 +481,6 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
                 "cannot see it; grant a folder that holds it in [files] read"
             )
     placeholder = ""
-    outside_env = env  # the helpers', outside: the caller's environment as it is
     if policy.models:
         # The program's environment points each named provider's SDK at the verb, with the
         # placeholder for its key, and holds no provider's key (lnk_wrap.model_env); the
@@ -466,11 +541,13 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
     # After the secrets' check: a run refused for a secret not set says that one line, not
     # a note about a trust variable first.
     env = _unreachable_trust_dropped(env, policy, facts)
-    watch, init_end = _start_watch(policy, facts.loaders)
+    watch, init_end = _start_watch(policy, facts.loaders, outside)
     facts = facts.with_watch(init_end)
     wire: _Wire | None = None
     if policy.has_wire():
-        wire = _start_wire(policy, outside_env, proxy_given)
+        for note in outside.notes:
+            _say(note)
+        wire = _start_wire(policy, outside, proxy_given)
         facts = facts.with_data_files(wire.data_files)
         go_read, go_write = wire.block_read, wire.block_write
     else:
@@ -489,7 +566,8 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
         if fd is not None:
             os.set_inheritable(fd, True)
     try:
-        child = os.posix_spawn(argv[0], argv, dict(env))
+        # Bubblewrap is outside until it has made the sandbox: never a loader variable.
+        child = os.posix_spawn(argv[0], argv, without_loader_variables(env))
     finally:
         os.close(info_write)
         if facts.watch_fd is not None:
@@ -573,7 +651,8 @@ def _unreachable_trust_dropped(env: dict[str, str], policy: Policy,
     return {name: value for name, value in env.items() if name not in dropped}
 
 
-def _start_watch(policy: Policy, loaders: tuple[str, ...]) -> tuple[int, int]:
+def _start_watch(policy: Policy, loaders: tuple[str, ...], outside: Outside
+                 ) -> tuple[int, int]:
     """Start the sandbox's watch (lnk_execwatch.main says what it does) on one end of a
     socket pair; return its pid and the other end, for the init.
 
@@ -617,6 +696,10 @@ def _start_watch(policy: Policy, loaders: tuple[str, ...]) -> tuple[int, int]:
             for signum in FORWARDED_SIGNALS:
                 ignored = signum not in (signal.SIGWINCH, signal.SIGCONT)
                 signal.signal(signum, signal.SIG_IGN if ignored else signal.SIG_DFL)
+            if outside.own_session:  # a guest's terminal is not the watch's
+                os.setsid()
+            os.environ.clear()
+            os.environ.update(outside.env)
             from lnk_common.syscalls import libc
 
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -687,7 +770,7 @@ class _Wire:
         self.pids = []
 
 
-def _start_wire(policy: Policy, env: Mapping[str, str], proxy_given: Mapping[str, str]
+def _start_wire(policy: Policy, outside: Outside, proxy_given: Mapping[str, str]
                 ) -> _Wire:
     """Start what serves the run's ways out (the proxy for its port, DNS, endpoints and
     [lan]; the relay for [localhost] ports), outside, in this machine's network; plan
@@ -731,9 +814,12 @@ def _start_wire(policy: Policy, env: Mapping[str, str], proxy_given: Mapping[str
                 options += ["--tool", tool]
             if policy.open_pages:
                 options += ["--open", "yes"]
+            if outside.guest:  # its questions name the guest
+                options += ["--guest", outside.guest]
             # The placeholders and the URL secret: in its environment, never an argument.
-            proxy_env = {**env, **proxy_given}
-            pid, channel = _start_served("proxy", policy, options, proxy_env)
+            proxy_env = {**outside.env, **proxy_given}
+            pid, channel = _start_served("proxy", policy, options, proxy_env,
+                                         outside.own_session)
             wire.pids.append(pid)
             wire.channels["proxy"] = channel
         if policy.localhost_ports or policy.local_models:
@@ -742,7 +828,8 @@ def _start_wire(policy: Policy, env: Mapping[str, str], proxy_given: Mapping[str
                 relay_options += ["--model-port", str(port)]
             if policy.server_tools and policy.local_models:
                 relay_options += ["--server-tools", "yes"]
-            pid, channel = _start_served("relay", policy, relay_options, env)
+            pid, channel = _start_served("relay", policy, relay_options, outside.env,
+                                         outside.own_session)
             wire.pids.append(pid)
             wire.channels["relay"] = channel
         if endpoints.has_dns(entries):
@@ -758,7 +845,7 @@ def _start_wire(policy: Policy, env: Mapping[str, str], proxy_given: Mapping[str
 
 
 def _start_served(helper: str, policy: Policy, options: list[str],
-                  env: Mapping[str, str]) -> tuple[int, int]:
+                  env: Mapping[str, str], own_session: bool) -> tuple[int, int]:
     """Start lnk-sandbox-proxy or lnk-sandbox-relay, outside; return its pid and the
     launcher's end of the socket pair its listening sockets will be sent over (one
     labelled descriptor a message)."""
@@ -774,14 +861,23 @@ def _start_served(helper: str, policy: Policy, options: list[str],
     if policy.site_packages and helper in ("proxy", "relay"):
         start[4:4] = ["--site-packages", policy.site_packages]
     argv = [*start, "--socket-fd", str(served_end), *options]
-    return _spawn_helper(argv, env, given=served_end, kept=launcher_end), launcher_end
+    return (_spawn_helper(argv, env, given=served_end, kept=launcher_end,
+                          own_session=own_session), launcher_end)
 
 
-def _spawn_helper(argv: list[str], env: Mapping[str, str], *, given: int, kept: int) -> int:
+def _spawn_helper(argv: list[str], env: Mapping[str, str], *, given: int, kept: int,
+                  own_session: bool) -> int:
     """Start a helper that inherits `given` (one end of a socket pair; closed here after)
-    and not `kept` (the other end, closed here if the helper cannot start)."""
+    and not `kept` (the other end, closed here if the helper cannot start).
+    `own_session` (a guest's): in a session of its own, so with no controlling terminal
+    (a question's /dev/tty cannot be opened: nothing it asks reaches the guest's
+    terminal), and reading nothing the guest types (its input is /dev/null)."""
     os.set_inheritable(given, True)
     try:
+        if own_session:
+            return os.posix_spawn(argv[0], argv, dict(env), setsid=True, file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0)])
         return os.posix_spawn(argv[0], argv, dict(env))
     except OSError:
         os.close(kept)
