@@ -172,7 +172,10 @@ def test_what_a_guest_plants_in_its_home_and_folder_never_runs_outside(
     assert not any(guest_folder in str(value) for value in seen_env.values()), seen_env
     assert "LC_ALL" not in seen_env and seen_env.get("LANG") == GUEST_LOCALE, seen_env
     assert "TERM" not in seen_env and "SSH_CONNECTION" not in seen_env, seen_env
-    assert seen_env.get("PATH") == GUEST_PATH, seen_env
+    # The tool's PATH is its definition's, fixed at `tool add` (the owner's, then: its
+    # absolute folders), never the session's.
+    assert seen_env.get("PATH") == ":".join(
+        folder for folder in world.env["PATH"].split(":") if folder.startswith("/")), seen_env
 
 
 def _screen_code(screen: str) -> str | None:
