@@ -518,7 +518,7 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
 
         try:
             secret_placeholders = verb_env.secret_placeholders(policy)
-            verb_env.check_tools(policy)
+            verb_env.check_tools(policy, _writable_with(policy, held))
             url_secret = verb_env.url_secret_for(policy) if policy.has_url_secret() else ""
             env = verb_env.sandbox_environment(
                 env, placeholders=secret_placeholders, url_secret=url_secret,

@@ -25,12 +25,14 @@ import os
 
 TYPE_CHECKING = False  # the typing module costs an import at every start
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from lnk_common.policy import Policy
+    from lnk_common.tools import Tool
 
 __all__ = ["TOOL_VARIABLE_NOTE", "URL_SECRET_FILE", "VerbEnvError", "check_tools",
-           "is_url_secret", "sandbox_environment", "secret_placeholders", "url_secret_for",
+           "is_url_secret", "sandbox_environment", "secret_placeholders", "tool_folders_problem",
+           "url_secret_for",
            "without_tool_variables"]
 
 URL_SECRET_FILE = "url-secret"  # noqa: S105  (a file's name)
@@ -110,18 +112,69 @@ def secret_placeholders(policy: Policy) -> dict[str, str]:
     return found
 
 
-def check_tools(policy: Policy) -> None:
+def check_tools(policy: Policy, writable: Callable[[str], bool] | None = None) -> None:
     """VerbEnvError naming the first tool the policy names that is not defined (or whose
-    definition is not ours): nothing could reach it, and nothing fails open."""
+    definition is not ours): nothing could reach it, and nothing fails open. With
+    `writable` (whether this sandbox could write a path: the mount plan's judgement), also
+    the first tool that would read, outside and as the person, what this sandbox can
+    write (tool_folders_problem)."""
     if not policy.tools:
         return
     from lnk_common.tools import ToolError, read_tool
 
     for name in policy.tools:
         try:
-            read_tool(policy.settings, name)
+            tool = read_tool(policy.settings, name)
         except ToolError as error:
             raise VerbEnvError(f"[verbs] tools names {name}: {error}") from None
+        if writable is not None:
+            problem = tool_folders_problem(tool, policy.write, writable, os.path.realpath)
+            if problem:
+                raise VerbEnvError(f"[verbs] tools names {name}: {problem}")
+
+
+def tool_folders_problem(tool: Tool, written: tuple[str, ...], writable: Callable[[str], bool],
+                         resolve: Callable[[str], str]) -> str:
+    """Why the tool, which runs outside as the person, would read what a sandbox writing
+    `written` (its [files] write; `writable` the mount plan's own test of a path) could
+    put there, or "": its HOME, its working folder, a folder of its PATH or its program
+    (found on that PATH, as the proxy starts it) in a written folder, each as named and as
+    resolved; or a written dot folder of its HOME (`~/.local`, `~/.config`, `~/.npmrc`'s
+    home: where runtimes read code and settings from, a `.pth` under the user site among
+    them). A written folder below HOME that is no dot folder (a project) is fine."""
+    import posixpath
+
+    path_folders = [folder for folder in tool.environment.get("PATH", "").split(":")
+                    if folder.startswith("/")]
+    places = [("HOME", tool.home), ("working folder", tool.cwd),
+              *(("PATH folder", folder) for folder in path_folders)]
+    program = tool.command[0]
+    if "/" in program:
+        places.append(("program", program))
+    else:
+        for folder in path_folders:
+            candidate = posixpath.join(folder, program)
+            if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+                places.append(("program", candidate))
+                break
+    for what, place in places:
+        for form in dict.fromkeys((place, resolve(place))):
+            if writable(form):
+                return (f"its {what} {place} is in a folder this sandbox writes: the tool "
+                        "runs outside, as you, and would read what the sandbox put there; "
+                        "add the tool again with another --home, --cwd or PATH, or do not "
+                        "write it")
+    homes = dict.fromkeys((tool.home.rstrip("/") or "/", resolve(tool.home)))
+    for folder in written:
+        for form in dict.fromkeys((folder, resolve(folder))):
+            for home in homes:
+                if form != home and form.startswith(home.rstrip("/") + "/") and \
+                        form[len(home.rstrip("/")) + 1:].startswith("."):
+                    return (f"this sandbox writes {folder}, a dot folder of the tool's HOME "
+                            f"{tool.home}, where the runtimes a tool runs read code and "
+                            "settings from (a .pth in the user site, an .npmrc): add the "
+                            "tool again with another --home, or do not write it")
+    return ""
 
 
 TOOL_VARIABLE_NOTE = ("{names} named by a tool's definition (lnk-sandbox tool list): taken "

@@ -470,3 +470,55 @@ def test_an_old_definition_starts_with_safe_defaults_never_the_sessions(
     assert (environ["HOME"], environ["PATH"], environ["LANG"]) == (
         _owner_home(), "/usr/local/bin:/usr/bin:/bin", "C.UTF-8"), start
     assert "from-the-session" not in json.dumps(start)
+
+
+def test_a_sandbox_that_writes_what_a_tool_reads_outside_does_not_start(
+    tool_setup: tuple[Path, Path], sandbox_env: dict[str, str], run_sandbox: RunSandbox,
+    write_spec: WriteSpec, tmp_path: Path,
+) -> None:
+    """Item 1 for `run`: the tool runs outside, as the person, with its definition's HOME,
+    cwd and PATH. A sandbox that writes a dot folder of that HOME plants a `.pth` in the
+    user site there, and the tool's python would run it at its first call; so a spec
+    that writes a dot folder of a tool's HOME, its working folder, a folder of its PATH
+    or its program is refused before anything starts, in one line naming the tool and
+    the folder. A written project folder below HOME is fine."""
+    folder, _ = tool_setup
+    (folder / "record_tool.py").write_text(RECORD_TOOL)
+    record = folder / "record.jsonl"
+    marker = tmp_path / "planted-code-ran"
+    version = subprocess.run(
+        [SYSTEM_PYTHON, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        capture_output=True, text=True, check=True).stdout.strip()
+    home, work, tools_bin = tmp_path / "tool-home", tmp_path / "tool-work", tmp_path / "bin"
+    for made in (home / ".local", home / "project", work, tools_bin):
+        made.mkdir(parents=True)
+    _tool({**sandbox_env, "PATH": f"{tools_bin}:{sandbox_env['PATH']}"}, "add", "demo",
+          "--ask", "none", "--home", str(home), "--cwd", str(work), "--", SYSTEM_PYTHON,
+          "-c", f"exec(open({str(folder / 'record_tool.py')!r}).read())", str(record))
+    user_site = home / ".local" / "lib" / f"python{version}" / "site-packages"
+    plant = (f"import os; os.makedirs({str(user_site)!r}, exist_ok=True); "
+             f"open(os.path.join({str(user_site)!r}, 'planted.pth'), 'w').write("
+             f"\"import os; open({str(marker)!r}, 'a').write('ran')\\n\")")
+    messages = write_messages(folder / "messages.jsonl", [INITIALIZE])
+    (folder / "raw.py").write_text(RAW_CLIENT)
+    for written, named in ((home / ".local", "a dot folder of the tool's HOME"),
+                           (work, "its working folder"), (tools_bin, "its PATH folder")):
+        spec = write_spec(f"[files]\nread = {toml_list(VENV, folder)}\n"
+                          f"write = {toml_list(written)}\n"
+                          '[verbs]\ntools = ["demo"]\n')
+        result = run_sandbox(spec, PYTHON, "-c", plant + "\nimport runpy, sys; "
+                             f"sys.argv = ['raw', 'demo', {str(messages)!r}]; "
+                             f"runpy.run_path({str(folder / 'raw.py')!r})")
+        assert not marker.exists(), f"the sandbox's .pth ran outside in the tool ({written})"
+        assert result.returncode == 125, (written, result)
+        line = result.stderr.strip().splitlines()[-1]
+        assert "[verbs] tools names demo" in line and named in line, (written, line)
+        assert str(written) in line, line
+        assert not record.exists(), written
+    # A project below HOME is no dot folder: the tool starts, and nothing planted runs.
+    spec = write_spec(f"[files]\nread = {toml_list(VENV, folder)}\n"
+                      f"write = {toml_list(home / 'project')}\n"
+                      '[verbs]\ntools = ["demo"]\n')
+    result = run_sandbox(spec, PYTHON, str(folder / "raw.py"), "demo", str(messages))
+    assert "HTTP 200" in result.stdout, result
+    assert not marker.exists()
