@@ -32,7 +32,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["secrets"]
+__all__ = ["read_stdin_up_to", "secrets"]
 
 EXIT_USAGE = 2
 
@@ -107,6 +107,20 @@ def _check_against_rule(settings: str, name: str, value: bytes, given: bytes | N
         raise SecretError(f"the secret {name} is not stored: {error.reason} ({where})") from None
 
 
+def read_stdin_up_to(limit: int) -> bytes:
+    """Standard input's bytes, at most `limit` (a pipe gives them in pieces)."""
+    stream = sys.stdin.buffer
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = stream.read(limit - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
 def _value_from_stdin(name: str) -> bytes:
     """The value on standard input, one trailing newline taken off (what `echo` and a
     typed line add); read to one byte past the limit so an oversized value is refused
@@ -118,17 +132,8 @@ def _value_from_stdin(name: str) -> bytes:
 
         value = getpass.getpass(f"the value of {name} (not shown): ").encode()
     else:
-        stream = sys.stdin.buffer
-        chunks: list[bytes] = []
-        size = 0
-        limit = MAX_SECRET_BYTES + 2  # the value, its newline, and one byte to see excess
-        while size < limit:
-            chunk = stream.read(limit - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        value = b"".join(chunks)
+        # The value, its newline, and one byte to see excess.
+        value = read_stdin_up_to(MAX_SECRET_BYTES + 2)
     if value.endswith(b"\n"):
         value = value[:-1]
     return value

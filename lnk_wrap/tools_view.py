@@ -109,17 +109,9 @@ def _values_from_stdin(names: list[str]) -> list[bytes]:
 
         return [getpass.getpass(f"the value of {variable} (not shown): ").encode()
                 for variable in names]
-    limit = MAX_SECRETS * (MAX_SECRET_BYTES + 1) + 1
-    stream = sys.stdin.buffer
-    chunks: list[bytes] = []
-    size = 0
-    while size < limit:
-        chunk = stream.read(limit - size)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    raw = b"".join(chunks)
+    from lnk_wrap.secrets_view import read_stdin_up_to
+
+    raw = read_stdin_up_to(MAX_SECRETS * (MAX_SECRET_BYTES + 1) + 1)
     if raw.endswith(b"\n"):
         raw = raw[:-1]
     return raw.split(b"\n") if raw else []
