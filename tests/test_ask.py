@@ -562,7 +562,7 @@ def display() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def small_display() -> Iterator[str]:
-    """A screen smaller than a page's dialog's default size: 640x480."""
+    """A screen smaller than the dialog's default size: 640x480."""
     yield from _xvfb("640x480")
 
 
@@ -730,7 +730,7 @@ def test_dialog_answered_from_the_queue_closes(display: str, sandbox_env: dict[s
         asker.communicate()
 
 
-# -- a page's dialog: the whole URL, scrolling, at the limits ---------------------------------
+# -- a page's question in the dialog: the whole URL, scrolling, at the limits ---------------
 
 # The longest URL the open verb accepts, as it asks about it (lnk_proxy.server _open_call):
 # 16 KiB once escaped, with a login's callback line after.
