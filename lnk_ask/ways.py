@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 __all__ = [
     "ALLOW_LABEL",
     "CHECKBOX_LINES",
-    "CHECKBOX_LINE_CHARS",
     "CODE_DIGITS",
     "CUT_MARK",
     "DENY_LABEL",
@@ -101,12 +100,16 @@ DIALOG_SCREEN_SHARE = 0.8
 DIALOG_FONT = "Monospace 10"
 DIALOG_CHAR_PIXELS = 8
 DIALOG_MARGIN_PIXELS = 72
-# The box's label (what a yes allows): GTK never cuts a label's line, so one sets the
-# window's least width (60 characters of the default font fit 80% of 640 pixels), and its
-# lines take from the text's height (at 640x480, 4 lines leave the text some 12 lines).
-# Past that it is cut, saying so: the whole is in the text, above.
-CHECKBOX_LINE_CHARS = 60
-CHECKBOX_LINES = 4
+# The box's label (what a yes allows, a program's words in part: a tool's name): GTK
+# never cuts a label's line, so its longest sets the window's least width (60 Ws of the
+# default font made a window of 832 pixels on a 640-pixel screen). So its lines are cut
+# for the widest character (W, some 13 pixels in a 10-point sans at 96 dpi), in the
+# window's width less the box and the border; and they take from the text's height (at
+# 640x480, 6 lines leave the text some 8 of its lines). Past that it is cut, saying so:
+# the whole is in the text, above.
+CHECKBOX_CHAR_PIXELS = 14
+CHECKBOX_MARGIN_PIXELS = 72
+CHECKBOX_LINES = 6
 CHECKBOX_PREFIX = "I have read it, and allow: "
 # The terminal's layout (terminal_prompt). Every line of Link's own begins with the mark,
 # flush left; every line of the question's text (a program's words) begins with the
@@ -202,13 +205,15 @@ def dialog_text(title: str, question: str, width: int) -> str:
             f"read them to the end)\n\n{lines}\n")
 
 
-def checkbox_label(allows: str) -> str:
-    """The box's label: CHECKBOX_PREFIX and what a yes allows (plain ASCII), in at most
-    CHECKBOX_LINES lines of CHECKBOX_LINE_CHARS, the last ending with CUT_MARK when cut."""
-    lines = dialog_lines(CHECKBOX_PREFIX + allows, CHECKBOX_LINE_CHARS).split("\n")
+def checkbox_label(allows: str, width: int) -> str:
+    """The box's label in a dialog `width` pixels wide: CHECKBOX_PREFIX and what a yes
+    allows (plain ASCII), in at most CHECKBOX_LINES lines that fit it whatever their
+    characters, the last ending with CUT_MARK when cut."""
+    chars = max(20, (width - CHECKBOX_MARGIN_PIXELS) // CHECKBOX_CHAR_PIXELS)
+    lines = dialog_lines(CHECKBOX_PREFIX + allows, chars).split("\n")
     if len(lines) > CHECKBOX_LINES:
         lines = lines[:CHECKBOX_LINES]
-        lines[-1] = _fitted(lines[-1] + CUT_MARK, CHECKBOX_LINE_CHARS)
+        lines[-1] = _fitted(lines[-1] + CUT_MARK, chars)
     return "\n".join(lines)
 
 
@@ -221,7 +226,7 @@ def zenity_argv(zenity: str, title: str, allows: str, seconds: int,
     button. The box's label is plain (GTK reads no markup nor mnemonic in it: checked on
     a screenshot); the title is the window's title too."""
     return [zenity, "--text-info", f"--title={title}", "--editable",
-            f"--checkbox={checkbox_label(allows)}", f"--font={DIALOG_FONT}",
+            f"--checkbox={checkbox_label(allows, size[0])}", f"--font={DIALOG_FONT}",
             f"--width={size[0]}", f"--height={size[1]}",
             f"--ok-label={ALLOW_LABEL}", f"--cancel-label={DENY_LABEL}",
             f"--timeout={max(1, seconds)}"]

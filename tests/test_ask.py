@@ -34,7 +34,6 @@ from lnk_ask.main import UsageError, parse
 from lnk_ask.queue import MAX_WAITING_PER_WIRE, AskQueue, QueueError, id_problem
 from lnk_ask.text import MAX_ALLOWS_CHARS, MAX_QUESTION_CHARS, MAX_TITLE_CHARS
 from lnk_ask.ways import (
-    CHECKBOX_LINE_CHARS,
     CHECKBOX_LINES,
     DIALOG_HEIGHT,
     DIALOG_WIDTH,
@@ -139,18 +138,18 @@ def test_zenity_argv_golden() -> None:
     assert zenity_argv("/usr/bin/zenity", "github: run delete_repo?",
                        "sandbox w, server github, tool delete_repo", 120, (680, 460)) == [
         "/usr/bin/zenity", "--text-info", "--title=github: run delete_repo?", "--editable",
-        "--checkbox=I have read it, and allow: sandbox w, server github, tool \ndelete_repo",
+        "--checkbox=I have read it, and allow: sandbox w, \nserver github, tool delete_repo",
         "--font=Monospace 10", "--width=680", "--height=460", "--ok-label=Allow",
         "--cancel-label=Deny", "--timeout=120"]
 
 
 def test_checkbox_label_says_what_a_yes_allows_cut_to_fit() -> None:
-    assert checkbox_label("sandbox w opens a page on a.example") == (
-        "I have read it, and allow: sandbox w opens a page on \na.example")
-    longest = checkbox_label("x" * MAX_ALLOWS_CHARS)
-    lines = longest.split("\n")
-    assert len(lines) == CHECKBOX_LINES and lines[-1].endswith(" [cut]")
-    assert all(len(line) <= CHECKBOX_LINE_CHARS for line in lines)
+    assert checkbox_label("sandbox w opens a page on a.example", 680) == (
+        "I have read it, and allow: sandbox w opens \na page on a.example")
+    for width, chars in ((680, 43), (512, 31)):
+        lines = checkbox_label("W" * MAX_ALLOWS_CHARS, width).split("\n")
+        assert len(lines) == CHECKBOX_LINES and lines[-1].endswith("W [cut]")
+        assert max(len(line) for line in lines) == chars
 
 
 def test_dialog_size_and_text() -> None:
@@ -676,13 +675,14 @@ def test_dialog_of_the_longest_tool_call_question_fits_the_screen(
     request: pytest.FixtureRequest,
 ) -> None:
     """The longest question of a tool call (escapes and long words, cut at
-    MAX_QUESTION_CHARS) under the longest title, and the longest what-a-yes-allows (its
-    box's label cut to four lines): the window within the screen and its bound, the box
-    reached and Allow chosen."""
+    MAX_QUESTION_CHARS) under the longest title, and the longest what-a-yes-allows, of the
+    widest letter (its box's label cut to its lines; 60 Ws a line once made the window
+    832 pixels wide): the window within the screen and its bound, the box reached and
+    Allow chosen."""
     shown_on = request.getfixturevalue(screen)
     title = (f"{secrets.token_hex(4)} demo: run " + "d" * 80)[:MAX_TITLE_CHARS]
     question = "call create_issue " + "\u202e\u0430bc " * 60 + "Z" * 3000
-    allows = ("sandbox dlg, server demo, tool delete_repo" + "_" * 300)[:MAX_ALLOWS_CHARS]
+    allows = ("sandbox dlg, server demo, tool delete_repo" + "W" * 300)[:MAX_ALLOWS_CHARS]
     asker = start_dialog_ask(sandbox_env, shown_on, title, 60, question, allows)
     try:
         where = window(shown_on, title)
@@ -832,7 +832,7 @@ def test_page_dialog_of_the_longest_question_and_title_fits(
     display: str, sandbox_env: dict[str, str], tmp_path: Path
 ) -> None:
     """The longest question a page's dialog shows (MAX_WHOLE_QUESTION_CHARS, escapes
-    and the cut's note included) under the longest title (its box's label in two lines)."""
+    and the cut's note included) under the longest title."""
     title = (f"{secrets.token_hex(4)} pages: open " + "a" * 80)[:MAX_TITLE_CHARS]
     question = "\u202e\u0430" * 3000 + "y" * 20000
     asker = start_page_ask(sandbox_env, display, title, 60, question)
