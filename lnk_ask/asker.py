@@ -169,8 +169,7 @@ def ask(settings_root: str, wire: str, title: str, question: str,
         try:
             answer, how = _wait(queue, ident, wire, _Shown(shown_title, shown_question,
                                                            kept_question, shown_allows),
-                                started, deadline, environment, platform, terminal, tell,
-                                whole)
+                                started, deadline, environment, platform, terminal, tell)
             found = Answer(answer, how, ident)
         except BaseException as error:  # an interruption, a failure: no, and said so
             reason = "interrupted" if isinstance(error, (KeyboardInterrupt, SystemExit)) \
@@ -434,7 +433,7 @@ def _start_dialog(dialog: ways.Dialog, env: Mapping[str, str]) -> subprocess.Pop
     except OSError:
         return None
     if process.stdin is not None:
-        # A page's text (at most MAX_WHOLE_QUESTION_CHARS and a few lines: within a
+        # zenity's text (at most MAX_WHOLE_QUESTION_CHARS and a few lines: within a
         # pipe's 64 KiB, so the write never waits on the dialog).
         with contextlib.suppress(OSError):
             process.stdin.write(dialog.stdin.encode("ascii", "replace"))
@@ -452,16 +451,16 @@ def _queue_only(ident: str, seconds: int) -> str:
 
 def _wait(queue: AskQueue, ident: str, wire: str, shown: _Shown, started: float,
           deadline: float, env: Mapping[str, str], platform: str, terminal_path: str,
-          tell: Callable[[str], None] | None, whole: bool = False) -> tuple[str, str]:
+          tell: Callable[[str], None] | None) -> tuple[str, str]:
     seconds = max(1, round(deadline - started))
     # The wire is part of the text a dialog shows (never of its window's title, which
     # the person does not always see): which sandbox asks is half the question; what a
-    # yes allows is the other half. A page's dialog is sized against the screen
-    # (lnk_ask.ways.page_dialog_size).
-    screen = ways.screen_size(env) if whole and platform != "darwin" else None
+    # yes allows is the other half, and zenity's box says it again. zenity's dialog is
+    # sized against the screen (lnk_ask.ways.dialog_size).
+    screen = ways.screen_size(env) if platform != "darwin" else None
     dialog = ways.pick_dialog(env, platform, shown.title,
                               f"{shown.question}\n\nA yes allows: {shown.allows}\n"
-                              f"(asked by the wire {wire})", seconds, whole=whole,
+                              f"(asked by the wire {wire})", seconds, allows=shown.allows,
                               screen=screen)
     process = _start_dialog(dialog, env) if dialog else None
     terminal = _open_terminal(terminal_path) if terminal_path else None

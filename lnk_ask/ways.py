@@ -9,15 +9,19 @@ yes. It runs with DIALOG_ENVIRONMENT only (the display, the session bus, the loc
 GTK_MODULES, GTK_PATH, LD_PRELOAD and the like in the caller's environment would load
 code into the one program whose answer is trusted.
 
-A page's question (`whole`: its URL is up to 16 KiB, shown whole) is not a label that
-grows with its text (an 8 KiB URL made a 1,687-pixel window on a 768-pixel screen, its
-end and its buttons below the screen) but `zenity --text-info` (zenity_page_argv): a window of
-a bounded size, read against the screen's, in which the text scrolls, the title (which
-names the page's host) on its first line. Its Allow stays greyed until the person ticks
-the box under the text, which names the title again (so the host is read where the
-choice is made); the text is editable, so keys typed into the window (Enter, Space, Tab:
-a stray key, a key meant for another window) land in the text, and an Allow with the
-text changed is no (dialog_verdict: what was read is not what would open).
+Every question on zenity is one dialog (zenity_argv), whatever asks (a tool call, `guest
+add`, a page, `lnk-sandbox-ask` by hand): not a label that grows with its text (an 8
+KiB URL made a 1,687-pixel window on a 768-pixel screen, its end and its buttons below
+the screen) nor `--question`, whose Deny has the focus and Allow is next (Tab then
+Space: one stray key pair was a yes for a tool call), but `zenity --text-info`: a window
+of a bounded size, read against the screen's, in which the text scrolls, the title alone
+on its first line. Its Allow stays greyed until the person ticks the box under the text,
+whose label says what a yes allows (the caller's `allows`, Link's words: the sandbox and
+the tool and its server, or the page's host), so that is read where the choice is made;
+the text is editable, so keys typed into the window (Enter, Space, Tab: a stray key, a
+key meant for another window) land in the text, and an Allow with the text changed is no
+(dialog_verdict: what was read is not what is allowed). notify-send and osascript keep
+their own kinds (see their functions for their defaults).
 """
 
 from __future__ import annotations
@@ -34,37 +38,37 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ALLOW_LABEL",
+    "CHECKBOX_LINES",
     "CODE_DIGITS",
     "CUT_MARK",
     "DENY_LABEL",
     "DIALOG_ENVIRONMENT",
     "DIALOG_FOLDERS",
-    "DIALOG_LINE_CHARS",
+    "DIALOG_FONT",
+    "DIALOG_HEIGHT",
+    "DIALOG_WIDTH",
     "FALLBACK_TERMINAL_SIZE",
     "LINK_MARK",
     "MAX_TYPED_BYTES",
     "MIN_TERMINAL_COLUMNS",
     "MIN_TERMINAL_ROWS",
-    "PAGE_DIALOG_FONT",
-    "PAGE_DIALOG_HEIGHT",
-    "PAGE_DIALOG_WIDTH",
     "PROGRAM_GUTTER",
     "Dialog",
+    "checkbox_label",
     "code_matches",
     "dialog_environment",
     "dialog_lines",
+    "dialog_size",
+    "dialog_text",
     "dialog_verdict",
     "find_program",
     "notify_argv",
     "osascript_argv",
-    "page_dialog_size",
-    "page_text",
     "pick_dialog",
     "screen_size",
     "terminal_prompt",
     "terminal_too_small",
     "zenity_argv",
-    "zenity_page_argv",
 ]
 
 # Where a dialog program is looked for: the system's folders only (see above).
@@ -80,29 +84,33 @@ DIALOG_ENVIRONMENT = ("DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "XDG_RUNTIME_D
 CODE_DIGITS = 6
 # A line typed at the prompt longer than this is no (a code is six digits).
 MAX_TYPED_BYTES = 64
-# A dialog's line, in characters: GTK wraps a label only between words, so one long
-# word (an escaped argument, a token) made the window wider than the screen and put the
-# buttons off it (seen on a 1024-pixel screen). The text is cut into lines here instead:
-# 90 characters of the default font are about 650 pixels.
-DIALOG_LINE_CHARS = 90
 ALLOW_LABEL = "Allow"
 DENY_LABEL = "Deny"
-# A page's dialog, in pixels: what fits a 800x600 screen with a panel or two (the
-# smallest a desktop has), and at most DIALOG_SCREEN_SHARE of the screen when it is
-# smaller still (xwininfo's root window: the union of the monitors, so never taken to
-# make the window larger than this). Its text scrolls inside; the window never grows
-# with it (checked on Xvfb at 1024x768 and 640x480 with the longest question).
-PAGE_DIALOG_WIDTH = 680
-PAGE_DIALOG_HEIGHT = 460
+# The dialog, in pixels: what fits a 800x600 screen with a panel or two (the smallest a
+# desktop has), and at most DIALOG_SCREEN_SHARE of the screen when it is smaller still
+# (xwininfo's root window: the union of the monitors, so never taken to make the window
+# larger than this). Its text scrolls inside; the window never grows with it (checked on
+# Xvfb at 1024x768 and 640x480 with the longest question of each kind).
+DIALOG_WIDTH = 680
+DIALOG_HEIGHT = 460
 DIALOG_SCREEN_SHARE = 0.8
-# A fixed-width font, so page_text's lines have a known width (DejaVu Sans Mono
-# at 10 points on a 96-dpi screen: 8 pixels a character); the margin is the text box's
-# frame, its scroll bar and the window's border.
-PAGE_DIALOG_FONT = "Monospace 10"
-PAGE_CHAR_PIXELS = 8
-PAGE_MARGIN_PIXELS = 72
-# The box's label is one line GTK never cuts: it sets the window's least width.
-PAGE_CHECKBOX_CHARS = 60
+# A fixed-width font, so dialog_text's lines have a known width (DejaVu Sans Mono at 10
+# points on a 96-dpi screen: 8 pixels a character); the margin is the text box's frame,
+# its scroll bar and the window's border.
+DIALOG_FONT = "Monospace 10"
+DIALOG_CHAR_PIXELS = 8
+DIALOG_MARGIN_PIXELS = 72
+# The box's label (what a yes allows, a program's words in part: a tool's name): GTK
+# never cuts a label's line, so its longest sets the window's least width (60 Ws of the
+# default font made a window of 832 pixels on a 640-pixel screen). So its lines are cut
+# for the widest character (W, some 13 pixels in a 10-point sans at 96 dpi), in the
+# window's width less the box and the border; and they take from the text's height (at
+# 640x480, 6 lines leave the text some 8 of its lines). Past that it is cut, saying so:
+# the whole is in the text, above.
+CHECKBOX_CHAR_PIXELS = 14
+CHECKBOX_MARGIN_PIXELS = 72
+CHECKBOX_LINES = 6
+CHECKBOX_PREFIX = "I have read it, and allow: "
 # The terminal's layout (terminal_prompt). Every line of Link's own begins with the mark,
 # flush left; every line of the question's text (a program's words) begins with the
 # gutter, which no line of Link's does.
@@ -120,8 +128,8 @@ FALLBACK_TERMINAL_SIZE = (80, 24)
 
 
 class Dialog:
-    """A dialog to start: `kind` (zenity, zenity-page, notify-send, osascript), its
-    argv, and what it is given on its standard input (a page's text)."""
+    """A dialog to start: `kind` (zenity, notify-send, osascript), its argv, and what
+    it is given on its standard input (zenity's text)."""
 
     __slots__ = ("argv", "kind", "stdin")
 
@@ -131,9 +139,9 @@ class Dialog:
         self.stdin = stdin
 
     def verdict(self, status: int, out: str, err: str) -> str | None:
-        """What its end means (dialog_verdict), from its status and its output: a
-        page's dialog prints its text on Allow (stdout only: GTK warns on stderr)."""
-        if self.kind == "zenity-page":
+        """What its end means (dialog_verdict), from its status and its output: zenity
+        prints its text on Allow (stdout only: GTK warns on stderr)."""
+        if self.kind == "zenity":
             return dialog_verdict(self.kind, status, out, shown=self.stdin)
         return dialog_verdict(self.kind, status, out + err)
 
@@ -165,7 +173,7 @@ def dialog_environment(env: Mapping[str, str]) -> dict[str, str]:
     return kept
 
 
-def dialog_lines(text: str, width: int = DIALOG_LINE_CHARS) -> str:
+def dialog_lines(text: str, width: int) -> str:
     """`text` (plain ASCII; its own line breaks are ours) cut into lines of at most
     `width`, between words where it can, inside a word where it must. Every character
     is kept (no space dropped or merged), so the lines still read as the text."""
@@ -178,46 +186,47 @@ def dialog_lines(text: str, width: int = DIALOG_LINE_CHARS) -> str:
     return "\n".join(lines)
 
 
-def zenity_argv(zenity: str, title: str, question: str, seconds: int) -> list[str]:
-    """`zenity --question`: Deny is the default button, so a stray Enter is no;
-    --no-markup, so the text is shown as given (no Pango markup, no escapes read);
-    --no-wrap, the lines cut here (dialog_lines)."""
-    text = dialog_lines(f"{title}\n\n{question}")
-    return [zenity, "--question", f"--title={title}", f"--text={text}",
-            "--no-markup", "--no-wrap",
-            f"--ok-label={ALLOW_LABEL}", f"--cancel-label={DENY_LABEL}", "--default-cancel",
-            "--icon-name=dialog-warning", f"--timeout={max(1, seconds)}"]
-
-
-def page_dialog_size(screen: tuple[int, int] | None) -> tuple[int, int]:
-    """A page's dialog's width and height: PAGE_DIALOG_WIDTH x PAGE_DIALOG_HEIGHT, or
+def dialog_size(screen: tuple[int, int] | None) -> tuple[int, int]:
+    """The dialog's width and height: DIALOG_WIDTH x DIALOG_HEIGHT, or
     DIALOG_SCREEN_SHARE of a screen too small for that."""
-    width, height = PAGE_DIALOG_WIDTH, PAGE_DIALOG_HEIGHT
+    width, height = DIALOG_WIDTH, DIALOG_HEIGHT
     if screen is not None:
         width = min(width, int(screen[0] * DIALOG_SCREEN_SHARE))
         height = min(height, int(screen[1] * DIALOG_SCREEN_SHARE))
     return width, height
 
 
-def page_text(title: str, question: str, width: int) -> str:
-    """A page's dialog's text: the title (the page's host) on the first line, alone,
-    then the question cut into lines that fit a dialog `width` pixels wide."""
-    chars = max(20, (width - PAGE_MARGIN_PIXELS) // PAGE_CHAR_PIXELS)
+def dialog_text(title: str, question: str, width: int) -> str:
+    """The dialog's text: the title on the first line, alone, then the question cut
+    into lines that fit a dialog `width` pixels wide."""
+    chars = max(20, (width - DIALOG_MARGIN_PIXELS) // DIALOG_CHAR_PIXELS)
     lines = dialog_lines(question, chars)
     return (f"{dialog_lines(title, chars)}\n({lines.count(chr(10)) + 1} lines below: "
             f"read them to the end)\n\n{lines}\n")
 
 
-def zenity_page_argv(zenity: str, title: str, seconds: int,
-                     size: tuple[int, int]) -> list[str]:
-    """`zenity --text-info` for a page (its text on standard input: page_text): a
-    window of `size`, the text scrolling in it; Allow greyed until the box naming the
-    title is ticked; --editable, so a key typed into the window changes the text
-    (and then Allow is no: dialog_verdict) rather than reaching a button. The box's
-    label is plain (GTK reads no markup nor mnemonic in it: checked on a screenshot)."""
-    checkbox = dialog_lines(f"I have read it, and allow: {title}", PAGE_CHECKBOX_CHARS)
+def checkbox_label(allows: str, width: int) -> str:
+    """The box's label in a dialog `width` pixels wide: CHECKBOX_PREFIX and what a yes
+    allows (plain ASCII), in at most CHECKBOX_LINES lines that fit it whatever their
+    characters, the last ending with CUT_MARK when cut."""
+    chars = max(20, (width - CHECKBOX_MARGIN_PIXELS) // CHECKBOX_CHAR_PIXELS)
+    lines = dialog_lines(CHECKBOX_PREFIX + allows, chars).split("\n")
+    if len(lines) > CHECKBOX_LINES:
+        lines = lines[:CHECKBOX_LINES]
+        lines[-1] = _fitted(lines[-1] + CUT_MARK, chars)
+    return "\n".join(lines)
+
+
+def zenity_argv(zenity: str, title: str, allows: str, seconds: int,
+                size: tuple[int, int]) -> list[str]:
+    """`zenity --text-info` (its text on standard input: dialog_text): a window of
+    `size`, the text scrolling in it; Allow greyed until the box saying what a yes
+    allows (checkbox_label) is ticked; --editable, so a key typed into the window
+    changes the text (and then Allow is no: dialog_verdict) rather than reaching a
+    button. The box's label is plain (GTK reads no markup nor mnemonic in it: checked on
+    a screenshot); the title is the window's title too."""
     return [zenity, "--text-info", f"--title={title}", "--editable",
-            f"--checkbox={checkbox}", f"--font={PAGE_DIALOG_FONT}",
+            f"--checkbox={checkbox_label(allows, size[0])}", f"--font={DIALOG_FONT}",
             f"--width={size[0]}", f"--height={size[1]}",
             f"--ok-label={ALLOW_LABEL}", f"--cancel-label={DENY_LABEL}",
             f"--timeout={max(1, seconds)}"]
@@ -253,7 +262,9 @@ def _markup_escaped(text: str) -> str:
 
 def notify_argv(notify: str, title: str, question: str, seconds: int) -> list[str]:
     """notify-send with actions (libnotify 0.7.10+): --wait until acted on or closed;
-    the chosen action's key is printed."""
+    the chosen action's key is printed. No action is a default: a notification takes no
+    keyboard focus, so keys typed elsewhere do not answer it (the server's own keys
+    aside: not run in the tests, no notification server runs there)."""
     return [notify, "--app-name=lnk-sandbox", "--urgency=critical", "--wait",
             f"--expire-time={max(1, seconds) * 1000}",
             f"--action=yes={ALLOW_LABEL}", f"--action=no={DENY_LABEL}",
@@ -265,8 +276,9 @@ def _applescript_string(text: str) -> str:
 
 
 def osascript_argv(title: str, question: str, seconds: int) -> list[str]:
-    """macOS: `display dialog` with Deny as the default and cancel button. Generated and
-    golden-tested here; not run on a Mac yet (docs/ARCHITECTURE.md)."""
+    """macOS: `display dialog` with Deny as the default and cancel button (Enter and
+    Escape are no; Tab and Space reach Allow only with the system's keyboard navigation
+    on). Generated and golden-tested here; not run on a Mac yet (docs/ARCHITECTURE.md)."""
     script = (f"display dialog {_applescript_string(question)} "
               f"with title {_applescript_string(title)} "
               f'buttons {{"{DENY_LABEL}", "{ALLOW_LABEL}"}} default button "{DENY_LABEL}" '
@@ -276,12 +288,12 @@ def osascript_argv(title: str, question: str, seconds: int) -> list[str]:
 
 
 def pick_dialog(env: Mapping[str, str], platform: str, title: str, question: str,
-                seconds: int, *, whole: bool = False, screen: tuple[int, int] | None = None,
+                seconds: int, *, allows: str, screen: tuple[int, int] | None = None,
                 notify_has_actions: bool | None = None) -> Dialog | None:
     """The dialog to show, or None where there is no screen or no program for it.
-    `whole`: a page's question, in a page's dialog (zenity_page_argv) sized against
-    `screen` (None: the default size). `notify_has_actions`: whether notify-send takes
-    --action (None: ask it)."""
+    zenity's (zenity_argv) is sized against `screen` (None: the default size), its box
+    labelled with `allows`; the others show `question`, which says it too.
+    `notify_has_actions`: whether notify-send takes --action (None: ask it)."""
     if platform == "darwin":
         if os.path.isfile("/usr/bin/osascript"):
             return Dialog("osascript", osascript_argv(title, question, seconds))
@@ -289,12 +301,10 @@ def pick_dialog(env: Mapping[str, str], platform: str, title: str, question: str
     if not (env.get("DISPLAY") or env.get("WAYLAND_DISPLAY")):
         return None
     zenity = find_program("zenity")
-    if zenity and whole:
-        size = page_dialog_size(screen)
-        return Dialog("zenity-page", zenity_page_argv(zenity, title, seconds, size),
-                      page_text(title, question, size[0]))
     if zenity:
-        return Dialog("zenity", zenity_argv(zenity, title, question, seconds))
+        size = dialog_size(screen)
+        return Dialog("zenity", zenity_argv(zenity, title, allows, seconds, size),
+                      dialog_text(title, question, size[0]))
     notify = find_program("notify-send")
     if notify:
         if notify_has_actions is None:
@@ -319,18 +329,15 @@ def _notify_takes_actions(notify: str, env: Mapping[str, str]) -> bool:
 def dialog_verdict(kind: str, status: int, output: str, *, shown: str = "") -> str | None:
     """What a dialog's end means: "yes", "no", or None (no answer: its own timeout, a
     notification closed or expired, an error; the question stays open elsewhere).
-    `shown`: a page's dialog's text, which its output on Allow must be, unchanged."""
-    if kind == "zenity-page":
+    `shown`: zenity's text, which its output on Allow must be, unchanged."""
+    if kind == "zenity":
         # 0 Allow (ticked, then clicked): yes only with the text as shown; a text
         # changed in the window (a stray key landed in it) is no. 1 Deny, Escape, the
-        # window closed; 5 its timeout; anything else an error.
+        # window closed (the person said no); 5 its timeout; anything else (-1/255: no
+        # display) an error.
         if status == 0:
             return "yes" if shown and output == shown else "no"
         return {1: "no"}.get(status)
-    if kind == "zenity":
-        # 0 Allow; 1 Deny, Escape or the window closed (the person said no); 5 its
-        # timeout; anything else (-1/255: no display) is an error.
-        return {0: "yes", 1: "no"}.get(status)
     if kind == "notify-send":
         chosen = output.strip()
         return chosen if status == 0 and chosen in ("yes", "no") else None

@@ -536,7 +536,8 @@ def _ask(settings: str, name: str, key: core.PublicKey, opens: list[str]) -> Non
     print(f"lnk-sandbox: asking you (a dialog, this terminal, or `lnk-sandbox asks` and "
           f"`lnk-sandbox answer ID yes`) within {ASK_SECONDS} s", file=sys.stderr)
     answer = ask(settings, core.wire_name(name), f"Guest over SSH: {name}", question,
-                 ASK_SECONDS)
+                 ASK_SECONDS, allows=f"the guest {name} in over SSH with the key "
+                                     f"{key.fingerprint()}")
     if not answer.yes:
         why = f"({answer.how}{': ' + answer.reason if answer.reason else ''})"
         raise GuestError(f"guest {name} not added: the answer was no {why}; nothing was kept")

@@ -10,6 +10,7 @@ on the terminal, TIOCSTI, the queue, another wire's question.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -31,23 +32,23 @@ from lnk_ask import Answer, ask, ask_async, plain
 from lnk_ask.asker import AskUsageError, log_path
 from lnk_ask.main import UsageError, parse
 from lnk_ask.queue import MAX_WAITING_PER_WIRE, AskQueue, QueueError, id_problem
-from lnk_ask.text import MAX_QUESTION_CHARS, MAX_TITLE_CHARS
+from lnk_ask.text import MAX_ALLOWS_CHARS, MAX_QUESTION_CHARS, MAX_TITLE_CHARS
 from lnk_ask.ways import (
-    DIALOG_LINE_CHARS,
-    PAGE_DIALOG_HEIGHT,
-    PAGE_DIALOG_WIDTH,
+    CHECKBOX_LINES,
+    DIALOG_HEIGHT,
+    DIALOG_WIDTH,
+    checkbox_label,
     code_matches,
     dialog_environment,
     dialog_lines,
+    dialog_size,
+    dialog_text,
     dialog_verdict,
     find_program,
     notify_argv,
     osascript_argv,
-    page_dialog_size,
-    page_text,
     pick_dialog,
     zenity_argv,
-    zenity_page_argv,
 )
 from lnk_proxy.open_rules import MAX_URL_BYTES
 from lnk_wrap.helpers import helper_argv
@@ -134,35 +135,39 @@ def test_plain_examples() -> None:
 
 
 def test_zenity_argv_golden() -> None:
-    assert zenity_argv("/usr/bin/zenity", "Tool call", "wipe?", 120) == [
-        "/usr/bin/zenity", "--question", "--title=Tool call", "--text=Tool call\n\nwipe?",
-        "--no-markup", "--no-wrap", "--ok-label=Allow", "--cancel-label=Deny",
-        "--default-cancel", "--icon-name=dialog-warning", "--timeout=120"]
+    assert zenity_argv("/usr/bin/zenity", "github: run delete_repo?",
+                       "sandbox w, server github, tool delete_repo", 120, (680, 460)) == [
+        "/usr/bin/zenity", "--text-info", "--title=github: run delete_repo?", "--editable",
+        "--checkbox=I have read it, and allow: sandbox w, \nserver github, tool delete_repo",
+        "--font=Monospace 10", "--width=680", "--height=460", "--ok-label=Allow",
+        "--cancel-label=Deny", "--timeout=120"]
 
 
-def test_zenity_page_argv_golden() -> None:
-    assert zenity_page_argv("/usr/bin/zenity", "w: open a.example?", 120, (680, 460)) == [
-        "/usr/bin/zenity", "--text-info", "--title=w: open a.example?", "--editable",
-        "--checkbox=I have read it, and allow: w: open a.example?", "--font=Monospace 10",
-        "--width=680", "--height=460", "--ok-label=Allow", "--cancel-label=Deny",
-        "--timeout=120"]
+def test_checkbox_label_says_what_a_yes_allows_cut_to_fit() -> None:
+    assert checkbox_label("sandbox w opens a page on a.example", 680) == (
+        "I have read it, and allow: sandbox w opens \na page on a.example")
+    for width, chars in ((680, 43), (512, 31)):
+        lines = checkbox_label("W" * MAX_ALLOWS_CHARS, width).split("\n")
+        assert len(lines) == CHECKBOX_LINES and lines[-1].endswith("W [cut]")
+        assert max(len(line) for line in lines) == chars
 
 
-def test_page_dialog_size_and_text() -> None:
-    assert page_dialog_size(None) == (PAGE_DIALOG_WIDTH, PAGE_DIALOG_HEIGHT)
-    assert page_dialog_size((3840, 2160)) == (PAGE_DIALOG_WIDTH, PAGE_DIALOG_HEIGHT)
-    assert page_dialog_size((640, 480)) == (512, 384)
-    text = page_text("w: open a.example?", "x" * 200, 680)
+def test_dialog_size_and_text() -> None:
+    assert dialog_size(None) == (DIALOG_WIDTH, DIALOG_HEIGHT)
+    assert dialog_size((3840, 2160)) == (DIALOG_WIDTH, DIALOG_HEIGHT)
+    assert dialog_size((640, 480)) == (512, 384)
+    text = dialog_text("w: open a.example?", "x" * 200, 680)
     assert text == ("w: open a.example?\n(3 lines below: read them to the end)\n\n"
                     + "x" * 76 + "\n" + "x" * 76 + "\n" + "x" * 48 + "\n")
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=400))
-def test_dialog_lines_keep_every_character(text: str) -> None:
-    lines = dialog_lines(text).split("\n")
+@given(st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=400),
+       st.integers(min_value=1, max_value=120))
+def test_dialog_lines_keep_every_character(text: str, width: int) -> None:
+    lines = dialog_lines(text, width).split("\n")
     assert "".join(lines) == text
-    assert all(len(line) <= DIALOG_LINE_CHARS for line in lines)
+    assert all(len(line) <= width for line in lines)
 
 
 def test_notify_argv_golden() -> None:
@@ -181,8 +186,6 @@ def test_osascript_argv_golden() -> None:
 
 
 @pytest.mark.parametrize(("kind", "status", "output", "verdict"), [
-    ("zenity", 0, "", "yes"), ("zenity", 1, "", "no"), ("zenity", 5, "", None),
-    ("zenity", 255, "cannot open display", None), ("zenity", -15, "", None),
     ("notify-send", 0, "yes\n", "yes"), ("notify-send", 0, "no\n", "no"),
     ("notify-send", 0, "\n", None), ("notify-send", 1, "yes", None),
     ("osascript", 0, "button returned:Allow, gave up:false", "yes"),
@@ -199,14 +202,14 @@ def test_dialog_verdicts(kind: str, status: int, output: str, verdict: str | Non
     (0, "T\n\nQ\n", "yes"), (0, "T\n\nQ \n", "no"), (0, "T\n\n\nQ\n", "no"), (0, "", "no"),
     (1, "", "no"), (5, "", None), (255, "", None), (-15, "", None),
 ])
-def test_page_dialog_verdicts(status: int, output: str, verdict: str | None) -> None:
+def test_zenity_verdicts(status: int, output: str, verdict: str | None) -> None:
     """Allow is yes only with the text as shown: a key that landed in it is no."""
-    assert dialog_verdict("zenity-page", status, output, shown="T\n\nQ\n") == verdict
-    assert dialog_verdict("zenity-page", 0, "", shown="") == "no"  # nothing shown: never yes
+    assert dialog_verdict("zenity", status, output, shown="T\n\nQ\n") == verdict
+    assert dialog_verdict("zenity", 0, "", shown="") == "no"  # nothing shown: never yes
 
 
 def test_no_screen_no_dialog_and_programs_only_from_system_folders(tmp_path: Path) -> None:
-    assert pick_dialog({}, "linux", "T", "Q", 5) is None
+    assert pick_dialog({}, "linux", "T", "Q", 5, allows="A") is None
     planted = tmp_path / "zenity"
     planted.write_text("#!/bin/sh\nexit 0\n")
     planted.chmod(0o755)
@@ -217,7 +220,8 @@ def test_no_screen_no_dialog_and_programs_only_from_system_folders(tmp_path: Pat
         assert find_program("zenity", (str(tmp_path),)) is None  # others may write it
     finally:
         tmp_path.chmod(0o755)
-    found = pick_dialog({"DISPLAY": ":9", "PATH": str(tmp_path)}, "linux", "T", "Q", 5)
+    found = pick_dialog({"DISPLAY": ":9", "PATH": str(tmp_path)}, "linux", "T", "Q", 5,
+                        allows="A")
     assert found is not None and found.argv[0] == "/usr/bin/zenity"
     kept = dialog_environment({"DISPLAY": ":9", "LD_PRELOAD": "/x.so", "GTK_MODULES": "x",
                                "PATH": str(tmp_path), "HOME": "/root"})
@@ -557,7 +561,7 @@ def display() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def small_display() -> Iterator[str]:
-    """A screen smaller than a page's dialog's default size: 640x480."""
+    """A screen smaller than the dialog's default size: 640x480."""
     yield from _xvfb("640x480")
 
 
@@ -583,19 +587,24 @@ def window(display: str, title: str) -> dict[str, int]:
     return found
 
 
-def click(display: str, title: str, button: str, asker: subprocess.Popen[str]) -> None:
-    """Click the dialog's button, again (with its geometry read again) while the asker
-    has not ended: on a loaded machine a window may be mapped before it is laid out.
-    The buttons sit at the window's bottom right: Deny, then Allow."""
+def dialog_shown(display: str, title: str) -> bool:
+    return bool(xdotool(display, "search", "--onlyvisible", "--name",
+                        f"^{re.escape(title)}$").split())
+
+
+def click(display: str, title: str, button: str) -> None:
+    """Click the dialog's button, again (with its geometry read again) while its window
+    stays: on a loaded machine a window may be mapped before it is laid out. The
+    buttons sit at the window's bottom right: Deny, then Allow."""
     for _ in range(10):
         where = window(display, title)
         x = where["X"] + where["WIDTH"] - (50 if button == "Allow" else 139)
         y = where["Y"] + where["HEIGHT"] - 25
         xdotool(display, "mousemove", str(x), str(y), "click", "1")
         try:
-            asker.wait(3)
+            wait_for(lambda: not dialog_shown(display, title), "the dialog to close", 3)
             return
-        except subprocess.TimeoutExpired:
+        except AssertionError:
             continue
 
 
@@ -605,24 +614,52 @@ def screenshot(display: str, path: Path) -> None:
     assert path.stat().st_size > 1000
 
 
+# A tool call's question as the MCP verb asks it (lnk_proxy.mcp_verb), and what its yes
+# allows.
+TOOL_TITLE = "demo: run delete_repo?"
+TOOL_ALLOWS = "sandbox dlg, server demo, tool delete_repo"
+
+
 def start_dialog_ask(env: dict[str, str], display: str, title: str, timeout: int,
-                     question: str = "wipe\u202e everything?") -> subprocess.Popen[str]:
-    return subprocess.Popen([ASK, "--title", title, "--question", question,
+                     question: str = "wipe\u202e everything?",
+                     allows: str = TOOL_ALLOWS) -> subprocess.Popen[str]:
+    return subprocess.Popen([ASK, "--title", title, "--question", question, "--allows", allows,
                              "--timeout", str(timeout), "--json", "--wire", "dlg"],
                             env={**env, "DISPLAY": display}, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 
 
+def keys(display: str, where: dict[str, int], *names: str) -> None:
+    for name in names:
+        xdotool(display, "windowfocus", "--sync", str(where["WINDOW"]), "key", name)
+
+
+def tick_and_allow(display: str, title: str) -> None:
+    """The person's deliberate yes: Ctrl+Tab out of the text to the box, Space ticks it
+    (Allow is greyed until then), then a click on Allow (bottom right)."""
+    where = window(display, title)
+    keys(display, where, "ctrl+Tab", "space")
+    click(display, title, "Allow")
+
+
+def within(where: dict[str, int], size: tuple[int, int]) -> bool:
+    return (where["X"] >= 0 and where["Y"] >= 0 and where["X"] + where["WIDTH"] <= size[0]
+            and where["Y"] + where["HEIGHT"] <= size[1])
+
+
 @pytest.mark.parametrize(("button", "expected"), [("Allow", "yes"), ("Deny", "no")])
 def test_dialog_clicked(display: str, sandbox_env: dict[str, str], tmp_path: Path,
                         button: str, expected: str) -> None:
-    title = f"Tool call {secrets.token_hex(4)}"
+    title = f"{TOOL_TITLE} {secrets.token_hex(4)}"
     asker = start_dialog_ask(sandbox_env, display, title, 60)
     try:
         window(display, title)
         screenshot(display, tmp_path / f"dialog-{button}.png")
-        click(display, title, button, asker)  # the mouse (Enter would be Deny's)
+        if button == "Allow":
+            tick_and_allow(display, title)
+        else:
+            click(display, title, "Deny")
         status, found, _ = finish(asker)
         assert (found["answer"], found["how"], status) == (
             expected, "dialog", 0 if expected == "yes" else 1)
@@ -631,34 +668,31 @@ def test_dialog_clicked(display: str, sandbox_env: dict[str, str], tmp_path: Pat
         asker.communicate()
 
 
-def test_dialog_of_a_long_question_fits_the_screen(display: str, sandbox_env: dict[str, str],
-                                                   tmp_path: Path) -> None:
-    """A long word (an escaped argument) once made the window wider than the screen, its
-    buttons off it; the lines are cut, and the whole question (at its limit) fits."""
-    title = f"Tool call {secrets.token_hex(4)}"
+@pytest.mark.parametrize(("screen", "size"), [("display", (1024, 768)),
+                                              ("small_display", (640, 480))])
+def test_dialog_of_the_longest_tool_call_question_fits_the_screen(
+    screen: str, size: tuple[int, int], sandbox_env: dict[str, str], tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    """The longest question of a tool call (escapes and long words, cut at
+    MAX_QUESTION_CHARS) under the longest title, and the longest what-a-yes-allows, of the
+    widest letter (its box's label cut to its lines; 60 Ws a line once made the window
+    832 pixels wide): the window within the screen and its bound, the box reached and
+    Allow chosen."""
+    shown_on = request.getfixturevalue(screen)
+    title = (f"{secrets.token_hex(4)} demo: run " + "d" * 80)[:MAX_TITLE_CHARS]
     question = "call create_issue " + "\u202e\u0430bc " * 60 + "Z" * 3000
-    asker = start_dialog_ask(sandbox_env, display, title, 60, question)
+    allows = ("sandbox dlg, server demo, tool delete_repo" + "W" * 300)[:MAX_ALLOWS_CHARS]
+    asker = start_dialog_ask(sandbox_env, shown_on, title, 60, question, allows)
     try:
-        where = window(display, title)
-        screenshot(display, tmp_path / "dialog-long.png")
-        assert where["X"] >= 0 and where["X"] + where["WIDTH"] <= 1024, where
-        assert where["Y"] >= 0 and where["Y"] + where["HEIGHT"] <= 768, where
-        click(display, title, "Allow", asker)
+        where = window(shown_on, title)
+        screenshot(shown_on, tmp_path / f"dialog-longest-{size[0]}.png")
+        assert within(where, size), where
+        assert where["WIDTH"] <= min(DIALOG_WIDTH, size[0] * 0.8) + 1, where
+        assert where["HEIGHT"] <= min(DIALOG_HEIGHT, size[1] * 0.8) + 1, where
+        tick_and_allow(shown_on, title)
         status, found, _ = finish(asker)
-        assert (status, found["how"]) == (0, "dialog")
-    finally:
-        asker.kill()
-        asker.communicate()
-
-
-def test_dialog_enter_is_deny(display: str, sandbox_env: dict[str, str]) -> None:
-    title = f"Tool call {secrets.token_hex(4)}"
-    asker = start_dialog_ask(sandbox_env, display, title, 60)
-    try:
-        shown = window(display, title)
-        xdotool(display, "windowfocus", "--sync", str(shown["WINDOW"]), "key", "Return")
-        status, found, _ = finish(asker)
-        assert (status, found["answer"], found["how"]) == (1, "no", "dialog")
+        assert (status, found["answer"], found["how"]) == (0, "yes", "dialog")
     finally:
         asker.kill()
         asker.communicate()
@@ -666,7 +700,7 @@ def test_dialog_enter_is_deny(display: str, sandbox_env: dict[str, str]) -> None
 
 def test_dialog_left_alone_is_no_after_the_timeout(display: str, sandbox_env: dict[str, str],
                                                    tmp_path: Path) -> None:
-    title = f"Tool call {secrets.token_hex(4)}"
+    title = f"{TOOL_TITLE} {secrets.token_hex(4)}"
     started = time.monotonic()
     asker = start_dialog_ask(sandbox_env, display, title, 3)
     window(display, title)
@@ -680,7 +714,7 @@ def test_dialog_left_alone_is_no_after_the_timeout(display: str, sandbox_env: di
 
 
 def test_dialog_answered_from_the_queue_closes(display: str, sandbox_env: dict[str, str]) -> None:
-    title = f"Tool call {secrets.token_hex(4)}"
+    title = f"{TOOL_TITLE} {secrets.token_hex(4)}"
     asker = start_dialog_ask(sandbox_env, display, title, 60)
     try:
         window(display, title)
@@ -696,7 +730,7 @@ def test_dialog_answered_from_the_queue_closes(display: str, sandbox_env: dict[s
         asker.communicate()
 
 
-# -- a page's dialog: the whole URL, scrolling, at the limits ---------------------------------
+# -- a page's question in the dialog: the whole URL, scrolling, at the limits ---------------
 
 # The longest URL the open verb accepts, as it asks about it (lnk_proxy.server _open_call):
 # 16 KiB once escaped, with a login's callback line after.
@@ -760,24 +794,6 @@ def start_page_ask(env: dict[str, str], display: str, title: str, timeout: int,
     return asker
 
 
-def keys(display: str, where: dict[str, int], *names: str) -> None:
-    for name in names:
-        xdotool(display, "windowfocus", "--sync", str(where["WINDOW"]), "key", name)
-
-
-def tick_and_allow(display: str, title: str, asker: subprocess.Popen[str]) -> None:
-    """The person's deliberate yes: Ctrl+Tab out of the text to the box, Space ticks it
-    (Allow is greyed until then), then a click on Allow (bottom right)."""
-    where = window(display, title)
-    keys(display, where, "ctrl+Tab", "space")
-    click(display, title, "Allow", asker)
-
-
-def within(where: dict[str, int], size: tuple[int, int]) -> bool:
-    return (where["X"] >= 0 and where["Y"] >= 0 and where["X"] + where["WIDTH"] <= size[0]
-            and where["Y"] + where["HEIGHT"] <= size[1])
-
-
 @pytest.mark.parametrize(("screen", "size"), [("display", (1024, 768)),
                                               ("small_display", (640, 480))])
 def test_page_dialog_of_the_longest_url_fits_the_screen_and_allow_is_reached(
@@ -795,8 +811,8 @@ def test_page_dialog_of_the_longest_url_fits_the_screen_and_allow_is_reached(
         where = window(shown_on, title)
         screenshot(shown_on, tmp_path / f"page-dialog-{size[0]}.png")
         assert within(where, size), where
-        assert where["WIDTH"] <= min(PAGE_DIALOG_WIDTH, size[0] * 0.8) + 1, where
-        assert where["HEIGHT"] <= min(PAGE_DIALOG_HEIGHT, size[1] * 0.8) + 1, where
+        assert where["WIDTH"] <= min(DIALOG_WIDTH, size[0] * 0.8) + 1, where
+        assert where["HEIGHT"] <= min(DIALOG_HEIGHT, size[1] * 0.8) + 1, where
         # The URL's end is read by scrolling to it (the wheel, over the text: reading
         # changes nothing, so Allow is still yes after).
         xdotool(shown_on, "mousemove", str(where["X"] + where["WIDTH"] // 2),
@@ -804,7 +820,7 @@ def test_page_dialog_of_the_longest_url_fits_the_screen_and_allow_is_reached(
                 "--delay", "2", "5")
         time.sleep(0.5)  # drawn before it is photographed
         screenshot(shown_on, tmp_path / f"page-dialog-{size[0]}-end.png")
-        tick_and_allow(shown_on, title, asker)
+        tick_and_allow(shown_on, title)
         status, found, _ = finish(asker)
         assert (status, found["answer"], found["how"]) == (0, "yes", "dialog")
     finally:
@@ -816,7 +832,7 @@ def test_page_dialog_of_the_longest_question_and_title_fits(
     display: str, sandbox_env: dict[str, str], tmp_path: Path
 ) -> None:
     """The longest question a page's dialog shows (MAX_WHOLE_QUESTION_CHARS, escapes
-    and the cut's note included) under the longest title (its box's label in two lines)."""
+    and the cut's note included) under the longest title."""
     title = (f"{secrets.token_hex(4)} pages: open " + "a" * 80)[:MAX_TITLE_CHARS]
     question = "\u202e\u0430" * 3000 + "y" * 20000
     asker = start_page_ask(sandbox_env, display, title, 60, question)
@@ -824,7 +840,7 @@ def test_page_dialog_of_the_longest_question_and_title_fits(
         where = window(display, title)
         screenshot(display, tmp_path / "page-dialog-longest.png")
         assert within(where, (1024, 768)), where
-        tick_and_allow(display, title, asker)
+        tick_and_allow(display, title)
         status, found, _ = finish(asker)
         assert (status, found["answer"]) == (0, "yes")
     finally:
@@ -850,7 +866,7 @@ def test_attack_page_dialog_stray_keys_are_never_yes(
         try:
             asker.wait(1)  # the keys alone: an answer (it must be no), or none yet
         except subprocess.TimeoutExpired:
-            tick_and_allow(display, title, asker)
+            tick_and_allow(display, title)
         status, found, _ = finish(asker)
         assert (status, found["answer"], found["how"]) == (1, "no", "dialog")
     finally:
@@ -1292,6 +1308,62 @@ def test_terminal_mcp_question_fits_and_its_code_line_names_tool_server_and_wire
     tmux.send(code, "Enter")
     assert wait_for(lambda: out.exists() and "did delete_repo" in out.read_text(),
                     "the call to run")
+
+
+STRAY_KEYS = [["Return"], ["space"], ["Tab", "space"], ["Tab", "space", "Return"],
+              ["Tab", "Tab", "space"], ["ISO_Left_Tab", "space"], ["Escape"], ["close"]]
+
+
+@pytest.mark.parametrize("stray", [*STRAY_KEYS, ["tick", "Allow"]])
+def test_attack_a_tool_calls_dialog_takes_no_stray_key_for_a_yes(
+    display: str, tmp_path: Path, write_spec: WriteSpec, sandbox_env: dict[str, str],
+    stray: list[str],
+) -> None:
+    """A real sandbox calls delete_repo through the MCP verb, its question on zenity (no
+    terminal): keys typed into the dialog by a person typing elsewhere as it appears
+    (Enter, Space, Tab-Space, Tab-Space-Enter, Shift+Tab-Space), Escape, and closing
+    the window are all no, the tool not run, even when the box is ticked and Allow
+    clicked after them; only the box ticked, then Allow, runs it. The box says what a
+    yes allows, in Link's words (screenshot). (Before: `zenity --question`, Deny had the
+    focus and Allow was next: Tab then Space ran delete_repo.)"""
+    folder = tmp_path / "mcp"
+    folder.mkdir()
+    (folder / "tool.py").write_text(MCP_TOOL)
+    (folder / "client.py").write_text(MCP_CLIENT)
+    (folder / "arguments.json").write_text(json.dumps({"repo": "me/everything"}))
+    subprocess.run([LNK_SANDBOX, "tool", "add", "demo", "--", sys.executable,
+                    str(folder / "tool.py")], env=sandbox_env, check=True,
+                   capture_output=True, timeout=WAIT_SECONDS)
+    spec = write_spec(f"[files]\nread = {toml_list(folder)}\n[verbs]\ntools = [\"demo\"]\n")
+    run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--wire", "victim", "--",
+                            "python3", str(folder / "client.py"),
+                            str(folder / "arguments.json")],
+                           env={**sandbox_env, "DISPLAY": display}, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)  # no terminal: the dialog and the queue
+    try:
+        where = window(display, TOOL_TITLE)
+        if stray == ["tick", "Allow"]:
+            screenshot(display, tmp_path / "tool-dialog.png")
+            tick_and_allow(display, TOOL_TITLE)
+        else:
+            if stray == ["close"]:
+                close_window(display, where["WINDOW"])
+            else:
+                keys(display, where, *stray)
+            with contextlib.suppress(AssertionError):  # the keys alone: no, or none yet
+                wait_for(lambda: not dialog_shown(display, TOOL_TITLE), "an answer", 1)
+            if dialog_shown(display, TOOL_TITLE):
+                tick_and_allow(display, TOOL_TITLE)
+        out, err = run.communicate(timeout=WAIT_SECONDS * 2)
+        if stray == ["tick", "Allow"]:
+            assert out == "did delete_repo\n", (out, err)
+        else:
+            assert out.startswith("ERROR ") and "did delete_repo" not in out, (out, err)
+            assert "the person did not allow delete_repo (dialog)" in out, out
+    finally:
+        run.kill()
+        run.communicate()
 
 
 # The person's opener, outside: records the URL it is given.

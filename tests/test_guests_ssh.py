@@ -11,6 +11,7 @@ the same test: nothing here needs root.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -636,6 +637,57 @@ def test_no_answer_keeps_nothing(own_world: World) -> None:
     assert world.authorized_keys.read_bytes() == before
     assert "bob" not in world.lnk("guest", "list").stdout
     assert world.ssh("true", key="bob").returncode == 255
+
+
+@pytest.mark.parametrize("keys_typed", [["Tab", "space"], ["tick", "Allow"]])
+def test_attack_guest_adds_dialog_takes_no_stray_key_for_a_yes(
+    own_world: World, tmp_path: Path, keys_typed: list[str]
+) -> None:
+    """`guest add`'s question on zenity (Xvfb, no terminal) is the dialog every question
+    has: its box says what a yes allows (the guest and its key's fingerprint:
+    screenshot), Tab then Space typed into it is no and keeps nothing, even with the
+    box then ticked and Allow clicked; the box ticked, then Allow, adds the guest.
+    (Before: `zenity --question`, where Tab then Space was Allow.)"""
+    from tests.test_ask import (
+        _xvfb,
+        dialog_shown,
+        keys,
+        screenshot,
+        tick_and_allow,
+        window,
+    )
+
+    world = own_world
+    before = world.authorized_keys.read_bytes()
+    title = "Guest over SSH: bob"
+    with contextlib.contextmanager(_xvfb)("1024x768") as display:
+        adding = subprocess.Popen(
+            [LNK_SANDBOX, "guest", "add", "bob", "--spec", str(world.spec), "--key",
+             str(world.base / "bob.pub")], env={**world.env, "DISPLAY": display},
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, start_new_session=True)
+        try:
+            where = window(display, title)
+            if keys_typed == ["tick", "Allow"]:
+                screenshot(display, tmp_path / "guest-dialog.png")
+            else:
+                keys(display, where, *keys_typed)
+                with contextlib.suppress(AssertionError):  # the keys alone: no, or none yet
+                    wait_for(lambda: not dialog_shown(display, title), "an answer", 1)
+            if dialog_shown(display, title):
+                tick_and_allow(display, title)
+            out, err = adding.communicate(timeout=WAIT_SECONDS * 2)
+        finally:
+            adding.kill()
+            adding.communicate()
+    if keys_typed == ["tick", "Allow"]:
+        assert adding.returncode == 0, (out, err)
+        assert world.ssh("true", key="bob").returncode == 0
+    else:
+        assert adding.returncode == 125, (out, err)
+        assert "the answer was no (dialog)" in err, err
+        assert world.authorized_keys.read_bytes() == before
+        assert world.ssh("true", key="bob").returncode == 255
 
 
 def test_remove_takes_out_its_line_only(own_world: World) -> None:
