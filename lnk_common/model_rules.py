@@ -11,9 +11,9 @@ Trust: everything here comes from the sandboxed program and is hostile. The prov
 ../shared/design/PROVIDERS.md go stale, so every rule is an allow-list: an unknown path, query
 key, tool type or tool_choice form is refused or removed, never passed.
 
-Order of operations (the shell's): route -> strip_credentials -> check_placeholder ->
-rewrite_body -> add key_header. The body sent upstream is always our own re-serialisation of
-what we checked (orjson.dumps), never the program's bytes: a duplicate key or an odd encoding
+Order of operations (the shell's): route -> strip_credentials -> drop_receiver_overrides
+-> check_placeholder -> rewrite_body -> add key_header. The body sent upstream is always our
+own re-serialisation of what we checked (orjson.dumps), never the program's bytes: a duplicate key or an odd encoding
 cannot mean one thing to us and another to the provider.
 
 ModelRequestError is the only exception that leaves this module; its reason is one line, safe
@@ -44,6 +44,7 @@ __all__ = [
     "Route",
     "SearchModels",
     "check_placeholder",
+    "drop_receiver_overrides",
     "key_header",
     "parse_body",
     "parse_search_models",
@@ -369,6 +370,28 @@ def strip_credentials(headers: list[tuple[bytes, bytes]]
     return kept, carried
 
 
+# Headers that make a receiver (a framework, gateway or CDN in front of the provider) take
+# another method or path than the one the route admitted: the route's exact (method, path)
+# table would be checked against one request and another would run. Dropped toward every
+# provider, in any case and with '_' read as '-' (issue 27, item 7). A query `_method=` is
+# already refused (no query key outside the route's own passes).
+_RECEIVER_OVERRIDE_HEADERS: dict[str, str] = {
+    "x-http-method-override": "changes the method (Google, Microsoft, Express, Rails)",
+    "x-http-method": "changes the method (Microsoft OData, Symfony)",
+    "x-method-override": "changes the method (Express method-override, IBM)",
+    "x-original-url": "changes the path (IIS URL Rewrite, Symfony)",
+    "x-rewrite-url": "changes the path (IIS, Symfony)",
+}
+
+
+def drop_receiver_overrides(headers: list[tuple[bytes, bytes]]
+                            ) -> list[tuple[bytes, bytes]]:
+    """`headers` without any that would change the method or path at the receiver."""
+    return [(name, value) for name, value in headers
+            if name.lower().replace(b"_", b"-").strip(b" \t").decode("latin-1")
+            not in _RECEIVER_OVERRIDE_HEADERS]
+
+
 def check_placeholder(carried: list[bytes], placeholder: bytes) -> None:
     """Accept the call only if it carried the placeholder, and nothing but the placeholder.
 
@@ -521,7 +544,7 @@ def rewrite(provider: str, admitted: Route, body: dict[str, Any], *, server_tool
     elif api != "embeddings":
         raise ModelRequestError(400, f"{admitted.name} takes no body")
     _check_models(provider, admitted, out, search_models)
-    _refuse_fetched_urls(provider, out)
+    _refuse_fetched_urls(api, out)
     return out
 
 
@@ -564,11 +587,27 @@ def _check_models(provider: str, admitted: Route, body: dict[str, Any],
             raise ModelRequestError(400, "a model that searches the web by nature is refused "
                                          "(the request or one of its fallbacks names one)")
     if provider == "openrouter":
-        # ':online' is the web plugin by another name (PROVIDERS.md §4): always refused.
-        for name in names:
-            if ":online" in name.lower():  # also "x:online:free", "x:ONLINE ", …
-                raise ModelRequestError(400, "an OpenRouter ':online' model searches the web "
-                                             "and is refused")
+        _refuse_openrouter_names(body, names)
+
+
+def _refuse_openrouter_names(body: dict[str, Any], names: list[str]) -> None:
+    """OpenRouter's model names that bring search or the account's settings, always refused
+    (egress by the provider, as a URL source is; PROVIDERS.md §4)."""
+    if "preset" in body:
+        raise ModelRequestError(400, "an OpenRouter preset is refused: it carries the "
+                                     "account's plugins (web search among them)")
+    for name in names:
+        lowered = name.lower()
+        # ':online' is the web plugin by another name, and Perplexity's older '-online'
+        # models search by nature: any 'online' in a name, any case, any variant order.
+        if "online" in lowered:
+            raise ModelRequestError(400, "an OpenRouter ':online' or '-online' model searches "
+                                         "the web and is refused")
+        # `@preset/x` and `vendor/model@preset/x` apply a preset; no slug holds '@' else.
+        if "@" in lowered:
+            raise ModelRequestError(400, "an OpenRouter @preset/ model name is refused: a "
+                                         "preset carries the account's plugins (web search "
+                                         "among them)")
 
 
 # --- tools ---
@@ -618,16 +657,20 @@ _GEMINI_SPELLINGS = (("functionDeclarations", "function_declarations"),
                      ("computerUse", "computer_use"))
 
 # Top-level fields that bring server capability, per body shape: removed unless server_tools.
+# `web_search_options` is in every OpenAI-like and Anthropic-like shape: OpenRouter reads it
+# on /chat/completions, /messages and /responses alike (its web search's settings).
 _SERVER_FIELDS: dict[str, dict[str, str]] = {
     "anthropic": {
         "mcp_servers": "Anthropic's servers connect to the MCP servers named",
         "container": "a server-side code execution container (and its skills)",
+        "web_search_options": "server-side web search (OpenRouter's /messages)",
     },
     "chat": {
         "web_search_options": "server-side web search",
         "plugins": "OpenRouter plugins (web search, web fetch, file parser)",
     },
     "responses": {
+        "web_search_options": "server-side web search (OpenRouter's /responses)",
         "plugins": "OpenRouter plugins (web search, web fetch, file parser)",
     },
     "gemini": {
@@ -899,46 +942,105 @@ def _gemini(body: dict[str, Any], server_tools: bool) -> None:
 # Files the Gemini API holds itself (Files API): a file id, nothing fetched from elsewhere.
 _GEMINI_FILES_URI = re.compile(
     r"https://generativelanguage\.googleapis\.com/v1beta/files/[a-z0-9-]{1,128}")
-# Keys whose values are program data or schemas, never content the provider reads as a
-# source: a function's parameter schema, a tool call's arguments, a function's response.
-# Walking them would refuse a function that merely takes a parameter named `image_url`.
-_OPAQUE_KEYS = frozenset({
-    "input_schema", "parameters", "parametersJsonSchema", "parameters_json_schema",
-    "responseSchema", "response_schema", "responseJsonSchema", "response_json_schema",
-    "json_schema", "schema", "args", "arguments",
-})
-# Anthropic blocks whose `input` is a replayed tool call (model output, not a source).
-_ANTHROPIC_CALL_BLOCKS = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
+# What is program data and never a source is skipped by its place in the body, never by its
+# shape: a node that says `"type": "tool_use"` at the top of a Responses body is the
+# conversation (`input`), not a replayed call (issue 27, item 2). The places, per body shape,
+# as paths of keys from the root; `*` is every entry of a list, `=v` a dict whose `type` is v
+# (PROVIDERS.md §1-§3). Walking more than this costs only a false refusal, never a pass.
+_CALL_BLOCK_TYPES = ("tool_use", "server_tool_use", "mcp_tool_use")
+_SCHEMA_KEYS = ("parameters", "parametersJsonSchema", "parameters_json_schema", "response",
+                "responseJsonSchema", "response_json_schema")
+_PROGRAM_DATA_PLACES: dict[str, tuple[tuple[str, ...], ...]] = {
+    "anthropic": (
+        # A client tool's JSON schema, and an assistant's replayed tool call (model output).
+        ("tools", "*", "input_schema"),
+        *(("messages", "*", "role=assistant", "content", "*", f"={kind}", "input")
+          for kind in _CALL_BLOCK_TYPES),
+        ("output_format", "schema"), ("output_config", "format", "schema"),
+    ),
+    "chat": (
+        ("tools", "*", "function", "parameters"),
+        ("functions", "*", "parameters"),
+        ("response_format", "json_schema", "schema"),
+    ),
+    "responses": (
+        ("tools", "*", "parameters"),
+        ("tools", "*", "tools", "*", "parameters"),  # a namespace's functions
+        ("text", "format", "schema"),
+    ),
+    "gemini": (
+        *(("tools", "*", declarations, "*", key)
+          for declarations in ("functionDeclarations", "function_declarations")
+          for key in _SCHEMA_KEYS),
+        *(("contents", "*", "parts", "*", call, "args")
+          for call in ("functionCall", "function_call")),
+        # A function's own result (a Struct Gemini reads as JSON); its `parts` are walked.
+        *(("contents", "*", "parts", "*", result, "response")
+          for result in ("functionResponse", "function_response")),
+        *((config, schema) for config in ("generationConfig", "generation_config")
+          for schema in ("responseSchema", "response_schema", "responseJsonSchema",
+                         "response_json_schema")),
+    ),
+}
 
 
-def _refuse_fetched_urls(provider: str, body: dict[str, Any]) -> None:
+def _program_data(api: str, body: dict[str, Any]) -> set[int]:
+    """The ids of the values at this shape's program-data places (a fresh copy: no value is
+    shared, so an id names one place)."""
+    found: set[int] = set()
+    roots = [body]
+    if api == "gemini":
+        roots += [body[key] for key in ("generateContentRequest", "generate_content_request")
+                  if isinstance(body.get(key), dict)]
+    for root in roots:
+        for place in _PROGRAM_DATA_PLACES.get(api, ()):
+            nodes: list[Any] = [root]
+            for step in place:
+                nodes = _step(nodes, step)
+            found.update(id(node) for node in nodes if isinstance(node, (dict, list)))
+    return found
+
+
+def _step(nodes: list[Any], step: str) -> list[Any]:
+    if step == "*":
+        return [entry for node in nodes if isinstance(node, list) for entry in node]
+    key, equals, value = step.partition("=")
+    if equals:  # a filter: keep the dicts whose `key` (default `type`) is exactly value
+        field = key or "type"
+        return [node for node in nodes if isinstance(node, dict) and node.get(field) == value]
+    return [node[step] for node in nodes if isinstance(node, dict) and step in node]
+
+
+def _refuse_fetched_urls(api: str, body: dict[str, Any]) -> None:
+    skipped = _program_data(api, body)
     stack: list[Any] = [body]
     while stack:
         node = stack.pop()
+        if id(node) in skipped:
+            continue
         if isinstance(node, list):
             stack.extend(node)
             continue
         if not isinstance(node, dict):
             continue
         _refuse_url_in(node)
-        for key, child in node.items():
-            if key in _OPAQUE_KEYS:
-                continue
-            if key == "input" and _text(node.get("type")) in _ANTHROPIC_CALL_BLOCKS:
-                continue
-            if key == "response" and ("name" in node or "id" in node) and not (
-                    isinstance(child, list)):
-                continue  # Gemini functionResponse.response: the function's own result
-            stack.append(child)
+        stack.extend(node.values())
+
+
+# Inline file data in the forms the providers document (PROVIDERS.md §2.1, §4): a base64
+# data: URL (`data:application/pdf;base64,...`) or bare base64. Nothing else: a WHATWG URL
+# parser reads `https:evil/f`, `https:/evil/f` and `https:\\evil/f` as https://evil/f, so a
+# deny-list of URL shapes cannot be complete (issue 27, item 3). Neither form holds a ':'
+# outside the data: scheme, so neither can be read as another scheme's URL.
+_MEDIA_TYPE_TOKEN = r"[A-Za-z0-9!#$&^_.+-]{1,127}"
+_BASE64 = r"[A-Za-z0-9+/]*={0,2}"
+_INLINE_FILE_DATA = re.compile(
+    rf"(?:[dD][aA][tT][aA]:{_MEDIA_TYPE_TOKEN}/{_MEDIA_TYPE_TOKEN}"
+    rf"(?:;[A-Za-z0-9!#$&^_.+=-]{{1,127}})*;base64,)?{_BASE64}")
 
 
 def _is_data_url(value: str) -> bool:
     return value[:5].lower() == "data:"
-
-
-def _is_web_url(value: str) -> bool:
-    lowered = value.lstrip()[:8].lower()
-    return lowered.startswith(("http://", "https://")) or "://" in value[:32]
 
 
 def _refuse_url_in(node: dict[str, Any]) -> None:
@@ -958,9 +1060,9 @@ def _refuse_url_in(node: dict[str, Any]) -> None:
         raise ModelRequestError(400, "input_file.file_url is refused: the provider would "
                                      "fetch it; send file_data")
     file_data = node.get("file_data")
-    if isinstance(file_data, str) and _is_web_url(file_data):
-        raise ModelRequestError(400, "a file_data URL is refused: the provider would fetch "
-                                     "it; send the file as base64")
+    if isinstance(file_data, str) and not _INLINE_FILE_DATA.fullmatch(file_data):
+        raise ModelRequestError(400, "a file_data that is not a base64 data: URL or bare "
+                                     "base64 is refused: the provider may fetch it as a URL")
     # Gemini: fileData.fileUri only in the Files API's own form.
     for key in ("fileData", "file_data"):
         data = node.get(key)

@@ -97,6 +97,7 @@ class ModelVerb:
         try:
             route = model_rules.route(provider, method, target)
             kept, carried = model_rules.strip_credentials(headers)
+            kept = model_rules.drop_receiver_overrides(kept)
             if route.query_credential is not None:
                 carried.append(route.query_credential)
             model_rules.check_placeholder(carried, self.placeholder)

@@ -470,10 +470,13 @@ def test_get_route_takes_no_body() -> None:
 
 def test_search_model_list_file() -> None:
     patterns = SEARCH.patterns
-    for pattern in ("*search-preview*", "*search-api*", "*deep-research*", "perplexity/sonar*"):
+    for pattern in ("*search-preview*", "*search-api*", "*deep-research*", "*sonar*"):
         assert pattern in patterns
     assert SEARCH.refuses("models/gemini-deep-research")
     assert SEARCH.refuses("gpt-5-search-api-2025-10-14")
+    for sonar in ("perplexity/sonar", "sonar-pro", "perplexity/llama-3.1-sonar-large-128k-online",
+                  "~perplexity/sonar-latest", "Perplexity/Sonar-Reasoning-Pro:free"):
+        assert SEARCH.refuses(sonar), sonar
     assert not SEARCH.refuses("gpt-4.1")
     assert not SEARCH.refuses("claude-sonnet-4-5")
     assert _refusal(lambda: m.parse_search_models("# only comments\n")).status == 500
@@ -541,7 +544,7 @@ def _fetched_urls(node: Any) -> list[str]:
             if isinstance(item.get("file_url"), str):
                 found.append(item["file_url"])
             data = item.get("file_data")
-            if isinstance(data, str) and "://" in data:
+            if isinstance(data, str) and not _inline(data):
                 found.append(data)
             for key in ("fileData", "file_data"):
                 if isinstance(item.get(key), dict):
@@ -549,8 +552,19 @@ def _fetched_urls(node: Any) -> list[str]:
                     if uri is not None and not str(uri).startswith(
                             "https://generativelanguage.googleapis.com/v1beta/files/"):
                         found.append(str(uri))
-            stack.extend(v for k, v in item.items() if k not in m._OPAQUE_KEYS)
+            stack.extend(item.values())  # the fuzzed bodies put nothing at a program-data place
     return found
+
+
+def _inline(data: str) -> bool:
+    """Inline file data by construction: bare base64, or a data: URL holding only base64
+    after its one comma; no other ':' or '\\', no whitespace, so no URL of another scheme."""
+    alphabet = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
+    head, comma, tail = data.partition(",")
+    if not comma:
+        return set(data) <= alphabet
+    return (head[:5].lower() == "data:" and head.endswith(";base64") and ":" not in head[5:]
+            and not any(c.isspace() or c == "\\" for c in head) and set(tail) <= alphabet)
 
 
 def _server_tools_left(provider: str, api: str, body: dict[str, Any]) -> list[Any]:
@@ -621,3 +635,172 @@ def test_rewrite_body_fuzzed_raises_only_its_error(where: tuple[str, str], raw: 
         assert error.reason and "\n" not in error.reason
         return
     assert _fetched_urls(orjson.loads(out)) == []
+
+
+# --- program data is skipped by its place, never by its shape (issue 27, item 2) ---
+
+OR_RESP = "/api/v1/responses"
+EVIL_IMAGE = {"type": "input_image", "image_url": "https://evil.example/i.png"}
+EVIL_FILE = {"type": "input_file", "file_url": "https://evil.example/f.pdf"}
+
+
+@pytest.mark.parametrize("where", [("openai", RESP), ("openrouter", OR_RESP)])
+@pytest.mark.parametrize("part", [EVIL_IMAGE, EVIL_FILE], ids=["input_image", "input_file"])
+@pytest.mark.parametrize("kind", ["tool_use", "server_tool_use", "mcp_tool_use"])
+def test_a_call_block_type_at_the_top_does_not_hide_the_conversation(
+        where: tuple[str, str], part: dict[str, Any], kind: str) -> None:
+    provider, target = where
+    body = {"type": kind, "model": "gpt-4.1",
+            "input": [{"role": "user", "content": [{"type": "input_text", "text": "x"}, part]}]}
+    error = _refusal(lambda: _rewrite(provider, target, body))
+    assert error.status == 400 and ("image_url" in error.reason or "file_url" in error.reason)
+    # Nor one level down, in an input item, nor with server_tools on.
+    nested = {"input": [{"type": kind, "input": [part]}]}
+    assert _refusal(lambda: _rewrite(provider, target, nested)).status == 400
+    assert _refusal(lambda: _rewrite(provider, target, body, server_tools=True)).status == 400
+
+
+@pytest.mark.parametrize(("provider", "target", "body"), [
+    # Anthropic: a tool_use's input is program data only in an assistant message's content.
+    ("anthropic", MSG, {"type": "tool_use", "input": {"content": [
+        {"type": "image", "source": {"type": "url", "url": "https://evil/x.png"}}]}}),
+    ("anthropic", MSG, {"messages": [{"role": "user", "content": [
+        {"type": "tool_use", "id": "t", "name": "f", "input": {"source": {
+            "type": "url", "url": "https://evil/x.png"}}}]}]}),
+    ("openrouter", "/api/v1/messages", {"messages": [{"role": "user", "type": "tool_use",
+                                                      "input": [EVIL_IMAGE]}]}),
+    # A schema key or a call's arguments elsewhere than their place is walked.
+    ("openai", RESP, {"parameters": {"input": [EVIL_IMAGE]}, "input": "hi"}),
+    ("openai", RESP, {"input": [{"role": "user", "content": [], "arguments": [EVIL_FILE]}]}),
+    ("openai", CHAT, {"messages": [{"role": "user", "schema": {"content": [
+        {"type": "image_url", "image_url": {"url": "https://evil/x.png"}}]}}]}),
+    # Gemini: a function's response is opaque only as functionResponse.response in a part.
+    ("openai", RESP, {"name": "f", "id": "i", "response": {"input": [EVIL_IMAGE]}}),
+    ("gemini", GEN, {"contents": [{"parts": [{"name": "f", "response": {
+        "fileData": {"fileUri": "https://evil/x.pdf"}}}]}]}),
+])
+def test_program_data_shapes_outside_their_place_are_walked(
+        provider: str, target: str, body: dict[str, Any]) -> None:
+    assert _refusal(lambda: _rewrite(provider, target, body)).status == 400
+
+
+@pytest.mark.parametrize(("provider", "target", "body"), [
+    ("anthropic", MSG, {"messages": [{"role": "assistant", "content": [
+        {"type": "tool_use", "id": "t", "name": "fetch", "input": {
+            "image_url": "https://x.example/a.png", "source": {"type": "url", "url": "u"}}}]}],
+        "tools": [{"name": "fetch", "input_schema": {"type": "object", "properties": {
+            "fileData": {"type": "object", "properties": {"fileUri": {"type": "string"}}}}}}]}),
+    ("openrouter", "/api/v1/messages", {"messages": [{"role": "assistant", "content": [
+        {"type": "tool_use", "id": "t", "name": "f", "input": {"file_url": "https://x/a"}}]}]}),
+    ("gemini", GEN, {"contents": [{"role": "model", "parts": [{"functionCall": {
+        "name": "f", "args": {"image_url": "https://x/a.png"}}}]}, {"role": "user", "parts": [
+        {"functionResponse": {"name": "f", "response": {"image_url": "https://x/b.png"}}}]}]}),
+    ("openai", CHAT, {"messages": [], "response_format": {"type": "json_schema", "json_schema": {
+        "name": "s", "schema": {"properties": {"file_url": {"const": "https://x"}}}}}}),
+    ("openai", RESP, {"input": "hi", "text": {"format": {"type": "json_schema", "schema": {
+        "properties": {"file_url": {"default": "https://x"}}}}}}),
+])
+def test_program_data_at_its_place_passes(provider: str, target: str,
+                                          body: dict[str, Any]) -> None:
+    assert _rewrite(provider, target, body) == body
+
+
+# --- file_data: an allow-list, read as a WHATWG URL parser would (issue 27, item 3) ---
+
+def _file_part(data: str) -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": [
+        {"type": "file", "file": {"filename": "f.pdf", "file_data": data}}]}]}
+
+
+def _responses_file(data: str) -> dict[str, Any]:
+    return {"input": [{"role": "user", "content": [
+        {"type": "input_file", "filename": "f.pdf", "file_data": data}]}]}
+
+
+FILE_DATA_WHERE = [("openai", CHAT, _file_part), ("openrouter", OR_CHAT, _file_part),
+                   ("openai", RESP, _responses_file), ("openrouter", OR_RESP, _responses_file)]
+
+
+@pytest.mark.parametrize(("provider", "target", "shape"), FILE_DATA_WHERE)
+@pytest.mark.parametrize("data", [
+    "https:evil/f.pdf", "https:/evil/f.pdf", "https:\\\\evil/f.pdf", "https:\\evil/f.pdf",
+    "HTTPS://evil/f.pdf", " https://evil/f.pdf", "\thttps://evil/f.pdf", "\nhttps://evil/f.pdf",
+    "ht\ntps://evil/f.pdf", "//evil/f.pdf", "evil.example/f.pdf", "ftp:evil/f.pdf",
+    "file:///etc/passwd", "blob:https://evil/x", " data:application/pdf;base64,AA==",
+    "data:application/pdf,https://evil/f.pdf", "data:;base64,AA==",
+    "data:application/pdf;base64,https://evil/f", "QUFB\nQUFB", "QUFB QUFB", "\u0435vil:x"])
+def test_file_data_that_is_not_inline_is_refused(provider: str, target: str, shape: Any,
+                                                 data: str) -> None:
+    error = _refusal(lambda: _rewrite(provider, target, shape(data)))
+    assert error.status == 400 and "file_data" in error.reason
+
+
+@pytest.mark.parametrize(("provider", "target", "shape"), FILE_DATA_WHERE)
+@pytest.mark.parametrize("data", ["data:application/pdf;base64,JVBERi0xLjQK",
+                                  "DATA:application/pdf;base64,JVBERi0xLjQ=",
+                                  "data:application/pdf;name=f.pdf;base64,JVBERi0=",
+                                  "JVBERi0xLjQK", "JVBERi0xLjQ=", ""])
+def test_inline_file_data_passes(provider: str, target: str, shape: Any, data: str) -> None:
+    assert _rewrite(provider, target, shape(data)) == shape(data)
+
+
+_URLISH = st.lists(st.sampled_from(
+    ["h", "t", "p", "s", ":", "/", "\\", "\t", "\n", " ", "\x00", "\x1f", "e", "v", ".", "@",
+     "data:", "application/pdf", ";base64,", ";", ",", "A", "Q", "=", "+", "%", "D", "ſ"]),
+    max_size=12).map("".join)
+
+
+@settings(max_examples=EXAMPLES * 5, suppress_health_check=[HealthCheck.too_slow])
+@given(where=st.sampled_from(FILE_DATA_WHERE), data=st.text(max_size=40) | _URLISH)
+def test_file_data_accepted_only_if_inline_by_construction(where: tuple[str, str, Any],
+                                                           data: str) -> None:
+    """Differential: whatever the rule accepts is bare base64 or a base64 data: URL, read by
+    the independent `_inline` (no ':' outside the scheme, no '\\', no whitespace): nothing a
+    WHATWG parser, which drops tabs and newlines and reads '\\' as '/', can make a URL of."""
+    provider, target, shape = where
+    try:
+        _rewrite(provider, target, shape(data))
+    except ModelRequestError as error:
+        assert "file_data" in error.reason
+        return
+    assert _inline(data), data
+
+
+# --- receiver overrides and OpenRouter's search (issue 27, item 7) ---
+
+def test_headers_that_change_the_method_or_path_at_the_receiver_are_dropped() -> None:
+    headers = [(b"X-HTTP-Method-Override", b"DELETE"), (b"x-http-method", b"PUT"),
+               (b"X-Method-Override", b"GET"), (b"x_http_method_override", b"DELETE"),
+               (b"X-HTTP-METHOD-OVERRIDE", b"DELETE"), (b"X-Original-URL", b"/v1/files"),
+               (b"x-rewrite-url", b"/api/v1/keys"), (b"anthropic-version", b"2023-06-01"),
+               (b"X-Method", b"x"), (b"content-type", b"application/json")]
+    assert m.drop_receiver_overrides(headers) == [
+        (b"anthropic-version", b"2023-06-01"), (b"X-Method", b"x"),
+        (b"content-type", b"application/json")]
+
+
+@pytest.mark.parametrize("target", [OR_CHAT, OR_RESP, "/api/v1/messages"])
+def test_openrouter_web_search_options_removed_on_every_shape(target: str) -> None:
+    body = {"model": "openai/gpt-4.1", "web_search_options": {"search_context_size": "high"}}
+    assert _rewrite("openrouter", target, body) == {"model": "openai/gpt-4.1"}
+
+
+@pytest.mark.parametrize("target", [OR_CHAT, OR_RESP, "/api/v1/messages", "/api/v1/embeddings"])
+@pytest.mark.parametrize(("body", "why"), [
+    ({"model": "perplexity/llama-3.1-sonar-large-128k-online"}, "searches the web"),
+    ({"model": "vendor/model-online"}, "-online"),
+    ({"model": "vendor/model-ONLINE:free"}, "-online"),
+    ({"model": "openai/gpt-4.1:free:online"}, ":online"),
+    ({"model": "perplexity/sonar-reasoning-pro"}, "searches the web"),
+    ({"model": "x", "models": ["SONAR"]}, "searches the web"),
+    ({"model": "@preset/mine"}, "@preset/"),
+    ({"model": "@PRESET/mine"}, "@preset/"),
+    ({"model": "openai/gpt-4.1@preset/mine"}, "@preset/"),
+    ({"model": "x", "models": ["openai/gpt-4.1@preset/mine"]}, "@preset/"),
+    ({"model": "openai/gpt-4.1", "preset": "mine"}, "preset"),
+])
+def test_openrouter_search_and_preset_names_refused(target: str, body: dict[str, Any],
+                                                    why: str) -> None:
+    for server_tools in (False, True):
+        error = _refusal(lambda s=server_tools: _rewrite("openrouter", target, body, s))
+        assert error.status == 400 and why in error.reason
