@@ -13,8 +13,8 @@ key, tool type or tool_choice form is refused or removed, never passed.
 
 Order of operations (the shell's): route -> strip_credentials -> drop_receiver_overrides
 -> check_placeholder -> rewrite_body -> add key_header. The body sent upstream is always our
-own re-serialisation of what we checked (orjson.dumps), never the program's bytes: a duplicate key or an odd encoding
-cannot mean one thing to us and another to the provider.
+own re-serialisation of what we checked (orjson.dumps), never the program's bytes: a
+duplicate key or an odd encoding cannot mean one thing to us and another to the provider.
 
 ModelRequestError is the only exception that leaves this module; its reason is one line, safe
 to send to the program: it never quotes a key, a query value or a path.
@@ -1032,10 +1032,10 @@ def _refuse_fetched_urls(api: str, body: dict[str, Any]) -> None:
 # parser reads `https:evil/f`, `https:/evil/f` and `https:\\evil/f` as https://evil/f, so a
 # deny-list of URL shapes cannot be complete (issue 27, item 3). Neither form holds a ':'
 # outside the data: scheme, so neither can be read as another scheme's URL.
-_MEDIA_TYPE_TOKEN = r"[A-Za-z0-9!#$&^_.+-]{1,127}"
+_MEDIA_TYPE_PART = r"[A-Za-z0-9!#$&^_.+-]{1,127}"
 _BASE64 = r"[A-Za-z0-9+/]*={0,2}"
 _INLINE_FILE_DATA = re.compile(
-    rf"(?:[dD][aA][tT][aA]:{_MEDIA_TYPE_TOKEN}/{_MEDIA_TYPE_TOKEN}"
+    rf"(?:[dD][aA][tT][aA]:{_MEDIA_TYPE_PART}/{_MEDIA_TYPE_PART}"
     rf"(?:;[A-Za-z0-9!#$&^_.+=-]{{1,127}})*;base64,)?{_BASE64}")
 
 

@@ -658,3 +658,51 @@ with claude.messages.stream(model="claude-fake-50x200ms", max_tokens=8, messages
         time.sleep(0.1)
     assert len(gone) == 1, calls_abandoned(testnet, start)
     assert 2 <= gone[0]["deltas_sent"] < 50, gone
+
+
+def test_a_call_block_type_at_the_top_does_not_switch_the_url_check_off(
+    spec: Path, model_env: dict[str, str], tmp_path: Path, keys: dict[str, str], seen: Any,
+) -> None:
+    """Issue 27, items 2, 3 and 7: a Responses body typed "tool_use" at its top, whose
+    conversation (`input`) holds an image and a file by URL, is refused on OpenAI and
+    OpenRouter and never reaches them; so is a file_data a WHATWG parser reads as a URL;
+    and on a call that passes, the headers that change the method at the receiver, a preset
+    and OpenRouter's web_search_options do not reach the provider."""
+    out, _ = run_script(spec, model_env, tmp_path, r'''
+evil = [{"role": "user", "content": [
+    {"type": "input_text", "text": "describe"},
+    {"type": "input_image", "image_url": "https://evil.example/i.png"},
+    {"type": "input_file", "file_url": "https://evil.example/f.pdf"}]}]
+for name, client in (("openai", gpt), ("openrouter", router)):
+    out[name] = refused(lambda c=client: c.responses.create(
+        model="gpt-fake", input=evil, extra_body={"type": "tool_use"}))
+    out[name + " file_data"] = refused(lambda c=client: c.chat.completions.create(
+        model="gpt-fake", messages=[{"role": "user", "content": [{"type": "file", "file": {
+            "filename": "f.pdf", "file_data": "https:\\\\evil.example/f.pdf"}}]}]))
+out["preset"] = refused(lambda: router.responses.create(model="@preset/mine", input="hi"))
+overrides = {"X-HTTP-Method-Override": "DELETE", "x-http-method": "DELETE",
+             "X-Method-Override": "DELETE"}
+out["passed"] = router.responses.create(
+    model="vendor/model-fake", input="hi", extra_headers=overrides,
+    extra_body={"web_search_options": {"search_context_size": "high"}}).output_text
+out["placeholder"] = ENV["OPENROUTER_API_KEY"]
+''')
+    for name in ("openai", "openrouter"):
+        status, shown, body = out[name]
+        assert status == 400, out[name]
+        reason = json.loads(body)["error"]["message"]
+        assert "_url" in reason and "would fetch it" in reason, out[name]
+        assert reason in shown and out["placeholder"] not in shown + body, out[name]
+        status, _shown, body = out[name + " file_data"]
+        assert status == 400 and "file_data" in json.loads(body)["error"]["message"], out
+    status, _shown, body = out["preset"]
+    assert status == 400 and "@preset/" in json.loads(body)["error"]["message"], out
+    assert out["passed"] == "hello from the fake responses"
+    records = mine(seen(), keys)
+    assert [record["path"] for record in records] == ["/api/v1/responses"]
+    (record,) = records
+    assert_real_key_only(records, keys, out["placeholder"])
+    assert not {"x-http-method-override", "x-http-method", "x-method-override"} & set(
+        record["headers"]), record
+    assert "web_search_options" not in json.loads(record["body"])
+    assert "evil.example" not in json.dumps(seen())
