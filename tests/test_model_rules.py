@@ -203,7 +203,8 @@ def test_route_target_at_the_limit() -> None:
     assert _refusal(lambda: _route("openai", "GET", long_target)).status == 414
 
 
-@settings(max_examples=EXAMPLES * 5, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=EXAMPLES * 5, suppress_health_check=[HealthCheck.too_slow],
+          deadline=None)
 @given(provider=st.sampled_from([*sorted(m.PROVIDERS), "Gemini", "x"]),
        method=st.binary(max_size=8) | st.sampled_from([b"GET", b"POST"]),
        target=st.binary(max_size=80) | st.builds(
@@ -589,7 +590,8 @@ _TARGETS = [("anthropic", MSG), ("openai", CHAT), ("openai", RESP), ("gemini", G
             ("openrouter", "/api/v1/responses")]
 
 
-@settings(max_examples=EXAMPLES, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=EXAMPLES, suppress_health_check=[HealthCheck.too_slow],
+          deadline=None)
 @given(where=st.sampled_from(_TARGETS), tools=st.lists(_tool, max_size=8),
        gemini_tools=st.lists(_gemini_tool, max_size=4), content=_content,
        extra=st.dictionaries(st.sampled_from(["mcp_servers", "container", "web_search_options",
@@ -623,7 +625,8 @@ def test_rewrite_never_passes_a_server_tool_or_a_url(
     assert not (isinstance(model, str) and SEARCH.refuses(model))
 
 
-@settings(max_examples=EXAMPLES, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=EXAMPLES, suppress_health_check=[HealthCheck.too_slow],
+          deadline=None)
 @given(where=st.sampled_from(_TARGETS), raw=st.binary(max_size=200) | st.builds(
     orjson.dumps, st.dictionaries(st.text(max_size=6), _content, max_size=4)))
 def test_rewrite_body_fuzzed_raises_only_its_error(where: tuple[str, str], raw: bytes) -> None:
@@ -750,7 +753,8 @@ _URLISH = st.lists(st.sampled_from(
     max_size=12).map("".join)
 
 
-@settings(max_examples=EXAMPLES * 5, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=EXAMPLES * 5, suppress_health_check=[HealthCheck.too_slow],
+          deadline=None)
 @given(where=st.sampled_from(FILE_DATA_WHERE), data=st.text(max_size=40) | _URLISH)
 def test_file_data_accepted_only_if_inline_by_construction(where: tuple[str, str, Any],
                                                            data: str) -> None:
