@@ -187,8 +187,8 @@ class _Call:
 class SocketGuard:
     """Answers `connect` and `sendto`-with-an-address notifications of one sandbox."""
 
-    __slots__ = ("counting", "diag", "idle", "listener", "pidfds", "queue", "refused",
-                 "scratch", "sequence", "workers")
+    __slots__ = ("counting", "diag", "idle", "in_line", "listener", "pidfds", "queue",
+                 "refused", "scratch", "sequence", "workers")
 
     def __init__(self, listener: int, diag: int, *,
                  refused: Callable[[str, str], None]) -> None:
@@ -200,8 +200,11 @@ class SocketGuard:
         self.sequence = 0
         self.queue: queue.SimpleQueue[_Call] | None = None
         self.counting: threading.Lock | None = None
+        # Workers started, those waiting for a call no one claimed, and calls handed
+        # over with every worker busy: calls in the queue = claimed ones + in_line.
         self.workers = 0
         self.idle = 0
+        self.in_line = 0
 
     def handle(self, call: notify.Notification) -> None:
         taken = -1
@@ -401,7 +404,10 @@ class SocketGuard:
             micros = int.from_bytes(work.data[8:16], "little")
             timeout = seconds * 1000 + micros // 1000 if seconds or micros else -1
             if _writable(work.fd, timeout):
-                result = -_Scratch().socket_option(work.fd, _SO_ERROR)
+                try:
+                    result = -_Scratch().socket_option(work.fd, _SO_ERROR)
+                except OSError as error:  # a worker never dies of a call: it is counted
+                    result = -(error.errno or errno.EIO)
             else:
                 result = -errno.EINPROGRESS  # the program's own timeout, as the kernel says
         else:
@@ -412,6 +418,10 @@ class SocketGuard:
         self._answer(work.id, result)
 
     def _hand_to_worker(self, work: _Call) -> None:
+        """Each call handed over takes a worker of its own: an idle one (claimed here,
+        not when it wakes: calls handed over before it wakes would all count it, and
+        wait behind the first, which may wait forever), or a new one up to MAX_WORKERS;
+        past that it waits in line for the first worker done."""
         import queue
         import threading
 
@@ -419,24 +429,26 @@ class SocketGuard:
             self.queue = queue.SimpleQueue()
             self.counting = threading.Lock()
         with self.counting:
-            start = self.idle == 0 and self.workers < MAX_WORKERS
-            if start:
+            start = False
+            if self.idle > 0:
+                self.idle -= 1
+            elif self.workers < MAX_WORKERS:
                 self.workers += 1
-                self.idle += 1
+                start = True
+            else:
+                self.in_line += 1
+        self.queue.put(work)
         if start:
             threading.Thread(target=self._work, args=(self.queue, self.counting),
                              daemon=True).start()
-        self.queue.put(work)
 
     def _work(self, waiting: queue.SimpleQueue[_Call], counting: threading.Lock) -> None:
         while True:
-            work = waiting.get()
-            with counting:
-                self.idle -= 1
-            try:
-                self._finish(work)
-            finally:
-                with counting:
+            self._finish(waiting.get())
+            with counting:  # done: take a call waiting in line, or be idle
+                if self.in_line > 0:
+                    self.in_line -= 1
+                else:
                     self.idle += 1
 
 

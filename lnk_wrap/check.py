@@ -18,6 +18,7 @@ from lnk_common import landlock, placeholders
 from lnk_common.policy import Policy
 from lnk_common.settings import SettingsError, settings_folder
 from lnk_wrap.launch import LaunchError, _diagnose_namespaces, find_bwrap
+from lnk_wrap.seccomp_filter import NETLINK_PROTOCOLS, SOCKET_FAMILIES
 
 __all__ = ["STATED_GAPS", "report", "show"]
 
@@ -141,6 +142,14 @@ def _model_verb(settings: str | None, policy: Policy | None) -> dict[str, Any]:
     return found
 
 
+def _socket_families() -> str:
+    """One line from the filter's own tables, so check cannot say other than it does."""
+    families = ", ".join(name.split(" ", 1)[0] for name in SOCKET_FAMILIES.values())
+    protocols = ", ".join(name.split(" ", 1)[0] for name in NETLINK_PROTOCOLS.values())
+    return (f"socket families: a sandbox opens only {families} (of netlink {protocols}); "
+            "every other (AF_VSOCK, AF_PACKET, AF_ALG, AF_KEY, …) gets EAFNOSUPPORT")
+
+
 def report(env: Mapping[str, str], policy: Policy | None = None) -> dict[str, Any]:
     bubblewrap = _bubblewrap(env)
     abi = landlock.abi_version()
@@ -161,6 +170,7 @@ def report(env: Mapping[str, str], policy: Policy | None = None) -> dict[str, An
                        "and namespaces, ptrace, userfaultfd, io_uring, TIOCSTI … refused with "
                        "an errno; running a file descriptor refused",
          "in_force": namespaces and seccomp["available"]},
+        {"protection": _socket_families(), "in_force": namespaces and seccomp["available"]},
         {"protection": "[commands]: only listed programs start (Landlock's execute right); "
                        "a refused one is named by the exec watch",
          "in_force": namespaces and abi >= 1 and seccomp["user_notification"]},

@@ -6,7 +6,10 @@ Flatpak's), with an error rather than a kill, so a program can fall back: EPERM,
 ENOSYS where userspace has a fallback for a call the kernel may lack (clone3 → clone,
 the new mount API, io_uring). Calls not listed are allowed: this is a deny-list of the
 kernel's attack surface, while what a program may reach is the mounts', Landlock's and
-the namespaces' job. Foreign architectures (i386's int 0x80 on x86-64) and x32 numbers
+the namespaces' job. Sockets are the one allow-list: `socket` and `socketpair` open only
+the families in SOCKET_FAMILIES (and of netlink only NETLINK_PROTOCOLS); any other gets
+EAFNOSUPPORT (EPROTONOSUPPORT for a netlink protocol), what a kernel built without it
+says, so a program falls back. Foreign architectures (i386's int 0x80 on x86-64) and x32 numbers
 are refused whole (ENOSYS), so a program cannot reach a listed call by another number.
 
 Two variants, compiled from the same table, each handing calls to the sandbox's watch
@@ -34,7 +37,8 @@ from __future__ import annotations
 import errno
 import os
 
-__all__ = ["ARCH", "REFUSED", "VARIANTS", "compile_filter", "filter_path"]
+__all__ = ["ARCH", "NETLINK_PROTOCOLS", "REFUSED", "SOCKET_FAMILIES", "VARIANTS",
+           "compile_filter", "filter_path", "socket_refusals"]
 
 ARCH = "x86_64"
 
@@ -131,7 +135,54 @@ for _flag in _NAMESPACE_FLAGS:
         ("unshare", 0, _flag, _flag, errno.EPERM, "makes a new namespace"),
     )
 
+# The socket families a sandbox may open (socket and socketpair); every other family is
+# refused. The namespaces isolate these four; others they do not (AF_VSOCK reaches the
+# host and takes ports for the whole VM) or they are kernel attack surface a program has
+# no use for: AF_PACKET, AF_KEY, AF_ALG (the kernel's crypto API: a long record of
+# exploits, and userspace has its own crypto), AF_BLUETOOTH, AF_CAN, AF_TIPC, AF_RDS,
+# AF_X25, AF_AX25, AF_XDP, … and any family a newer kernel adds.
+AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
+SOCKET_FAMILIES: dict[int, str] = {
+    AF_UNIX: "AF_UNIX (by path only to a socket made inside: the watch)",
+    AF_INET: "AF_INET (the sandbox's own network namespace)",
+    AF_INET6: "AF_INET6 (the sandbox's own network namespace)",
+    AF_NETLINK: "AF_NETLINK (only the protocols below)",
+}
+# Of netlink, what programs use in their own network namespace: routes and addresses
+# (glibc's getaddrinfo with AI_ADDRCONFIG, if_nameindex, `ip`), and the namespace's own
+# sockets (`ss`). Not audit, uevents, netfilter, xfrm, generic netlink's families, ….
+NETLINK_PROTOCOLS: dict[int, str] = {
+    0: "NETLINK_ROUTE (addresses, links, routes: getaddrinfo, if_nameindex, ip)",
+    4: "NETLINK_SOCK_DIAG (the namespace's own sockets: ss)",
+}
+# One comparison per value below these, one for all from them up (and for any value
+# with bits above the int the kernel reads): Linux has 46 families (AF_MCTP is 45) and
+# 32 netlink protocols (MAX_LINKS); a family added later is refused all the same.
+FAMILY_LIMIT = 64
+NETLINK_LIMIT = 32
+# socket(AF_INET, SOCK_PACKET) is the obsolete way into AF_PACKET (net/socket.c turns it
+# into PF_PACKET); the type's low four bits are the type (SOCK_TYPE_MASK).
+SOCK_TYPE_MASK = 0xF
+SOCK_PACKET = 10
+
 VARIANTS = ("sockets", "programs")
+
+
+def socket_refusals() -> tuple[tuple[tuple[tuple[int, str, int, int], ...], int], ...]:
+    """Each rule refusing a socket: its conditions (argument, comparison, operand,
+    mask) all true, and its errno; the same for socket and socketpair."""
+    eq, ge, masked = "EQ", "GE", "MASKED_EQ"
+    rules: list[tuple[tuple[tuple[int, str, int, int], ...], int]] = [
+        (((0, eq, family, 0),), errno.EAFNOSUPPORT)
+        for family in range(FAMILY_LIMIT) if family not in SOCKET_FAMILIES
+    ]
+    rules.append((((0, ge, FAMILY_LIMIT, 0),), errno.EAFNOSUPPORT))
+    rules += [(((0, eq, AF_NETLINK, 0), (2, eq, protocol, 0)), errno.EPROTONOSUPPORT)
+              for protocol in range(NETLINK_LIMIT) if protocol not in NETLINK_PROTOCOLS]
+    rules.append((((0, eq, AF_NETLINK, 0), (2, ge, NETLINK_LIMIT, 0)), errno.EPROTONOSUPPORT))
+    rules.append((((0, eq, AF_INET, 0), (1, masked, SOCK_PACKET, SOCK_TYPE_MASK)),
+                  errno.EAFNOSUPPORT))
+    return tuple(rules)
 
 
 def filter_path(variant: str, folder: str | None = None) -> str:
@@ -155,6 +206,13 @@ def compile_filter(variant: str) -> bytes:
     for name, index, mask, value, code, _why in REFUSED_WHEN:
         rules.add_rule(seccomp.ERRNO(code), name,
                        seccomp.Arg(index, seccomp.MASKED_EQ, mask, value))
+    comparisons = {"EQ": seccomp.EQ, "GE": seccomp.GE, "MASKED_EQ": seccomp.MASKED_EQ}
+    for call in ("socket", "socketpair"):
+        for conditions, code in socket_refusals():
+            rules.add_rule(seccomp.ERRNO(code), call, *(
+                seccomp.Arg(index, comparisons[how], mask, operand) if how == "MASKED_EQ"
+                else seccomp.Arg(index, comparisons[how], operand)
+                for index, how, operand, mask in conditions))
     # Every variant: the calls that can reach a unix socket by its path. sendmsg and
     # sendmmsg carry their address inside a msghdr the filter cannot read, and are not
     # handed over (their cost and the residue: docs/ARCHITECTURE.md).

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import queue
+import threading
+import time
 from pathlib import Path
 
 from hypothesis import HealthCheck, example, given, settings
@@ -18,6 +21,7 @@ from lnk_execwatch.judge import (
     program_given_to_loader,
 )
 from lnk_execwatch.main import SandboxRights, open_inside, read_head
+from lnk_execwatch.sockets import CONNECT, MAX_WORKERS, SocketGuard, _Call
 
 DASH = os.path.realpath("/bin/sh")
 FUZZ = settings(max_examples=int(os.environ.get("LNK_FUZZ_EXAMPLES", "300")), deadline=None,
@@ -191,3 +195,59 @@ def test_a_watch_that_stops_says_so_on_stderr_and_in_the_log(tmp_path: Path) -> 
                             "(their calls fail with ENOSYS)"), said
     log = (tmp_path / "sandbox" / "programs.log").read_text()
     assert log.count("\n") == 1 and "\ts.toml\tthe exec watch stopped (" in log
+
+
+# -- the socket guard's workers: one per call handed over, up to MAX_WORKERS -----------------
+
+
+class _HeldCalls(SocketGuard):
+    """The guard's pool with calls that wait until released (the pool is what is tested
+    here; the calls themselves are real ones in tests/test_unix_sockets.py)."""
+
+    __slots__ = ("done", "release", "started")
+
+    def __init__(self) -> None:
+        super().__init__(-1, -1, refused=lambda _kind, _line: None)
+        self.release: dict[int, threading.Event] = {}
+        self.started: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self.done: queue.SimpleQueue[int] = queue.SimpleQueue()
+
+    def _finish(self, work: _Call) -> None:
+        self.started.put(work.id)
+        self.release[work.id].wait()
+        self.done.put(work.id)
+
+    def hand(self, number: int) -> None:
+        self.release[number] = threading.Event()
+        self._hand_to_worker(_Call(CONNECT, number, -1, 1, b""))
+
+
+def _taken(guard: _HeldCalls, count: int) -> set[int]:
+    return {guard.started.get(timeout=30) for _ in range(count)}
+
+
+def test_a_burst_of_calls_each_takes_a_worker_and_past_the_limit_waits_in_line() -> None:
+    guard = _HeldCalls()
+    for number in range(10):  # handed over faster than a new worker wakes
+        guard.hand(number)
+    assert _taken(guard, 10) == set(range(10))
+    for number in range(10, MAX_WORKERS):
+        guard.hand(number)
+    assert _taken(guard, MAX_WORKERS - 10) == set(range(10, MAX_WORKERS))
+    guard.hand(MAX_WORKERS)  # every worker busy: in line
+    assert guard.workers == MAX_WORKERS
+    assert guard.started.empty()
+    guard.release[3].set()
+    assert guard.done.get(timeout=30) == 3
+    assert _taken(guard, 1) == {MAX_WORKERS}  # the freed worker takes the one in line
+    guard.release[5].set()
+    assert guard.done.get(timeout=30) == 5
+    deadline = time.monotonic() + 30
+    while guard.idle != 1 and time.monotonic() < deadline:  # the freed worker idles again
+        time.sleep(0.01)
+    assert (guard.idle, guard.in_line) == (1, 0)
+    guard.hand(MAX_WORKERS + 1)  # taken by the idle one, no new worker
+    assert _taken(guard, 1) == {MAX_WORKERS + 1}
+    assert guard.workers == MAX_WORKERS
+    for event in guard.release.values():
+        event.set()

@@ -15,13 +15,16 @@ from lnk_wrap.seccomp_filter import (
     AT_EMPTY_PATH,
     MFD_HUGETLB,
     MFD_NOEXEC_SEAL,
+    NETLINK_PROTOCOLS,
     REFUSED,
     REFUSED_WHEN,
+    SOCKET_FAMILIES,
     TIOCLINUX,
     TIOCSTI,
     VARIANTS,
     compile_filter,
     filter_path,
+    socket_refusals,
 )
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -112,6 +115,10 @@ def test_the_table_is_golden() -> None:
         "refused": {name: [errno.errorcode[code], why] for name, (code, why) in REFUSED.items()},
         "refused_when": [[name, index, hex(mask), hex(value), errno.errorcode[code], why]
                          for name, index, mask, value, code, why in REFUSED_WHEN],
+        "socket_families": {str(family): why for family, why in SOCKET_FAMILIES.items()},
+        "netlink_protocols": {str(protocol): why for protocol, why in NETLINK_PROTOCOLS.items()},
+        "socket_refusals": [[[list(condition) for condition in conditions],
+                             errno.errorcode[code]] for conditions, code in socket_refusals()],
     }
     golden = json.loads((GOLDEN / "seccomp_table.json").read_text())
     assert table == golden
@@ -215,6 +222,59 @@ def test_every_variant_hands_connect_and_addressed_sendto_to_the_watch(
     variant: str, name: str, args: tuple[int, ...], expected: int
 ) -> None:
     _expect(variant, nr(name), args, expected)
+
+
+EAFNOSUPPORT = ERRNO | errno.EAFNOSUPPORT
+EPROTONOSUPPORT = ERRNO | errno.EPROTONOSUPPORT
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("call", ["socket", "socketpair"])
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ((1, 1, 0), ALLOW),  # AF_UNIX
+        ((1, 0x80801, 0), ALLOW),  # SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC
+        ((2, 1, 0), ALLOW),  # AF_INET
+        ((2, 3, 1), ALLOW),  # AF_INET raw ICMP: the namespace decides (no capability)
+        ((10, 2, 0), ALLOW),  # AF_INET6
+        ((16, 3, 0), ALLOW),  # NETLINK_ROUTE
+        ((16, 0x80003, 4), ALLOW),  # NETLINK_SOCK_DIAG, close-on-exec
+        ((40, 1, 0), EAFNOSUPPORT),  # AF_VSOCK
+        ((17, 3, 0x300), EAFNOSUPPORT),  # AF_PACKET
+        ((2, 10, 0x300), EAFNOSUPPORT),  # AF_INET SOCK_PACKET: AF_PACKET by another name
+        ((2, 0x8000A, 0x300), EAFNOSUPPORT),  # … with SOCK_CLOEXEC
+        ((38, 5, 0), EAFNOSUPPORT),  # AF_ALG
+        ((15, 3, 2), EAFNOSUPPORT),  # AF_KEY
+        ((0, 1, 0), EAFNOSUPPORT),  # AF_UNSPEC
+        ((45, 2, 0), EAFNOSUPPORT),  # AF_MCTP, the last of Linux 6
+        ((63, 1, 0), EAFNOSUPPORT),
+        ((64, 1, 0), EAFNOSUPPORT),  # families a later kernel adds
+        ((0xFFFFFFFF, 1, 0), EAFNOSUPPORT),
+        ((0xFFFFFFFFFFFFFFFF, 1, 0), EAFNOSUPPORT),  # -1 as glibc passes it
+        ((1 << 32 | 1, 1, 0), EAFNOSUPPORT),  # the kernel reads AF_UNIX: refused all the same
+        ((1 << 32 | 40, 1, 0), EAFNOSUPPORT),
+        ((16, 3, 9), EPROTONOSUPPORT),  # NETLINK_AUDIT
+        ((16, 2, 15), EPROTONOSUPPORT),  # NETLINK_KOBJECT_UEVENT
+        ((16, 3, 31), EPROTONOSUPPORT),
+        ((16, 3, 32), EPROTONOSUPPORT),
+        ((16, 3, 1 << 32), EPROTONOSUPPORT),  # the kernel reads NETLINK_ROUTE: refused
+        ((16, 3, 0xFFFFFFFFFFFFFFFF), EPROTONOSUPPORT),
+    ],
+)
+def test_only_the_listed_socket_families_open(
+    variant: str, call: str, args: tuple[int, ...], expected: int
+) -> None:
+    _expect(variant, nr(call), (*args, 0x1000), expected)
+
+
+def test_every_family_and_netlink_protocol_below_the_limits_is_allowed_or_refused() -> None:
+    for family in range(80):
+        expected = ALLOW if family in SOCKET_FAMILIES else EAFNOSUPPORT
+        _expect("sockets", nr("socket"), (family, 1, 0), expected)
+    for protocol in range(40):
+        expected = ALLOW if protocol in NETLINK_PROTOCOLS else EPROTONOSUPPORT
+        _expect("sockets", nr("socket"), (16, 3, protocol), expected)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

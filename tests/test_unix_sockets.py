@@ -464,6 +464,58 @@ def test_N1_a_blocking_connect_that_waits_is_waited_for_as_the_program_asked(
     assert result.stdout == "timeout\nnot blocked\nconnected\n", result
 
 
+STALLED_LISTENER = """
+import glob, socket, sys, threading, time
+folder = sys.argv[1]
+full = socket.socket(socket.AF_UNIX)
+full.bind(folder + "/full.sock")
+full.listen(0)  # one connection queued, never accepted: every other connect waits
+other = socket.socket(socket.AF_UNIX)
+other.bind(folder + "/other.sock")
+other.listen(64)
+start = threading.Barrier(10)
+def blocked():
+    start.wait()
+    socket.socket(socket.AF_UNIX).connect(folder + "/full.sock")
+for _ in range(10):
+    threading.Thread(target=blocked, daemon=True).start()
+def in_connect():
+    count = 0
+    for path in glob.glob("/proc/self/task/*/syscall"):
+        try:
+            count += open(path).read().startswith("42 ")
+        except OSError:
+            pass
+    return count
+deadline = time.monotonic() + 30
+while in_connect() < 9 and time.monotonic() < deadline:
+    time.sleep(0.01)
+print("waiting" if in_connect() >= 9 else "not waiting")
+answered = []
+def quick():
+    started = time.monotonic()
+    socket.socket(socket.AF_UNIX).connect(folder + "/other.sock")
+    answered.append(time.monotonic() - started)
+probe = threading.Thread(target=quick, daemon=True)
+probe.start()
+probe.join(10)
+print("answered" if answered else "stalled")
+"""
+
+
+def test_N1_connects_blocked_on_a_listener_that_never_accepts_stall_only_their_callers(
+    tmp_path: Path, write_spec: WriteSpec, run_sandbox: RunSandbox,
+) -> None:
+    """Ten blocking connects to a listener whose queue is full (listen(0), never
+    accepted) each hold one of the watch's workers; another connect, to a second
+    listener, is answered meanwhile, while the first listener lives."""
+    written = tmp_path / "work"
+    written.mkdir()
+    spec = write_spec(f"[files]\nwrite = {toml_list(written)}\n")
+    result = run_sandbox(spec, PYTHON, "-c", STALLED_LISTENER, str(written))
+    assert result.stdout == "waiting\nanswered\n", result
+
+
 def test_N1_check_lists_unix_sockets_among_the_protections(
     sandbox_env: dict[str, str],
 ) -> None:
