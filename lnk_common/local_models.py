@@ -36,6 +36,7 @@ a header or the body.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import orjson
@@ -558,19 +559,30 @@ _GO_FOLDS_TO_ASCII = {"\u017f": "S", "\u212a": "K"}
 
 
 def go_fold_name(key: str) -> str:
-    """`key` as Go's encoding/json folds it to match a struct field (fold.go foldName),
-    exactly as far as any ASCII field name can tell: ASCII letters upper-cased, U+017F and
-    U+212A to 'S' and 'K', a surrogate (Python's stand-in for bytes Go reads as invalid) to
-    U+FFFD; every other rune is kept (its Go fold is not ASCII, so it matches no field)."""
-    out: list[str] = []
-    for char in key:
-        if "a" <= char <= "z":
-            out.append(chr(ord(char) - 32))
-        elif "\ud800" <= char <= "\udfff":
-            out.append("\ufffd")
-        else:
-            out.append(_GO_FOLDS_TO_ASCII.get(char, char))
-    return "".join(out)
+    """`key` as Go's encoding/json folds it to match a struct field (fold.go foldName):
+    exact for ASCII (a-z upper-cased) and for the two runes that fold to ASCII (U+017F and
+    U+212A to 'S' and 'K'); a surrogate (Python's stand-in for what Go reads as invalid
+    UTF-8, which orjson refuses before this) is U+FFFD. Any other rune is folded through
+    Python's one-character case mappings (its lowercase's uppercase): that can only join
+    runes Go keeps apart (U+0131, dotless i, reads as 'I' here and not in Go), never, for
+    the cased letters tried by the tests, part runes Go folds together. So where the two
+    differ this refuses more, never less."""
+    return "".join(_go_fold_rune(char) for char in key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _go_fold_rune(char: str) -> str:
+    if char < "\x80":
+        return chr(ord(char) - 32) if "a" <= char <= "z" else char
+    if "\ud800" <= char <= "\udfff":
+        return "\ufffd"
+    special = _GO_FOLDS_TO_ASCII.get(char)
+    if special is not None:
+        return special
+    lower = char.lower()
+    lower = lower if len(lower) == 1 else char
+    upper = lower.upper()
+    return upper if len(upper) == 1 else lower
 
 
 _KNOWN_BY_FOLD: dict[str, str] = {go_fold_name(field): field for field in KNOWN_FIELDS}
@@ -655,8 +667,8 @@ def _refuse_runtime_fields(body: dict[str, Any]) -> None:
 # null into any other Go type has no effect", a slice or pointer set to nil; llama.cpp's
 # json_value and vLLM's optional fields: the default). So it is dropped before any check,
 # for every field alike: `"tools": null` is what no `tools` is, as `[]` is (model_rules
-# drops an empty list), and `"tools": "x"` is refused by model_rules as before. Dropping
-# it also means no check below has to tell null from absent.
+# drops an empty list, and so does this on every route), and `"tools": "x"` is refused on
+# every route. Dropping it also means no check below has to tell null from absent.
 #
 # `keep_alive` (Ollama's GenerateRequest, ChatRequest, EmbedRequest, EmbeddingRequest: how
 # long the model stays loaded after the call; `0` unloads it at once, a negative value pins
@@ -669,8 +681,17 @@ _RUNTIME_STATE_FIELDS = frozenset({"keep_alive"})
 
 
 def _without_absent_or_runtime_state(body: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in body.items()
+    kept = {key: value for key, value in body.items()
             if value is not None and key not in _RUNTIME_STATE_FIELDS}
+    # `tools` reads one way on every route, Ollama's native ones included (where
+    # model_rules' shape does not look at it): a list of objects, an empty one dropped.
+    tools = kept.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list) or not all(isinstance(tool, dict) for tool in tools):
+            raise LocalModelError(400, "tools must be a list of objects")
+        if not tools:
+            del kept["tools"]
+    return kept
 
 
 # ---------------------------------------------------------------------------------------------
