@@ -697,6 +697,7 @@ def test_a_top_level_null_is_absent_for_every_field_as_an_empty_tools_list_is(
             {**base, "tools": tools, "tool_choice": None, "web_search_options": None,
              "mcp_servers": None, "stop": None})))
         assert out == base, (where, tools)
+    wrong: Any
     for wrong in ("x", {}, 0, False, ["x"]):
         with pytest.raises(LocalModelError) as refused:
             lm.check_body(admitted, orjson.dumps({**base, "tools": wrong}))
