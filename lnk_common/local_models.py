@@ -671,12 +671,13 @@ def _refuse_runtime_fields(body: dict[str, Any]) -> None:
 # every route. Dropping it also means no check below has to tell null from absent.
 #
 # `keep_alive` (Ollama's GenerateRequest, ChatRequest, EmbedRequest, EmbeddingRequest: how
-# long the model stays loaded after the call; `0` unloads it at once, a negative value pins
-# it until Ollama stops, PROVIDERS.md §7.1) is dropped: how long the person's models stay in
-# this machine's memory is the person's (OLLAMA_KEEP_ALIVE, 5 minutes by default), not the
-# program's. Dropped rather than bounded: bounding it would mean reading Go's
-# time.ParseDuration and Ollama's number-as-seconds exactly as Ollama does, and a dropped
-# field cannot be misread. Only the top level: no runtime reads it deeper.
+# long the model stays loaded after the call; api/types.go Duration.UnmarshalJSON: a number
+# is seconds, a string is Go's time.ParseDuration, anything negative is forever, and `0`
+# unloads the model at once) is dropped on every route: how long the person's models stay
+# in this machine's memory is the person's (OLLAMA_KEEP_ALIVE, 5 minutes by default), not
+# the program's, which could otherwise unload the person's model or pin one (`-1`, `1e18`).
+# Dropped rather than bounded: a bound would have to read both forms exactly as Go does,
+# and a dropped field cannot be misread. Only the top level: no runtime reads it deeper.
 _RUNTIME_STATE_FIELDS = frozenset({"keep_alive"})
 
 
