@@ -567,6 +567,8 @@ def go_fold_name(key: str) -> str:
     runes Go keeps apart (U+0131, dotless i, reads as 'I' here and not in Go), never, for
     the cased letters tried by the tests, part runes Go folds together. So where the two
     differ this refuses more, never less."""
+    if key.isascii():
+        return key.upper()  # Python's upper-casing of ASCII is Go's: a-z only
     return "".join(_go_fold_rune(char) for char in key)
 
 
