@@ -5,7 +5,9 @@ Job: for one HTTP request to a models port decide, from bytes and dicts only, (1
 its method and path are one of the local runtimes' inference calls or read-only listings
 (`route`), (2) which of its headers are sent on and whether its body is in a form this
 filter can read (`check_headers`), (3) what its JSON body becomes (`check_body`): parsed,
-server-side tools removed and URL media refused where the runtime speaks a provider's API
+every key read as Ollama's Go reads it (a case variant of a known field, or two keys that
+fold equal, refused), a top-level null and `keep_alive` dropped, server-side tools
+removed and URL media refused where the runtime speaks a provider's API
 (lnk_common.model_rules' own rewrite, reused, not copied), models that leave the machine
 refused by name, the runtimes' own dangerous fields refused (tensors loaded with
 torch.load, request templates, audio and video URLs), and re-serialised.
@@ -26,7 +28,8 @@ A path is compared exactly, never decoded or normalised: an encoded (`%`), relat
 Order of operations (the relay's, lnk_relay.relay): route -> check_headers -> the body read
 whole (at most MAX_BODY_BYTES) -> check_body -> the request sent on as our own
 re-serialisation (orjson.dumps), never the program's bytes: a duplicate key or an odd
-encoding cannot mean one thing to this filter and another to the runtime.
+encoding cannot mean one thing to this filter and another to the runtime, and a key Go
+would match to a field in another spelling never passes (see "Keys as Go reads them").
 
 LocalModelError is the only exception that leaves this module; its reason is one line, safe
 to send to the program and to write to the wire's log: it never quotes the path, the query,
