@@ -5,7 +5,9 @@ Job: for one HTTP request to a models port decide, from bytes and dicts only, (1
 its method and path are one of the local runtimes' inference calls or read-only listings
 (`route`), (2) which of its headers are sent on and whether its body is in a form this
 filter can read (`check_headers`), (3) what its JSON body becomes (`check_body`): parsed,
-server-side tools removed and URL media refused where the runtime speaks a provider's API
+every key read as Ollama's Go reads it (a case variant of a known field, or two keys that
+fold equal, refused), a top-level null and `keep_alive` dropped, server-side tools
+removed and URL media refused where the runtime speaks a provider's API
 (lnk_common.model_rules' own rewrite, reused, not copied), models that leave the machine
 refused by name, the runtimes' own dangerous fields refused (tensors loaded with
 torch.load, request templates, audio and video URLs), and re-serialised.
@@ -26,7 +28,8 @@ A path is compared exactly, never decoded or normalised: an encoded (`%`), relat
 Order of operations (the relay's, lnk_relay.relay): route -> check_headers -> the body read
 whole (at most MAX_BODY_BYTES) -> check_body -> the request sent on as our own
 re-serialisation (orjson.dumps), never the program's bytes: a duplicate key or an odd
-encoding cannot mean one thing to this filter and another to the runtime.
+encoding cannot mean one thing to this filter and another to the runtime, and a key Go
+would match to a field in another spelling never passes (see "Keys as Go reads them").
 
 LocalModelError is the only exception that leaves this module; its reason is one line, safe
 to send to the program and to write to the wire's log: it never quotes the path, the query,
@@ -36,6 +39,7 @@ a header or the body.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import orjson
@@ -47,16 +51,19 @@ from lnk_common.refusal import refusal_body as _refusal_body
 
 __all__ = [
     "ALLOWED_ROUTES",
+    "KNOWN_FIELDS",
     "MAX_BODY_BYTES",
     "MAX_HEAD_BYTES",
     "MAX_MODEL_NAME_BYTES",
     "MAX_TARGET_BYTES",
+    "OLLAMA_FIELDS",
     "REFUSED_FIELDS",
     "REFUSED_SURFACES",
     "LocalModelError",
     "LocalRoute",
     "check_body",
     "check_headers",
+    "go_fold_name",
     "is_cloud_model",
     "refusal_body",
     "route",
@@ -471,6 +478,147 @@ def _refuse_cloud_models(body: dict[str, Any]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# Keys as Go reads them (Ollama is Go: its handlers bind a body with gin's ShouldBindJSON,
+# that is encoding/json's Unmarshal into a struct)
+#
+# Go's encoding/json (src/encoding/json/decode.go, `(*decodeState).object`) matches each
+# object key to a struct field first exactly (`fields.byExactName`), else by its fold
+# (`fields.byFoldedName[string(foldName(key))]`), and every key that matches sets the field,
+# so the LAST match wins. `foldName` (src/encoding/json/fold.go, `appendFoldedName`)
+# upper-cases ASCII a-z and maps every other rune to the smallest rune of its
+# `unicode.SimpleFold` orbit (`foldRune`). Every field tag in Ollama is ASCII, and the only
+# non-ASCII runes whose orbit holds an ASCII letter are U+017F (long s) and U+212A
+# (the Kelvin sign, k): so `{"model": "a", "Model": "b"}`, `"MODEL"`, `"mOdel"` and
+# `"\u017ftream"` all set Ollama's field, while Python (and this filter until now) read
+# only the exact key.
+# Keys are unquoted first (decode.go `unquoteBytes`): invalid UTF-8 and a lone surrogate
+# escape become U+FFFD, which folds to no ASCII letter; orjson refuses both anyway.
+#
+# The rule, at every object level of a body (a Go map's keys are exact, a struct's are
+# not, and which is which depends on the runtime: every level is read as a struct's):
+# a key that folds as Go folds to a field a runtime or this filter reads (KNOWN_FIELDS)
+# but is not spelled exactly so is refused, and two keys of one object that fold equal are
+# refused. What passes then means one field, spelled one way, to Go and to Python.
+
+# Every JSON field name of Ollama's request and response types: the json tags of api/types.go,
+# openai/openai.go, openai/responses.go, anthropic/anthropic.go and middleware/*.go
+# (ollama/ollama fb30760, August 2026). A field Ollama adds later is caught by the collision
+# rule whenever the exact spelling is also sent; a case variant alone of a field not listed
+# here is read by Ollama and by no check here (no check reads a field it does not know).
+OLLAMA_FIELDS: frozenset[str] = frozenset({
+    "$defs", "_debug_info", "_debug_render_only", "action", "adapters", "annotations",
+    "anyOf", "arguments", "avatarurl", "background", "bio", "budget_tokens", "bytes",
+    "cached_tokens", "call_id", "capabilities", "choices", "citations", "cited_text",
+    "cloud", "code", "completed", "completed_at", "completion_tokens", "content",
+    "content_block", "context", "context_length", "conversation", "created", "created_at",
+    "data", "delta", "description", "destination", "detail", "details", "digest",
+    "dimensions", "disable_parallel_tool_use", "disabled", "done", "done_reason",
+    "draft_files", "draft_num_predict", "draft_quantize", "effort", "email", "embedding",
+    "embedding_length", "embeddings", "encoding_format", "encrypted_content",
+    "encrypted_index", "enum", "error", "error_code", "eval_count", "eval_duration",
+    "expires_at", "families", "family", "file_data", "file_id", "file_url", "filename",
+    "files", "finish_reason", "firstname", "format", "frequency_penalty", "from",
+    "function", "generate_summary", "id", "image_count", "image_url", "images", "include",
+    "include_usage", "incomplete_details", "index", "info", "input", "input_schema",
+    "input_tokens", "input_tokens_details", "insecure", "instructions", "is_error", "items",
+    "json_schema", "keep_alive", "lastname", "license", "links", "load_duration", "logprob",
+    "logprobs", "main_gpu", "max_output_tokens", "max_results", "max_tokens",
+    "max_tool_calls", "max_uses", "media_type", "message", "messages", "metadata", "min_p",
+    "model", "model_info", "modelfile", "models", "modified_at", "name", "num_batch",
+    "num_ctx", "num_gpu", "num_keep", "num_predict", "num_thread", "object", "options",
+    "output", "output_config", "output_tokens", "output_tokens_details", "owned_by",
+    "page_age", "parallel_tool_calls", "param", "parameter_size", "parameters",
+    "parent_model", "parser", "partial_json", "password", "plan", "presence_penalty",
+    "previous_response_id", "projector_info", "prompt", "prompt_cache_key",
+    "prompt_eval_count", "prompt_eval_duration", "prompt_tokens", "properties",
+    "quantization", "quantization_level", "quantize", "query", "raw", "reason", "reasoning",
+    "reasoning_effort", "reasoning_tokens", "recommendations", "remote_host",
+    "remote_model", "rendered_template", "renderer", "repeat_last_n", "repeat_penalty",
+    "request_id", "required", "required_plan", "requires", "response", "response_format",
+    "results", "role", "safety_identifier", "schema", "seed", "service_tier", "shape",
+    "shift", "signature", "signin_url", "size", "size_vram", "source", "status", "stop",
+    "stop_reason", "stop_sequence", "stop_sequences", "store", "stream", "stream_options",
+    "strict", "suffix", "summary", "system", "system_fingerprint", "temperature",
+    "template", "tensors", "text", "think", "thinking", "title", "token", "tool_call_id",
+    "tool_calls", "tool_choice", "tool_name", "tool_use_id", "tools", "top_k",
+    "top_logprobs", "top_p", "total", "total_duration", "total_tokens", "truncate",
+    "truncation", "type", "typical_p", "url", "usage", "use_mmap", "user_id", "username",
+    "verbose", "vram_bytes",
+})
+# The keys this filter and model_rules read or remove that Ollama has no field for (the
+# other runtimes' and the hosted APIs' fields; llama.cpp, vLLM and LM Studio match keys
+# exactly, so their fields matter only where Ollama would also fold to them).
+_FILTER_FIELDS: frozenset[str] = frozenset({
+    "allowed_callers", "allowed_tools", "audio_embeds", "audio_url", "chat_template",
+    "container", "environment", "fallbacks", "image_embeds", "input_image",
+    "logits_processors", "mcp_servers", "mcp_tool_use", "plugins", "prompt_embeds",
+    "requests", "server_tool_use", "tool_use", "video_url", "web_search_options",
+})
+KNOWN_FIELDS: frozenset[str] = OLLAMA_FIELDS | _FILTER_FIELDS
+
+# The runes other than ASCII letters that Go folds to an ASCII letter (foldRune: the
+# smallest rune of the SimpleFold orbit): U+017F (long s) -> 'S', U+212A (Kelvin) -> 'K'.
+_GO_FOLDS_TO_ASCII = {"\u017f": "S", "\u212a": "K"}
+
+
+def go_fold_name(key: str) -> str:
+    """`key` as Go's encoding/json folds it to match a struct field (fold.go foldName):
+    exact for ASCII (a-z upper-cased) and for the two runes that fold to ASCII (U+017F and
+    U+212A to 'S' and 'K'); a surrogate (Python's stand-in for what Go reads as invalid
+    UTF-8, which orjson refuses before this) is U+FFFD. Any other rune is folded through
+    Python's one-character case mappings (its lowercase's uppercase): that can only join
+    runes Go keeps apart (U+0131, dotless i, reads as 'I' here and not in Go), never, for
+    the cased letters tried by the tests, part runes Go folds together. So where the two
+    differ this refuses more, never less."""
+    if key.isascii():
+        return key.upper()  # Python's upper-casing of ASCII is Go's: a-z only
+    return "".join(_go_fold_rune(char) for char in key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _go_fold_rune(char: str) -> str:
+    if char < "\x80":
+        return chr(ord(char) - 32) if "a" <= char <= "z" else char
+    if "\ud800" <= char <= "\udfff":
+        return "\ufffd"
+    special = _GO_FOLDS_TO_ASCII.get(char)
+    if special is not None:
+        return special
+    lower = char.lower()
+    lower = lower if len(lower) == 1 else char
+    upper = lower.upper()
+    return upper if len(upper) == 1 else lower
+
+
+_KNOWN_BY_FOLD: dict[str, str] = {go_fold_name(field): field for field in KNOWN_FIELDS}
+
+
+def _refuse_folded_keys(body: dict[str, Any]) -> None:
+    stack: list[Any] = [body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        seen: set[str] = set()
+        for key in node:
+            folded = go_fold_name(key)
+            known = _KNOWN_BY_FOLD.get(folded)
+            if known is not None and key != known:
+                raise LocalModelError(400, f"a key that folds to {known!r} but is spelled "
+                                           "otherwise is refused (Ollama's Go matches JSON "
+                                           "keys to fields in any case, the last winning)")
+            if folded in seen:
+                raise LocalModelError(400, "two keys that differ only in letter case are "
+                                           "refused (Go reads them as one field, the last "
+                                           "winning)")
+            seen.add(folded)
+        stack.extend(node.values())
+
+
+# ---------------------------------------------------------------------------------------------
 # What a local runtime reads that a hosted provider's API does not have
 
 # Fields a local runtime acts on with this machine's code or network, refused wherever they
@@ -518,6 +666,41 @@ def _refuse_runtime_fields(body: dict[str, Any]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# Null, and the model's time in memory
+
+# A top-level `null` means the field is absent to every runtime (Go: "unmarshaling a JSON
+# null into any other Go type has no effect", a slice or pointer set to nil; llama.cpp's
+# json_value and vLLM's optional fields: the default). So it is dropped before any check,
+# for every field alike: `"tools": null` is what no `tools` is, as `[]` is (model_rules
+# drops an empty list, and so does this on every route), and `"tools": "x"` is refused on
+# every route. Dropping it also means no check below has to tell null from absent.
+#
+# `keep_alive` (Ollama's GenerateRequest, ChatRequest, EmbedRequest, EmbeddingRequest: how
+# long the model stays loaded after the call; api/types.go Duration.UnmarshalJSON: a number
+# is seconds, a string is Go's time.ParseDuration, anything negative is forever, and `0`
+# unloads the model at once) is dropped on every route: how long the person's models stay
+# in this machine's memory is the person's (OLLAMA_KEEP_ALIVE, 5 minutes by default), not
+# the program's, which could otherwise unload the person's model or pin one (`-1`, `1e18`).
+# Dropped rather than bounded: a bound would have to read both forms exactly as Go does,
+# and a dropped field cannot be misread. Only the top level: no runtime reads it deeper.
+_RUNTIME_STATE_FIELDS = frozenset({"keep_alive"})
+
+
+def _without_absent_or_runtime_state(body: dict[str, Any]) -> dict[str, Any]:
+    kept = {key: value for key, value in body.items()
+            if value is not None and key not in _RUNTIME_STATE_FIELDS}
+    # `tools` reads one way on every route, Ollama's native ones included (where
+    # model_rules' shape does not look at it): a list of objects, an empty one dropped.
+    tools = kept.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list) or not all(isinstance(tool, dict) for tool in tools):
+            raise LocalModelError(400, "tools must be a list of objects")
+        if not tools:
+            del kept["tools"]
+    return kept
+
+
+# ---------------------------------------------------------------------------------------------
 # Bodies
 
 # No model here searches by nature: the model verb's list (lnk_common/data/search_models.txt)
@@ -540,6 +723,12 @@ def check_body(admitted: LocalRoute, raw: bytes, *, server_tools: bool = False) 
     provider, method, path = _BODY_SHAPES[admitted.body]
     try:
         body = model_rules.parse_body(raw)
+    except ModelRequestError as error:
+        raise LocalModelError(error.status, error.reason.replace("the provider", "the runtime")
+                              ) from None
+    _refuse_folded_keys(body)
+    body = _without_absent_or_runtime_state(body)
+    try:
         shape = model_rules.route(provider, method, path)
         out = model_rules.rewrite(provider, shape, body, server_tools=server_tools,
                                   search_models=_NO_SEARCH_MODELS)

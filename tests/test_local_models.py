@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lnk_common import local_models as lm
-from lnk_common import wirestate
+from lnk_common import model_rules, wirestate
 from lnk_common.local_models import LocalModelError
 
 DEEP = os.environ.get("LNK_FUZZ") == "deep"
@@ -475,6 +475,242 @@ def test_fuzzed_raw_bodies_raise_only_the_filters_error(where: tuple[str, str],
                                                          raw: bytes) -> None:
     with contextlib.suppress(LocalModelError):
         lm.check_body(lm.route(*where), raw)
+
+
+# -- keys as Go reads them (Ollama's encoding/json) ----------------------------------------
+
+FOLDED = ("a key that folds to {!r} but is spelled otherwise is refused (Ollama's Go "
+          "matches JSON keys to fields in any case, the last winning)")
+COLLIDE = ("two keys that differ only in letter case are refused (Go reads them as one "
+           "field, the last winning)")
+KELVIN = "\u212a"
+LONG_S = "\u017f"
+
+# The issue's attacks, each read by Ollama as a cloud model or a server tool.
+CASE_VARIANTS = [
+    ("/api/chat", '{"model":"lnkmodel7b","Model":"gpt-oss:120b-cloud","messages":[]}',
+     FOLDED.format("model")),
+    ("/api/generate", '{"model":"lnkmodel7b","MODEL":"gpt-oss:120b-cloud","prompt":"hi"}',
+     FOLDED.format("model")),
+    ("/v1/chat/completions", '{"model":"lnkmodel7b","mOdel":"x:cloud","messages":[]}',
+     FOLDED.format("model")),
+    ("/v1/messages", '{"model":"lnkmodel7b","max_tokens":8,"messages":[],'
+                     '"Tools":[{"type":"web_search_20250305","name":"web_search"}]}',
+     FOLDED.format("tools")),
+    ("/v1/messages", '{"model":"lnkmodel7b","max_tokens":8,"messages":[],'
+                     '"tools":[{"Type":"web_search_20250305","name":"web_search"}]}',
+     FOLDED.format("type")),
+    ("/api/chat", '{"Model":"gpt-oss:120b-cloud","messages":[]}', FOLDED.format("model")),
+    ("/api/chat", '{"model":"lnkmodel7b","Model":"lnkmodel7b"}', FOLDED.format("model")),
+    ("/api/chat", '{"model":"lnkmodel7b","task":1,"tas' + KELVIN + '":2}', COLLIDE),
+    ("/api/chat", '{"model":"lnkmodel7b","' + LONG_S + 'tream":true}',
+     FOLDED.format("stream")),
+    ("/api/chat", '{"model":"lnkmodel7b","' + KELVIN + 'eep_alive":-1}',
+     FOLDED.format("keep_alive")),
+    ("/api/chat", '{"model":"lnkmodel7b","messages":[{"role":"user","Content":"x"}]}',
+     FOLDED.format("content")),
+    ("/api/chat", '{"model":"lnkmodel7b","tone":1,"TONE":2}', COLLIDE),
+    ("/api/chat", '{"model":"lnkmodel7b","options":{"x":{"ab":1,"aB":2}}}', COLLIDE),
+]
+
+
+@pytest.mark.parametrize(("where", "raw", "reason"), CASE_VARIANTS)
+def test_a_key_go_reads_otherwise_than_python_is_refused(where: str, raw: str,
+                                                         reason: str) -> None:
+    with pytest.raises(LocalModelError) as refused:
+        lm.check_body(lm.route("POST", where), raw.encode())
+    assert (refused.value.status, refused.value.reason) == (400, reason)
+
+
+@pytest.mark.parametrize("body", [
+    {"model": "llama3", "tools": [{"type": "function", "function": {
+        "name": "f", "parameters": {"type": "object", "properties": {
+            "userId": {"type": "string"}, "caf\u00e9": {"anyOf": [{"type": "string"}]}}}}}]},
+    {"model": "llama3", "messages": [{"role": "user", "content": "hi"}], "options": {
+        "num_ctx": 2048}, "stream": False},
+])
+def test_keys_spelled_as_the_runtimes_read_them_pass(body: dict[str, Any]) -> None:
+    assert orjson.loads(lm.check_body(CHAT, orjson.dumps(body))) == body
+
+
+def test_every_known_field_folds_to_its_own_name() -> None:
+    folds = [lm.go_fold_name(field) for field in lm.KNOWN_FIELDS]
+    assert len(set(folds)) == len(folds)
+    assert "model" in lm.OLLAMA_FIELDS and "keep_alive" in lm.OLLAMA_FIELDS
+
+
+def test_the_filters_own_keys_are_known_fields() -> None:
+    """Every key this filter or model_rules reads by name is one whose case variants are
+    refused (a new key read there and not listed fails here)."""
+    import ast
+    import re
+
+    names: set[str] = set()
+    for module in (lm, model_rules):
+        tree = ast.parse(Path(str(module.__file__)).read_text("utf-8"))
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("get", "pop") and node.args
+                    and isinstance(node.args[0], ast.Constant)
+                    and isinstance(node.args[0].value, str)):
+                names.add(node.args[0].value)
+            elif (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)
+                  and isinstance(node.slice.value, str)):
+                names.add(node.slice.value)
+    keys = {name for name in names if re.fullmatch(r"[a-z_][a-z0-9_]*", name)}
+    assert keys - lm.KNOWN_FIELDS <= {"contents", "generation_config", "tool_config",
+                                      "system_instruction", "cached_content"}, (
+        sorted(keys - lm.KNOWN_FIELDS))
+
+
+# A model of Go's encoding/json key matching, written from the Go source, not from the
+# filter: fold.go appendFoldedName works on the key's UTF-8 bytes, upper-casing ASCII a-z
+# and mapping every other rune to foldRune(r), the smallest rune of its unicode.SimpleFold
+# orbit (the orbits of the runes drawn below, from Go's unicode tables); decode.go
+# unquoteBytes has made invalid UTF-8 U+FFFD first; object() matches byExactName, else
+# byFoldedName, and every matching key sets the field (the last wins).
+_GO_ORBIT_MINIMUM = {
+    "\u017f": "S", "\u212a": "K",                # long s {S s U+017F}, Kelvin {K k U+212A}
+    "\u00e9": "\u00c9", "\u00c9": "\u00c9",      # {U+00C9 U+00E9}
+    "\u00b5": "\u00b5", "\u039c": "\u00b5", "\u03bc": "\u00b5",  # {U+00B5 U+039C U+03BC}
+    "\u00df": "\u00df", "\u1e9e": "\u00df",      # {U+00DF U+1E9E}
+}
+
+
+def _go_fold_model(key: str) -> bytes:
+    data = key.encode("utf-8", "surrogatepass")
+    out = bytearray()
+    index = 0
+    while index < len(data):
+        byte = data[index]
+        if byte < 0x80:
+            out.append(byte - 32 if 0x61 <= byte <= 0x7A else byte)
+            index += 1
+            continue
+        width = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+        try:
+            rune = data[index:index + width].decode("utf-8")
+        except UnicodeDecodeError:
+            rune, width = "\ufffd", 1  # utf8.DecodeRune's RuneError, one byte on
+        out += _GO_ORBIT_MINIMUM.get(rune, rune).encode("utf-8")
+        index += width
+    return bytes(out)
+
+
+_GO_FIELDS_BY_FOLD = {_go_fold_model(field): field for field in lm.KNOWN_FIELDS}
+
+
+def _go_reads(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """The fields a Go struct with a field for each KNOWN_FIELDS name gets from `pairs`."""
+    fields: dict[str, Any] = {}
+    for key, value in pairs:
+        field = key if key in lm.KNOWN_FIELDS else _GO_FIELDS_BY_FOLD.get(_go_fold_model(key))
+        if field is not None:
+            fields[field] = value
+    return fields
+
+
+def _go_may_differ(node: Any) -> bool:
+    """Whether some object in `node` has two keys Go folds equal, or a key Go folds to a
+    known field but spelled otherwise."""
+    if isinstance(node, list):
+        return any(_go_may_differ(entry) for entry in node)
+    if not isinstance(node, dict):
+        return False
+    folds = [_go_fold_model(key) for key in node]
+    if len(set(folds)) < len(folds):
+        return True
+    if any(fold in _GO_FIELDS_BY_FOLD and _GO_FIELDS_BY_FOLD[fold] != key
+           for key, fold in zip(node, folds, strict=True)):
+        return True
+    return any(_go_may_differ(value) for value in node.values())
+
+
+def _every_object_as_go_reads_it(raw: bytes) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(Python's object, Go's fields) for every object of the JSON text `raw`."""
+    seen: list[tuple[dict[str, Any], dict[str, Any]]] = []
+
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        python = dict(pairs)
+        seen.append((python, _go_reads(pairs)))
+        return python
+
+    json.loads(raw, object_pairs_hook=hook)
+    return seen
+
+
+_key_letters = st.sampled_from([*"moDELstrkK_pa", KELVIN, LONG_S, "\u00e9", "\u00c9",
+                                "\u00b5", "\u039c", "\u03bc", "\u00df", "\u1e9e"])
+_go_keys = (st.sampled_from(sorted(lm.KNOWN_FIELDS))
+            | st.text(_key_letters, min_size=1, max_size=6)
+            | st.sampled_from(["model", "tools", "stream", "keep_alive", "type"]).flatmap(
+                lambda field: st.lists(st.booleans(), min_size=len(field),
+                                       max_size=len(field)).map(
+                    lambda upper: "".join(c.upper() if u else c
+                                          for c, u in zip(field, upper, strict=True)))))
+_go_values = st.integers(0, 3) | st.sampled_from(["lnkmodel7b", "x:cloud", "s"])
+
+
+@settings(max_examples=EXAMPLES * 2, suppress_health_check=[HealthCheck.too_slow])
+@given(where=st.sampled_from(["/api/chat", "/api/generate", "/v1/chat/completions",
+                              "/v1/messages", "/v1/responses", "/api/embed"]),
+       top=st.lists(st.tuples(_go_keys, _go_values), max_size=5),
+       nested=st.lists(st.tuples(_go_keys, _go_values), max_size=4))
+def test_fuzzed_keys_what_passes_means_the_same_to_go_as_to_the_filter(
+        where: str, top: list[tuple[str, Any]], nested: list[tuple[str, Any]]) -> None:
+    # Written as JSON text by hand: the pairs' order and duplicates are the program's own.
+    def text(pairs: list[tuple[str, Any]]) -> str:
+        return "{" + ",".join(json.dumps(key) + ":" + json.dumps(value)
+                              for key, value in pairs) + "}"
+
+    raw = ("{" + '"model":"lnkmodel7b","options":' + text(nested)
+           + ("," + text(top)[1:-1] if top else "") + "}").encode()
+    # A key sent twice exactly is no disagreement (both readers keep the last): the model
+    # looks at the distinct keys, as json.loads keeps them.
+    may_differ = _go_may_differ(json.loads(raw))
+    try:
+        out = lm.check_body(lm.route("POST", where), raw)
+    except LocalModelError as error:
+        fold_refusal = error.reason == COLLIDE or error.reason.startswith("a key that folds")
+        assert fold_refusal == may_differ, (raw, error.reason)
+        return
+    assert not may_differ, raw
+    for python, go in _every_object_as_go_reads_it(out):
+        for field, value in go.items():
+            assert python[field] == value, (raw, out, field)
+
+
+# -- null, and keep_alive ------------------------------------------------------------------
+
+NULL_SHAPES = ["/api/chat", "/api/generate", "/v1/chat/completions", "/v1/messages",
+               "/v1/responses", "/v1/completions", "/completion"]
+
+
+@pytest.mark.parametrize("where", NULL_SHAPES)
+def test_a_top_level_null_is_absent_for_every_field_as_an_empty_tools_list_is(
+        where: str) -> None:
+    admitted = lm.route("POST", where)
+    base = {"model": "llama3", "max_tokens": 8, "messages": []}
+    tools: list[Any] | None
+    for tools in (None, []):
+        out = orjson.loads(lm.check_body(admitted, orjson.dumps(
+            {**base, "tools": tools, "tool_choice": None, "web_search_options": None,
+             "mcp_servers": None, "stop": None})))
+        assert out == base, (where, tools)
+    wrong: Any
+    for wrong in ("x", {}, 0, False, ["x"]):
+        with pytest.raises(LocalModelError) as refused:
+            lm.check_body(admitted, orjson.dumps({**base, "tools": wrong}))
+        assert refused.value.status == 400 and "tools" in refused.value.reason
+
+
+@pytest.mark.parametrize("keep_alive", [0, -1, "0", "-1m", "24h", 1e18, "5m", {"x": 1}])
+@pytest.mark.parametrize("where", ["/api/chat", "/api/generate", "/api/embed",
+                                   "/api/embeddings", "/v1/chat/completions"])
+def test_keep_alive_is_dropped_the_persons_setting_holds(where: str, keep_alive: Any) -> None:
+    body = {"model": "llama3", "prompt": "", "keep_alive": keep_alive}
+    out = orjson.loads(lm.check_body(lm.route("POST", where), orjson.dumps(body)))
+    assert out == {"model": "llama3", "prompt": ""}
 
 
 # -- the real relay in front of a fake runtime ---------------------------------------------

@@ -49,7 +49,13 @@ from tests.conftest import (
     toml_list,
     wire_log_of,
 )
-from tests.test_local_models import ACCEPTANCE_REFUSED, CLOUD, TOKENS, FakeRuntime
+from tests.test_local_models import (
+    ACCEPTANCE_REFUSED,
+    CASE_VARIANTS,
+    CLOUD,
+    TOKENS,
+    FakeRuntime,
+)
 
 WIRE = "localsb"
 FORMS = ("relay", "proxy")
@@ -652,3 +658,46 @@ out["given"] = ask("GET", f"/_link/s/{GIVEN}/local/{PORT}/api/tags", whole=True)
     assert given not in out["env"]["LNK_SANDBOX_URL"]
     assert URL_SECRET.search(out["env"]["LNK_SANDBOX_URL"])
     assert (out["ours"], out["given"]) == (200, 403)
+
+
+# -- keys as Go reads them (issue 27 item 1), null and keep_alive (item 7) -----------------
+
+CASE_VARIANT_CALLS = r'''
+def answer(path, raw):
+    try:
+        return ask("POST", path, raw.encode())
+    except OSError as error:  # a call the fake runtime could not answer: it got there
+        return [None, type(error).__name__]
+
+out["answers"] = [answer(path, raw) for path, raw, _ in VARIANTS]
+# The same program's allowed call, with what the runtime must not be told.
+out["kept"] = ask("POST", "/api/chat", json.dumps({
+    "model": MODEL, "messages": [], "stream": False, "tools": None,
+    "keep_alive": -1}).encode())
+out["unload"] = ask("POST", "/api/generate", json.dumps({
+    "model": MODEL, "prompt": "", "stream": False, "keep_alive": 0}).encode())
+'''
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_case_variant_keys_never_reach_the_runtime_and_keep_alive_is_the_persons(
+        form: str, runtime: FakeRuntime, write_spec: WriteSpec, sandbox_env: dict[str, str],
+        tmp_path: Path) -> None:
+    """`{"model": local, "Model": cloud}` is a cloud model to Ollama (Go's encoding/json
+    folds keys, the last match winning); each such body is refused before the runtime, and
+    `keep_alive` (unload at 0, pin at -1) and a null `tools` never reach it."""
+    variants = [(path, raw, reason) for path, raw, reason in CASE_VARIANTS]
+    spec = models_spec(write_spec, tmp_path, runtime.port, extra=NO_PAUSE)
+    out, _ = run_script(spec, sandbox_env, tmp_path,
+                        f"MODEL = {MODEL!r}\nVARIANTS = {variants!r}\n" + CASE_VARIANT_CALLS,
+                        form, str(runtime.port))
+    assert runtime.paths() == ["POST /api/chat", "POST /api/generate"], runtime.seen
+    for (path, raw, reason), (status, body) in zip(variants, out["answers"], strict=True):
+        assert status == 400 and reason_of(body) == reason, (path, raw, status, body)
+    assert out["kept"][0] == 200 and out["unload"][0] == 200, out
+    assert [json.loads(seen["body"]) for seen in runtime.seen] == [
+        {"model": MODEL, "messages": [], "stream": False},
+        {"model": MODEL, "prompt": "", "stream": False}]
+    log = wire_log(sandbox_env)
+    assert_log_keeps_only_the_target(log, runtime.port, form)
+    assert refusals_logged(log) == len(variants), log
