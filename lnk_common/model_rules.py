@@ -528,6 +528,11 @@ def rewrite(provider: str, admitted: Route, body: dict[str, Any], *, server_tool
         out: dict[str, Any] = orjson.loads(orjson.dumps(body))  # a copy we own, JSON types only
     except (orjson.JSONEncodeError, orjson.JSONDecodeError):
         raise ModelRequestError(400, "the body holds a value JSON cannot carry") from None
+    # A top-level null is the field's absence to every provider (an optional field left
+    # at its default), so it is dropped before any check, for every field alike:
+    # `"tools": null` goes as no `tools` does (and as `[]`, which is dropped), and no
+    # check below has to tell null from absent. The local filter does the same.
+    out = {key: value for key, value in out.items() if value is not None}
     api = admitted.api
     if api == "anthropic":
         _anthropic(provider, out, server_tools)

@@ -808,3 +808,24 @@ def test_openrouter_search_and_preset_names_refused(target: str, body: dict[str,
     for server_tools in (False, True):
         error = _refusal(lambda s=server_tools: _rewrite("openrouter", target, body, s))
         assert error.status == 400 and why in error.reason
+
+
+@pytest.mark.parametrize(("provider", "target", "model"), [
+    ("anthropic", "/v1/messages", "claude-sonnet-4-5"),
+    ("openai", "/v1/chat/completions", "gpt-4o"),
+    ("openai", "/v1/responses", "gpt-4o"),
+    ("openrouter", "/api/v1/chat/completions", "openai/gpt-4o"),
+])
+def test_tools_null_goes_as_no_tools_and_any_other_non_list_is_refused(
+        provider: str, target: str, model: str) -> None:
+    """One rule for every type (issue 27, item 7): a top-level null is the field's absence
+    and is dropped, as `[]` is; `"x"`, `{}`, `0` are refused. Before, `"tools": null`
+    passed through as it was sent."""
+    absent: list[object] | None
+    for absent in (None, []):
+        kept = _rewrite(provider, target, {"model": model, "tools": absent, "stop": None})
+        assert "tools" not in kept and "stop" not in kept, kept
+    wrong: object
+    for wrong in ("x", {}, 0):
+        assert _refusal(lambda wrong=wrong: _rewrite(
+            provider, target, {"model": model, "tools": wrong})).status == 400
