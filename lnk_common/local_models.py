@@ -415,7 +415,8 @@ def check_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes
         if lowered in _DROPPED:
             continue
         kept.append((lowered, value))
-    return kept
+    # A header that changes the method or path at the receiver: as toward every provider.
+    return model_rules.drop_receiver_overrides(kept)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -261,6 +261,16 @@ def test_headers_sent_on_lose_hop_by_hop_and_framing() -> None:
                     (b"authorization", b"Bearer lm-studio")]
 
 
+def test_headers_that_change_the_method_or_path_at_the_runtime_are_dropped() -> None:
+    """As toward every provider (issue 27, item 7): a runtime behind a framework that reads
+    X-HTTP-Method-Override would run another method than the one this filter checked."""
+    kept = lm.check_headers([
+        (b"content-type", b"application/json"), (b"X-HTTP-Method-Override", b"DELETE"),
+        (b"x-http-method", b"DELETE"), (b"X_Method_Override", b"PUT"),
+        (b"x-original-url", b"/api/delete")])
+    assert kept == [(b"content-type", b"application/json")]
+
+
 # -- the core: bodies ------------------------------------------------------------------------
 
 CHAT = lm.route("POST", "/api/chat")
