@@ -347,3 +347,23 @@ def test_verb_bodies_held_at_once_are_bounded_and_the_call_past_the_budget_is_re
     assert out["after"][-1] == 400, out
     log = wire_log_of(sandbox_env, WIRE)
     assert f"\trefused\t{HOST}\treason={HELD_BODIES_FULL}" in log, log
+
+
+def test_an_unexpected_errors_line_never_quotes_its_message(tmp_path: Path) -> None:
+    """A bug's line on stderr (`Wire.report_error`) names its type and place; of its text
+    only an OSError's strerror and the text of RuntimeError and AssertionError, which our
+    code alone raises: a parser's message quotes the program's bytes."""
+    from lnk_common.wire import Wire
+    from lnk_common.wirelog import WireLog
+
+    said: list[str] = []
+    wire = Wire(log=WireLog(str(tmp_path), "w"), say=said.append)
+    for error in (ValueError("invalid literal for int() with base 10: 'MARK1'"),
+                  KeyError("MARK2"), UnicodeDecodeError("utf-8", b"MARK3\xff", 5, 6, "MARK4"),
+                  json.JSONDecodeError("MARK5", "MARK6", 0),
+                  FileNotFoundError(2, "No such file or directory", "MARK7"),
+                  RuntimeError("a fault of ours")):
+        wire.report_error("a call ended on an unexpected error", error)
+    assert said and not [line for line in said if "MARK" in line], said
+    assert any(line.endswith(": No such file or directory") for line in said), said
+    assert any(line.endswith(": a fault of ours") for line in said), said
