@@ -325,8 +325,9 @@ async def _read_body(request: h11.Request, client: h11.Connection,
     the Content-Length before a byte is read, else as it passes), 503 past
     MAX_HELD_BODY_BYTES, 400 for framing h11 refuses, 408 for a body that stalls. The
     reasons are fixed text: nothing of the program's bytes is quoted."""
-    too_large = Refused(413, f"the body is over {limit / (1024 * 1024):g} MiB (the verb's "
-                             "limit)")
+    size_text = (f"{limit // (1024 * 1024)} MiB" if limit % (1024 * 1024) == 0
+                 else f"{limit} bytes")
+    too_large = Refused(413, f"the body is over {size_text} (the verb's limit)")
     declared: int | None = None
     for name, value in request.headers:
         if name == b"content-length":
