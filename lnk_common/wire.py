@@ -206,6 +206,19 @@ class Refused(Exception):
         super().__init__(reason)
 
 
+def _error_text(error: BaseException) -> str:
+    """What an unexpected error's line says of it besides its type and place: an
+    OSError's strerror, the text of the errors only our code raises (RuntimeError,
+    AssertionError), nothing of any other. Default deny: a parser's message quotes the
+    bytes it refused (h11's, a ValueError of int() or of a decoder, a KeyError's key),
+    and those are the program's, which never go to stderr or a log (issue 27)."""
+    if isinstance(error, OSError):
+        return error.strerror or ""
+    if type(error) in (RuntimeError, AssertionError):
+        return str(error)
+    return ""
+
+
 class Wire:
     """A process's share of a wire: its log, its controls and its open calls."""
 
@@ -265,7 +278,7 @@ class Wire:
         place = (f" at {os.path.basename(frame.tb_frame.f_code.co_filename)}:{frame.tb_lineno}"
                  if frame is not None else "")
         kind = f"{where}: {type(error).__name__}{place}"
-        text = str(error).replace("\n", " ")[:200]
+        text = _error_text(error).replace("\n", " ")[:200]
         self.report(kind, f"{kind}: {text}" if text else kind)
 
     # -- the wire's controls ------------------------------------------------------------

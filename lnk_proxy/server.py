@@ -82,7 +82,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # the open verb's module (shutil, h11's server side) only where it is on
     from lnk_proxy.open_verb import CallbackSockets
 
-__all__ = ["HEAD_SECONDS", "HTTP_PORT", "IDLE_SECONDS", "UPGRADES", "Proxy"]
+__all__ = ["BODY_IDLE_SECONDS", "HEAD_SECONDS", "HTTP_PORT", "IDLE_SECONDS",
+           "MAX_HELD_BODY_BYTES", "UPGRADES", "Proxy"]
 
 # A client has this long to send a whole head (slowloris: a head dribbled a byte at a
 # time holds a connection and its memory for nothing).
@@ -97,6 +98,19 @@ HELLO_SECONDS = 10.0
 MAX_MODEL_BODY_BYTES = MAX_BODY_BYTES
 # One MCP message from the program (lnk_proxy.mcp_verb.MAX_MESSAGE_BYTES, with its reason).
 MAX_MCP_BODY_BYTES = 16 * 1024 * 1024
+# A verb's body is held whole until its call ends (read, checked, rewritten, and kept
+# for the one retry on a new connection): each call up to its limit, 16 to 50 MiB. These
+# are the bytes the proxy holds at once across every verb call of the sandbox; a program
+# opening many connections with large bodies would otherwise hold gigabytes of this
+# machine's memory, outside the sandbox (ten held calls grew the proxy by 318 MiB). The
+# relay's MAX_HELD_BODY_BYTES, for the same reason: four bodies at the model limit. A
+# call's share is taken from its Content-Length before a byte is read (a chunked body's
+# as it comes) and given back when the call ends; past it, 503, nothing read.
+MAX_HELD_BODY_BYTES = 128 * 1024 * 1024
+# A verb's body may pause this long between reads (an SDK sends it at once; a large
+# base64 image over a slow link still moves every minute): a body dribbled to hold its
+# share of MAX_HELD_BODY_BYTES is let go (408) within this. The relay's BODY_IDLE_SECONDS.
+BODY_IDLE_SECONDS = 60.0
 # How often a call that waits on its upstream looks whether its client went away.
 CLIENT_WATCH_SECONDS = 0.25
 # After a verb's refusal, what the program still sends (a body not read) is read and
@@ -107,6 +121,18 @@ CLIENT_WATCH_SECONDS = 0.25
 VERB_LINGER_SECONDS = 2.0
 
 Resolver = Callable[[str, int], Awaitable[list[Address]]]
+
+# The reasons of refusals whose cause is a parser's reading of the program's bytes: fixed
+# text, never the parser's message (h11's quotes the bytes it refused, so a malformed
+# chunk size put text of the program's choice, its URL secret and placeholder included,
+# in the refusal and the wire's log). The program learns the class, not the byte.
+UNREADABLE_HEAD = "the request is not HTTP/1.1 as h11 reads it"
+UNREADABLE_BODY = ("the request body is not HTTP/1.1 as h11 reads it (its chunked framing "
+                   "or its length)")
+BODY_STALLED = f"the request body stalled (nothing for {BODY_IDLE_SECONDS:g} s)"
+HELD_BODIES_FULL = (f"the proxy holds {MAX_HELD_BODY_BYTES // (1024 * 1024)} MiB of verb "
+                    "request bodies already (MAX_HELD_BODY_BYTES); try again when a call "
+                    "has ended")
 
 
 # The proxy's own address inside a sandbox: a request to it (as a base URL, or through
@@ -134,13 +160,15 @@ async def _read(reader: asyncio.StreamReader, size: int, seconds: float) -> byte
         return await reader.read(size)
 
 
-async def _next_event(connection: h11.Connection, reader: asyncio.StreamReader) -> object:
-    """The next h11 event of `connection`, reading from `reader` as it needs more."""
+async def _next_event(connection: h11.Connection, reader: asyncio.StreamReader,
+                      idle: float = IDLE_SECONDS) -> object:
+    """The next h11 event of `connection`, reading from `reader` as it needs more (at
+    most `idle` seconds a read)."""
     while True:
         event = connection.next_event()
         if event is not h11.NEED_DATA:
             return event
-        connection.receive_data(await _read(reader, CHUNK, IDLE_SECONDS))
+        connection.receive_data(await _read(reader, CHUNK, idle))
 
 
 # The port whose tunnels are served as HTTP: the client speaks first there, so there is
@@ -268,35 +296,67 @@ async def _watch_client(reader: asyncio.StreamReader, upstream: Upstream,
     upstream.close()
 
 
+class _Held:
+    """One verb call's share of MAX_HELD_BODY_BYTES: taken as its body is read (its
+    Content-Length at once), given back whole by `release` when the call ends, however it
+    ends (`Proxy._verb`'s finally)."""
+
+    __slots__ = ("proxy", "taken")
+
+    def __init__(self, proxy: Proxy) -> None:
+        self.proxy = proxy
+        self.taken = 0
+
+    def take(self, count: int) -> None:
+        if self.proxy.held_body_bytes + count > MAX_HELD_BODY_BYTES:
+            raise Refused(503, HELD_BODIES_FULL, counts=False)
+        self.proxy.held_body_bytes += count
+        self.taken += count
+
+    def release(self) -> None:
+        self.proxy.held_body_bytes -= self.taken
+        self.taken = 0
+
+
 async def _read_body(request: h11.Request, client: h11.Connection,
                      reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                     limit: int) -> bytes:
-    """A request's whole body, at most `limit` bytes, or Refused (413; 400 for framing
-    h11 refuses)."""
+                     limit: int, held: _Held) -> bytes:
+    """A request's whole body, at most `limit` bytes, or Refused: 413 over the limit (from
+    the Content-Length before a byte is read, else as it passes), 503 past
+    MAX_HELD_BODY_BYTES, 400 for framing h11 refuses, 408 for a body that stalls. The
+    reasons are fixed text: nothing of the program's bytes is quoted."""
+    size_text = (f"{limit // (1024 * 1024)} MiB" if limit % (1024 * 1024) == 0
+                 else f"{limit} bytes")
+    too_large = Refused(413, f"the body is over {size_text} (the verb's limit)")
+    declared: int | None = None
     for name, value in request.headers:
-        if name == b"content-length" and int(value) > limit:  # h11 checked it is a number
-            raise Refused(413, f"the body is over {limit // (1024 * 1024)} MiB (a model "
-                               "call's limit)")
+        if name == b"content-length":
+            declared = int(value)  # h11 checked it is one number
+            if declared > limit:
+                raise too_large
+            held.take(declared)
     if client.they_are_waiting_for_100_continue:
         writer.write(client.send(h11.InformationalResponse(status_code=100, headers=[])))
     chunks: list[bytes] = []
     size = 0
     try:
         while True:
-            event = await _next_event(client, reader)
+            event = await _next_event(client, reader, BODY_IDLE_SECONDS)
             if isinstance(event, h11.Data):
                 size += len(event.data)
                 if size > limit:
-                    raise Refused(413, f"the body is over {limit // (1024 * 1024)} MiB (a "
-                                       "model call's limit)")
+                    raise too_large
+                if declared is None:
+                    held.take(len(event.data))
                 chunks.append(event.data)
                 continue
             if isinstance(event, h11.EndOfMessage):
                 return b"".join(chunks)
             raise ConnectionError("the client closed before its body ended")
-    except h11.RemoteProtocolError as error:
-        raise Refused(400, f"the request body is not HTTP/1.1 as h11 reads it ({error})"
-                      ) from None
+    except h11.RemoteProtocolError:
+        raise Refused(400, UNREADABLE_BODY) from None
+    except TimeoutError:
+        raise Refused(408, BODY_STALLED) from None
 
 
 class Proxy(Wire):
@@ -338,6 +398,7 @@ class Proxy(Wire):
         self.book = book
         self.machine = machine
         self.resolver = resolver
+        self.held_body_bytes = 0  # of every verb call's _Held, at most MAX_HELD_BODY_BYTES
 
     # -- one client connection ----------------------------------------------------------
 
@@ -708,10 +769,9 @@ class Proxy(Wire):
         client.receive_data(data)
         try:
             request = client.next_event()
-        except h11.RemoteProtocolError as error:
+        except h11.RemoteProtocolError:
             await self._refuse(writer, tunnel.authority if tunnel else "-",
-                               Refused(400, f"the request is not HTTP/1.1 as h11 reads it "
-                                            f"({error})"))
+                               Refused(400, UNREADABLE_HEAD))
             return None
         assert isinstance(request, h11.Request)
         return client, request
@@ -1003,17 +1063,22 @@ class Proxy(Wire):
             await self._refuse_verb(reader, writer, "-",
                                     Refused(error.status, error.reason))
             return False, b""
-        if verb == MODEL and self.model is not None:
-            return await self._model_call(self.model, rest, request, client, reader, writer)
-        if verb == SECRET and self.secret is not None:
-            return await self._secret_call(self.secret, rest, request, client, reader,
-                                           writer)
-        assert verb == URL_SECRET  # split_verb answers only the verbs turned on
-        return await self._url_secret_call(rest, request, client, reader, writer)
+        held = _Held(self)  # its body's share of MAX_HELD_BODY_BYTES, until the call ends
+        try:
+            if verb == MODEL and self.model is not None:
+                return await self._model_call(self.model, rest, request, client, reader,
+                                              writer, held)
+            if verb == SECRET and self.secret is not None:
+                return await self._secret_call(self.secret, rest, request, client, reader,
+                                               writer, held)
+            assert verb == URL_SECRET  # split_verb answers only the verbs turned on
+            return await self._url_secret_call(rest, request, client, reader, writer, held)
+        finally:
+            held.release()
 
     async def _model_call(self, model: ModelVerb, rest: str, request: h11.Request,
                           client: h11.Connection, reader: asyncio.StreamReader,
-                          writer: asyncio.StreamWriter) -> tuple[bool, bytes]:
+                          writer: asyncio.StreamWriter, held: _Held) -> tuple[bool, bytes]:
         """`/_link/model/<provider>/…`: the gate (kill switch, pause, calls a minute),
         then the call's own checks, the body read whole and rewritten, the real key
         added, and the provider's upstream (every address checked, TLS verified) from
@@ -1024,7 +1089,8 @@ class Proxy(Wire):
             provider, target = model.provider(rest)
             authority = f"{PROVIDER_HOSTS[provider]}:443"  # where a refusal is logged
             admitted = model.admit(provider, request.method, target, list(request.headers))
-            raw = await _read_body(request, client, reader, writer, MAX_MODEL_BODY_BYTES)
+            raw = await _read_body(request, client, reader, writer, MAX_MODEL_BODY_BYTES,
+                                   held)
             outgoing, body = model.request(admitted, raw)
         except Refused as refusal:
             await self._refuse_verb(reader, writer, authority, refusal)
@@ -1035,7 +1101,7 @@ class Proxy(Wire):
 
     async def _secret_call(self, verb: SecretVerb, rest: str, request: h11.Request,
                            client: h11.Connection, reader: asyncio.StreamReader,
-                           writer: asyncio.StreamWriter) -> tuple[bool, bytes]:
+                           writer: asyncio.StreamWriter, held: _Held) -> tuple[bool, bytes]:
         """`/_link/secret/<name>/…`: the gate, the name one this sandbox named, its rule
         read now, the path matched against the rule's shapes without decoding, the body
         checked for a method, the secret put where the rule says, TLS to the rule's one
@@ -1048,7 +1114,7 @@ class Proxy(Wire):
             rule = verb.rule(name)
             authority = f"{rule.host}:{rule.port}"
             admitted = verb.admit(name, rule, request.method, target, list(request.headers))
-            raw = await _read_body(request, client, reader, writer, SECRET_BODY_BYTES)
+            raw = await _read_body(request, client, reader, writer, SECRET_BODY_BYTES, held)
             outgoing, body = verb.request(admitted, raw)
         except Refused as refusal:
             await self._refuse_verb(reader, writer, authority, refusal)
@@ -1089,7 +1155,7 @@ class Proxy(Wire):
 
     async def _url_secret_call(self, rest: str, request: h11.Request, client: h11.Connection,
                                reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-                               ) -> tuple[bool, bytes]:
+                               , held: _Held) -> tuple[bool, bytes]:
         """`/_link/s/<secret>/<part>/…`: the URL secret compared in constant time (one
         refusal for any wrong one, never echoed, never logged), then the part. Built:
         `local/<port>/…`, a [localhost] models port through the inference filter."""
@@ -1104,15 +1170,15 @@ class Proxy(Wire):
             await self._refuse_verb(reader, writer, "-", refusal)
             return False, b""
         if part == "mcp":
-            return await self._mcp_call(after, request, client, reader, writer)
+            return await self._mcp_call(after, request, client, reader, writer, held)
         if part == "open":
-            return await self._open_call(after, request, client, reader, writer)
+            return await self._open_call(after, request, client, reader, writer, held)
         assert part == "local"  # split_url_secret answers only the parts turned on
-        return await self._local_call(after, request, client, reader, writer)
+        return await self._local_call(after, request, client, reader, writer, held)
 
     async def _open_call(self, after: str, request: h11.Request, client: h11.Connection,
                          reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-                         ) -> tuple[bool, bytes]:
+                         , held: _Held) -> tuple[bool, bytes]:
         """`/_link/s/<secret>/open`: one URL (the body) opened in the person's browser,
         outside, when they say yes; asked every time, the URL shown whole in the one form
         that opens (lnk_proxy.open_rules). A login's callback to a loopback port is bound
@@ -1132,7 +1198,7 @@ class Proxy(Wire):
             if request.method != b"POST":
                 raise Refused(405, "the open verb takes POST with the URL as its body")
             # One URL, and a line end a client may add.
-            raw = await _read_body(request, client, reader, writer, MAX_URL_BYTES + 2)
+            raw = await _read_body(request, client, reader, writer, MAX_URL_BYTES + 2, held)
             try:
                 url = check_url(raw.strip(b"\r\n"))
                 target = callback_target(url)
@@ -1207,7 +1273,7 @@ class Proxy(Wire):
 
     async def _mcp_call(self, after: str, request: h11.Request, client: h11.Connection,
                         reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-                        ) -> tuple[bool, bytes]:
+                        , held: _Held) -> tuple[bool, bytes]:
         """`/_link/s/<secret>/mcp/<name>`: one JSON-RPC message of MCP's Streamable HTTP
         to the tool's process (lnk_proxy.mcp_verb), answered as JSON. Logged `mcp:<name>`,
         never a method's arguments."""
@@ -1229,7 +1295,7 @@ class Proxy(Wire):
             return await _respond(client, writer, 405, [(b"allow", b"POST, DELETE")], b"")
         try:
             self.gate()
-            raw = await _read_body(request, client, reader, writer, MAX_MCP_BODY_BYTES)
+            raw = await _read_body(request, client, reader, writer, MAX_MCP_BODY_BYTES, held)
             message = parse_message(raw)
         except McpError as error:
             await self._refuse_verb(reader, writer, authority,
@@ -1297,7 +1363,7 @@ class Proxy(Wire):
 
     async def _local_call(self, after: str, request: h11.Request, client: h11.Connection,
                           reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-                          ) -> tuple[bool, bytes]:
+                          , held: _Held) -> tuple[bool, bytes]:
         """A local model runtime on this machine's loopback, one of [localhost] models,
         through the same inference filter as the relay's (lnk_common.local_models); the
         log keeps `local:<port>`. The one place the proxy reaches this machine: the port
@@ -1311,7 +1377,7 @@ class Proxy(Wire):
             admitted = local_models.route(request.method, target)
             headers = local_models.check_headers(list(request.headers))
             raw = await _read_body(request, client, reader, writer,
-                                   local_models.MAX_BODY_BYTES)
+                                   local_models.MAX_BODY_BYTES, held)
             body = local_models.check_body(admitted, raw, server_tools=self.server_tools)
             upstream = await open_upstream(ipaddress.ip_address("127.0.0.1"), port, authority)
         except (VerbError, local_models.LocalModelError) as error:

@@ -7,7 +7,9 @@ address (IPv6 in brackets), and is checked like any resolved address later. User
 is refused: it has no place in a proxy request, and `http://allowed@other/` is a
 classic way to make two parsers disagree on the host.
 
-TargetError is the only exception that leaves this module.
+TargetError is the only exception that leaves this module; its reasons are fixed text,
+never what was refused (the reason goes to the wire's log, and the target is the
+program's text: tests/test_log_bounds.py).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ class Target:
 
 def _port(text: str) -> int:
     if not text.isdigit() or not text.isascii() or len(text) > 5:
-        raise TargetError(f"not a port: {text!r}")
+        raise TargetError("the port is not 1 to 5 decimal digits")
     port = int(text)
     if not 1 <= port <= 65535:
         raise TargetError(f"port out of range: {port}")
@@ -69,7 +71,7 @@ def _host(text: str) -> Target:
         try:
             address = ipaddress.IPv6Address(inner)
         except ValueError:
-            raise TargetError(f"not an IPv6 address: {inner!r}") from None
+            raise TargetError("the bracketed host is not an IPv6 address") from None
         return Target(str(address), 0, address)
     name = text.lower()
     if name.endswith("."):
@@ -77,7 +79,7 @@ def _host(text: str) -> Target:
     if not name or len(name) > MAX_NAME_LENGTH:
         raise TargetError("an empty or over-long host name")
     if not _NAME.fullmatch(name):
-        raise TargetError(f"not a host name: {text!r}")
+        raise TargetError("the host is not a name of labels of a-z 0-9 - _ joined by dots")
     if not "0" <= name[-1] <= "9":
         # Not a dotted quad (whose last octet ends in a digit), so not an address:
         # the common case, without IPv4Address raising for every name.

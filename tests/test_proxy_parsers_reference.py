@@ -118,7 +118,7 @@ def _old_host(text: str) -> Found:
         try:
             address = ipaddress.IPv6Address(inner)
         except ValueError:
-            raise TargetError(f"not an IPv6 address: {inner!r}") from None
+            raise TargetError("the bracketed host is not an IPv6 address") from None
         return (str(address), 0, address)
     name = text.lower()
     if name.endswith("."):
@@ -128,7 +128,7 @@ def _old_host(text: str) -> Found:
     labels = name.split(".")
     if any(not label or len(label) > 63 or not set(label) <= _LABEL_CHARS
            or label.startswith("-") or label.endswith("-") for label in labels):
-        raise TargetError(f"not a host name: {text!r}")
+        raise TargetError("the host is not a name of labels of a-z 0-9 - _ joined by dots")
     try:
         literal = ipaddress.IPv4Address(name)
     except ValueError:

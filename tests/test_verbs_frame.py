@@ -245,7 +245,7 @@ def test_bodies_the_verb_cannot_read_are_refused_before_being_read(
     head, _ = _messages(body=b"")
     huge = head.replace("content-length: 0", f"content-length: {33 * 1024 * 1024}")
     assert proxy.ask(huge) == ("HTTP/1.1 413 Content Too Large",
-                               "the body is over 32 MiB (a model call's limit)")
+                               "the body is over 32 MiB (the verb's limit)")
     head, body = _messages(extra="content-encoding: gzip\n")
     assert proxy.ask(head, body) == (
         "HTTP/1.1 415 Unsupported Media Type",
