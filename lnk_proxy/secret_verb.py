@@ -142,7 +142,7 @@ class SecretVerb:
             if field.lower() == b"content-type":
                 content_type = value
         try:
-            secret_rules.check_body(content_type, raw)
+            secret_rules.check_body(admitted.matched.rule, content_type, raw)
         except SecretRuleError as error:
             raise _refused(error) from None
         try:

@@ -66,7 +66,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         try:
             matched = s.match(RULE, self.command.encode(), target[len(PREFIX):],
                               self.server.placeholder, headers)
-            s.check_body(self.headers.get("Content-Type", "").encode(), body)
+            s.check_body(RULE, self.headers.get("Content-Type", "").encode(), body)
             upstream = s.fill(matched, SECRET)
         except s.SecretRuleError as error:
             self.server.refused.append(error.reason)
