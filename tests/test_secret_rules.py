@@ -265,8 +265,8 @@ BAD_RULES: list[tuple[Any, str]] = [
     ({"paths": ["/x{secret}"]}, "host: missing (the one host the secret may go to)"),
     ({"host": "a.b"}, "paths: missing (the path shapes a call may take)"),
     ({"host": "a.b", "paths": ["/x{secret}"], "hosts": ["c.d"]},
-     "unknown key in a rule (known: header, host, methods, not_urls, paths, placeholder, refuse); a key "
-     "not known is refused, never ignored"),
+     "unknown key in a rule (known: header, host, methods, not_urls, paths, placeholder, "
+     "refuse); a key not known is refused, never ignored"),
     ({"host": "api.telegram.org/{path}", "paths": ["/x{secret}"]},
      "host: no placeholder ({secret}, {name}, {path}) may stand in the host; the rule fixes "
      "the one host"),
