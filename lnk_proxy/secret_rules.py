@@ -17,8 +17,16 @@ byte outside the plain path alphabet is refused, not cleaned, so what the rule c
 byte for byte what the service receives (an upstream that decodes `%2e%2e` or folds `//`
 cannot be shown a path we did not check).
 
+Bodies are read as Telegram's Bot API server reads them (tdlib's HttpReader, with sources
+below): a form, JSON, multipart; where two readings can differ the body is refused. A rule's
+`not_urls` names the parameters Telegram would fetch a URL given in (photo, media …): their
+value, at any depth, is a file_id, attach://<part> or an upload, and a refusal names the
+parameter. This is a step beyond the seed, which let the bot's calls pass but for three: a
+URL given there is egress around the hosts list (Telegram fetches the host and path the
+program names, and getFile hands back what it fetched), as a URL source to a model is.
+
 Order of a call (the shell's): match(rule, method, target, placeholder, headers) → the body
-read, check_body(content type, body) → fill(matched, secret read now) → the upstream request
+read, check_body(rule, content type, body) → fill(matched, secret read now) → the upstream request
 to rule.host:rule.port over TLS (every address check of the gate applies), inbound
 credential headers (INBOUND_CREDENTIAL_HEADERS) dropped, Filled.header added.
 

@@ -9,7 +9,8 @@ What the proxy calls, in order (the model verb's order, lnk_proxy.model_verb):
 - admit(name, rule, method, target, headers) → Admitted: before the body is read, the path
   is one of the rule's shapes with the placeholder where the secret goes, no refused name,
   no `method` parameter, a body in a coding we can read;
-- request(admitted, raw) → (h11.Request, body): the body checked for a `method` field, the
+- request(admitted, raw) → (h11.Request, body): the body checked (a `method` field, a URL
+  where the rule's not_urls takes only a file; read as Telegram reads it), the
   secret read now (a rotated token takes effect at once) and put where the rule says,
   inbound credentials and framing dropped. The body is sent as it came (it is checked, not
   rewritten: nothing in it is the secret's business but the `method` field).
