@@ -753,7 +753,12 @@ def _json_pairs(raw: bytes) -> Any:
         orjson.loads(raw)
     except orjson.JSONDecodeError:
         return None
-    return json.loads(raw, object_pairs_hook=_Pairs)
+    try:
+        return json.loads(raw, object_pairs_hook=_Pairs)
+    except RecursionError:
+        # orjson takes 1024 levels, the stdlib fewer; tdlib refuses past 100 itself.
+        raise SecretRuleError(400, "JSON nested this deep is refused (Telegram reads 100 "
+                                   "levels)") from None
 
 
 # A file given by reference, as Telegram takes it for a file parameter: a file_id (tdlib's

@@ -171,6 +171,18 @@ def test_not_urls_at_its_limit_parses() -> None:
     assert len(s.parse_rule(json.dumps(document).encode()).not_urls) == s.MAX_NOT_URLS
 
 
+@pytest.mark.parametrize(("content_type", "prefix", "suffix"), [
+    (JSON, b'{"a": ', b"}"), (FORM, b"media=", b""), (FORM, b"text=", b"")])
+def test_json_nested_deep_raises_only_secret_rule_error(content_type: bytes, prefix: bytes,
+                                                        suffix: bytes) -> None:
+    for depth in (100, 1000, 1023, 1024, 1025, 5000):
+        body = prefix + b"[" * depth + b"]" * depth + suffix
+        try:
+            s.check_body(RULE, content_type, body)
+        except SecretRuleError as error:
+            assert error.status in (400, 403), error
+
+
 def test_parameters_past_tdlib_bound_are_refused() -> None:
     at_limit = b"text=" + b"a" * (s.MAX_PARAMETER_BYTES - 5)
     s.check_body(RULE, FORM, at_limit)
