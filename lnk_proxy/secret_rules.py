@@ -17,8 +17,16 @@ byte outside the plain path alphabet is refused, not cleaned, so what the rule c
 byte for byte what the service receives (an upstream that decodes `%2e%2e` or folds `//`
 cannot be shown a path we did not check).
 
+Bodies are read as Telegram's Bot API server reads them (tdlib's HttpReader, with sources
+below): a form, JSON, multipart; where two readings can differ the body is refused. A rule's
+`not_urls` names the parameters Telegram would fetch a URL given in (photo, media …): their
+value, at any depth, is a file_id, attach://<part> or an upload, and a refusal names the
+parameter. This is a step beyond the seed, which let the bot's calls pass but for three: a
+URL given there is egress around the hosts list (Telegram fetches the host and path the
+program names, and getFile hands back what it fetched), as a URL source to a model is.
+
 Order of a call (the shell's): match(rule, method, target, placeholder, headers) → the body
-read, check_body(content type, body) → fill(matched, secret read now) → the upstream request
+read, check_body(rule, content type, body) → fill(matched, secret read now) → the upstream request
 to rule.host:rule.port over TLS (every address check of the gate applies), inbound
 credential headers (INBOUND_CREDENTIAL_HEADERS) dropped, Filled.header added.
 
@@ -30,6 +38,7 @@ sent to the program and logged as it is.
 from __future__ import annotations
 
 import hmac
+import json
 import re
 import secrets as _random
 from dataclasses import dataclass
@@ -48,6 +57,8 @@ __all__ = [
     "HEADER_NAMES",
     "INBOUND_CREDENTIAL_HEADERS",
     "MAX_NAME_BYTES",
+    "MAX_NOT_URLS",
+    "MAX_PARAMETER_BYTES",
     "MAX_PATHS",
     "MAX_QUERY_PARAMETERS",
     "MAX_REFUSED_NAMES",
@@ -58,6 +69,7 @@ __all__ = [
     "RANDOM_BYTES",
     "UPSTREAM_PORT",
     "Filled",
+    "FormPart",
     "Matched",
     "Part",
     "Rule",
@@ -94,6 +106,13 @@ MAX_NAME_BYTES = 64
 MAX_TARGET_BYTES = 30 * 1024
 # Telegram's richest method (sendPaidMedia, sendInvoice) takes under 40 parameters.
 MAX_QUERY_PARAMETERS = 100
+# Telegram's file parameters are about 30 names (photo, document, media, thumbnail …); a
+# rule naming more is listing what it should not.
+MAX_NOT_URLS = 64
+# tdlib's own bound on a call's parameters, files apart (HttpReader.h,
+# MAX_TOTAL_PARAMETERS_LENGTH = 1 << 20): Telegram refuses more, and it bounds what is read
+# here as JSON.
+MAX_PARAMETER_BYTES = 1 << 20
 # 16 random bytes (32 hex digits, 128 bits) in a placeholder: not guessable from inside the
 # sandbox, and a placeholder is only ever compared, never a credential anywhere else.
 RANDOM_BYTES = 16
@@ -128,12 +147,14 @@ PLACEHOLDER_SHAPES = frozenset({"{random}", "{id}:{random}"})
 # where the rule checks it (PROVIDERS.md §5).
 _METHOD_PARAMETER = "method"
 
-_RULE_KEYS = frozenset({"host", "paths", "header", "refuse", "placeholder", "methods"})
+_RULE_KEYS = frozenset({"host", "paths", "header", "refuse", "placeholder", "methods",
+                        "not_urls"})
 _LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\Z")
 # Literal text of a shape: RFC 3986 unreserved characters (letters, digits, - . _ ~).
 _LITERAL = re.compile(r"[A-Za-z0-9._~-]*\Z")
 _NAME = re.compile(rb"[A-Za-z0-9]+\Z")
 _REFUSED_NAME = re.compile(rf"[A-Za-z0-9]{{1,{MAX_NAME_BYTES}}}\Z")
+_NOT_URL_NAME = re.compile(r"[a-z0-9_]{1,64}\Z")
 _HEADER_TEXT = re.compile(r"[\x20-\x7e]*\Z")
 # The plain path alphabet of a call: unreserved characters, ':' (Telegram's token and its
 # placeholder hold one) and '/'. No '%' (never decoded), no '\' (a separator to some
@@ -186,6 +207,7 @@ class Rule:
     refused: frozenset[bytes]                   # lower case
     placeholder: str | None                     # a PLACEHOLDER_SHAPES entry, None: default
     methods: frozenset[bytes]
+    not_urls: frozenset[bytes] = frozenset()    # lower case; see check_body
 
 
 def parse_rule(raw: bytes) -> Rule:
@@ -217,8 +239,9 @@ def parse_rule(raw: bytes) -> Rule:
         raise _rule_error("placeholder: one of " + ", ".join(sorted(PLACEHOLDER_SHAPES))
                           + " ({id} is the secret's digits before its first ':')")
     methods = _parse_methods(document.get("methods", sorted(DEFAULT_METHODS)))
+    not_urls = _parse_not_urls(document.get("not_urls", []))
     return Rule(host=host, port=UPSTREAM_PORT, shapes=shapes, header=header, refused=refused,
-                placeholder=placeholder, methods=methods)
+                placeholder=placeholder, methods=methods, not_urls=not_urls)
 
 
 def _parse_host(value: Any) -> str:
@@ -282,6 +305,22 @@ def _parse_refused(value: Any) -> frozenset[bytes]:
                               "case)")
         refused.add(folded)
     return frozenset(refused)
+
+
+def _parse_not_urls(value: Any) -> frozenset[bytes]:
+    if not isinstance(value, list):
+        raise _rule_error("not_urls: a list of parameter names")
+    if len(value) > MAX_NOT_URLS:
+        raise _rule_error(f"not_urls: at most {MAX_NOT_URLS} names")
+    names: set[bytes] = set()
+    for item in value:
+        if not isinstance(item, str) or not _NOT_URL_NAME.match(item):
+            raise _rule_error("not_urls: each name is 1 to 64 lower-case ASCII letters, digits "
+                              "and '_'")
+        if item.encode("ascii") in names:
+            raise _rule_error("not_urls: a name given twice")
+        names.add(item.encode("ascii"))
+    return frozenset(names)
 
 
 def _parse_methods(value: Any) -> frozenset[bytes]:
@@ -478,7 +517,8 @@ def match(rule: Rule, method: bytes, target: bytes, placeholder: bytes,
                 _check_path_segment(rule, piece)
         (after if found_secret else before).append(b"/" + segment)
     if question:
-        _check_query(query)
+        for key, value in _check_query(query):
+            _check_parameter(rule, "query", key, _url_decode(value))
         (after if found_secret else before).append(b"?" + query)
     if rule.header is not None:
         _check_header_placeholder(rule.header, headers, placeholder)
@@ -572,7 +612,7 @@ def _check_path_segment(rule: Rule, segment: bytes) -> None:
                                    "(whatever its case)")
 
 
-def _check_query(query: bytes) -> None:
+def _check_query(query: bytes) -> list[tuple[bytes, bytes]]:
     """A query is passed on as it came, after each parameter is read plainly: keys are
     never encoded (so `method` cannot hide as `%6Dethod`), values may be percent-encoded
     (a text message needs it; a value is never a path or a method)."""
@@ -581,12 +621,15 @@ def _check_query(query: bytes) -> None:
     pairs = query.split(b"&")
     if len(pairs) > MAX_QUERY_PARAMETERS:
         raise SecretRuleError(400, f"at most {MAX_QUERY_PARAMETERS} query parameters")
+    read = []
     for pair in pairs:
         key, _, value = pair.partition(b"=")
         _check_parameter_key(key, where="query")
         if not _QUERY_VALUE.match(value):
             raise SecretRuleError(400, "a query value holds a byte that is not plain (';', '#', "
                                        "a '%' not before two hex digits, or one to be encoded)")
+        read.append((key, value))
+    return read
 
 
 def _check_parameter_key(key: bytes, *, where: str) -> None:
@@ -609,55 +652,374 @@ def _check_header_placeholder(header: tuple[bytes, bytes, bytes],
         raise SecretRuleError(403, _WRONG_PLACEHOLDER)
 
 
-def check_body(content_type: bytes, body: bytes) -> None:
-    """SecretRuleError when a body names a method as a parameter (`method`, any case): a
-    form's field, a JSON object's top-level key, a multipart part's name. A body of
-    another type is not read here (the path carries the method)."""
-    kind = content_type.split(b";")[0].strip().lower()
-    if kind == b"application/x-www-form-urlencoded":
+def check_body(rule: Rule, content_type: bytes, body: bytes) -> None:
+    """SecretRuleError when a body, read as Telegram's Bot API server reads it (tdlib's
+    HttpReader: see _body_kind, _read_multipart), names a method as a parameter (`method`,
+    any case: a form's field, a JSON object's top-level key, a multipart part's name), or
+    gives a URL where the rule's `not_urls` takes only a file (_check_parameter). A body of
+    another type is not read here: Telegram reads no parameter from it."""
+    kind = _body_kind(content_type)
+    if kind == "form":
+        _refuse_too_many_parameter_bytes(len(body))
         if body:
             for pair in body.split(b"&"):
-                _check_parameter_key(pair.partition(b"=")[0], where="form")
-    elif kind == b"application/json":
-        try:
-            document = orjson.loads(body) if body else None
-        except orjson.JSONDecodeError:
-            raise SecretRuleError(400, "the JSON body is not valid JSON") from None
-        if isinstance(document, dict) and any(
-                isinstance(key, str) and key.lower() == _METHOD_PARAMETER for key in document):
-            raise SecretRuleError(403, "a body field named method is refused (the method goes "
-                                       "in the path, where the rule checks it)")
-    elif kind == b"multipart/form-data":
-        _check_multipart(content_type, body)
+                key, _, value = pair.partition(b"=")
+                _check_parameter_key(key, where="form")
+                _check_parameter(rule, "form", key, _url_decode(value))
+    elif kind == "json":
+        _refuse_too_many_parameter_bytes(len(body))
+        document = _json_pairs(body) if body else None
+        if document is None and body:
+            raise SecretRuleError(400, "the JSON body is not valid JSON")
+        if isinstance(document, _Pairs):
+            for key, value in document:
+                if key.lower() == _METHOD_PARAMETER:
+                    raise SecretRuleError(403, "a body field named method is refused (the "
+                                               "method goes in the path, where the rule checks "
+                                               "it)")
+                _check_json_parameter(rule, key, value)
+        elif isinstance(document, str):
+            # tdlib reads a JSON body that is one string as the parameter `content`.
+            _check_parameter(rule, "JSON", b"content", document.encode("utf-8", "surrogatepass"))
+    elif kind == "multipart":
+        parts = _read_multipart(content_type, body)
+        _refuse_too_many_parameter_bytes(sum(len(part.value) for part in parts
+                                             if not part.upload))
+        for part in parts:
+            if part.name.lower() == _METHOD_PARAMETER.encode():
+                raise SecretRuleError(403, "a multipart field named method is refused (the method "
+                                           "goes in the path)")
+            if not part.upload:
+                _check_parameter(rule, "multipart", part.name, part.value)
 
 
-_BOUNDARY = re.compile(rb';\s*boundary=(?:"([^"\r\n]{1,70})"|([^\s;"]{1,70}))', re.IGNORECASE)
-_PART_NAME_EXTENDED = re.compile(rb'\bname\*\s*=', re.IGNORECASE)
-_PART_NAME = re.compile(rb'\bname\s*=\s*(?:"([^"\r\n]*)"|([^\s;]+))', re.IGNORECASE)
+def _refuse_too_many_parameter_bytes(size: int) -> None:
+    if size > MAX_PARAMETER_BYTES:
+        raise SecretRuleError(413, f"more than {MAX_PARAMETER_BYTES} bytes of parameters (files "
+                                   "apart): Telegram refuses them too")
 
 
-def _check_multipart(content_type: bytes, body: bytes) -> None:
-    found = _BOUNDARY.search(content_type)
-    if found is None:
+# ---------------------------------------------------------------------------------------------
+# How Telegram reads a body (tdlib/td tdnet/td/net/HttpReader.cpp @d963044, 2024, and the
+# older @04667e8, 2020; tdlib/telegram-bot-api Client.cpp @01a3679, Bot API 10.0). Where the
+# two tdlib versions, or tdlib and RFC 7578, could read a body otherwise, it is refused.
+
+
+def _body_kind(content_type: bytes) -> str:
+    """"multipart", "form", "json" or "other": the media type read strictly, refused when
+    tdlib would read another kind (it looks for each type's name anywhere in the field, in
+    this order, so `text/plain; x="application/json"` is JSON to Telegram)."""
+    lowered = content_type.lower()
+    if b"multipart/form-data" in lowered:
+        telegram = "multipart"
+    elif b"application/x-www-form-urlencoded" in lowered:
+        telegram = "form"
+    elif b"application/json" in lowered:
+        telegram = "json"
+    else:
+        telegram = "other"
+    ours = _BODY_KINDS.get(lowered.split(b";")[0].strip(b" \t"), "other")
+    if ours != telegram:
+        raise SecretRuleError(400, "a Content-Type that names another body type than its own is "
+                                   "refused (Telegram looks for multipart/form-data, "
+                                   "application/x-www-form-urlencoded and application/json "
+                                   "anywhere in it)")
+    return ours
+
+
+_BODY_KINDS = {b"multipart/form-data": "multipart",
+               b"application/x-www-form-urlencoded": "form", b"application/json": "json"}
+
+
+def _url_decode(value: bytes) -> bytes:
+    """A query's or form's value as tdlib decodes it (url_decode, '+' as a space): '%'
+    before two hex digits is that byte, any other '%' stays."""
+    return _URL_ESCAPE.sub(lambda found: b" " if found.group(0) == b"+"
+                           else bytes([int(found.group(0)[1:], 16)]), value)
+
+
+_URL_ESCAPE = re.compile(rb"%[0-9A-Fa-f]{2}|\+")
+
+
+class _Pairs(list):  # type: ignore[type-arg]
+    """A JSON object as (key, value) pairs in order, duplicates kept: tdlib keeps them all
+    and reads the first, other readers the last; every one is checked."""
+
+
+def _json_pairs(raw: bytes) -> Any:
+    """The JSON document in `raw` with objects as _Pairs, or None when it is not JSON
+    (orjson decides validity, RFC 8259 strictly; the stdlib keeps duplicate keys)."""
+    try:
+        orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    try:
+        return json.loads(raw, object_pairs_hook=_Pairs)
+    except RecursionError:
+        # orjson takes 1024 levels, the stdlib fewer; tdlib refuses past 100 itself.
+        raise SecretRuleError(400, "JSON nested this deep is refused (Telegram reads 100 "
+                                   "levels)") from None
+
+
+# A file given by reference, as Telegram takes it for a file parameter: a file_id (tdlib's
+# base64url persistent id; empty: the upload of that name is used) or `attach://<part>`.
+# Anything else is refused, not only `http(s)://`: tdlib reads any id holding a '.' as a URL
+# (FileManager::from_persistent_id → parse_url, which takes `evil.example/x.jpg` without a
+# scheme), so only an allow-list holds.
+_FILE_REFERENCE = re.compile(rb"(?:[A-Za-z0-9_-]*|attach://[A-Za-z0-9_-]{1,64})\Z")
+_JSON_START = frozenset(b"[{")
+
+
+def _not_url_refusal(where: str, name: str) -> SecretRuleError:
+    return SecretRuleError(403, f"{where} parameter {name}: Telegram fetches a URL given there, "
+                                "and this secret's rule (not_urls) takes only a file_id, "
+                                "attach://<part> or an upload")
+
+
+def _check_parameter(rule: Rule, where: str, name: bytes, value: bytes) -> None:
+    """A top-level parameter as Telegram reads it: named by `not_urls`, a file reference or
+    JSON (an InputMedia, InputProfilePhoto … whose fields are checked in turn); any other
+    parameter may be JSON Telegram reads (sendMediaGroup's `media`, createNewStickerSet's
+    `stickers`), whose fields named by `not_urls` are checked at every depth."""
+    if not rule.not_urls:
+        return
+    folded = name.lower()
+    if folded in rule.not_urls and _FILE_REFERENCE.match(value):
+        return
+    tree = _json_container(rule, where, value)
+    if tree is None:
+        if folded in rule.not_urls:
+            raise _not_url_refusal(where, folded.decode("ascii"))
+        return
+    _check_tree(rule, where, tree)
+
+
+def _check_json_parameter(rule: Rule, key: str, value: Any) -> None:
+    """A JSON body's top-level field: a string is a parameter as in a form (Telegram may
+    read it as JSON in turn); any other value is JSON text to Telegram, checked as a tree."""
+    if isinstance(value, str):
+        _check_parameter(rule, "JSON", key.encode("utf-8", "surrogatepass"),
+                         value.encode("utf-8", "surrogatepass"))
+    elif rule.not_urls:
+        _check_tree(rule, "JSON", _Pairs([(key, value)]))
+
+
+def _json_container(rule: Rule, where: str, value: bytes) -> Any:
+    """`value` as the JSON array or object Telegram would read it as, or None when it is
+    not one. tdlib's JSON reader is laxer than RFC 8259 (control characters in strings,
+    `+1`, `.5`, unknown escapes), so a value that starts as JSON and is not valid JSON is
+    refused when it holds a name of `not_urls` or a backslash (which could spell one)."""
+    start = value.lstrip(b" \t\r\n")[:1]
+    if not start or start[0] not in _JSON_START:
+        return None
+    tree = _json_pairs(value)
+    if tree is not None:
+        return tree
+    lowered = value.lower()
+    if b"\\" in value or any(name in lowered for name in rule.not_urls):
+        raise SecretRuleError(400, f"a {where} parameter that Telegram may read as JSON is not "
+                                   "valid JSON, and holds a name this secret's rule keeps from "
+                                   "URLs (not_urls) or a backslash")
+    return None
+
+
+def _check_tree(rule: Rule, where: str, tree: Any) -> None:
+    """Every field named by `not_urls` in a JSON tree, at any depth (iteratively: depth is
+    the program's): a file reference, null, or JSON in turn; never a URL, number or
+    boolean (tdlib reads a number's text, and `1.5` holds a '.')."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _Pairs):
+            for key, value in node:
+                folded = key.lower().encode("utf-8", "surrogatepass")
+                if folded not in rule.not_urls or isinstance(value, list):
+                    stack.append(value)
+                elif value is not None and not (
+                        isinstance(value, str)
+                        and _FILE_REFERENCE.match(value.encode("utf-8", "surrogatepass"))):
+                    raise _not_url_refusal(where, folded.decode("ascii"))
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FormPart:
+    """One part of a multipart body as Telegram reads it: its name, its value (its bytes
+    as sent) and whether it is an upload (it has a filename: tdlib keeps it as a file)."""
+
+    name: bytes
+    value: bytes
+    upload: bool
+
+
+# RFC 9110 token characters (a header's name, a parameter's name or unquoted value).
+_TOKEN = rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
+_CONTENT_TYPE_PARAMETER = re.compile(rb"; ?(" + _TOKEN + rb')=(' + _TOKEN
+                                     + rb'|"[^"\\;\x00-\x1f\x7f]*")')
+# RFC 2046 5.1.1: 1 to 70 bchars, not ending in a space; a space only when quoted.
+_BOUNDARY_VALUE = re.compile(rb"[0-9A-Za-z'()+_,./:=? -]{0,69}[0-9A-Za-z'()+_,./:=?-]\Z")
+_HEADER_NAME = re.compile(_TOKEN + rb"\Z")
+_DISPOSITION_PARAMETER = re.compile(rb" ?(" + _TOKEN + rb')=(' + _TOKEN
+                                    + rb'|"[^"\\;\x00-\x1f\x7f]*")(;|\Z)')
+_CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+# A part's own Content-Type when it is not an upload: tdlib reads a part typed
+# application/x-www-form-urlencoded as more parameters (HttpReader: begins_with), which no
+# client sends; what clients send is here.
+_FIELD_TYPES = frozenset({b"text/plain", b"application/json", b"application/octet-stream"})
+
+
+def _boundary_of(content_type: bytes) -> bytes:
+    """The boundary of `multipart/form-data; …`, read so that tdlib reads the same: it takes
+    the first `boundary` anywhere in the field (so `xboundary=` would be it), then up to ';'
+    with no space trimmed. One strict form: parameters `; name=value`, exactly one named
+    boundary, the word nowhere else."""
+    lowered = content_type.lower()
+    if b"boundary" not in lowered:
         raise SecretRuleError(400, "a multipart body without a boundary is refused")
-    delimiter = b"--" + (found.group(1) or found.group(2))
-    for part in body.split(delimiter)[1:]:
-        head, separator, _ = part.partition(b"\r\n\r\n")
-        if not separator:
-            continue  # the closing delimiter, or nothing a server reads as a part
-        for line in head.split(b"\r\n"):
-            if line.lower().startswith(b"content-disposition:"):
-                if _PART_NAME_EXTENDED.search(line):
-                    # RFC 7578 4.2: senders do not use the RFC 2231 form; a server that
-                    # reads it would decode a name this check did not see.
-                    raise SecretRuleError(400, "a multipart field name in the encoded form "
-                                               "(name*=) is refused")
-                named = _PART_NAME.search(line)
-                if named is not None:
-                    value = named.group(1) if named.group(1) is not None else named.group(2)
-                    if value.strip().lower() == _METHOD_PARAMETER.encode():
-                        raise SecretRuleError(403, "a multipart field named method is refused "
-                                                   "(the method goes in the path)")
+    rest = content_type[len(b"multipart/form-data"):]
+    found = []
+    position = 0
+    while position < len(rest):
+        parameter = _CONTENT_TYPE_PARAMETER.match(rest, position)
+        if parameter is None:
+            raise SecretRuleError(400, "a multipart Content-Type's parameters are '; name=value' "
+                                       "(a token or a quoted string without ';', '\\' or "
+                                       "spaces around '=')")
+        if parameter.group(1).lower() == b"boundary":
+            found.append(parameter.group(2))
+        position = parameter.end()
+    if len(found) != 1 or lowered.count(b"boundary") != 1:
+        raise SecretRuleError(400, "a multipart Content-Type names its boundary once, as "
+                                   "'boundary=', and the word nowhere else (Telegram takes the "
+                                   "first 'boundary' anywhere in it)")
+    boundary = found[0][1:-1] if found[0].startswith(b'"') else found[0]
+    if not _BOUNDARY_VALUE.match(boundary):
+        raise SecretRuleError(400, "a multipart boundary is 1 to 70 of RFC 2046's characters")
+    return boundary
+
+
+def _read_multipart(content_type: bytes, body: bytes) -> list[FormPart]:
+    """The parts of a multipart body as tdlib reads them, or SecretRuleError where another
+    reading is possible: a preamble, a delimiter not followed by a line end or '--', an
+    epilogue but a line end, a part without headers, and every form _read_part_head
+    refuses. tdlib ends a part at the first CRLF '--' boundary and skips the two bytes
+    after it unread; here they must be CRLF."""
+    boundary = _boundary_of(content_type)
+    first = b"--" + boundary
+    delimiter = b"\r\n" + first
+    if not body.startswith(first + b"\r\n"):
+        raise SecretRuleError(400, "a multipart body starts with its boundary and a line end (no "
+                                   "preamble)")
+    parts: list[FormPart] = []
+    names: set[bytes] = set()
+    position = len(first)
+    while True:
+        head_end = body.find(b"\r\n\r\n", position)
+        if head_end <= position:
+            raise SecretRuleError(400, "a multipart part has headers, then an empty line")
+        name, upload = _read_part_head(body[position + 2:head_end])
+        value_end = body.find(delimiter, head_end + 4)
+        if value_end < 0:
+            raise SecretRuleError(400, "a multipart body ends with its closing boundary")
+        if name in names:
+            raise SecretRuleError(400, "a multipart field name given twice is refused (readers "
+                                       "differ on which one counts)")
+        names.add(name)
+        parts.append(FormPart(name=name, value=body[head_end + 4:value_end], upload=upload))
+        after = value_end + len(delimiter)
+        if body[after:after + 2] == b"--":
+            if body[after + 2:] not in (b"", b"\r\n"):
+                raise SecretRuleError(400, "after a multipart body's closing boundary comes "
+                                           "at most a line end")
+            return parts
+        if body[after:after + 2] != b"\r\n":
+            raise SecretRuleError(400, "a multipart boundary is followed by a line end or '--' "
+                                       "(the boundary inside a value is refused)")
+        position = after
+
+
+def _read_part_head(head: bytes) -> tuple[bytes, bool]:
+    """(name, upload) of a part's headers. Refused: a header line folded, with a bare CR or
+    LF, a control byte, no ':' or space before it (tdlib trims the name, others do not);
+    Content-Disposition or Content-Type twice (tdlib takes the last); a disposition not
+    `form-data; name=…` exactly; a parameter other than name and filename, or one twice;
+    a quoted value with ';' or '\\' (tdlib 2020 splits at ';', 2024 unescapes '\\'); a name
+    that is not plain (tdlib 2024 %-decodes it: `%6Dethod` is method); a field's own
+    Content-Type that tdlib would read as more parameters."""
+    disposition: bytes | None = None
+    field_type: bytes | None = None
+    for line in head.split(b"\r\n"):
+        if line[:1] in (b" ", b"\t"):
+            raise SecretRuleError(400, "a folded multipart header line is refused")
+        name, colon, value = line.partition(b":")
+        if not colon or not _HEADER_NAME.match(name):
+            raise SecretRuleError(400, "a multipart header is 'Name: value', the name a token "
+                                       "right before its ':' (no space before the colon)")
+        value = value.strip(b" \t")
+        if _CONTROL.search(value):
+            raise SecretRuleError(400, "a multipart header holds a control byte or a bare line "
+                                       "end")
+        lowered = name.lower()
+        if lowered == b"content-disposition":
+            if disposition is not None:
+                raise SecretRuleError(400, "a multipart part with two Content-Disposition "
+                                           "headers is refused")
+            disposition = value
+        elif lowered == b"content-type":
+            if field_type is not None:
+                raise SecretRuleError(400, "a multipart part with two Content-Type headers is "
+                                           "refused")
+            field_type = value
+    if disposition is None:
+        raise SecretRuleError(400, "a multipart part without Content-Disposition is refused")
+    parameters = _disposition_parameters(disposition)
+    if b"name" not in parameters:
+        raise SecretRuleError(400, "a multipart part's Content-Disposition names it (name=)")
+    name = parameters[b"name"]
+    if not _QUERY_KEY.match(name):
+        raise SecretRuleError(400, "a multipart field's name is 1 to 64 letters, digits, '_', "
+                                   "'-', '.', never encoded or escaped")
+    upload = b"filename" in parameters
+    if not upload and field_type is not None and \
+            field_type.split(b";")[0].strip(b" \t").lower() not in _FIELD_TYPES:
+        raise SecretRuleError(400, "a multipart field's own Content-Type is text/plain, "
+                                   "application/json or application/octet-stream (Telegram reads "
+                                   "a field sent as a form as more parameters)")
+    return name, upload
+
+
+def _disposition_parameters(value: bytes) -> dict[bytes, bytes]:
+    if not value.startswith(b"form-data;"):
+        raise SecretRuleError(400, "a multipart part's Content-Disposition is 'form-data; "
+                                   "name=…' exactly")
+    parameters: dict[bytes, bytes] = {}
+    position = len(b"form-data;")
+    while position < len(value):
+        parameter = _DISPOSITION_PARAMETER.match(value, position)
+        if parameter is None:
+            raise SecretRuleError(400, "a multipart Content-Disposition's parameters are "
+                                       "'name=value' (a token, or a quoted string without ';' or "
+                                       "'\\'), one space at most before each")
+        key = parameter.group(1)
+        if key.lower() == b"name*":
+            # RFC 7578 4.2: senders do not use the RFC 2231 form; a server that reads it
+            # would decode a name this check did not see.
+            raise SecretRuleError(400, "a multipart field name in the encoded form (name*=) is "
+                                       "refused")
+        if key not in (b"name", b"filename"):
+            raise SecretRuleError(400, "a multipart Content-Disposition takes name and filename "
+                                       "only (in lower case)")
+        if key in parameters:
+            raise SecretRuleError(400, "a multipart Content-Disposition gives name or filename "
+                                       "twice (readers differ on which one counts)")
+        found = parameter.group(2)
+        parameters[key] = found[1:-1] if found.startswith(b'"') else found
+        position = parameter.end()
+        if parameter.group(3) == b";" and position == len(value):
+            raise SecretRuleError(400, "a multipart Content-Disposition ends with its last "
+                                       "parameter, not ';'")
+    return parameters
 
 
 def fill(matched: Matched, secret: bytes) -> Filled:

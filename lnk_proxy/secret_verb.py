@@ -9,7 +9,8 @@ What the proxy calls, in order (the model verb's order, lnk_proxy.model_verb):
 - admit(name, rule, method, target, headers) → Admitted: before the body is read, the path
   is one of the rule's shapes with the placeholder where the secret goes, no refused name,
   no `method` parameter, a body in a coding we can read;
-- request(admitted, raw) → (h11.Request, body): the body checked for a `method` field, the
+- request(admitted, raw) → (h11.Request, body): the body checked (a `method` field, a URL
+  where the rule's not_urls takes only a file; read as Telegram reads it), the
   secret read now (a rotated token takes effect at once) and put where the rule says,
   inbound credentials and framing dropped. The body is sent as it came (it is checked, not
   rewritten: nothing in it is the secret's business but the `method` field).
@@ -126,6 +127,9 @@ class SecretVerb:
         except UnicodeEncodeError:
             raise Refused(400, "a byte outside the path's plain alphabet is refused") from None
         kept = []
+        if sum(field.lower() == b"content-type" for field, _ in headers) > 1:
+            # tdlib reads the last, other readers the first: the body is read as one type.
+            raise Refused(400, "a call with two Content-Type headers is refused")
         for field, value in headers:
             lowered = field.lower()
             if lowered == b"content-encoding" and value.strip().lower() not in _READABLE_CODINGS:
@@ -142,7 +146,7 @@ class SecretVerb:
             if field.lower() == b"content-type":
                 content_type = value
         try:
-            secret_rules.check_body(content_type, raw)
+            secret_rules.check_body(admitted.matched.rule, content_type, raw)
         except SecretRuleError as error:
             raise _refused(error) from None
         try:

@@ -25,6 +25,7 @@ from lnk_proxy.secret_rules import SecretRuleError
 ROOT = Path(__file__).parent.parent
 GOLDEN = Path(__file__).parent / "golden" / "secret_telegram.json"
 TELEGRAM = (ROOT / "examples" / "telegram-rule.json").read_bytes()
+TG_RULE = s.parse_rule(TELEGRAM)
 DEEP = os.environ.get("LNK_FUZZ") == "deep"
 EXAMPLES = 3000 if DEEP else 300
 PLACEHOLDER = b"123456:PLACEHOLDERPLACEHOLDER0000"
@@ -264,8 +265,8 @@ BAD_RULES: list[tuple[Any, str]] = [
     ({"paths": ["/x{secret}"]}, "host: missing (the one host the secret may go to)"),
     ({"host": "a.b"}, "paths: missing (the path shapes a call may take)"),
     ({"host": "a.b", "paths": ["/x{secret}"], "hosts": ["c.d"]},
-     "unknown key in a rule (known: header, host, methods, paths, placeholder, refuse); a key "
-     "not known is refused, never ignored"),
+     "unknown key in a rule (known: header, host, methods, not_urls, paths, placeholder, "
+     "refuse); a key not known is refused, never ignored"),
     ({"host": "api.telegram.org/{path}", "paths": ["/x{secret}"]},
      "host: no placeholder ({secret}, {name}, {path}) may stand in the host; the rule fixes "
      "the one host"),
@@ -616,9 +617,9 @@ BODIES: list[tuple[bytes, bytes, str | None]] = [
 def test_body_naming_a_method_is_refused(content_type: bytes, body: bytes,
                                          reason: str | None) -> None:
     if reason is None:
-        s.check_body(content_type, body)
+        s.check_body(TG_RULE, content_type, body)
     else:
-        assert refusal(lambda: s.check_body(content_type, body)).reason == reason
+        assert refusal(lambda: s.check_body(TG_RULE, content_type, body)).reason == reason
 
 
 # --- the program's environment ---
@@ -758,6 +759,6 @@ def test_random_bytes_as_a_rule_raise_only_secret_rule_error(raw: bytes) -> None
        st.binary(max_size=120))
 def test_random_bodies_raise_only_secret_rule_error(content_type: bytes, body: bytes) -> None:
     try:
-        s.check_body(content_type, body)
+        s.check_body(TG_RULE, content_type, body)
     except SecretRuleError as error:
         assert error.reason

@@ -66,7 +66,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         try:
             matched = s.match(RULE, self.command.encode(), target[len(PREFIX):],
                               self.server.placeholder, headers)
-            s.check_body(self.headers.get("Content-Type", "").encode(), body)
+            s.check_body(RULE, self.headers.get("Content-Type", "").encode(), body)
             upstream = s.fill(matched, SECRET)
         except s.SecretRuleError as error:
             self.server.refused.append(error.reason)
@@ -205,3 +205,72 @@ def test_python_telegram_bot_calls_pass_with_the_placeholder_and_refused_methods
     assert set(bot_api.refused) == {
         "this name is refused by the secret's rule (whatever its case)"}
     assert all(bot_api.placeholder not in body for _, body in bot_api.passed)
+
+
+URL_REFUSED = ("parameter photo: Telegram fetches a URL given there, and this secret's rule "
+               "(not_urls) takes only a file_id, attach://<part> or an upload")
+MEDIA_REFUSED = ("parameter media: Telegram fetches a URL given there, and this secret's rule "
+                 "(not_urls) takes only a file_id, attach://<part> or an upload")
+
+
+def test_python_telegram_bot_media_by_url_is_refused_by_upload_and_file_id_passes(
+        bot_api: FakeBotApi) -> None:
+    """sendPhoto with a URL (which Telegram would fetch) and sendMediaGroup with one are
+    refused, the reason naming the parameter; the same photo uploaded or by file_id passes."""
+    from telegram import Bot, InputMediaPhoto
+    from telegram.error import TelegramError
+
+    async def calls() -> list[str]:
+        bot = Bot(token=bot_api.placeholder.decode(), base_url=base_of(bot_api) + "/bot",
+                  base_file_url=base_of(bot_api) + "/file/bot")
+        shown = []
+        async with bot:
+            for refused in (bot.send_photo(chat_id=42, photo="https://evil.example/a.jpg"),
+                            bot.send_media_group(chat_id=42, media=[
+                                InputMediaPhoto(b"JPG"),
+                                InputMediaPhoto("https://evil.example/b.jpg")])):
+                try:
+                    await refused
+                except TelegramError as error:
+                    shown.append(str(error))
+            await bot.send_photo(chat_id=42, photo=b"JPG")
+            await bot.send_photo(chat_id=42, photo="AgACAgIAAxkBAAIBZ2V-file_id")
+        return shown
+
+    shown = asyncio.run(calls())
+    assert len(shown) == 2 and URL_REFUSED in shown[0] and MEDIA_REFUSED in shown[1], shown
+    assert [target for target, _ in bot_api.passed][-2:] == [b"/bot" + SECRET + b"/sendPhoto"] * 2
+    assert all(b"evil.example" not in body for _, body in bot_api.passed)
+
+
+def test_aiogram_media_by_url_is_refused_by_upload_and_file_id_passes(
+        bot_api: FakeBotApi) -> None:
+    from aiogram import Bot
+    from aiogram.client.session.aiohttp import AiohttpSession
+    from aiogram.client.telegram import TelegramAPIServer
+    from aiogram.exceptions import TelegramAPIError
+    from aiogram.types import BufferedInputFile, InputMediaPhoto
+
+    async def calls() -> list[str]:
+        session = AiohttpSession(api=TelegramAPIServer.from_base(base_of(bot_api)))
+        bot = Bot(token=bot_api.placeholder.decode(), session=session)
+        shown = []
+        try:
+            for refused in (bot.send_photo(chat_id=42, photo="https://evil.example/a.jpg"),
+                            bot.send_media_group(chat_id=42, media=[
+                                InputMediaPhoto(media=BufferedInputFile(b"JPG", "a.jpg")),
+                                InputMediaPhoto(media="https://evil.example/b.jpg")])):
+                try:
+                    await refused
+                except TelegramAPIError as error:
+                    shown.append(str(error))
+            await bot.send_photo(chat_id=42, photo=BufferedInputFile(b"JPG", "a.jpg"))
+            await bot.send_photo(chat_id=42, photo="AgACAgIAAxkBAAIBZ2V-file_id")
+        finally:
+            await session.close()
+        return shown
+
+    shown = asyncio.run(calls())
+    assert len(shown) == 2 and URL_REFUSED in shown[0] and MEDIA_REFUSED in shown[1], shown
+    assert [target for target, _ in bot_api.passed][-2:] == [b"/bot" + SECRET + b"/sendPhoto"] * 2
+    assert all(b"evil.example" not in body for _, body in bot_api.passed)

@@ -111,6 +111,8 @@ def test_split_secret() -> None:
     (b"GET", "/bot{P}/g\u20acMe", [], 400),
     (b"DELETE", "/bot{P}/getMe", [], 405),
     (b"POST", "/bot{P}/getMe", [(b"Content-Encoding", b"gzip")], 415),
+    (b"POST", "/bot{P}/sendPhoto", [(b"Content-Type", b"text/plain"),
+                                    (b"content-type", b"application/json")], 400),
 ])
 def test_a_call_refused_before_its_body_counts(
         verb: SecretVerb, method: bytes, target: str, headers: list[tuple[bytes, bytes]],
@@ -190,3 +192,12 @@ def test_a_verb_needs_a_placeholder_for_each_name(settings: str) -> None:
         SecretVerb(placeholders={"telegram": b""}, settings=settings)
     with pytest.raises(ValueError, match="name"):
         SecretVerb(placeholders={"a.b": b"x"}, settings=settings)
+
+
+def test_a_photo_by_url_is_refused_naming_the_parameter(verb: SecretVerb) -> None:
+    rule = verb.rule("telegram")
+    admitted = verb.admit("telegram", rule, b"POST", f"/bot{PLACEHOLDER.decode()}/sendPhoto",
+                          [(b"content-type", b"application/x-www-form-urlencoded")])
+    error = refused(lambda: verb.request(admitted, b"chat_id=1&photo=evil.example%2Fa.jpg"))
+    assert (error.status, error.counts) == (403, True)
+    assert error.reason.startswith("form parameter photo: Telegram fetches a URL given there")

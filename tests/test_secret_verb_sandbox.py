@@ -605,3 +605,75 @@ def test_a_secret_not_set_refuses_the_run(
     assert lines[0].startswith(f"lnk-sandbox: [verbs] secrets names telegram, {what} "), lines
     assert lines[0].count("lnk-sandbox secret set telegram --rule FILE") == 1, lines
     assert done.stdout == ""
+
+
+NOT_URL = ("parameter {}: Telegram fetches a URL given there, and this secret's rule "
+           "(not_urls) takes only a file_id, attach://<part> or an upload")
+
+
+def test_media_by_url_is_refused_naming_the_parameter_and_uploads_pass(
+    spec: Path, tg_env: dict[str, str], tmp_path: Path, token: str, seen: Any,
+) -> None:
+    """sendPhoto with a URL (Telegram would fetch any host the program names: egress around
+    the hosts list) by python-telegram-bot and aiogram, sendMediaGroup with a URL among its
+    media, and the same by raw form, JSON and a multipart body spelled as Telegram's reader
+    would read otherwise (a space before the colon, a second name=, xboundary=): each
+    refused with the parameter named, none reaching the Bot API. The same photo uploaded
+    and by file_id passes with both clients."""
+    out, done = run_script(spec, tg_env, tmp_path, r'''
+async def main():
+    import telegram
+    bot = ptb()
+    async with bot:
+        out["ptb url"] = await refused(bot.send_photo(4242, "https://evil.example/a.jpg"))
+        out["ptb group"] = await refused(bot.send_media_group(4242, [
+            telegram.InputMediaPhoto(b"\x89PNG"),
+            telegram.InputMediaPhoto("https://evil.example/b.jpg")]))
+        out["ptb upload"] = (await bot.send_photo(4242, b"\x89PNG fake")).photo[0].file_id
+        out["ptb file_id"] = (await bot.send_photo(4242, "AgACAgIAAxkBAAIB-file_id")).message_id
+    from aiogram.types import BufferedInputFile, InputMediaPhoto
+    bot = aio()
+    try:
+        out["aiogram url"] = await refused(bot.send_photo(4242, "evil.example/a.jpg"))
+        out["aiogram group"] = await refused(bot.send_media_group(4242, [
+            InputMediaPhoto(media=BufferedInputFile(b"\x89PNG", "a.png")),
+            InputMediaPhoto(media="https://evil.example/b.jpg")]))
+        out["aiogram upload"] = (await bot.send_photo(
+            4242, BufferedInputFile(b"\x89PNG", "a.png"))).photo[0].file_id
+        out["aiogram file_id"] = (await bot.send_photo(4242, "AgACAgIAAxkBAAIB-id")).message_id
+    finally:
+        await bot.session.close()
+asyncio.run(main())
+path = "/bot" + P + "/sendPhoto"
+out["form"] = raw("POST", path, b"chat_id=1&photo=https%3A%2F%2Fevil.example%2Fa.jpg",
+                  {"Content-Type": "application/x-www-form-urlencoded"})
+out["json"] = raw("POST", path, json.dumps({"chat_id": 1, "photo": "evil.example/a"}).encode(),
+                  {"Content-Type": "application/json"})
+out["query"] = raw("GET", path + "?chat_id=1&photo=http%3A%2F%2Fevil.example%2Fa")
+part = b'--b\r\nContent-Disposition : form-data; name="photo"\r\n\r\nhttps://evil.example/\r\n--b--\r\n'
+out["colon"] = raw("POST", path, part, {"Content-Type": "multipart/form-data; boundary=b"})
+part = (b'--b\r\nContent-Disposition: form-data; name="caption"; name="photo"\r\n\r\n'
+        b'https://evil.example/\r\n--b--\r\n')
+out["two names"] = raw("POST", path, part, {"Content-Type": "multipart/form-data; boundary=b"})
+part = (b'--a\r\nContent-Disposition: form-data; name="photo"\r\n\r\nhttps://evil.example/\r\n'
+        b'--a--\r\n')
+out["xboundary"] = raw("POST", path, part,
+                       {"Content-Type": "multipart/form-data; xboundary=a; boundary=b"})
+''')
+    records = seen()
+    assert all("evil.example" not in json.dumps(record) for record in records), records
+    assert [record["path"].replace(token, "T") for record in records] == [
+        "/botT/getMe", "/botT/sendPhoto", "/botT/sendPhoto", "/botT/sendPhoto",
+        "/botT/sendPhoto"], records
+    assert out["ptb upload"] == out["aiogram upload"] == "photo-7", out
+    for client in ("ptb", "aiogram"):
+        assert NOT_URL.format("photo") in out[f"{client} url"][1], out
+        assert NOT_URL.format("media") in out[f"{client} group"][1], out
+    for way, where in (("form", "form"), ("json", "JSON"), ("query", "query")):
+        status, body = out[way]
+        assert status == 403, (way, body)
+        assert json.loads(body)["description"] == f"{where} {NOT_URL.format('photo')}", body
+    assert out["colon"][0] == 400 and "no space before the colon" in out["colon"][1], out
+    assert out["two names"][0] == 400 and "name or filename twice" in out["two names"][1], out
+    assert out["xboundary"][0] == 400 and "names its boundary once" in out["xboundary"][1], out
+    assert token not in done.stdout + done.stderr

@@ -467,8 +467,8 @@ WEAK_RULES: list[tuple[bytes, str]] = [
     (b'{"host": "api.telegram.org", "paths": ["/bot{secret}/{path}"]}',
      "paths[0]: a literal segment must come before {path} (else {path} reaches every method)"),
     (b'{"host": "api.telegram.org", "paths": ["/bot{secret}/{name}"], "allow": ["*"]}',
-     "unknown key in a rule (known: header, host, methods, paths, placeholder, refuse); a key "
-     "not known is refused, never ignored"),
+     "unknown key in a rule (known: header, host, methods, not_urls, paths, placeholder, "
+     "refuse); a key not known is refused, never ignored"),
     (b"host = 'api.telegram.org'", "a rule is one JSON object (this is not valid JSON)"),
 ]
 
