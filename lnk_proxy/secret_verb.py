@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import h11
 
+from lnk_common.model_rules import drop_receiver_overrides
 from lnk_common.secrets import SecretError, name_problem, read_rule, read_secret
 from lnk_common.wire import Refused
 from lnk_proxy import secret_rules
@@ -137,7 +138,9 @@ class SecretVerb:
                                    "uncompressed")
             if lowered not in _DROPPED:
                 kept.append((field, value))
-        return Admitted(name, matched, kept)
+        # A header that changes the method or path at the service: as toward every
+        # provider (the rule's paths and methods were checked against this request).
+        return Admitted(name, matched, drop_receiver_overrides(kept))
 
     def request(self, admitted: Admitted, raw: bytes) -> tuple[h11.Request, bytes]:
         """The upstream request and its body (the body as it came), or Refused."""

@@ -182,6 +182,22 @@ def test_a_header_rule_adds_its_header_and_drops_the_placeholder(settings: str) 
     assert error.status == 403
 
 
+def test_headers_that_change_the_method_or_path_at_the_service_are_dropped(
+        settings: str) -> None:
+    """As toward every provider (issue 27, item 7): a service that reads
+    X-HTTP-Method-Override would run another method than the one the rule checked."""
+    write_rule(settings, "service", orjson.dumps({
+        "host": "api.service.example", "paths": ["/v1/{name}"],
+        "header": "Authorization: Bearer {secret}"}))
+    write_secret(settings, "service", b"sk-real")
+    verb = SecretVerb(placeholders={"service": b"ph-123"}, settings=settings)
+    request, _, _ = call(verb, b"GET", "/service/v1/things", [
+        (b"Authorization", b"Bearer ph-123"), (b"X-HTTP-Method-Override", b"DELETE"),
+        (b"x_method_override", b"PUT"), (b"X-Original-URL", b"/v1/delete")])
+    assert list(request.headers) == [
+        (b"host", b"api.service.example"), (b"authorization", b"Bearer sk-real")]
+
+
 def test_the_body_limit_is_telegrams_upload_limit() -> None:
     assert MAX_BODY_BYTES == 50 * 1024 * 1024
     assert s.MAX_TARGET_BYTES < 32 * 1024
