@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -48,6 +48,9 @@ from lnk_common import model_rules
 from lnk_common.model_rules import ModelRequestError
 from lnk_common.refusal import StatusError, odd_path
 from lnk_common.refusal import refusal_body as _refusal_body
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = [
     "ALLOWED_ROUTES",
@@ -594,15 +597,20 @@ def _go_fold_rune(char: str) -> str:
 _KNOWN_BY_FOLD: dict[str, str] = {go_fold_name(field): field for field in KNOWN_FIELDS}
 
 
-def _refuse_folded_keys(body: dict[str, Any]) -> None:
-    stack: list[Any] = [body]
+def _objects(tree: Any) -> Iterator[dict[str, Any]]:
+    """Every JSON object in `tree`, at any depth (no recursion: depth is the program's)."""
+    stack: list[Any] = [tree]
     while stack:
         node = stack.pop()
         if isinstance(node, list):
             stack.extend(node)
-            continue
-        if not isinstance(node, dict):
-            continue
+        elif isinstance(node, dict):
+            yield node
+            stack.extend(node.values())
+
+
+def _refuse_folded_keys(body: dict[str, Any]) -> None:
+    for node in _objects(body):
         seen: set[str] = set()
         for key in node:
             folded = go_fold_name(key)
@@ -616,7 +624,6 @@ def _refuse_folded_keys(body: dict[str, Any]) -> None:
                                            "refused (Go reads them as one field, the last "
                                            "winning)")
             seen.add(folded)
-        stack.extend(node.values())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -643,14 +650,7 @@ def _refuse_runtime_fields(body: dict[str, Any]) -> None:
     # The whole tree, schemas and replayed tool calls included: a function that merely
     # takes a parameter of one of these names is refused too, which no real client sends;
     # stricter than model_rules' walk, and nothing to keep in step with it.
-    stack: list[Any] = [body]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, list):
-            stack.extend(node)
-            continue
-        if not isinstance(node, dict):
-            continue
+    for node in _objects(body):
         for key, why in REFUSED_FIELDS.items():
             if key in node:
                 raise LocalModelError(400, f"{key} is refused: {why}")
@@ -663,7 +663,6 @@ def _refuse_runtime_fields(body: dict[str, Any]) -> None:
             if not (isinstance(value, str) and value[:5].lower() == "data:"):
                 raise LocalModelError(400, f"{key} other than a data: URL is refused: the "
                                            "runtime would fetch it")
-        stack.extend(node.values())
 
 
 # ---------------------------------------------------------------------------------------------
