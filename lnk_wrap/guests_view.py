@@ -101,6 +101,17 @@ def authorized_keys_path(env: Mapping[str, str]) -> str:
     return os.path.join(os.path.normpath(home), ".ssh", "authorized_keys")
 
 
+def _read_up_to(fd: int, most: int) -> bytes:
+    """At most `most` bytes of `fd` (one past a limit tells a file over it)."""
+    data = b""
+    while len(data) < most:
+        more = os.read(fd, most - len(data))
+        if not more:
+            break
+        data += more
+    return data
+
+
 def _read_limited(path: str, limit: int, what: str, *, missing_ok: bool) -> bytes | None:
     """A regular file's bytes, read without following a link at its name."""
     try:
@@ -118,12 +129,7 @@ def _read_limited(path: str, limit: int, what: str, *, missing_ok: bool) -> byte
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise GuestError(f"{path}: {what} is not a regular file")
-        data = os.read(fd, limit + 1)
-        while len(data) <= limit:
-            more = os.read(fd, limit + 1 - len(data))
-            if not more:
-                break
-            data += more
+        data = _read_up_to(fd, limit + 1)
     finally:
         os.close(fd)
     if len(data) > limit:
@@ -336,12 +342,7 @@ def _git_named(path: str, home: str, depth: int = 0) -> list[tuple[str, str]]:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return found
-        data = b""
-        while len(data) <= MAX_CONFIG_BYTES:
-            more = os.read(fd, MAX_CONFIG_BYTES + 1 - len(data))
-            if not more:
-                break
-            data += more
+        data = _read_up_to(fd, MAX_CONFIG_BYTES + 1)
     finally:
         os.close(fd)
     if len(data) > MAX_CONFIG_BYTES:
