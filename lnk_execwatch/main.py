@@ -48,7 +48,7 @@ import sys
 import time
 
 from lnk_common.boundedlog import FOLD_SECONDS, BoundedLog, Folds, clip, printable
-from lnk_common.fdpass import receive_fds
+from lnk_common.fdpass import expect_credentials, take_numbered
 from lnk_common.syscalls import libc
 from lnk_execwatch import notify, sockets
 from lnk_execwatch.judge import (
@@ -375,7 +375,7 @@ class Watch:
                 # now, from the sandbox's root, as the init opened it for Landlock.
                 self.pin(call.pid)
             try:
-                if call.nr in (sockets.CONNECT, sockets.SENDTO):
+                if call.nr in (sockets.CONNECT, sockets.SENDTO, sockets.SENDMSG, sockets.SENDMMSG):
                     self.sockets.handle(call)
                 elif call.nr == _MEMFD_CREATE:
                     self.memfd_create(call)
@@ -392,7 +392,8 @@ class Watch:
         raises): the call is refused (EACCES), the person told in one line on stderr and
         in programs.log, and the watch goes on serving the rest. Closed, never silent."""
         what = {_EXECVE: "execve", _EXECVEAT: "execveat", _MEMFD_CREATE: "memfd_create",
-                sockets.CONNECT: "connect", sockets.SENDTO: "sendto"}.get(call.nr, str(call.nr))
+                sockets.CONNECT: "connect", sockets.SENDTO: "sendto",
+                sockets.SENDMSG: "sendmsg", sockets.SENDMMSG: "sendmmsg"}.get(call.nr, str(call.nr))
         message = clip(printable(
             f"the exec watch failed on a {what} call ({type(error).__name__}: {error}); "
             "that call was refused (EACCES), the watch goes on"))
@@ -620,7 +621,8 @@ def _receive_listener(socket_fd: int) -> tuple[int, int] | None:
     """The listener and the sandbox's sock_diag socket the init sends first thing,
     acknowledged with one byte; None when none come (the sandbox was never made, and the
     init, unacknowledged, runs nothing)."""
-    received = receive_fds(socket_fd, 2)
+    expect_credentials(socket_fd)  # late for a writer that wrote already: that is refused
+    received = take_numbered(socket_fd, 2)
     if received is not None:
         os.write(socket_fd, b"+")
     os.close(socket_fd)

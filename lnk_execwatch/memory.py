@@ -10,7 +10,7 @@ import os
 
 from lnk_common.syscalls import libc
 
-__all__ = ["SmallReader", "read_memory"]
+__all__ = ["SmallReader", "read_memory", "write_memory"]
 
 
 class _IoVec(ctypes.Structure):
@@ -60,3 +60,18 @@ class SmallReader:
         if done != length:
             raise OSError(errno.EFAULT, "the memory cannot be read")
         return self.buffer.raw[:length]
+
+
+_process_vm_writev = libc["process_vm_writev"]  # its own function object
+_process_vm_writev.restype = ctypes.c_ssize_t
+_process_vm_writev.argtypes = _process_vm_readv.argtypes
+
+
+def write_memory(pid: int, address: int, data: bytes) -> bool:
+    """Write `data` into a stopped program's memory at `address` (what the kernel writes
+    back for a call done on the program's behalf); whether it was written whole."""
+    buffer = ctypes.create_string_buffer(data, len(data))
+    local = _IoVec(ctypes.cast(buffer, ctypes.c_void_p), len(data))
+    remote = _IoVec(address, len(data))
+    return bool(_process_vm_writev(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+                == len(data))

@@ -39,7 +39,21 @@ import stat
 
 from lnk_common.syscalls import libc, syscall
 from lnk_execwatch import notify
-from lnk_execwatch.memory import SmallReader, read_memory
+from lnk_execwatch.memory import SmallReader, read_memory, write_memory
+from lnk_execwatch.messages import (
+    MMSGHDR_BYTES,
+    MSGHDR_BYTES,
+    SCM_CREDENTIALS,
+    SCM_RIGHTS,
+    SOL_SOCKET,
+    UIO_MAXIOV,
+    Control,
+    MessageError,
+    build_control,
+    parse_control,
+    parse_header,
+    parse_iovecs,
+)
 from lnk_execwatch.unixdiag import (
     AF_UNIX,
     PATH,
@@ -56,10 +70,12 @@ if TYPE_CHECKING:
     import threading
     from collections.abc import Callable
 
-__all__ = ["CONNECT", "SENDTO", "SocketGuard"]
+__all__ = ["CONNECT", "SENDMMSG", "SENDMSG", "SENDTO", "SocketGuard"]
 
 CONNECT = 42
 SENDTO = 44
+SENDMSG = 46
+SENDMMSG = 307
 _SYS_PIDFD_OPEN = 434
 _SYS_PIDFD_GETFD = 438
 _SYS_OPENAT2 = 437
@@ -88,6 +104,9 @@ PATH_MAX = 4096
 # How long a blocking inet connect is waited for here before a worker takes it over: a
 # connection on the sandbox's own loopback is made in microseconds.
 CONNECT_WAIT_MS = 2
+# Control data of one message done here: the kernel's own ceiling (net.core.optmem_max)
+# is 20-128 KiB; a longer one gets ENOBUFS, as the kernel gives past its ceiling.
+CONTROL_MAX = 1 << 16
 # Threads doing calls that may block; more wait in line (only their callers wait).
 MAX_WORKERS = 64
 # Threads' descriptors remembered (pidfds); a sandbox runs a few hundred at most.
@@ -112,6 +131,63 @@ _setsockopt.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_char_
 _getsockopt = libc["getsockopt"]  # its own function object: argtypes are per object
 _getsockopt.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
                         ctypes.c_void_p]
+
+class _IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
+
+
+class _MsgHdr(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("namelen", ctypes.c_uint32),
+                ("iov", ctypes.POINTER(_IoVec)), ("iovlen", ctypes.c_size_t),
+                ("control", ctypes.c_char_p), ("controllen", ctypes.c_size_t),
+                ("flags", ctypes.c_int)]
+
+
+_sendmsg = libc["sendmsg"]  # its own function object: argtypes are per object
+_sendmsg.restype = ctypes.c_ssize_t
+_sendmsg.argtypes = [ctypes.c_int, ctypes.POINTER(_MsgHdr), ctypes.c_int]
+
+
+class _Message:
+    """One message of a sendmsg or sendmmsg, as read from the caller: its address (the
+    pin's path once checked), its data, its control data with the caller's descriptors
+    replaced by this process's copies (`fds`, closed after)."""
+
+    __slots__ = ("address", "control", "data", "fds", "pin", "rest")
+
+    def __init__(self, address: bytes, data: bytes, control: bytes, fds: list[int]) -> None:
+        self.address = address
+        self.data = data
+        self.control = control
+        self.fds = fds
+        self.pin = -1
+        # A stream's data past SENDTO_MAX, still in the caller's memory (address, length):
+        # a blocking stream sends all of it, so a worker reads and sends it in pieces.
+        self.rest: list[tuple[int, int]] = []
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        if self.pin >= 0:
+            os.close(self.pin)
+
+
+def _send_message(fd: int, message: _Message, flags: int, *, skip: int = 0) -> int:
+    """sendmsg(2) of `message` on `fd` (from its byte `skip` on, then with no address or
+    control: the rest of a stream's message); the result, or minus the errno."""
+    data = message.data[skip:]
+    buffer = ctypes.create_string_buffer(data, len(data))
+    vector = _IoVec(ctypes.cast(buffer, ctypes.c_void_p), len(data))
+    header = _MsgHdr(None, 0, ctypes.pointer(vector), 1, None, 0, 0)
+    if not skip:
+        if message.address:
+            header.name, header.namelen = message.address, len(message.address)
+        if message.control:
+            header.control, header.controllen = message.control, len(message.control)
+    ctypes.set_errno(0)
+    result = int(_sendmsg(fd, ctypes.byref(header), flags))
+    return result if result >= 0 else -(ctypes.get_errno() or errno.EIO)
+
 
 def _signed(value: int) -> int:
     """A system call's int argument (the low 32 bits of its register), signed."""
@@ -165,7 +241,8 @@ class _Call:
     """One call to do here: on `fd` (taken from the caller; closed after), connect to
     `address`, or send `data` to it with `flags`."""
 
-    __slots__ = ("address", "data", "family", "fd", "flags", "id", "nr", "pin")
+    __slots__ = ("address", "at", "data", "family", "fd", "flags", "id", "messages", "nr",
+                 "pid", "pin", "sent", "stream")
 
     def __init__(self, nr: int, id: int, fd: int, family: int, address: bytes,
                  data: bytes = b"", flags: int = 0) -> None:
@@ -177,11 +254,20 @@ class _Call:
         self.data = data
         self.flags = flags
         self.pin = -1
+        # sendmsg and sendmmsg: the messages read, where the caller's headers are (for
+        # the lengths sendmmsg writes back), bytes of a stream's message sent already.
+        self.messages: list[_Message] = []
+        self.pid = 0
+        self.at = 0
+        self.sent = 0
+        self.stream = False
 
     def close(self) -> None:
         os.close(self.fd)
         if self.pin >= 0:
             os.close(self.pin)
+        for message in self.messages:
+            message.close()
 
 
 class SocketGuard:
@@ -210,7 +296,14 @@ class SocketGuard:
         taken = -1
         try:
             taken = self._take(call.pid, _signed(call.args[0]))
-            work = self._prepare(call, taken)
+            if call.nr in (SENDMSG, SENDMMSG):
+                work = self._prepare_messages(call, taken)
+            else:
+                work = self._prepare(call, taken)
+        except MessageError as error:
+            os.close(taken)
+            self._answer(call.id, -error.code)
+            return
         except OSError as error:
             if taken >= 0:
                 os.close(taken)
@@ -220,7 +313,9 @@ class SocketGuard:
             os.close(taken)
             return
         try:
-            if work.family == AF_UNIX:
+            if work.nr in (SENDMSG, SENDMMSG):
+                self._send_messages(work)
+            elif work.family == AF_UNIX:
                 self._hand_to_worker(work)  # rare, and a unix peer may make a caller wait
             elif work.nr == CONNECT:
                 self._connect(work)
@@ -297,6 +392,162 @@ class SocketGuard:
         work.address = (AF_UNIX.to_bytes(2, "little")
                         + f"/proc/self/fd/{work.pin}".encode() + b"\0")
         return work
+
+    def _prepare_messages(self, call: notify.Notification, taken: int) -> _Call | None:
+        """A sendmsg's message or a sendmmsg's messages read once, each address judged as
+        a sendto's; None when answered already. A message the kernel would refuse, or
+        one refused here, ends the list there: the ones before it are sent (sendmmsg's
+        own rule: the count sent, or the first one's error)."""
+        family = self.scratch.socket_option(taken, _SO_DOMAIN)
+        stream = self.scratch.socket_option(taken, _SO_TYPE) == _SOCK_STREAM
+        if call.nr == SENDMSG:
+            count, flags = 1, _signed(call.args[2])
+        else:
+            count, flags = min(call.args[2] & 0xFFFFFFFF, UIO_MAXIOV), _signed(call.args[3])
+        work = _Call(call.nr, call.id, taken, family, b"", flags=flags)
+        work.pid, work.at, work.stream = call.pid, call.args[1], stream
+        step = MSGHDR_BYTES if call.nr == SENDMSG else MMSGHDR_BYTES
+        headers = self._read(call.pid, call.args[1], step * count)
+        budget = SENDTO_MAX
+        refusal: OSError | MessageError | None = None
+        for index in range(count):
+            try:
+                message = self._read_message(call.pid, headers[index * step:][:MSGHDR_BYTES],
+                                             budget, stream)
+            except (OSError, MessageError) as error:
+                refusal = error
+                break
+            work.messages.append(message)
+            budget -= len(message.data)
+            if budget <= 0:
+                break
+        if not notify.id_valid(self.listener, call.id):
+            for message in work.messages:
+                message.close()
+            return None  # the caller is gone or interrupted: what was read is not its
+        if family == AF_UNIX:
+            for index, message in enumerate(work.messages):
+                why: OSError | None = None
+                try:
+                    allowed = not message.address or self._judge_message(call, message)
+                except OSError as error:
+                    allowed, why = False, error
+                if not allowed:
+                    for later in work.messages[index:]:
+                        later.close()
+                    del work.messages[index:]
+                    refusal = why or OSError(errno.EACCES, "refused")
+                    break
+        if not work.messages:  # the socket itself is closed by the caller (handle)
+            code = refusal.code if isinstance(refusal, MessageError) else (
+                refusal.errno if refusal is not None and refusal.errno else errno.EINVAL)
+            self._answer(call.id, -code if count else 0)
+            return None
+        return work
+
+    def _read_message(self, pid: int, raw: bytes, budget: int, stream: bool) -> _Message:
+        header = parse_header(raw)
+        address = self.scratch.read_address(pid, header.name_at, header.name_length)
+        data: list[bytes] = []
+        rest: list[tuple[int, int]] = []
+        left = budget
+        for at, length in parse_iovecs(self._read(pid, header.iov_at, 16 * header.iov_count)):
+            if left <= 0:
+                rest.append((at, length))
+                continue
+            if length > left and not stream:
+                raise MessageError(errno.EMSGSIZE, "datagram too long")
+            piece = self._read(pid, at, min(length, left))
+            data.append(piece)
+            left -= len(piece)
+            if len(piece) < length:
+                rest.append((at + len(piece), length - len(piece)))
+        if header.control_length > CONTROL_MAX:
+            raise MessageError(errno.ENOBUFS, "control data too long")
+        controls = parse_control(self._read(pid, header.control_at, header.control_length))
+        kept: list[Control] = []
+        fds: list[int] = []
+        try:
+            for control in controls:
+                if control.level == SOL_SOCKET and control.kind == SCM_CREDENTIALS:
+                    # Only the sender's own may be sent (no sandbox holds the capability
+                    # to name another's), and a receiver that asks (SO_PASSCRED) gets the
+                    # sender's by itself: the watch's, as for everything it sends.
+                    continue
+                if control.level == SOL_SOCKET and control.kind == SCM_RIGHTS:
+                    mine = []
+                    for number in control.fds:
+                        try:
+                            mine.append(self._take(pid, number))
+                        except OSError:
+                            raise MessageError(errno.EBADF, "descriptor") from None
+                        fds.append(mine[-1])
+                    control = Control(control.level, control.kind, b"".join(
+                        fd.to_bytes(4, "little") for fd in mine))
+                kept.append(control)
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        message = _Message(address, b"".join(data), build_control(kept), fds)
+        message.rest = rest
+        return message
+
+    def _judge_message(self, call: notify.Notification, message: _Message) -> bool:
+        """A unix message's address checked as a sendto's: a path must be a socket made
+        inside (the message then goes to the pin); said and False when it is not."""
+        try:
+            target = parse_unix_address(message.address)
+        except UnixDiagError:
+            return True  # the kernel refuses it (EINVAL) when the call is done
+        if target.kind != PATH:
+            return True
+        message.pin = self._pin(call.pid, os.fsdecode(target.name))  # the kernel's error
+        if not self._made_inside(message.pin):
+            self.refused("socket",
+                         f"refused to send (sendmsg) to the unix socket "
+                         f"{os.fsdecode(target.name)}: it was not made inside this sandbox "
+                         "(the sandbox's one way out is its wire)")
+            return False
+        message.address = (AF_UNIX.to_bytes(2, "little")
+                           + f"/proc/self/fd/{message.pin}".encode() + b"\0")
+        return True
+
+    def _send_messages(self, work: _Call) -> None:
+        """Done here without blocking: a sendmsg that would wait (or a blocking stream's
+        that sent part) and any blocking sendmmsg are finished by a worker."""
+        blocking = not (work.flags & _MSG_DONTWAIT
+                        or fcntl.fcntl(work.fd, _F_GETFL) & os.O_NONBLOCK)
+        if work.nr == SENDMMSG:
+            if blocking:
+                self._hand_to_worker(work)
+                return
+            result = self._send_all(work, work.flags)
+        else:
+            message = work.messages[0]
+            result = _send_message(work.fd, message, work.flags | _MSG_DONTWAIT)
+            if blocking and (result == -errno.EAGAIN or (
+                    work.stream and 0 <= result < len(message.data)) or (
+                    message.rest and result == len(message.data))):
+                work.sent = max(result, 0)
+                self._hand_to_worker(work)
+                return
+        work.close()
+        self._answer(work.id, result)
+
+    @staticmethod
+    def _send_all(work: _Call, flags: int) -> int:
+        """sendmmsg's messages, one by one: the count sent, each one's length written
+        back into the caller's header as the kernel does, or the first one's error."""
+        sent = 0
+        for index, message in enumerate(work.messages):
+            result = _send_message(work.fd, message, flags)
+            if result < 0:
+                return sent or result
+            write_memory(work.pid, work.at + index * MMSGHDR_BYTES + MSGHDR_BYTES,
+                         result.to_bytes(4, "little"))
+            sent += 1
+        return sent
 
     def _read(self, pid: int, address: int, length: int) -> bytes:
         if length == 0:
@@ -399,6 +650,10 @@ class SocketGuard:
         """In a worker: the call as the program made it, waiting as it would."""
         if work.nr == SENDTO:
             result = self._sendto(work, work.flags)
+        elif work.nr == SENDMMSG:
+            result = self._send_all(work, work.flags)
+        elif work.nr == SENDMSG:
+            result = self._finish_message(work)
         elif work.flags == -1:  # an inet connect in progress; data: the program's timeout
             seconds = int.from_bytes(work.data[:8], "little")
             micros = int.from_bytes(work.data[8:16], "little")
@@ -416,6 +671,39 @@ class SocketGuard:
             result = 0 if result == 0 else -(ctypes.get_errno() or errno.EIO)
         work.close()
         self._answer(work.id, result)
+
+    @staticmethod
+    def _finish_message(work: _Call) -> int:
+        """A blocking sendmsg, in a worker: what is left of the message read, then (a
+        stream's) the data past SENDTO_MAX, read from the caller piece by piece; what
+        was sent counts, as the kernel's blocking send returns it."""
+        message = work.messages[0]
+        sent = work.sent
+        if sent < len(message.data) or not message.data:
+            result = _send_message(work.fd, message, work.flags, skip=sent)
+            if result < 0:
+                return sent or result
+            sent += result
+            if sent < len(message.data):
+                return sent
+        piece = _Message(b"", b"", b"", [])
+        for at, length in message.rest:
+            done = 0
+            while done < length:
+                try:
+                    piece.data = read_memory(work.pid, at + done, min(length - done, SENDTO_MAX))
+                except OSError:
+                    return sent or -errno.EFAULT
+                if not piece.data:
+                    return sent or -errno.EFAULT
+                result = _send_message(work.fd, piece, work.flags)
+                if result < 0:
+                    return sent or result
+                sent += result
+                done += result
+                if result < len(piece.data):
+                    return sent
+        return sent
 
     def _hand_to_worker(self, work: _Call) -> None:
         """Each call handed over takes a worker of its own: an idle one (claimed here,

@@ -45,12 +45,6 @@ STATED_GAPS = (
     {"gap": "dot files below the top", "open": True,
      "why": "only the top of a written folder is held: a repository the sandbox clones or "
             "makes inside is its work, and running git there runs its settings"},
-    {"gap": "unix datagrams sent with sendmsg", "open": True,
-     "why": "connect and sendto reach only unix sockets made inside the sandbox, but "
-            "sendmsg and sendmmsg carry their address in memory the seccomp filter cannot "
-            "read: a datagram so sent can reach a datagram socket outside whose path the "
-            "sandbox can see (handing every sendmsg to the watch would cost each send "
-            "some 28 µs, seven times a datagram's own cost)"},
     {"gap": "a new .envrc", "open": True,
      "why": "a missing .envrc can be made on Linux; direnv runs it only after you allow it"},
     {"gap": "asking on a shared terminal", "open": True,

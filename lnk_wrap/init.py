@@ -121,16 +121,18 @@ def install_filter(options: Options) -> None:
         raise InitError(str(error)) from None
     if listener is None:
         raise InitError("the seccomp filter gave no listener")
-    from lnk_common.fdpass import send_fds
+    from lnk_common.fdpass import send_numbers
 
+    # Said by number, taken by the watch (pidfd_getfd): the filter hands sendmsg to the
+    # watch, which has no listener yet, so SCM_RIGHTS would wait forever.
     try:
-        send_fds(options.watch_fd, (listener, diag.fileno()))
-        os.close(listener)
-        diag.close()
+        send_numbers(options.watch_fd, (listener, diag.fileno()))
         if os.read(options.watch_fd, 1) != b"+":
             raise InitError("the sandbox's watch is not there to take the filter's listener")
     finally:
         os.close(options.watch_fd)
+        os.close(listener)
+        diag.close()
 
 
 def wait_for_go(fd: int) -> None:

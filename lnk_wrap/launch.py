@@ -663,8 +663,11 @@ def _start_watch(policy: Policy, loaders: tuple[str, ...], outside: Outside
     sandbox."""
     import _socket
 
+    from lnk_common.fdpass import expect_credentials
+
     watch_end, init_end = (end.detach() for end in
                            _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM))
+    expect_credentials(watch_end)  # before the init can write: it names the init
     argv = ["--socket-fd", str(watch_end), "--settings", policy.settings]
     if policy.spec:
         argv += ["--spec", policy.spec]
@@ -709,9 +712,9 @@ def _start_watch(policy: Policy, loaders: tuple[str, ...], outside: Outside
             os.closerange(watch_end + 1, 1 << 16)
             # Take the listener first, then import the watch: the init goes on (and
             # the program's calls wait in the kernel) while the imports happen.
-            from lnk_common.fdpass import receive_fds
+            from lnk_common.fdpass import take_numbered
 
-            received = receive_fds(watch_end, 2)
+            received = take_numbered(watch_end, 2)
             if received is not None:
                 os.write(watch_end, b"+")
                 from lnk_execwatch.main import main as watch_main

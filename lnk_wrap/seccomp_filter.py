@@ -214,10 +214,12 @@ def compile_filter(variant: str) -> bytes:
                 else seccomp.Arg(index, comparisons[how], operand)
                 for index, how, operand, mask in conditions))
     # Every variant: the calls that can reach a unix socket by its path. sendmsg and
-    # sendmmsg carry their address inside a msghdr the filter cannot read, and are not
-    # handed over (their cost and the residue: docs/ARCHITECTURE.md).
+    # sendmmsg carry their address inside a msghdr the filter cannot read: every one is
+    # handed over (its cost: docs/ARCHITECTURE.md).
     rules.add_rule(seccomp.NOTIFY, "connect")
     rules.add_rule(seccomp.NOTIFY, "sendto", seccomp.Arg(4, seccomp.NE, 0))
+    rules.add_rule(seccomp.NOTIFY, "sendmsg")
+    rules.add_rule(seccomp.NOTIFY, "sendmmsg")
     if variant == "programs":
         # libseccomp drops a conditional ERRNO rule when the same call has an
         # unconditional NOTIFY one: each NOTIFY rule takes the opposite condition.

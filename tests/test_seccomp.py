@@ -213,7 +213,8 @@ def test_the_programs_variant_hands_exec_and_memory_files_to_the_watch(
         ("sendto", (3, 0x1000, 5, 0, 0x2000, 110), NOTIFY),  # with an address
         ("sendto", (3, 0x1000, 5, 0, 0, 0), ALLOW),  # a connected socket's send
         ("sendto", (3, 0x1000, 5, 0, 1 << 32, 0), NOTIFY),  # the pointer's high half
-        ("sendmsg", (3, 0x1000, 0), ALLOW),  # its address is in memory: the residue
+        ("sendmsg", (3, 0x1000, 0), NOTIFY),  # its address is in memory: the watch reads it
+        ("sendmmsg", (3, 0x1000, 2, 0), NOTIFY),
         ("bind", (3, 0x1000, 110), ALLOW),
         ("socketpair", (1, 1, 0, 0x1000), ALLOW),
     ],
