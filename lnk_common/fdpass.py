@@ -15,7 +15,6 @@ else:
 
 __all__ = [
     "LABEL_BYTES",
-    "expect_credentials",
     "receive_fd",
     "receive_fds",
     "receive_labelled",
@@ -92,7 +91,7 @@ def receive_labelled(channel: int) -> tuple[int, bytes] | None:
 # Handing over descriptors without sendmsg: the init's seccomp filter hands every sendmsg
 # to the watch, which does not have the filter's listener yet, so the init says the
 # numbers (a plain write) and the watch takes the descriptors itself (pidfd_getfd) from
-# the process the kernel names as the writer (SO_PASSCRED on the watch's end).
+# the process the kernel names as the writer (SO_PASSCRED).
 _SO_PASSCRED = 16
 _SCM_CREDENTIALS = 2
 _UCRED_BYTES = 12  # pid, uid, gid
@@ -102,22 +101,19 @@ NUMBERS_MAX = 4
 
 
 def send_numbers(channel: int, fds: tuple[int, ...]) -> None:
-    """Say the numbers of `fds` (this process's) over the stream `channel`, one write."""
+    """Say the numbers of `fds` (this process's) over the stream `channel`, one write,
+    named by the kernel (SO_PASSCRED on the writer's end attaches the writer to what it
+    writes, whenever the reader set its own)."""
     import os
 
     if not 0 < len(fds) <= NUMBERS_MAX:
         raise ValueError("one to four descriptors")
-    os.write(channel, bytes([len(fds)]) + b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds))
-
-
-def expect_credentials(channel: int) -> None:
-    """Have the kernel name the writer of each message read on `channel` (set before the
-    other end writes: a message sent before carries no name, and is refused)."""
     sock = _socket.socket(fileno=channel)
     try:
         sock.setsockopt(_socket.SOL_SOCKET, _SO_PASSCRED, 1)
     finally:
         sock.detach()
+    os.write(channel, bytes([len(fds)]) + b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds))
 
 
 def take_numbered(channel: int, count: int) -> tuple[int, ...] | None:
@@ -130,6 +126,7 @@ def take_numbered(channel: int, count: int) -> tuple[int, ...] | None:
 
     sock = _socket.socket(fileno=channel)
     try:
+        sock.setsockopt(_socket.SOL_SOCKET, _SO_PASSCRED, 1)  # the writer's name, given
         said, ancillary, _, _ = sock.recvmsg(1 + 4 * NUMBERS_MAX,
                                              _socket.CMSG_SPACE(_UCRED_BYTES))
     finally:

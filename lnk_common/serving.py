@@ -80,6 +80,7 @@ def receive_listeners(options: dict[str, list[str]], label: str) -> list[tuple[i
         from lnk_common.fdpass import receive_labelled
 
         channel = int(options["--socket-fd"][0])
+        _end_if_orphaned(channel)
         while (received := receive_labelled(channel)) is not None:
             listeners.append((received[0], received[1].decode("ascii", "replace")))
         os.close(channel)
@@ -89,6 +90,24 @@ def receive_listeners(options: dict[str, list[str]], label: str) -> list[tuple[i
         host, _, port = options["--listen"][0].rpartition(":")
         listeners.append((socket.create_server((host.strip("[]"), int(port))).detach(), label))
     return listeners
+
+
+def _end_if_orphaned(channel: int) -> None:
+    """End now if the launcher died before start_helper's PDEATHSIG was set (this
+    interpreter's start is some 20 ms, and a launcher killed meanwhile sends no signal):
+    the launcher made `channel` (a socket pair), so the kernel names it (SO_PEERCRED),
+    and it must still be this process's parent. Else the helper waited forever on
+    listeners no one would use, holding the launcher's standard error."""
+    import _socket
+
+    sock = _socket.socket(fileno=channel)
+    try:
+        creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
+    finally:
+        sock.detach()
+    launcher = int.from_bytes(creds[:4], sys.byteorder)
+    if launcher > 0 and os.getppid() != launcher:
+        sys.exit(0)
 
 
 def wait_for_first(listeners: list[tuple[int, str]]) -> None:

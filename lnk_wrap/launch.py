@@ -663,11 +663,8 @@ def _start_watch(policy: Policy, loaders: tuple[str, ...], outside: Outside
     sandbox."""
     import _socket
 
-    from lnk_common.fdpass import expect_credentials
-
     watch_end, init_end = (end.detach() for end in
                            _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM))
-    expect_credentials(watch_end)  # before the init can write: it names the init
     argv = ["--socket-fd", str(watch_end), "--settings", policy.settings]
     if policy.spec:
         argv += ["--spec", policy.spec]
