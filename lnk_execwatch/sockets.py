@@ -519,10 +519,11 @@ class SocketGuard:
         blocking = not (work.flags & _MSG_DONTWAIT
                         or fcntl.fcntl(work.fd, _F_GETFL) & os.O_NONBLOCK)
         if work.nr == SENDMMSG:
-            if blocking:
-                self._hand_to_worker(work)
+            result = self._send_all(work, work.flags | _MSG_DONTWAIT)
+            if blocking and work.sent < len(work.messages) and (
+                    result == -errno.EAGAIN or result == work.sent):
+                self._hand_to_worker(work)  # from the message that would wait
                 return
-            result = self._send_all(work, work.flags)
         else:
             message = work.messages[0]
             result = _send_message(work.fd, message, work.flags | _MSG_DONTWAIT)
@@ -537,17 +538,20 @@ class SocketGuard:
 
     @staticmethod
     def _send_all(work: _Call, flags: int) -> int:
-        """sendmmsg's messages, one by one: the count sent, each one's length written
-        back into the caller's header as the kernel does, or the first one's error."""
-        sent = 0
-        for index, message in enumerate(work.messages):
-            result = _send_message(work.fd, message, flags)
+        """sendmmsg's messages, one by one from `work.sent` (those sent before): the
+        count sent, each one's length written back into the caller's header as the
+        kernel does, or the first one's error. The count sent is kept in `work.sent`,
+        so that a worker goes on from a message that would have waited."""
+        for index in range(work.sent, len(work.messages)):
+            result = _send_message(work.fd, work.messages[index], flags)
             if result < 0:
-                return sent or result
+                if result == -errno.EAGAIN and flags & _MSG_DONTWAIT and not work.sent:
+                    return result
+                return work.sent or result
             write_memory(work.pid, work.at + index * MMSGHDR_BYTES + MSGHDR_BYTES,
                          result.to_bytes(4, "little"))
-            sent += 1
-        return sent
+            work.sent += 1
+        return work.sent
 
     def _read(self, pid: int, address: int, length: int) -> bytes:
         if length == 0:
