@@ -112,7 +112,9 @@ def refusal_body(status: int, reason: str) -> bytes:
 # - "chat": OpenAI chat completions: tools other than functions removed,
 #   web_search_options removed, URL images refused;
 # - "responses": OpenAI responses: hosted tools (web search, file search, mcp, code
-#   interpreter…) removed, URL files and images refused, a stored prompt refused;
+#   interpreter…) removed, URL files and images refused, a stored prompt refused, and the
+#   runtime's stored state by id refused (previous_response_id, conversation, background,
+#   item_reference, file_id: vLLM keeps responses for other callers; issue 27, item 7);
 # - "anthropic": Anthropic messages (Ollama, llama.cpp, vLLM and LM Studio speak it; Ollama
 #   runs web_search_20250305 itself there): server tools and mcp_servers removed, URL
 #   sources refused.
@@ -554,7 +556,7 @@ OLLAMA_FIELDS: frozenset[str] = frozenset({
 # exactly, so their fields matter only where Ollama would also fold to them).
 _FILTER_FIELDS: frozenset[str] = frozenset({
     "allowed_callers", "allowed_tools", "audio_embeds", "audio_url", "chat_template",
-    "container", "environment", "fallbacks", "image_embeds", "input_image",
+    "container", "environment", "fallbacks", "file_ids", "image_embeds", "input_image",
     "logits_processors", "mcp_servers", "mcp_tool_use", "plugins", "prompt_embeds",
     "requests", "server_tool_use", "tool_use", "video_url", "web_search_options",
 })

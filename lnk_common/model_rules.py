@@ -549,6 +549,7 @@ def rewrite(provider: str, admitted: Route, body: dict[str, Any], *, server_tool
     elif api != "embeddings":
         raise ModelRequestError(400, f"{admitted.name} takes no body")
     _check_models(provider, admitted, out, search_models)
+    _refuse_stored_state(api, out)
     _refuse_fetched_urls(api, out)
     return out
 
@@ -944,7 +945,8 @@ def _gemini(body: dict[str, Any], server_tools: bool) -> None:
 
 # --- URLs the provider would fetch ---
 
-# Files the Gemini API holds itself (Files API): a file id, nothing fetched from elsewhere.
+# Files the Gemini API holds itself (Files API): a file id, nothing fetched from elsewhere,
+# but the account's stored state, refused as every file id is (issue 27, item 7).
 _GEMINI_FILES_URI = re.compile(
     r"https://generativelanguage\.googleapis\.com/v1beta/files/[a-z0-9-]{1,128}")
 # What is program data and never a source is skipped by its place in the body, never by its
@@ -1029,7 +1031,62 @@ def _refuse_fetched_urls(api: str, body: dict[str, Any]) -> None:
         if not isinstance(node, dict):
             continue
         _refuse_url_in(node)
+        _refuse_stored_file_in(node)
         stack.extend(node.values())
+
+
+# --- the account's stored state, named by id (issue 27, item 7) ---
+
+# The key is added outside the sandbox, so an id in a body opens whatever the person's account
+# holds under it: a response, a conversation or a file made by another program, another
+# sandbox or the person. The verb cannot tell an id this sandbox's own calls made from one
+# that reached it some other way (a log, a shared file), and the calls that make such state
+# (the Files API, /v1/conversations, GET /v1/responses/{id}) are refused by the router, so
+# every such reference is refused, whatever `server_tools` says: it is not a tool. The state
+# a hosted tool itself names (a vector store, a code container) goes with the tool: removed
+# unless `server_tools`. Stored state that is written and never read back (`store`) passes.
+# Top-level fields of a Responses body (OpenAI, OpenRouter, a local runtime's /v1/responses).
+_RESPONSES_STATE_FIELDS: dict[str, str] = {
+    "previous_response_id": "it continues a response stored at the provider, which this "
+                            "sandbox may not have made; send the whole conversation in input",
+    "conversation": "it reads and extends a conversation stored at the provider, which this "
+                    "sandbox may not have made; send the whole conversation in input",
+}
+
+
+def _refuse_stored_state(api: str, body: dict[str, Any]) -> None:
+    if api != "responses":
+        return
+    for field, why in _RESPONSES_STATE_FIELDS.items():
+        if field in body:
+            raise ModelRequestError(400, f"{field} is refused: {why}")
+    if "background" in body and body["background"] is not False:
+        raise ModelRequestError(400, "background is refused: the response would run on at the "
+                                     "provider after this call, and only a stored-response "
+                                     "call (refused) reads it")
+
+
+def _refuse_stored_file_in(node: dict[str, Any]) -> None:
+    # Any file id, in every shape: chat's file part, Responses' input_file and input_image
+    # (also inside tool outputs), Anthropic's file source and container_upload block, a
+    # code interpreter's file_ids; program data (schemas, replayed tool input) is skipped.
+    for key in ("file_id", "file_ids"):
+        if key in node:
+            raise ModelRequestError(400, f"{key} is refused: it reads a file stored at the "
+                                         "provider, which this sandbox did not upload (the "
+                                         "Files API is refused); send the content inline")
+    source = node.get("source")
+    if isinstance(source, dict) and source.get("type") == "file":
+        raise ModelRequestError(400, "a file source (source.type \"file\") is refused: it "
+                                     "reads a file stored at the provider; send the content "
+                                     "as base64")
+    kind = node.get("type")
+    if kind == "container_upload":
+        raise ModelRequestError(400, "container_upload is refused: it puts a file stored at "
+                                     "the provider into a code execution container")
+    if kind == "item_reference":
+        raise ModelRequestError(400, "an item_reference is refused: it reads an item stored "
+                                     "at the provider by id; send the item itself")
 
 
 # Inline file data in the forms the providers document (PROVIDERS.md §2.1, §4): a base64
@@ -1068,7 +1125,9 @@ def _refuse_url_in(node: dict[str, Any]) -> None:
     if isinstance(file_data, str) and not _INLINE_FILE_DATA.fullmatch(file_data):
         raise ModelRequestError(400, "a file_data that is not a base64 data: URL or bare "
                                      "base64 is refused: the provider may fetch it as a URL")
-    # Gemini: fileData.fileUri only in the Files API's own form.
+    # Gemini: fileData.fileUri never. Any other URI is fetched; the Files API's own form
+    # (files/<id>) reads a file stored at the provider, which this sandbox did not upload
+    # (issue 27, item 7: the Files API is refused), so it is refused too.
     for key in ("fileData", "file_data"):
         data = node.get(key)
         if not isinstance(data, dict):
@@ -1077,6 +1136,9 @@ def _refuse_url_in(node: dict[str, Any]) -> None:
             uri = data.get(uri_key)
             if uri is None:
                 continue
-            if not (isinstance(uri, str) and _GEMINI_FILES_URI.fullmatch(uri)):
-                raise ModelRequestError(400, "a fileData.fileUri other than the Files API's "
-                                             "is refused: the provider would fetch it")
+            if isinstance(uri, str) and _GEMINI_FILES_URI.fullmatch(uri):
+                raise ModelRequestError(400, "a fileData.fileUri of the Files API is refused: "
+                                             "it reads a file stored at the provider, which "
+                                             "this sandbox did not upload; send inlineData")
+            raise ModelRequestError(400, "a fileData.fileUri other than the Files API's "
+                                         "is refused: the provider would fetch it")

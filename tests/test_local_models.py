@@ -337,6 +337,72 @@ def test_refused_bodies_say_why(where: lm.LocalRoute, raw: bytes, status: int,
     assert (refused.value.status, refused.value.reason) == (status, reason)
 
 
+# A runtime's stored state by id (issue 27, item 7): vLLM keeps responses (and runs them in
+# the background) for whoever calls next, so an id reads another caller's state; refused as
+# the model verb refuses it, and a stored response's own path is refused by the router.
+STATE = [
+    (RESPONSES, {"model": "m", "input": "hi", "previous_response_id": "resp_1"},
+     "previous_response_id is refused: it continues a response stored at the runtime, which "
+     "this sandbox may not have made; send the whole conversation in input"),
+    (RESPONSES, {"model": "m", "input": "hi", "conversation": "conv_1"},
+     "conversation is refused: it reads and extends a conversation stored at the runtime, "
+     "which this sandbox may not have made; send the whole conversation in input"),
+    (RESPONSES, {"model": "m", "input": "hi", "background": True},
+     "background is refused: the response would run on at the runtime after this call, and "
+     "only a stored-response call (refused) reads it"),
+    (RESPONSES, {"model": "m", "input": [{"type": "item_reference", "id": "msg_1"}]},
+     "an item_reference is refused: it reads an item stored at the runtime by id; send the "
+     "item itself"),
+    (RESPONSES, {"model": "m", "input": [{"role": "user", "content": [
+        {"type": "input_file", "file_id": "file-1"}]}]},
+     "file_id is refused: it reads a file stored at the runtime, which this sandbox did not "
+     "upload (the Files API is refused); send the content inline"),
+    (OPENAI_CHAT, {"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "file", "file": {"file_id": "file-1"}}]}]},
+     "file_id is refused: it reads a file stored at the runtime, which this sandbox did not "
+     "upload (the Files API is refused); send the content inline"),
+    (MESSAGES, {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": [
+        {"type": "document", "source": {"type": "file", "file_id": "file_1"}}]}]},
+     'a file source (source.type "file") is refused: it reads a file stored at the runtime; '
+     "send the content as base64"),
+]
+
+
+@pytest.mark.parametrize(("where", "body", "reason"), STATE)
+@pytest.mark.parametrize("server_tools", [False, True])
+def test_a_runtimes_stored_state_by_id_is_refused(where: lm.LocalRoute, body: dict[str, Any],
+                                                  reason: str, server_tools: bool) -> None:
+    with pytest.raises(LocalModelError) as refused:
+        lm.check_body(where, orjson.dumps(body), server_tools=server_tools)
+    assert (refused.value.status, refused.value.reason) == (400, reason)
+
+
+@pytest.mark.parametrize(("target", "status", "why"), [
+    ("/v1/responses/resp_1", 403, "stored responses are refused"),
+    ("/v1/responses/resp_1/cancel", 403, "stored responses are refused"),
+    ("/v1/responses/resp_1/input_items", 403, "stored responses are refused"),
+    ("/v1/files", 403, "stored files are refused"),
+    ("/v1/files/file-1/content", 403, "stored files are refused"),
+    ("/v1/conversations", 404, "not one of the local runtimes' inference calls")])
+def test_a_runtimes_stored_state_paths_are_refused(target: str, status: int, why: str) -> None:
+    with pytest.raises(LocalModelError) as refused:
+        lm.route("GET", target)
+    assert refused.value.status == status and why in refused.value.reason
+
+
+def test_a_folded_spelling_of_a_state_field_is_refused() -> None:
+    """Ollama's Go reads `Previous_Response_ID` as previous_response_id; so is it refused."""
+    for key in ("Previous_Response_Id", "CONVERSATION", "File_Ids"):
+        with pytest.raises(LocalModelError) as refused:
+            lm.check_body(RESPONSES, orjson.dumps({"model": "m", "input": "hi", key: "x"}))
+        assert "folds to" in refused.value.reason
+
+
+def test_a_runtimes_store_and_background_false_pass() -> None:
+    body = {"model": "m", "input": "hi", "store": True, "background": False}
+    assert orjson.loads(lm.check_body(RESPONSES, orjson.dumps(body))) == body
+
+
 @pytest.mark.parametrize(("body", "reason"), [
     ({"model": "m", "prompt": "", "prompt_embeds": "UEsDBA=="},
      "prompt_embeds is refused: vLLM loads it with torch.load (a crafted tensor corrupted "

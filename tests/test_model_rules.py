@@ -115,6 +115,20 @@ REFUSED = [
     ("openai", "POST", "/v1/containers", 404, "containers"),
     ("openai", "POST", "/v1/completions", 404, "inference calls"),
     ("openai", "GET", "/v1/responses/resp_123", 404, "inference calls"),
+    # stored state by id (issue 27, item 7): every path that reads or makes it
+    ("openai", "GET", "/v1/responses/resp_123/input_items", 404, "inference calls"),
+    ("openai", "DELETE", "/v1/responses/resp_123", 404, "inference calls"),
+    ("openai", "POST", "/v1/responses/resp_123/cancel", 404, "inference calls"),
+    ("openai", "POST", "/v1/conversations", 404, "inference calls"),
+    ("openai", "GET", "/v1/conversations/conv_1/items", 404, "inference calls"),
+    ("openai", "GET", "/v1/chat/completions/chatcmpl_1", 404, "inference calls"),
+    ("openai", "GET", "/v1/chat/completions", 404, "inference calls"),
+    ("openai", "GET", "/v1/files/file-abc/content", 404, "Files API"),
+    ("anthropic", "GET", "/v1/files", 404, "Files API"),
+    ("anthropic", "GET", "/v1/files/file_abc/content", 404, "Files API"),
+    ("anthropic", "GET", "/v1/files/file_abc/content?beta=true", 404, "Files API"),
+    ("gemini", "GET", "/v1beta/files/abc-123", 404, "Files API"),
+    ("openrouter", "GET", "/api/v1/responses/resp_1", 404, "inference calls"),
     ("gemini", "POST", "/v1beta/interactions", 404, "Interactions"),
     ("gemini", "POST", "/v1beta/cachedContents", 404, "cachedContents"),
     ("gemini", "POST", "/upload/v1beta/files", 404, "Files API"),
@@ -380,6 +394,89 @@ REFUSED_BODIES: list[tuple[str, str, dict[str, Any], str]] = [
 ]
 
 
+# The account's stored state by id (issue 27, item 7): refused on every shape that has the
+# field, whatever server_tools says (see test_stored_state_is_refused_even_with_server_tools).
+OR_RESP = "/api/v1/responses"
+OR_MSG = "/api/v1/messages"
+STATE_BODIES: list[tuple[str, str, dict[str, Any], str]] = [
+    *((p, t, {"model": "x", "input": "hi", "previous_response_id": "resp_1"},
+       "previous_response_id is refused") for p, t in (("openai", RESP), ("openrouter", OR_RESP))),
+    *((p, t, {"model": "x", "input": "hi", "conversation": c}, "conversation is refused")
+      for p, t in (("openai", RESP), ("openrouter", OR_RESP))
+      for c in ("conv_1", {"id": "conv_1"})),
+    *((p, t, {"model": "x", "input": "hi", "background": b}, "background is refused")
+      for p, t in (("openai", RESP), ("openrouter", OR_RESP)) for b in (True, 1, "true")),
+    ("openai", RESP, {"input": [{"type": "item_reference", "id": "msg_1"}]}, "item_reference"),
+    ("openai", RESP, {"input": [{"role": "user", "content": [
+        {"type": "input_file", "file_id": "file-abc"}]}]}, "file_id is refused"),
+    ("openai", RESP, {"input": [{"role": "user", "content": [
+        {"type": "input_image", "file_id": "file-abc"}]}]}, "file_id is refused"),
+    ("openai", RESP, {"input": [{"type": "function_call_output", "call_id": "c", "output": [
+        {"type": "input_file", "file_id": "file-abc"}]}]}, "file_id is refused"),
+    ("openai", RESP, {"input": "hi", "prompt": None, "tools": [
+        {"type": "function", "name": "f", "parameters": {}}], "x": {"file_ids": ["f"]}},
+     "file_ids is refused"),
+    ("openai", CHAT, {"messages": [{"role": "user", "content": [
+        {"type": "file", "file": {"file_id": "file-abc"}}]}]}, "file_id is refused"),
+    ("openrouter", OR_CHAT, {"messages": [{"role": "user", "content": [
+        {"type": "file", "file": {"file_id": "file-abc"}}]}]}, "file_id is refused"),
+    *((p, t, {"messages": [{"role": "user", "content": [
+        {"type": "document", "source": {"type": "file", "file_id": "file_abc"}}]}]},
+       'source.type "file"') for p, t in (("anthropic", MSG), ("openrouter", OR_MSG))),
+    ("anthropic", MSG, {"messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "file"}}]}]}, 'source.type "file"'),
+    ("anthropic", MSG, {"messages": [{"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t", "content": [
+            {"type": "image", "source": {"type": "file", "file_id": "f"}}]}]}]},
+     'source.type "file"'),
+    ("anthropic", MSG, {"messages": [{"role": "user", "content": [
+        {"type": "container_upload", "file_id": "file_abc"}]}]}, "file_id is refused"),
+    ("anthropic", MSG, {"messages": [{"role": "user", "content": [
+        {"type": "container_upload"}]}]}, "container_upload is refused"),
+    ("gemini", GEN, {"contents": [{"parts": [{"fileData": {
+        "fileUri": "https://generativelanguage.googleapis.com/v1beta/files/abc-123"}}]}]},
+     "fileUri of the Files API is refused"),
+    ("gemini", "/v1beta/models/gemini-2.5-flash:countTokens", {"generateContentRequest": {
+        "contents": [{"parts": [{"file_data": {
+            "file_uri": "https://generativelanguage.googleapis.com/v1beta/files/a"}}]}]}},
+     "fileUri of the Files API is refused"),
+]
+
+
+@pytest.mark.parametrize(("provider", "target", "body", "why"), STATE_BODIES)
+@pytest.mark.parametrize("server_tools", [False, True])
+def test_stored_state_is_refused_even_with_server_tools(
+        provider: str, target: str, body: dict[str, Any], why: str,
+        server_tools: bool) -> None:
+    error = _refusal(lambda: _rewrite(provider, target, body, server_tools=server_tools))
+    assert error.status == 400
+    assert why in error.reason
+
+
+def test_stored_state_that_reads_nothing_back_passes() -> None:
+    """store (written, never read: no route or field left reads it back), background false,
+    and a file_id that is program data (a schema's property, a replayed tool call's input)."""
+    body = {"model": "gpt-5", "input": "hi", "store": True, "background": False,
+            "tools": [{"type": "function", "name": "open", "parameters": {
+                "type": "object", "properties": {"file_id": {"type": "string"}}}}]}
+    assert _rewrite("openai", RESP, body) == body
+    chat = {"model": "gpt-5", "messages": [], "store": True}
+    assert _rewrite("openai", CHAT, chat) == chat
+    replayed = {"messages": [{"role": "assistant", "content": [
+        {"type": "tool_use", "id": "t", "name": "open", "input": {"file_id": "file-1"}}]}],
+        "tools": [{"name": "open", "input_schema": {"type": "object", "properties": {
+            "file_id": {"type": "string"}}}}]}
+    assert _rewrite("anthropic", MSG, replayed) == replayed
+
+
+def test_anthropic_container_is_dropped_unless_server_tools() -> None:
+    """A container id is a hosted code execution tool's: removed with the tool (no server
+    tool is left to use it), passed with server_tools (that tool's own continuity)."""
+    body = {"messages": [], "container": "container_abc"}
+    assert _rewrite("anthropic", MSG, body) == {"messages": []}
+    assert _rewrite("anthropic", MSG, body, server_tools=True) == body
+
+
 @pytest.mark.parametrize(("provider", "target", "body", "why"), REFUSED_BODIES)
 def test_rewrite_refuses(provider: str, target: str, body: dict[str, Any], why: str) -> None:
     error = _refusal(lambda: _rewrite(provider, target, body))
@@ -517,8 +614,20 @@ _url_node = st.one_of(
     st.builds(lambda u: {"file_data": {"file_uri": u}}, _URL),
     st.builds(lambda u: {"type": "file", "file": {"file_data": u}}, _URL),
 )
+_FILES_URI = "https://generativelanguage.googleapis.com/v1beta/files/abc-123"
+_state_node = st.sampled_from([
+    {"type": "input_file", "file_id": "file-abc"},
+    {"type": "input_image", "file_id": "file-abc"},
+    {"type": "file", "file": {"file_id": "file-abc"}},
+    {"type": "document", "source": {"type": "file", "file_id": "file_abc"}},
+    {"type": "image", "source": {"type": "file"}},
+    {"type": "container_upload", "file_id": "file_abc"},
+    {"type": "item_reference", "id": "msg_1"},
+    {"fileData": {"fileUri": _FILES_URI}},
+    {"file_data": {"file_uri": _FILES_URI}},
+])
 _content = st.recursive(
-    _leaf | _url_node,
+    _leaf | _url_node | _state_node,
     lambda children: st.lists(children, max_size=4) | st.dictionaries(
         st.sampled_from(["content", "parts", "messages", "input", "output", "source",
                          "text", "contents", "generateContentRequest", "type", "x"]),
@@ -550,10 +659,29 @@ def _fetched_urls(node: Any) -> list[str]:
             for key in ("fileData", "file_data"):
                 if isinstance(item.get(key), dict):
                     uri = item[key].get("fileUri", item[key].get("file_uri"))
-                    if uri is not None and not str(uri).startswith(
-                            "https://generativelanguage.googleapis.com/v1beta/files/"):
+                    if uri is not None:  # fetched, or a stored file (issue 27, item 7)
                         found.append(str(uri))
             stack.extend(item.values())  # the fuzzed bodies put nothing at a program-data place
+    return found
+
+
+def _stored_state(node: Any) -> list[str]:
+    """Every reference to the account's stored state in `node`: an independent walker."""
+    found: list[str] = []
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            found += [key for key in ("file_id", "file_ids", "previous_response_id",
+                                      "conversation") if key in item]
+            if item.get("type") in ("container_upload", "item_reference"):
+                found.append(str(item["type"]))
+            source = item.get("source")
+            if isinstance(source, dict) and source.get("type") == "file":
+                found.append("source file")
+            stack.extend(item.values())
     return found
 
 
@@ -615,6 +743,7 @@ def test_rewrite_never_passes_a_server_tool_or_a_url(
         return
     assert _server_tools_left(provider, admitted.api, out) == []
     assert _fetched_urls(out) == []
+    assert _stored_state(out) == []
     for field in ("mcp_servers", "container", "web_search_options", "cachedContent",
                   "cached_content"):
         if field in m._SERVER_FIELDS.get(admitted.api, {}):
