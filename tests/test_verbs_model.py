@@ -706,3 +706,70 @@ out["placeholder"] = ENV["OPENROUTER_API_KEY"]
         record["headers"]), record
     assert "web_search_options" not in json.loads(record["body"])
     assert "evil.example" not in json.dumps(seen())
+
+
+def test_the_accounts_stored_state_by_id_is_refused(
+    spec: Path, model_env: dict[str, str], tmp_path: Path, keys: dict[str, str], seen: Any,
+) -> None:
+    """Issue 27, item 7: from the SDKs' own arguments, a stored response, a conversation, a
+    background run, files by id (OpenAI's input_file and chat file part, Anthropic's files
+    beta source and container_upload, Gemini's Files API URI) and the SDKs' own calls that
+    read stored state by path are refused and reach no provider; a call with `store: true`
+    passes, and the provider receives it as sent."""
+    out, _ = run_script(spec, model_env, tmp_path, r'''
+def doc(source):
+    return [{"role": "user", "content": [{"type": "document", "source": source}]}]
+files_beta = ["files-api-2025-04-14"]
+out["previous_response_id"] = refused(lambda: gpt.responses.create(
+    model="gpt-fake", input="hi", previous_response_id="resp_other"))
+out["conversation"] = refused(lambda: gpt.responses.create(
+    model="gpt-fake", input="hi", conversation="conv_other"))
+out["background"] = refused(lambda: gpt.responses.create(
+    model="gpt-fake", input="hi", background=True))
+out["input_file"] = refused(lambda: gpt.responses.create(
+    model="gpt-fake", input=[{"role": "user", "content": [
+        {"type": "input_file", "file_id": "file-other"}]}]))
+out["chat file"] = refused(lambda: gpt.chat.completions.create(
+    model="gpt-fake", messages=[{"role": "user", "content": [
+        {"type": "file", "file": {"file_id": "file-other"}}]}]))
+out["router file"] = refused(lambda: router.chat.completions.create(
+    model="vendor/model-fake", messages=[{"role": "user", "content": [
+        {"type": "file", "file": {"file_id": "file-other"}}]}]))
+out["anthropic file"] = refused(lambda: claude.beta.messages.create(
+    model="claude-fake", max_tokens=8, betas=files_beta,
+    messages=doc({"type": "file", "file_id": "file_other"})))
+out["container_upload"] = refused(lambda: claude.beta.messages.create(
+    model="claude-fake", max_tokens=8, betas=files_beta, messages=[{"role": "user", "content": [
+        {"type": "container_upload", "file_id": "file_other"}]}]))
+out["gemini file"] = refused(lambda: gemini.models.generate_content(
+    model="gemini-fake", contents=[gtypes.Part.from_uri(
+        file_uri="https://generativelanguage.googleapis.com/v1beta/files/other",
+        mime_type="application/pdf")]))
+out["responses.retrieve"] = refused(lambda: gpt.responses.retrieve("resp_other"))
+out["conversations.create"] = refused(lambda: gpt.conversations.create())
+out["anthropic files"] = refused(lambda: claude.beta.files.retrieve_metadata("file_other"))
+out["passed"] = gpt.responses.create(model="gpt-fake", input="hi", store=True).output_text
+out["placeholder"] = ENV["OPENAI_API_KEY"]
+''')
+    reasons = {"previous_response_id": "previous_response_id is refused",
+               "conversation": "conversation is refused", "background": "background is refused",
+               "input_file": "file_id is refused", "chat file": "file_id is refused",
+               "router file": "file_id is refused",
+               "anthropic file": 'source.type "file"',
+               "container_upload": "file_id is refused",
+               "gemini file": "fileUri of the Files API is refused"}
+    for what, reason in reasons.items():
+        status, shown, body = out[what]
+        assert status == 400 and reason in json.loads(body)["error"]["message"], (what, out)
+        assert reason in shown, (SURFACED, what, out[what])
+        assert out["placeholder"] not in shown + body
+        assert all(key not in shown + body for key in keys.values())
+    for what in ("responses.retrieve", "conversations.create", "anthropic files"):
+        status, _shown, body = out[what]
+        assert status == 404 and "refused" in body, (what, out[what])
+    assert "Files API is refused" in out["anthropic files"][2]
+    assert out["passed"] == "hello from the fake responses"
+    records = mine(seen(), keys)
+    assert [record["path"] for record in records] == ["/v1/responses"], records
+    assert json.loads(records[0]["body"])["store"] is True
+    assert "other" not in json.dumps(seen())
