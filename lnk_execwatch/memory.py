@@ -10,24 +10,26 @@ import os
 
 from lnk_common.syscalls import libc
 
-__all__ = ["SmallReader", "read_memory", "write_memory"]
+__all__ = ["IoVec", "SmallReader", "read_memory", "write_memory"]
 
 
-class _IoVec(ctypes.Structure):
+class IoVec(ctypes.Structure):
+    """struct iovec."""
+
     _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
 
 
 _process_vm_readv = libc["process_vm_readv"]  # its own function object: argtypes are per object
 _process_vm_readv.restype = ctypes.c_ssize_t
-_process_vm_readv.argtypes = [ctypes.c_int, ctypes.POINTER(_IoVec), ctypes.c_ulong,
-                              ctypes.POINTER(_IoVec), ctypes.c_ulong, ctypes.c_ulong]
+_process_vm_readv.argtypes = [ctypes.c_int, ctypes.POINTER(IoVec), ctypes.c_ulong,
+                              ctypes.POINTER(IoVec), ctypes.c_ulong, ctypes.c_ulong]
 
 
 def read_memory(pid: int, address: int, length: int) -> bytes:
     """Up to `length` bytes of a stopped program's memory at `address`."""
     buffer = ctypes.create_string_buffer(length)
-    local = _IoVec(ctypes.cast(buffer, ctypes.c_void_p), length)
-    remote = _IoVec(address, length)
+    local = IoVec(ctypes.cast(buffer, ctypes.c_void_p), length)
+    remote = IoVec(address, length)
     ctypes.set_errno(0)
     done = _process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
     if done < 0:
@@ -45,8 +47,8 @@ class SmallReader:
 
     def __init__(self, size: int) -> None:
         self.buffer = ctypes.create_string_buffer(size)
-        self.local = _IoVec(ctypes.cast(self.buffer, ctypes.c_void_p), 0)
-        self.remote = _IoVec(0, 0)
+        self.local = IoVec(ctypes.cast(self.buffer, ctypes.c_void_p), 0)
+        self.remote = IoVec(0, 0)
 
     def read_exactly(self, pid: int, address: int, length: int) -> bytes:
         """`length` bytes (at most the buffer's size), or EFAULT."""
@@ -71,7 +73,7 @@ def write_memory(pid: int, address: int, data: bytes) -> bool:
     """Write `data` into a stopped program's memory at `address` (what the kernel writes
     back for a call done on the program's behalf); whether it was written whole."""
     buffer = ctypes.create_string_buffer(data, len(data))
-    local = _IoVec(ctypes.cast(buffer, ctypes.c_void_p), len(data))
-    remote = _IoVec(address, len(data))
+    local = IoVec(ctypes.cast(buffer, ctypes.c_void_p), len(data))
+    remote = IoVec(address, len(data))
     return bool(_process_vm_writev(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
                 == len(data))

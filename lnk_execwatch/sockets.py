@@ -39,7 +39,7 @@ import stat
 
 from lnk_common.syscalls import libc, syscall
 from lnk_execwatch import notify
-from lnk_execwatch.memory import SmallReader, read_memory, write_memory
+from lnk_execwatch.memory import IoVec, SmallReader, read_memory, write_memory
 from lnk_execwatch.messages import (
     MMSGHDR_BYTES,
     MSGHDR_BYTES,
@@ -132,13 +132,9 @@ _getsockopt = libc["getsockopt"]  # its own function object: argtypes are per ob
 _getsockopt.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
                         ctypes.c_void_p]
 
-class _IoVec(ctypes.Structure):
-    _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
-
-
 class _MsgHdr(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char_p), ("namelen", ctypes.c_uint32),
-                ("iov", ctypes.POINTER(_IoVec)), ("iovlen", ctypes.c_size_t),
+                ("iov", ctypes.POINTER(IoVec)), ("iovlen", ctypes.c_size_t),
                 ("control", ctypes.c_char_p), ("controllen", ctypes.c_size_t),
                 ("flags", ctypes.c_int)]
 
@@ -177,7 +173,7 @@ def _send_message(fd: int, message: _Message, flags: int, *, skip: int = 0) -> i
     control: the rest of a stream's message); the result, or minus the errno."""
     data = message.data[skip:]
     buffer = ctypes.create_string_buffer(data, len(data))
-    vector = _IoVec(ctypes.cast(buffer, ctypes.c_void_p), len(data))
+    vector = IoVec(ctypes.cast(buffer, ctypes.c_void_p), len(data))
     header = _MsgHdr(None, 0, ctypes.pointer(vector), 1, None, 0, 0)
     if not skip:
         if message.address:
