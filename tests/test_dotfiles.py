@@ -497,9 +497,19 @@ def _gated_spec(write_spec: WriteSpec, folder: Path, gates: Path) -> Path:
 
 
 def _held_open(spec: Path, env: dict[str, str], gate: Path) -> subprocess.Popen[str]:
-    """A run that stays until the test makes `gate` (in a folder the spec reads)."""
+    """A run that stays until the test makes `gate` (in a folder the spec reads); its
+    first line out, "running", says the sandbox has started (see `_running`)."""
     return _start(spec, env, "/bin/sh", "-c",
-                  f"while [ ! -e {Q(str(gate))} ]; do sleep 0.02; done")
+                  f"echo running; while [ ! -e {Q(str(gate))} ]; do sleep 0.02; done")
+
+
+def _running(run: subprocess.Popen[str]) -> None:
+    """Wait until a `_held_open` run's command is running: before that, the launcher
+    is still mounting the placeholders, and a folder changed under it then stops the
+    start (a clear refusal, exit 125), not what the tests that tamper look at."""
+    assert run.stdout is not None
+    line = run.stdout.readline()
+    assert line == "running\n", (line, run.stderr.read() if run.stderr else "")
 
 
 def _wait_for(condition: object, what: str) -> None:
@@ -552,7 +562,8 @@ def test_F5_a_placeholder_changed_outside_is_left_as_it_is(
     folder.mkdir()
     gate = tmp_path / "gates" / "open"
     run = _held_open(_gated_spec(write_spec, folder, gate.parent), sandbox_env, gate)
-    _wait_for(lambda: (folder / name).is_dir(), "the placeholders")
+    _running(run)
+    assert (folder / name).is_dir()
     if tamper == "fill":  # the person's editor writes into it, outside the sandbox
         (folder / name / "workspace.xml").write_text("the person's\n")
     else:  # swapped for another empty folder: empty, but not the one made

@@ -240,8 +240,10 @@ def test_N1_an_address_flipped_while_the_watch_reads_it_never_reaches_outside(
     result = run_sandbox(spec, PYTHON, "-c", RACE_ADDRESS, str(outside.path), "1500")
     assert result.returncode == 0, result
     seen = dict(eval(result.stdout))  # noqa: S307 (the program prints a list of pairs)
-    # 0: sent inside; 13: refused; 2: a torn copy of the two names, no file at all.
-    assert set(seen) <= {0, 2, 13} and sum(seen.values()) == 1500, seen
+    # 0: sent inside; 13: refused. A torn copy of the two names is a third name, judged
+    # as read: 2 when nothing is there, 111 when it names a folder on the way to the
+    # outside socket (/tmp/pytest-of-root), 20 when a part of it is a file. None sends.
+    assert set(seen) <= {0, 2, 13, 20, 111} and sum(seen.values()) == 1500, seen
     assert 13 in seen, seen  # the race ran: the outside name was read, and refused
     assert outside.received() == []
 
