@@ -24,6 +24,7 @@ class PolicyArgvError(Exception):
 
 _PATH_OPTIONS = ("--read", "--write", "--hide", "--reopen", "--write-dot-files", "--run")
 _VALUE_OPTIONS = ("--settings", "--settings-via", "--name", "--agent", "--spec", "--learn",
+                  "--home",
                   "--network", "--site-packages", "--calls-per-minute", "--pause")
 _TEXT_LIST_OPTIONS = ("--host", "--endpoint", "--lan", "--localhost-port", "--model",
                       "--secret", "--local-model", "--tool")
@@ -78,6 +79,10 @@ class Policy:
     settings: Link's settings folder (its real path), hidden in every sandbox.
     settings_via: the path the verbs name it by (LNK_HOME, XDG_CONFIG_HOME or HOME), set
     only when links lie on it: the launcher refuses a run that could replace one (F6).
+    home: the program's HOME, a folder of `write` and `write_dot_files` ([agent]'s own
+    folder, or [files] home); "" lets the launcher choose (lnk_wrap.home): the caller's
+    when the sandbox writes it, else one made for the wire in Link's settings, or, for
+    a run of no named wire, one in the sandbox's private /tmp that ends with it.
     spec: the file it came from, for messages only. keep_session: a guest's terminal (no
     --new-session).
     models: the hosted models of `[verbs] model` (MODEL_PROVIDERS, each once): the proxy
@@ -104,7 +109,7 @@ class Policy:
     __init__ takes exactly the slots and that every one survives the argv form).
     """
 
-    __slots__ = ("agent", "calls_per_minute", "commands", "endpoints", "hide", "hosts",
+    __slots__ = ("agent", "calls_per_minute", "commands", "endpoints", "hide", "home", "hosts",
                  "keep_session", "lan", "learn", "local_models", "localhost_ports", "models",
                  "name", "network", "open_pages", "pause", "read", "reopen", "secrets",
                  "server_tools",
@@ -141,10 +146,12 @@ class Policy:
         local_models: tuple[int, ...] = (),
         tools: tuple[str, ...] = (),
         open_pages: bool = False,
+        home: str = "",
     ) -> None:
         for path in (settings, *((settings_via,) if settings_via else ()), *read, *write,
                      *hide, *reopen, *write_dot_files, *commands,
-                     *((learn,) if learn else ()), *((site_packages,) if site_packages else ())):
+                     *((learn,) if learn else ()), *((site_packages,) if site_packages else ()),
+                     *((home,) if home else ())):
             if not path.startswith("/") or path.startswith("//") or "\0" in path:
                 raise PolicyArgvError(f"not an absolute path: {path!r}")
             if _normalised(path) != path:
@@ -154,6 +161,9 @@ class Policy:
                 raise PolicyArgvError(
                     f"--write-dot-files {path} is not a written folder (--write)"
                 )
+        if home and (home not in write or home not in write_dot_files):
+            raise PolicyArgvError(f"--home {home} is not a written folder with its dot files "
+                                  "(--write, --write-dot-files)")
         if network not in NETWORK_MODES:
             raise PolicyArgvError(f"--network {network!r}: one of {', '.join(NETWORK_MODES)}")
         if hosts and network != "proxy":
@@ -226,6 +236,7 @@ class Policy:
         self.local_models = tuple(local_models)
         self.tools = tuple(tools)
         self.open_pages = bool(open_pages)
+        self.home = home
 
     def _fields(self) -> tuple[object, ...]:
         return tuple(getattr(self, field) for field in self.__slots__)
@@ -287,6 +298,8 @@ class Policy:
             argv += ["--spec", self.spec]
         if self.learn:
             argv += ["--learn", self.learn]
+        if self.home:
+            argv += ["--home", self.home]
         if self.network != "none":
             argv += ["--network", self.network]
         for option, texts in (("--host", self.hosts), ("--endpoint", self.endpoints),
@@ -372,6 +385,7 @@ class Policy:
             write_dot_files=tuple(lists["--write-dot-files"]),
             commands=tuple(lists["--run"]),
             learn=values.get("--learn", ""),
+            home=values.get("--home", ""),
             network=values.get("--network", "none"),
             hosts=tuple(lists["--host"]),
             endpoints=tuple(lists["--endpoint"]),

@@ -86,6 +86,7 @@ _SCHEMA: dict[str, dict[str, str] | str] = {
         "hide": _PATH_LIST,
         "reopen": _PATH_LIST,
         "write_dot_files": _PATH_LIST,
+        "home": _PATH,
         "read_home": "macOS only, and the macOS profile is not built yet",
     },
     "agent": {"name": _STRING, "home": _PATH, "files": _PATH},
@@ -365,6 +366,23 @@ def _canonical(context: _Context, key: str, raw: str, *, must_exist: bool) -> st
     return resolved
 
 
+def _own_home(context: _Context, key: str, raw: str, settings_root: str) -> str:
+    """`[files] home`: a folder that is the program's HOME, written with its dot files
+    (it is the sandbox's own: nothing of yours runs there), so never your own HOME nor a
+    folder that holds it (grant that with `write`: then HOME stays yours)."""
+    home = _canonical(context, key, raw, must_exist=True)
+    if not os.path.isdir(home):
+        raise SpecError(context.file, key, f"{raw!r} is not a folder")
+    _refuse_settings(context, key, home, settings_root)
+    yours = context.env.get("HOME", "")
+    if yours and os.path.isabs(yours) and _inside(os.path.realpath(yours), home):
+        raise SpecError(context.file, key,
+                        f"{home} is, or holds, your own HOME, whose dot files run as you: "
+                        "name a folder of the sandbox's own, or grant yours in files.write "
+                        "(then HOME stays yours, its dot files held)")
+    return home
+
+
 def _inside(path: str, folder: str) -> bool:
     """True when `path` is `folder` or lies below it (both canonical)."""
     return path == folder or path.startswith(folder.rstrip("/") + "/")
@@ -413,7 +431,16 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
         for path in paths:
             _refuse_settings(context, key, path, settings_root)
 
+    home = ""
+    if "home" in files:
+        home = _own_home(context, "files.home", files["home"], settings_root)
+        write.append(home)
+        if home not in write_dot_files:
+            write_dot_files.append(home)
     agent: dict[str, Any] | None = document.get("agent")
+    if agent is not None and home:
+        raise SpecError(context.file, "files.home",
+                        "an [agent]'s HOME is its own folder ([agent] home): name it there")
     if agent is not None:
         agent_name = agent.get("name", "")
         if not agent_name:
@@ -462,6 +489,7 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
             write.append(files_folder)
         if not name:
             name = agent_name
+        home = agent_home
 
     read = [path for path in read if path not in write]
     for path in write_dot_files:
@@ -555,6 +583,7 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
         local_models=local_models,
         tools=tools,
         open_pages=open_pages,
+        home=home,
     )
     _check_wire(context, policy)
     return policy

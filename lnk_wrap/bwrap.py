@@ -141,12 +141,14 @@ class HostFacts:
     data_files: (fd, path) pairs: a file made from what the fd holds, read only, at path
         (a sandbox with DNS: its own resolv.conf and hosts, lnk_wrap.dns_files).
     cwd: the working directory to keep.
+    temporary_home: the program's HOME when it is made inside, in the private /tmp
+        (lnk_wrap.home: a run of no named wire); "" otherwise.
     info_fd: where bwrap reports the sandbox's pid (for passing signals on).
     """
 
     __slots__ = ("block_fd", "cwd", "data_files", "held", "hide_kinds", "info_fd", "loaders",
                  "packages", "runtime", "system_dirs", "system_hidden", "system_links",
-                 "watch_fd")
+                 "temporary_home", "watch_fd")
 
     def __init__(
         self,
@@ -164,6 +166,7 @@ class HostFacts:
         watch_fd: int | None = None,
         block_fd: int | None = None,
         data_files: tuple[tuple[int, str], ...] = (),
+        temporary_home: str = "",
     ) -> None:
         self.system_dirs = system_dirs
         self.system_links = system_links
@@ -178,6 +181,7 @@ class HostFacts:
         self.watch_fd = watch_fd
         self.block_fd = block_fd
         self.data_files = data_files
+        self.temporary_home = temporary_home
 
     def _replace(self, **changes: object) -> HostFacts:
         fields = {name: getattr(self, name) for name in self.__slots__}
@@ -198,6 +202,9 @@ class HostFacts:
 
     def with_data_files(self, data_files: tuple[tuple[int, str], ...]) -> HostFacts:
         return self._replace(data_files=data_files)
+
+    def with_temporary_home(self, path: str) -> HostFacts:
+        return self._replace(temporary_home=path)
 
 
 class InitRule:
@@ -385,6 +392,8 @@ def plan(policy: Policy, facts: HostFacts) -> Plan:
         *(Value("tmpfs", path) for path in _PRIVATE_TMP),
         *(Pair("ro-bind-data", str(fd), path) for fd, path in facts.data_files),
     ]
+    if facts.temporary_home:  # lnk_wrap.home: in the private /tmp, the program's own
+        system += [Value("perms", "0700"), Value("dir", facts.temporary_home)]
     rules = [InitRule(Access.READ, path) for path in facts.system_dirs]
     rules += [
         InitRule(Access.DEVICES, "/dev"),

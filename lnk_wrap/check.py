@@ -243,9 +243,24 @@ def report(env: Mapping[str, str], policy: Policy | None = None) -> dict[str, An
         "protections": in_force,
         "gaps": list(STATED_GAPS),
         "placeholders": listed,
+        "home": _home(env, policy),
         "model_verb": _model_verb(settings, policy),
         "secret_verb": _secret_verb(settings, policy),
     }
+
+
+def _home(env: Mapping[str, str], policy: Policy | None) -> dict[str, Any]:
+    """The program's HOME under `policy` (lnk_wrap.home), or how it is chosen."""
+    if policy is None:
+        return {"spec": None, "home": None,
+                "how": "its own: a named wire's folder in Link's settings (kept), the "
+                       "[agent]'s folder or [files] home, yours only where the spec writes it, "
+                       "else one in the private /tmp that ends with the run"}
+    from lnk_wrap.home import describe
+    from lnk_wrap.launch import _writable_with
+
+    home, how = describe(policy, env, wire=policy.name, writes=_writable_with(policy, ()))
+    return {"spec": policy.spec, "home": home, "how": how}
 
 
 def _secret_verb(settings: str | None, policy: Policy | None) -> dict[str, Any]:
@@ -340,6 +355,10 @@ def show(found: dict[str, Any]) -> str:
         mark = "in force" if item["in_force"] else "NOT in force"
         why = f": {item['why']}" if "why" in item else ""
         lines.append(f"  {mark:12} {item['protection']}{why}")
+    lines.append("")
+    home = found["home"]
+    lines.append(f"HOME: {home['home']}, {home['how']}" if home["home"]
+                 else f"HOME: {home['how']}")
     lines.append("")
     lines += _show_model_verb(found["model_verb"])
     lines.append("")

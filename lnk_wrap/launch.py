@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from lnk_common.endpoints import Listener
+    from lnk_wrap import home as homes
     from lnk_wrap.outside import Outside
 else:
     import _signal as signal  # not `signal`: its enum wrappers cost 4 ms at every start
@@ -356,10 +357,20 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str], *,
     # The program's folder is bubblewrap's --chdir; this launcher, and everything it
     # starts outside, works where no sandbox writes (lnk_wrap.outside).
     os.chdir(OUTSIDE_FOLDER)
+    from lnk_wrap import home as homes
+
+    try:
+        home = homes.choose(policy, env, wire=policy.name,
+                            writes=_writable_with(policy, ()))
+    except homes.HomeError as error:
+        raise LaunchError(str(error)) from None
+    # The spec's own grants, for its first-run notice: a HOME made for the wire is not
+    # one of the person's folders.
+    as_written, policy = policy, home.policy
     if not policy.write:  # no written folder: no dot file to hold, nothing to look at
         outside = _outside(policy, env, (), guest)
         return _run_sandbox(_bwrap_for(policy, env, outside, ()), policy, command, env, cwd,
-                            (), outside)
+                            (), outside, home)
     from lnk_wrap import dotfiles
 
     known = {path: kind for path, kind, _ in placeholders.index_entries(policy.settings)}
@@ -377,7 +388,7 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str], *,
     held = (*found.held, *found.placeholders)
     outside = _outside(policy, env, held, guest)
     bwrap = _bwrap_for(policy, env, outside, held)
-    notice_first_run(policy, notice)
+    notice_first_run(as_written, notice)
     # A run file only when this run may hold placeholders: ones it makes, or ones another
     # run made that it finds in place (it must hold them too, or that run's end would
     # remove them from under its mounts). Every run with written folders sweeps what
@@ -394,7 +405,7 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str], *,
         for note in notes:
             _say(note)
         return _run_sandbox(bwrap, policy, command, env, cwd,
-                            tuple({**found.held, **in_place}), outside)
+                            tuple({**found.held, **in_place}), outside, home)
     finally:
         if run is not None:
             for note in placeholders.release(policy.settings, run):
@@ -457,15 +468,21 @@ def check_code(policy: Policy, writable: Callable[[str], bool], bwrap: str) -> N
 
 
 def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[str, str],
-                 cwd: str, held: tuple[str, ...], outside: Outside) -> int:
+                 cwd: str, held: tuple[str, ...], outside: Outside, home: homes.Choice
+                 ) -> int:
     from lnk_wrap.helpers import helper_argv, package_root
+    from lnk_wrap.home import environment as home_environment
+
+    # The program's HOME (lnk_wrap.home); the helpers outside keep the caller's.
+    env = home_environment(env, home, _writable_with(policy, held))
 
     if _SIGNALS.stop:  # asked to end before anything was started: nothing is
         return 128 + _SIGNALS.stop
     init = helper_argv("init", inside=bwrap_plan.PACKAGES_INSIDE)
     info_read, info_write = os.pipe()
     facts = gather(policy, cwd=cwd, info_fd=info_write, runtime=runtime_paths(init[0]),
-                   packages=package_root()).with_held(held)
+                   packages=package_root()).with_held(held).with_temporary_home(
+                       home.path if home.temporary else "")
     if bwrap_plan.access_at(policy, facts, cwd) is None:
         # A harness or script often runs from a folder the sandbox is not given and names
         # what it touches by absolute path: say so in one line and start in / rather than
@@ -541,6 +558,15 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
     # After the secrets' check: a run refused for a secret not set says that one line, not
     # a note about a trust variable first.
     env = _unreachable_trust_dropped(env, policy, facts)
+    from lnk_wrap.home import HomeError
+
+    try:  # made once the run is sure to start (not before a refusal), and said
+        made = home.make()
+    except HomeError as error:
+        raise LaunchError(str(error)) from None
+    if made:
+        _say(f"HOME is {home.path}, the wire {policy.name}'s own (made now, "
+             "kept across its runs; `lnk-sandbox check` shows it)")
     watch, init_end = _start_watch(policy, facts.loaders, outside)
     facts = facts.with_watch(init_end)
     wire: _Wire | None = None

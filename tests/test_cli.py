@@ -104,8 +104,8 @@ def test_check_json_has_its_documented_shape(sandbox_env: dict[str, str]) -> Non
                             capture_output=True, text=True, check=False)
     found = json.loads(result.stdout)
     assert set(found) == {"ready", "kernel", "bubblewrap", "landlock_abi", "seccomp",
-                          "memfd_noexec", "protections", "gaps", "placeholders", "model_verb",
-                          "secret_verb"}
+                          "memfd_noexec", "protections", "gaps", "placeholders", "home",
+                          "model_verb", "secret_verb"}
     assert found["secret_verb"] == {"with_rule": []}
     assert found["placeholders"] == []
     assert found["model_verb"] == {"providers": ["anthropic", "openai", "gemini", "openrouter"],
@@ -224,7 +224,7 @@ def test_every_entry_refuses_bad_input_as_before(
     assert result.returncode == 125
     assert result.stderr == (
         f"lnk-sandbox: {bad_key}: files.reed: unknown key (known in [files]: read, write, "
-        "hide, reopen, write_dot_files, read_home); nothing was run\n")
+        "hide, reopen, write_dot_files, home, read_home); nothing was run\n")
     missing = tmp_path / "no-such-spec.toml"
     result = _run_by(entry, missing, *touch, env=sandbox_env, cwd=tmp_path)
     assert result.returncode == 125

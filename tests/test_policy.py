@@ -337,6 +337,7 @@ NOT_DEFAULT: dict[str, object] = {
     "local_models": (11434, 8080),
     "tools": ("github", "far"),
     "open_pages": True,
+    "home": "/w",
 }
 
 

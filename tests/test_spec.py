@@ -83,7 +83,8 @@ def test_unknown_key_in_files_is_not_ignored(write_spec: WriteSpec, env: dict[st
     spec = write_spec("[files]\nred = []\n")
     assert _error(spec, env) == (
         str(spec), "files.red",
-        "unknown key (known in [files]: read, write, hide, reopen, write_dot_files, read_home)",
+        "unknown key (known in [files]: read, write, hide, reopen, write_dot_files, home, "
+        "read_home)",
     )
 
 
@@ -833,7 +834,7 @@ def test_agent_hides_all_agents_and_writes_its_own_folder(
     assert load_spec(spec, env) == Policy(
         settings=str(settings), name="bob", spec=str(spec), read=(str(work),),
         write=(str(own),), hide=(str(settings / "agents"),), write_dot_files=(str(own),),
-        agent="bob",
+        agent="bob", home=str(own),
     )
 
 
