@@ -28,7 +28,7 @@ _VALUE_OPTIONS = ("--settings", "--settings-via", "--name", "--agent", "--spec",
                   "--network", "--site-packages", "--calls-per-minute", "--pause")
 _TEXT_LIST_OPTIONS = ("--host", "--endpoint", "--lan", "--localhost-port", "--model",
                       "--secret", "--local-model", "--tool")
-NETWORK_MODES = ("none", "proxy")
+NETWORK_MODES = ("none", "proxy", "host")
 # The seed's loose thresholds for pausing a wire (docs/SPEC.md [pause]): refusals and
 # distinct refused targets within a window of seconds. Patterns no normal work makes.
 DEFAULT_PAUSE = (30, 20, 60)
@@ -63,8 +63,11 @@ class Policy:
     commands: the files and folders of [commands] run; when any, only those (and the
     loader) may start, and the exec watch names what is refused. Empty: any readable
     program may start.
-    network: "none" (no network at all) or "proxy" (the filtering proxy is the one way
-    out); hosts: the names (`name`, `*.domain`, with `:port` or not) the proxy lets by.
+    network: "none" (no network at all), "proxy" (the filtering proxy is the one way
+    out) or "host" (this machine's network as it is: no wire, so no verb; every other
+    protection in force, unix sockets by name refused; `stop` ends such a sandbox,
+    lnk_wrap.launch); hosts: the names (`name`, `*.domain`, with `:port` or not) the
+    proxy lets by.
     endpoints: [tcp] endpoints (`name:port`, `*.domain:port`): plain TCP through the
     proxy, reached by name through the sandbox's own DNS (lnk_common.endpoints).
     lan: [lan] hosts (`address:port`, `name:port`, or either alone for 80 and 443):
@@ -168,6 +171,10 @@ class Policy:
             raise PolicyArgvError(f"--network {network!r}: one of {', '.join(NETWORK_MODES)}")
         if hosts and network != "proxy":
             raise PolicyArgvError("--host needs --network proxy")
+        if network == "host" and (endpoints or lan or localhost_ports or models or secrets
+                                  or local_models or tools or open_pages or calls_per_minute):
+            raise PolicyArgvError("--network host has no wire: no verb, endpoint, [lan], "
+                                  "[localhost] port or calls a minute")
         for host in (*hosts, *endpoints, *lan):
             if not host or host.startswith("-") or any(c.isspace() for c in host):
                 raise PolicyArgvError(f"not a host: {host!r}")

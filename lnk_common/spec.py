@@ -78,7 +78,6 @@ _KINDS = (_PATH_LIST, _STRING, _PATH, _STRING_LIST, _COUNT, _PORT_LIST, _BOOLEAN
 # is every real harness's (a bot, a tracker, a forge), and each costs the start a read.
 MAX_SECRETS = 32
 
-_NOT_BUILT = "not built yet in this version of lnk-sandbox"
 _SCHEMA: dict[str, dict[str, str] | str] = {
     "files": {
         "read": _PATH_LIST,
@@ -557,6 +556,8 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
                         "keeps a hosted model's server-side tools, and no model verb is on: "
                         "name one in [verbs] model, or drop the key")
 
+    if network == "host":
+        _check_host(context, document)
     policy = Policy(
         settings=settings_root,
         # The path the verbs name it by, when links lie on it: the launcher judges each.
@@ -587,6 +588,26 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
     )
     _check_wire(context, policy)
     return policy
+
+
+def _check_host(context: _Context, document: dict[str, Any]) -> None:
+    """`mode = "host"` is this machine's network as it is, with no wire: whatever needs
+    the sandbox's own network and its proxy is refused, naming the key, rather than
+    quietly doing nothing."""
+    def get(section: str, key: str) -> object:
+        return (document.get(section) or {}).get(key)
+
+    needs_wire = [(f"{section}.{key}", get(section, key)) for section, key in (
+        ("verbs", "model"), ("verbs", "secrets"), ("verbs", "tools"), ("verbs", "open"),
+        ("tcp", "endpoints"), ("lan", "hosts"), ("localhost", "ports"),
+        ("localhost", "models"), ("network", "calls_per_minute"))]
+    needs_wire.append(("pause", document.get("pause")))
+    for key, value in needs_wire:
+        if value:
+            raise SpecError(context.file, key,
+                            "needs the sandbox's own network and its wire, and mode = "
+                            "\"host\" has neither (the program reaches the network as it "
+                            "is, unlogged): use mode = \"proxy\" or \"none\"")
 
 
 def _check_wire(context: _Context, policy: Policy) -> None:
@@ -646,12 +667,10 @@ def _network(context: _Context, section: dict[str, Any] | None) -> tuple[str, tu
     if section is None:
         return "none", ()
     mode = section.get("mode", "none")
-    if mode == "host":
+    if mode not in ("none", "proxy", "host"):
         raise SpecError(context.file, "network.mode",
-                        f"\"host\" (the network as it is) is {_NOT_BUILT}")
-    if mode not in ("none", "proxy"):
-        raise SpecError(context.file, "network.mode",
-                        f"{mode!r}: \"none\" (no network) or \"proxy\" (the filtering proxy)")
+                        f"{mode!r}: \"none\" (no network), \"proxy\" (the filtering proxy) "
+                        "or \"host\" (this machine's network as it is)")
     hosts: list[str] = []
     for index, entry in enumerate(section.get("hosts", [])):
         key = f"network.hosts[{index}]"

@@ -2,6 +2,7 @@
 
     lnk-sandbox-exec-watch --socket-fd N --settings DIR [--spec FILE] [--learn FILE]
                            [--commands] [--run PATH]… [--loader PATH]… [--written PATH]…
+                           [--host-network]
 
 Started by the launcher for every sandbox (a fork of it, `lnk-watch`), before the
 sandbox. The init, first thing inside, installs the filter ("sockets", or "programs"
@@ -312,10 +313,10 @@ class Watch:
 
     def __init__(self, listener: int, commands: Commands | None, *, spec: str, log: str,
                  learn: str, say: Callable[[str], None], written: tuple[str, ...] = (),
-                 diag: int = -1) -> None:
+                 diag: int = -1, host_network: bool = False) -> None:
         self.listener = listener
-        self.sockets = sockets.SocketGuard(listener, diag,
-                                           refused=self.refused)
+        self.sockets = sockets.SocketGuard(listener, diag, refused=self.refused,
+                                           host_network=host_network)
         self.written = written
         self.cache: dict[str, Seen] = {}
         self.commands = commands
@@ -631,11 +632,11 @@ def _receive_listener(socket_fd: int) -> tuple[int, int] | None:
 def _parse(argv: list[str]) -> dict[str, list[str]]:
     options: dict[str, list[str]] = {name: [] for name in (
         "--socket-fd", "--settings", "--spec", "--learn", "--run", "--loader", "--written",
-        "--commands")}
+        "--commands", "--host-network")}
     index = 0
     while index < len(argv):
         option = argv[index]
-        if option == "--commands":
+        if option in ("--commands", "--host-network"):
             options[option].append("yes")
             index += 1
             continue
@@ -677,7 +678,8 @@ def main(argv: list[str] | None = None, received: tuple[int, int] | None = None)
         listener, diag = received
         Watch(listener, commands, diag=diag, spec=spec, log=log,
               learn=(options["--learn"] or [""])[0], say=say,
-              written=tuple(options["--written"])).serve()
+              written=tuple(options["--written"]),
+              host_network=bool(options["--host-network"])).serve()
     except Exception as error:  # whatever stops the watch is said
         # This process ends, its listener closes, and every call the filter hands over
         # fails with ENOSYS from now on: closed. The person is told, once, here and in

@@ -55,8 +55,10 @@ from lnk_execwatch.messages import (
     parse_iovecs,
 )
 from lnk_execwatch.unixdiag import (
+    ABSTRACT,
     AF_UNIX,
     PATH,
+    UNNAMED,
     UnixDiagError,
     dump_request,
     kernel_device,
@@ -69,6 +71,8 @@ if TYPE_CHECKING:
     import queue
     import threading
     from collections.abc import Callable
+
+    from lnk_execwatch.unixdiag import UnixAddress
 
 __all__ = ["CONNECT", "SENDMMSG", "SENDMSG", "SENDTO", "SocketGuard"]
 
@@ -100,6 +104,11 @@ SOCKADDR_MAX = 128
 # EMSGSIZE (a unix datagram's default ceiling is ~208 KiB, UDP's 64 KiB); a stream
 # socket is sent this much (a short write, which a stream allows).
 SENDTO_MAX = 1 << 20
+# Why every unix socket by name (path or abstract) is refused in a sandbox with this
+# machine's network: "made inside" is told by the sandbox's own network namespace
+# (lnk_execwatch.unixdiag), and with the host's, every socket of this machine is in it.
+HOST_NETWORK = ("this sandbox has this machine's network ([network] mode = \"host\"), "
+                "where a socket made inside cannot be told from yours")
 PATH_MAX = 4096
 # How long a blocking inet connect is waited for here before a worker takes it over: a
 # connection on the sandbox's own loopback is made in microseconds.
@@ -266,15 +275,24 @@ class _Call:
             message.close()
 
 
+def _named(target: UnixAddress) -> str:
+    """A unix address as said in a refusal: a path, or @name for an abstract one."""
+    name = os.fsdecode(target.name)
+    return "@" + name if target.kind == ABSTRACT else name
+
+
 class SocketGuard:
     """Answers `connect` and `sendto`-with-an-address notifications of one sandbox."""
 
-    __slots__ = ("counting", "diag", "idle", "in_line", "listener", "pidfds", "queue",
-                 "refused", "scratch", "sequence", "workers")
+    __slots__ = ("counting", "diag", "host_network", "idle", "in_line", "listener", "pidfds",
+                 "queue", "refused", "scratch", "sequence", "workers")
 
     def __init__(self, listener: int, diag: int, *,
-                 refused: Callable[[str, str], None]) -> None:
+                 refused: Callable[[str, str], None], host_network: bool = False) -> None:
         self.listener = listener
+        # mode "host": the sandbox shares this machine's network namespace, so a socket
+        # listed there may be anyone's; every unix socket by name is refused (HOST_NETWORK).
+        self.host_network = host_network
         self.diag = diag
         self.refused = refused
         self.scratch = _Scratch()
@@ -369,6 +387,11 @@ class SocketGuard:
             target = parse_unix_address(address)
         except UnixDiagError:
             raise OSError(errno.EINVAL, "not a unix socket address") from None
+        if self.host_network and target.kind != UNNAMED:
+            self.refused("socket", f"refused to {'connect' if call.nr == CONNECT else 'send'} "
+                         f"to the unix socket {_named(target)}: {HOST_NETWORK}")
+            self._answer(call.id, -errno.EACCES)
+            return None
         if target.kind != PATH:
             return work
         work.pin = self._pin(call.pid, os.fsdecode(target.name))
@@ -496,6 +519,10 @@ class SocketGuard:
             target = parse_unix_address(message.address)
         except UnixDiagError:
             return True  # the kernel refuses it (EINVAL) when the call is done
+        if self.host_network and target.kind != UNNAMED:
+            self.refused("socket", f"refused to send (sendmsg) to the unix socket "
+                         f"{_named(target)}: {HOST_NETWORK}")
+            return False
         if target.kind != PATH:
             return True
         message.pin = self._pin(call.pid, os.fsdecode(target.name))  # the kernel's error

@@ -359,7 +359,9 @@ def plan(policy: Policy, facts: HostFacts) -> Plan:
     head: list[Option] = [
         Flag("unshare-user"),
         Flag("unshare-pid"),
-        Flag("unshare-net"),
+        # mode "host": this machine's network namespace, as it is (and so its abstract
+        # unix sockets, which Landlock's scope closes: lnk_wrap.launch needs ABI 6).
+        *(() if policy.network == "host" else (Flag("unshare-net"),)),
         Flag("unshare-uts"),
         Flag("unshare-ipc"),
         Flag("unshare-cgroup-try"),

@@ -174,6 +174,8 @@ def report(env: Mapping[str, str], policy: Policy | None = None) -> dict[str, An
                        "ones)",
          "in_force": namespaces and seccomp["user_notification"]},
         {"protection": "network: none at all, or the filtering proxy as the one way out "
+                       "(or, where a spec says mode = \"host\", this machine's network as "
+                       "it is) "
                        "(hosts by name before any lookup; never this machine, its networks "
                        "or a metadata service; TLS ClientHello checked; strict heads)",
          "in_force": namespaces},
@@ -244,9 +246,29 @@ def report(env: Mapping[str, str], policy: Policy | None = None) -> dict[str, An
         "gaps": list(STATED_GAPS),
         "placeholders": listed,
         "home": _home(env, policy),
+        "network": _network(policy),
         "model_verb": _model_verb(settings, policy),
         "secret_verb": _secret_verb(settings, policy),
     }
+
+
+HOST_NETWORK_OPENS = (
+    "NETWORK: this machine's network as it is ([network] mode = \"host\"): every host, "
+    "this machine's own ports (loopback included), the local network and a cloud's "
+    "metadata service, with no log and no pause; `lnk-sandbox stop` ends the sandbox "
+    "(there is no wire to close). Still closed: abstract unix sockets (Landlock ABI 6), "
+    "unix sockets made outside, and the socket families above")
+
+
+def _network(policy: Policy | None) -> dict[str, Any]:
+    """What the spec's network mode opens, in words (`check --spec`)."""
+    if policy is None:
+        return {"spec": None, "mode": None, "opens": None}
+    opens = {"host": HOST_NETWORK_OPENS,
+             "proxy": f"network: through the filtering proxy, to {len(policy.hosts)} "
+                      "listed host(s), every call on the wire's log",
+             "none": "network: none (only the verbs the spec names)"}[policy.network]
+    return {"spec": policy.spec, "mode": policy.network, "opens": opens}
 
 
 def _home(env: Mapping[str, str], policy: Policy | None) -> dict[str, Any]:
@@ -356,6 +378,8 @@ def show(found: dict[str, Any]) -> str:
         why = f": {item['why']}" if "why" in item else ""
         lines.append(f"  {mark:12} {item['protection']}{why}")
     lines.append("")
+    if found["network"]["opens"]:
+        lines.append(found["network"]["opens"])
     home = found["home"]
     lines.append(f"HOME: {home['home']}, {home['how']}" if home["home"]
                  else f"HOME: {home['how']}")

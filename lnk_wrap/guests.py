@@ -531,6 +531,9 @@ def describe(policy: Policy, home: str) -> list[str]:
     if policy.network == "proxy":
         lines.append("network: through the filtering proxy, to "
                      + (listing(policy.hosts) if policy.hosts else "no host"))
+    elif policy.network == "host":
+        lines.append("network: this machine's network as it is (every host, this machine's "
+                     "ports, the local network; no wire, no log)")
     else:
         lines.append("network: none")
     for label, items in (("TCP endpoints", policy.endpoints), ("local network", policy.lan),

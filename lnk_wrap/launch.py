@@ -325,6 +325,64 @@ def _go_ahead_unless_stopped(go_write: int, sandbox_pid: int | None) -> int:
     return stop
 
 
+# Landlock's scope of abstract unix sockets (ABI 6): with this machine's network
+# namespace, the only thing between a sandbox and the abstract sockets of the person's
+# session (X11's, D-Bus's, an agent's).
+HOST_NETWORK_LANDLOCK_ABI = 6
+# How often a sandbox with the host's network looks at the kill switch: stop's "within
+# a second", as every proxy does.
+HOST_STOP_POLL_SECONDS = 1.0
+
+
+def _check_host_network(policy: Policy) -> None:
+    """mode "host" starts only where its abstract unix sockets stay closed and the kill
+    switch is off (there is no proxy to refuse its calls)."""
+    from lnk_common import landlock, wirestate
+
+    abi = landlock.abi_version()
+    if abi < HOST_NETWORK_LANDLOCK_ABI:
+        raise LaunchError(
+            f"[network] mode = \"host\" of {policy.spec or 'the policy'} needs Landlock ABI "
+            f"{HOST_NETWORK_LANDLOCK_ABI} (Linux 6.12) to keep this machine's abstract unix "
+            f"sockets closed, and this kernel has {abi}: use mode = \"proxy\"")
+    if wirestate.is_stopped(policy.settings):
+        raise LaunchError("the kill switch is on (lnk-sandbox stop), and a sandbox with this "
+                          "machine's network has no wire to close: not started "
+                          "(`lnk-sandbox stop --clear` lifts it)")
+
+
+def _end_at_the_kill_switch(settings: str, sandbox_pid: int | None, child: int
+                            ) -> Callable[[], None]:
+    """mode "host": no proxy closes its calls at `stop`, so the sandbox itself is ended
+    (within HOST_STOP_POLL_SECONDS), said on stderr, by a thread; returns what the
+    launcher calls once bubblewrap has ended and before it is reaped, after which the
+    thread kills nothing."""
+    import threading
+
+    from lnk_common import wirestate
+
+    done = threading.Event()
+    lock = threading.Lock()
+
+    def watch() -> None:
+        while not done.wait(HOST_STOP_POLL_SECONDS):
+            if wirestate.is_stopped(settings):
+                with lock:
+                    if done.is_set():
+                        return
+                    _say("the kill switch is on (lnk-sandbox stop): this sandbox has this "
+                         "machine's network and no wire to close, so it is ended")
+                    _kill_sandbox(sandbox_pid, child)
+                return
+
+    def finish() -> None:
+        with lock:
+            done.set()
+
+    threading.Thread(target=watch, name="lnk-host-stop", daemon=True).start()
+    return finish
+
+
 def _kill_sandbox(sandbox_pid: int | None, child: int) -> None:
     """The sandbox's own first process first (bubblewrap's inside one outlives an outer
     one that is killed), then bubblewrap; the init, which waits for the go-ahead,
@@ -357,6 +415,8 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str], *,
     # The program's folder is bubblewrap's --chdir; this launcher, and everything it
     # starts outside, works where no sandbox writes (lnk_wrap.outside).
     os.chdir(OUTSIDE_FOLDER)
+    if policy.network == "host":
+        _check_host_network(policy)
     from lnk_wrap import home as homes
 
     try:
@@ -627,6 +687,10 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
     stopped = _go_ahead_unless_stopped(go_write, sandbox_pid)
     if stopped:
         _kill_sandbox(sandbox_pid, child)
+    elif policy.network == "host":
+        finish = _end_at_the_kill_switch(policy.settings, sandbox_pid, child)
+        os.waitid(os.P_PID, child, os.WEXITED | os.WNOWAIT)  # ended, not yet reaped
+        finish()  # so no pid it might kill is reused
     _, status = os.waitpid(child, 0)
     _end_helper(watch, None)
     if wire is not None:
@@ -692,6 +756,8 @@ def _start_watch(policy: Policy, loaders: tuple[str, ...], outside: Outside
     watch_end, init_end = (end.detach() for end in
                            _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM))
     argv = ["--socket-fd", str(watch_end), "--settings", policy.settings]
+    if policy.network == "host":
+        argv.append("--host-network")
     if policy.spec:
         argv += ["--spec", policy.spec]
     for path in policy.write:

@@ -105,7 +105,7 @@ def test_check_json_has_its_documented_shape(sandbox_env: dict[str, str]) -> Non
     found = json.loads(result.stdout)
     assert set(found) == {"ready", "kernel", "bubblewrap", "landlock_abi", "seccomp",
                           "memfd_noexec", "protections", "gaps", "placeholders", "home",
-                          "model_verb", "secret_verb"}
+                          "network", "model_verb", "secret_verb"}
     assert found["secret_verb"] == {"with_rule": []}
     assert found["placeholders"] == []
     assert found["model_verb"] == {"providers": ["anthropic", "openai", "gemini", "openrouter"],
