@@ -4,7 +4,8 @@
   window); the call over it gets 429 with Retry-After, the seconds until a slot frees.
   Those refusals count toward no pause: the program is doing what its policy allows,
   only slower. Off unless the spec sets it.
-- Pause on anomaly, only for patterns no normal work makes: a burst of refusals, many
+- Pause on anomaly, only for patterns no normal work makes: a burst of refusals (a host
+  not listed counting once per window: `Controls.refusal`'s `ordinary`), many
   distinct targets refused in turn (both within a window, loose thresholds from the
   spec's [pause]), many distinct names refused by the sandbox's DNS (a looser threshold
   of its own, DNS_NAMES_PER_TARGET times [pause] targets: below), and any attempt at a
@@ -87,9 +88,20 @@ class Controls:
             self.calls.append([second, 1.0])
         return None
 
-    def refusal(self, now: float, target: str) -> str | None:
+    def refusal(self, now: float, target: str, *, ordinary: bool = False) -> str | None:
         """Note a refusal (not one of the limit's); the pause's reason once a threshold
-        is reached, else None."""
+        is reached, else None. `ordinary`: a refusal normal work makes again and again (a
+        host not listed: a harness's telemetry and update checks, retried, at every run),
+        which counts toward the burst only the first time its target is refused within
+        the window; again, it tells nothing new and leaks nothing (nothing was sent). Its
+        target still counts among the distinct ones, the pattern of a program trying
+        host after host."""
+        if ordinary:
+            self._expire(self.refused_targets, now)
+            key = _digest(target)
+            if key in self.refused_targets:
+                self.refused_targets[key] = now
+                return None
         while self.refused and self.refused[0][0] + 1 <= now - self.window:
             self.refused.popleft()  # every refusal of that second has left the window
         second = float(math.floor(now))
@@ -123,11 +135,14 @@ class Controls:
                     f"{DNS_NAMES_PER_TARGET} times [pause] targets)")
         return None
 
+    def _expire(self, seen: dict[str, float], now: float) -> None:
+        for old in [key for key, when in seen.items() if when <= now - self.window]:
+            del seen[old]
+
     def _note(self, seen: dict[str, float], name: str, now: float) -> int | None:
         """Note `name` as refused now; how many distinct ones are in the window (None:
         more than can be kept)."""
-        for old in [key for key, when in seen.items() if when <= now - self.window]:
-            del seen[old]
+        self._expire(seen, now)
         key = _digest(name)
         if key not in seen and len(seen) >= MAX_TRACKED_NAMES:
             return None
@@ -183,7 +198,8 @@ class SharedControls:
                 controls.refused_targets, controls.refused_names = {}, {}
             found = (controls.admit(now) if action == "admit"
                      else controls.refusal(now, target) if action == "refusal"
-                     else controls.dns_refusal(now, target))
+                     else controls.refusal(now, target, ordinary=True)
+                     if action == "ordinary" else controls.dns_refusal(now, target))
             data = orjson.dumps({"calls": list(controls.calls),
                                  "refused": list(controls.refused),
                                  "targets": controls.refused_targets,
@@ -200,8 +216,8 @@ class SharedControls:
         found = self._with_state("admit", now, "")
         return found if isinstance(found, float) else None
 
-    def refusal(self, now: float, target: str) -> str | None:
-        found = self._with_state("refusal", now, target)
+    def refusal(self, now: float, target: str, *, ordinary: bool = False) -> str | None:
+        found = self._with_state("ordinary" if ordinary else "refusal", now, target)
         return found if isinstance(found, str) else None
 
     def dns_refusal(self, now: float, name: str) -> str | None:

@@ -190,14 +190,16 @@ def no_delay(writer: asyncio.StreamWriter) -> None:
 class Refused(Exception):
     """A call refused: its status, the reason (one line), and how the wire's controls
     take it: `counts` toward a pause (not the kill switch's, a pause's or the limit's
-    own), `metadata` pauses at once, `retry_after` for a 429. `logged`: what the wire's
-    log keeps of it, when that must differ from what the program is told (a verb's path
+    own), `ordinary` counts once per window for its target (lnk_common.controls: a host
+    not listed, which harnesses retry, and an upstream out of reach), `metadata` pauses
+    at once, `retry_after` for a 429. `logged`: what the wire's log keeps of it, when that must differ from what the program is told (a verb's path
     may carry a secret: the log never quotes one)."""
 
     def __init__(self, status: int, reason: str, *, counts: bool = True,
                  metadata: bool = False, retry_after: float | None = None,
-                 logged: str | None = None) -> None:
+                 logged: str | None = None, ordinary: bool = False) -> None:
         self.status = status
+        self.ordinary = ordinary
         self.reason = reason
         self.logged = reason if logged is None else logged
         self.counts = counts
@@ -366,7 +368,7 @@ class Wire:
             self._pause_now(f"an attempt at a cloud metadata service ({target})")
         elif refusal.counts:
             try:
-                why = self.controls.refusal(time.time(), target)
+                why = self.controls.refusal(time.time(), target, ordinary=refusal.ordinary)
             except OSError as error:  # the window file could not be opened: said, once
                 self.report("refusal not counted", "a refusal could not be counted toward a "
                             f"pause: the wire's window cannot be opened ({error.strerror})")

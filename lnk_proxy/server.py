@@ -549,7 +549,7 @@ class Proxy(Wire):
         rule = matching_rule(self.rules, target.host, target.port)
         if rule is None:
             named = target.authority if target.address else f"{target.host}:{target.port}"
-            raise Refused(403, f"{named} is not in this sandbox's hosts")
+            raise Refused(403, f"{named} is not in this sandbox's hosts", ordinary=True)
         return rule
 
     async def decide(self, target: Target, *, counted: bool = True) -> Address:
@@ -567,10 +567,12 @@ class Proxy(Wire):
             except OSError as error:
                 if is_out_of_descriptors(error):  # the lookup's own files or thread
                     raise Refused(503, OUT_OF_DESCRIPTORS, counts=False) from None
-                raise Refused(502, f"{target.host} could not be looked up ({error})") from None
+                raise Refused(502, f"{target.host} could not be looked up ({error})",
+                              ordinary=True) from None
             if not addresses:
                 raise Refused(502, f"{target.host} does not exist or has no address"
-                              " (looked up as an absolute name: no search domain)")
+                              " (looked up as an absolute name: no search domain)",
+                              ordinary=True)
         else:
             addresses = [target.address]
         for address in addresses:

@@ -77,16 +77,18 @@ async def open_upstream(address: Address, port: int, authority: str, *,
             CONNECT_SECONDS)
     except ssl.SSLCertVerificationError as error:
         raise Refused(502, f"{authority}'s certificate is not trusted "
-                           f"({error.verify_message})") from None
+                           f"({error.verify_message})", ordinary=True) from None
     except ssl.SSLError as error:
-        raise Refused(502, f"{authority}: TLS failed ({error.reason or error})") from None
+        raise Refused(502, f"{authority}: TLS failed ({error.reason or error})",
+                      ordinary=True) from None
     except OSError as error:
         if is_out_of_descriptors(error):
             raise Refused(503, OUT_OF_DESCRIPTORS, counts=False) from None
-        raise Refused(502, f"{authority} could not be reached ({error})") from None
+        raise Refused(502, f"{authority} could not be reached ({error})",
+                      ordinary=True) from None
     except TimeoutError:
         raise Refused(502, f"{authority} could not be reached (no answer in "
-                           f"{CONNECT_SECONDS:g} s)") from None
+                           f"{CONNECT_SECONDS:g} s)", ordinary=True) from None
     writer = asyncio.StreamWriter(transport, protocol, reader, loop)
     no_delay(writer)
     return Upstream(authority, reader, writer)
@@ -104,7 +106,8 @@ async def open_socket(address: Address, port: int, authority: str) -> socket.soc
     except OSError as error:
         if is_out_of_descriptors(error):
             raise Refused(503, OUT_OF_DESCRIPTORS, counts=False) from None
-        raise Refused(502, f"{authority} could not be reached ({error})") from None
+        raise Refused(502, f"{authority} could not be reached ({error})",
+                      ordinary=True) from None
     try:
         sock.setblocking(False)
         async with asyncio.timeout(CONNECT_SECONDS):
@@ -113,12 +116,13 @@ async def open_socket(address: Address, port: int, authority: str) -> socket.soc
     except TimeoutError:
         sock.close()
         raise Refused(502, f"{authority} could not be reached (no answer in "
-                           f"{CONNECT_SECONDS:g} s)") from None
+                           f"{CONNECT_SECONDS:g} s)", ordinary=True) from None
     except OSError as error:
         sock.close()
         if is_out_of_descriptors(error):
             raise Refused(503, OUT_OF_DESCRIPTORS, counts=False) from None
-        raise Refused(502, f"{authority} could not be reached ({error})") from None
+        raise Refused(502, f"{authority} could not be reached ({error})",
+                      ordinary=True) from None
     except BaseException:
         sock.close()
         raise

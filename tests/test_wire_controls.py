@@ -29,8 +29,11 @@ PYTHON = "/usr/bin/python3"
 
 def spec_for(write_spec: WriteSpec, testnet: Path, name: str, extra: str = "",
              pause: str = "") -> Path:
+    # self-lo.lnkt is listed and resolves to 127.0.0.1: a call to it is refused for its
+    # address (this machine), the refusal no normal work makes.
     return write_spec(f'name = "{name}"\n[files]\nread = {toml_list(testnet)}\n'
-                      '[network]\nmode = "proxy"\nhosts = ["allowed.lnkt", "allowed.lnkt:7"]\n'
+                      '[network]\nmode = "proxy"\n'
+                      'hosts = ["allowed.lnkt", "allowed.lnkt:7", "self-lo.lnkt"]\n'
                       f"{extra}\n{pause}\n")
 
 
@@ -95,8 +98,51 @@ def test_N10_thresholds_trigger_at_their_number_and_not_one_below() -> None:
     assert [slow.refusal(float(t), "x:80") for t in (0, 11, 22, 33)] == [None] * 4
 
 
+def test_N10_an_ordinary_refusal_counts_once_per_window_for_its_target() -> None:
+    """A host not listed (a harness's telemetry, retried at every run) or an upstream out
+    of reach counts toward the burst the first time its target is refused within the
+    window; its target still counts among the distinct ones."""
+    burst = Controls(calls_per_minute=0, pause=(5, 100, 60))
+    assert [burst.refusal(t / 10, "telemetry:443", ordinary=True)
+            for t in range(1000)] == [None] * 1000
+    assert [burst.refusal(100.0 + t, f"t{t}:443", ordinary=True) for t in range(5)] \
+        == [None] * 4 + ["5 calls refused within 60 s (the [pause] threshold is 5)"]
+    spread = Controls(calls_per_minute=0, pause=(100, 3, 60))
+    assert [spread.refusal(float(t), f"h{t % 3}:443", ordinary=True) for t in range(3)] \
+        == [None, None, "3 different targets refused within 60 s (the [pause] threshold is 3)"]
+    later = Controls(calls_per_minute=0, pause=(2, 100, 10))
+    assert later.refusal(0.0, "x:443", ordinary=True) is None
+    assert later.refusal(11.0, "x:443", ordinary=True) is None  # left the window: new again
+    assert later.refusal(12.0, "x:443", ordinary=True) is None
+    assert later.refusal(13.0, "y:80") is not None  # any other refusal counts every time
+
+
+def test_N10_a_harness_s_ordinary_traffic_at_many_runs_a_minute_never_pauses(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str]
+) -> None:
+    """Twelve runs of one wire within a minute, at the default [pause] (30 refusals, 20
+    targets), each as a harness starts: refused telemetry and update checks to hosts
+    not listed, each retried, and a listed host out of reach (a port nothing listens
+    on, as an offline machine's provider), retried: 12 x 8 = 96 refusals, never a pause.
+    Before, the default burst paused it at the fourth run."""
+    spec = spec_for(write_spec, testnet, "harness")
+    calls = ["http://denied.lnkt/telemetry", "http://other.lnkt/update",
+             "http://denied.lnkt/telemetry", "http://other.lnkt/update",
+             "https://denied.lnkt/", "http://allowed.lnkt:7/", "http://allowed.lnkt:7/",
+             "http://allowed.lnkt:7/"]
+    script = "; ".join(f"curl -s -o /dev/null -m 5 {Q(url)}" for url in calls)
+    for _ in range(12):
+        result = run_sandbox(spec, "/bin/sh", "-c", script, env=sandbox_env)
+        assert "is paused" not in result.stderr, result.stderr
+    assert codes(run_sandbox, spec, sandbox_env, 1) == ["200"]
+    log = (Path(sandbox_env["LNK_HOME"]) / "sandbox" / "wires" / "harness" / "log").read_text()
+    assert "denied.lnkt:80" in log and "allowed.lnkt:7" in log and "paused" not in log
+    assert json.loads(lnk(sandbox_env, "paused", "--json").stdout) == {"paused": []}
+
+
 @pytest.mark.parametrize(("name", "pause", "urls"), [
-    ("burst", "[pause]\nrefusals = 4\ntargets = 100", ["http://denied.lnkt/"] * 4),
+    # A listed name that resolves to this machine (rebinding), four times: each counts.
+    ("burst", "[pause]\nrefusals = 4\ntargets = 100", ["http://self-lo.lnkt/"] * 4),
     ("spread", "[pause]\nrefusals = 100\ntargets = 3",
      ["http://a.lnkt/", "http://b.lnkt/", "http://c.lnkt/"]),
     ("metadata", "", ["http://169.254.169.254/latest/meta-data/"]),
