@@ -192,8 +192,9 @@ class Refused(Exception):
     take it: `counts` toward a pause (not the kill switch's, a pause's or the limit's
     own), `ordinary` counts once per window for its target (lnk_common.controls: a host
     not listed, which harnesses retry, and an upstream out of reach), `metadata` pauses
-    at once, `retry_after` for a 429. `logged`: what the wire's log keeps of it, when that must differ from what the program is told (a verb's path
-    may carry a secret: the log never quotes one)."""
+    at once, `retry_after` for a 429. `logged`: what the wire's log keeps of it, when
+    that must differ from what the program is told (a verb's path may carry a secret:
+    the log never quotes one)."""
 
     def __init__(self, status: int, reason: str, *, counts: bool = True,
                  metadata: bool = False, retry_after: float | None = None,
