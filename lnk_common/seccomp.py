@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import ctypes
 
+from lnk_common.arch import number
 from lnk_common.syscalls import prctl, syscall
 
 __all__ = ["SeccompError", "install"]
 
-_SYS_SECCOMP = 317  # x86-64
+_SYS_SECCOMP = number("seccomp")
 _SECCOMP_SET_MODE_FILTER = 1
 _SECCOMP_FILTER_FLAG_NEW_LISTENER = 1 << 3
 _PR_SET_NO_NEW_PRIVS = 38

@@ -48,6 +48,7 @@ import stat
 import sys
 import time
 
+from lnk_common.arch import number
 from lnk_common.boundedlog import FOLD_SECONDS, BoundedLog, Folds, clip, printable
 from lnk_common.fdpass import take_numbered
 from lnk_common.syscalls import libc
@@ -69,9 +70,9 @@ else:
 
 __all__ = ["main"]
 
-_EXECVE = 59
-_EXECVEAT = 322
-_MEMFD_CREATE = 319
+_EXECVE = number("execve")
+_EXECVEAT = number("execveat")
+_MEMFD_CREATE = number("memfd_create")
 _AT_FDCWD = -100
 _MFD_CLOEXEC = 0x0001
 _MFD_NOEXEC_SEAL = 0x0008
@@ -239,8 +240,8 @@ class _CapData(ctypes.Structure):
                 ("inheritable", ctypes.c_uint32)]
 
 
-_SYS_CAPGET = 125
-_SYS_CAPSET = 126
+_SYS_CAPGET = number("capget")
+_SYS_CAPSET = number("capset")
 _CAPABILITY_VERSION_3 = 0x20080522
 # What root has and the sandbox (no capabilities, even run by root) has not, for
 # opening a file: reading past its mode (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH).

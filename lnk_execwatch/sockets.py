@@ -37,6 +37,7 @@ import os
 import select
 import stat
 
+from lnk_common.arch import number
 from lnk_common.syscalls import libc, syscall
 from lnk_execwatch import notify
 from lnk_execwatch.memory import IoVec, SmallReader, read_memory, write_memory
@@ -76,10 +77,11 @@ if TYPE_CHECKING:
 
 __all__ = ["CONNECT", "SENDMMSG", "SENDMSG", "SENDTO", "SocketGuard"]
 
-CONNECT = 42
-SENDTO = 44
-SENDMSG = 46
-SENDMMSG = 307
+# This machine's numbers (lnk_common.arch): what a notification's `nr` says.
+CONNECT = number("connect")
+SENDTO = number("sendto")
+SENDMSG = number("sendmsg")
+SENDMMSG = number("sendmmsg")
 _SYS_PIDFD_OPEN = 434
 _SYS_PIDFD_GETFD = 438
 _SYS_OPENAT2 = 437

@@ -14,7 +14,8 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any
 
-from lnk_common import landlock, placeholders
+from lnk_common import arch, landlock, placeholders
+from lnk_common.arch import number
 from lnk_common.policy import Policy
 from lnk_common.settings import SettingsError, settings_folder
 from lnk_wrap.launch import LaunchError, _diagnose_namespaces, find_bwrap
@@ -24,7 +25,7 @@ __all__ = ["STATED_GAPS", "report", "show"]
 
 _MFD_CLOEXEC = 0x1
 _MFD_NOEXEC_SEAL = 0x8
-_SYS_MEMFD_CREATE = 319
+_SYS_MEMFD_CREATE = number("memfd_create")
 _PR_GET_SECCOMP = 21
 
 # Limits of the design, each from the seed, reported as open on every machine.
@@ -236,8 +237,11 @@ def report(env: Mapping[str, str], policy: Policy | None = None) -> dict[str, An
     except OSError:
         listed = []
     return {
-        "ready": namespaces and abi >= 1 and seccomp["user_notification"],
+        "ready": (namespaces and abi >= 1 and seccomp["user_notification"]
+                  and arch.supported()),
         "kernel": os.uname().release,
+        "architecture": {"machine": arch.MACHINE, "filter_built": arch.supported(),
+                         "built_for": list(arch.ARCHITECTURES)},
         "bubblewrap": bubblewrap,
         "landlock_abi": abi,
         "seccomp": seccomp,
@@ -355,7 +359,11 @@ def _show_secret_verb(secret: dict[str, Any]) -> list[str]:
 
 def show(found: dict[str, Any]) -> str:
     bubblewrap = found["bubblewrap"]
-    lines = [f"kernel {found['kernel']}"]
+    machine = found["architecture"]
+    lines = [f"kernel {found['kernel']} on {machine['machine']}: seccomp filter "
+             + ("built for it" if machine["filter_built"] else
+                f"NOT built for it (only {', '.join(machine['built_for'])}): no sandbox "
+                "starts")]
     if bubblewrap["found"]:
         lines.append(f"bubblewrap {bubblewrap['version']} at {bubblewrap['path']}; "
                      "user namespaces: "

@@ -51,7 +51,9 @@ _FILTERS = ("sockets", "programs")
 _AF_NETLINK = 16
 _NETLINK_SOCK_DIAG = 4
 _FILTER_FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "filters")
-_ARCH = "x86_64"
+# The filters built (lnk_wrap.seccomp_filter.ARCHITECTURES, lnk_common.arch): this
+# machine's is loaded; on any other architecture nothing runs.
+_ARCHITECTURES = ("x86_64", "aarch64")
 
 
 class Options:
@@ -103,9 +105,10 @@ def install_filter(options: Options) -> None:
     to the watch."""
     import _socket
 
-    if os.uname().machine != _ARCH:
-        raise InitError(f"no seccomp filter is built for {os.uname().machine} yet "
-                        f"(only {_ARCH}); refusing to run unfiltered")
+    arch = os.uname().machine
+    if arch not in _ARCHITECTURES:
+        raise InitError(f"no seccomp filter is built for {arch} (only for "
+                        f"{', '.join(_ARCHITECTURES)}); refusing to run unfiltered")
     try:
         diag = _socket.socket(_AF_NETLINK, _socket.SOCK_RAW | _socket.SOCK_CLOEXEC,
                               _NETLINK_SOCK_DIAG)
@@ -113,7 +116,7 @@ def install_filter(options: Options) -> None:
         raise InitError(f"cannot open the sandbox's sock_diag socket: {error.strerror}"
                         ) from None
     try:
-        with open(os.path.join(_FILTER_FOLDER, f"{_ARCH}-{options.filter}.bpf"), "rb") as handle:
+        with open(os.path.join(_FILTER_FOLDER, f"{arch}-{options.filter}.bpf"), "rb") as handle:
             program = handle.read(seccomp.MAX_INSTRUCTIONS * 8 + 1)
         listener = seccomp.install(program, listener=True)
     except seccomp.SeccompError as error:

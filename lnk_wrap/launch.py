@@ -325,6 +325,17 @@ def _go_ahead_unless_stopped(go_write: int, sandbox_pid: int | None) -> int:
     return stop
 
 
+def _check_architecture() -> None:
+    """No sandbox on an architecture with no seccomp filter (lnk_common.arch): refused
+    here, before anything starts, in one line (the init refuses too, inside)."""
+    from lnk_common import arch
+
+    if not arch.supported():
+        raise LaunchError(f"this machine is {arch.MACHINE}, and lnk-sandbox's seccomp filter "
+                          f"is built for {', '.join(arch.ARCHITECTURES)} only: no sandbox "
+                          "starts unfiltered")
+
+
 # Landlock's scope of abstract unix sockets (ABI 6): with this machine's network
 # namespace, the only thing between a sandbox and the abstract sockets of the person's
 # session (X11's, D-Bus's, an agent's).
@@ -404,6 +415,7 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str], *,
     nothing of the session (lnk_wrap.outside). `notice`: where the first-run notice of a
     spec that opens dot files goes (the person's; stderr by default)."""
     record_signals()
+    _check_architecture()
     check_still_holds(policy)
     check_settings_path(policy)
     ensure_settings_folder(policy.settings)

@@ -37,10 +37,12 @@ from __future__ import annotations
 import errno
 import os
 
-__all__ = ["ARCH", "NETLINK_PROTOCOLS", "REFUSED", "SOCKET_FAMILIES", "VARIANTS",
-           "compile_filter", "filter_path", "socket_refusals"]
+__all__ = ["ARCH", "ARCHITECTURES", "NETLINK_PROTOCOLS", "REFUSED", "SOCKET_FAMILIES",
+           "VARIANTS", "compile_filter", "filter_path", "socket_refusals"]
 
-ARCH = "x86_64"
+# The architectures a filter is built for (lnk_common.arch), and this machine's.
+ARCHITECTURES = ("x86_64", "aarch64")
+ARCH = os.uname().machine
 
 # Flags the rules look at (include/uapi/linux/…).
 AT_EMPTY_PATH = 0x1000
@@ -185,20 +187,27 @@ def socket_refusals() -> tuple[tuple[tuple[tuple[int, str, int, int], ...], int]
     return tuple(rules)
 
 
-def filter_path(variant: str, folder: str | None = None) -> str:
+def filter_path(variant: str, folder: str | None = None, arch: str = ARCH) -> str:
     base = folder or os.path.join(os.path.dirname(os.path.abspath(__file__)), "filters")
-    return os.path.join(base, f"{ARCH}-{variant}.bpf")
+    return os.path.join(base, f"{arch}-{variant}.bpf")
 
 
-def compile_filter(variant: str) -> bytes:
-    """The BPF program of `variant` for x86-64, compiled by libseccomp (pyseccomp)."""
+def compile_filter(variant: str, arch: str = "x86_64") -> bytes:
+    """The BPF program of `variant` for `arch`, compiled by libseccomp (pyseccomp) on
+    any machine: the filter checks the architecture first (any other, i386's int 0x80
+    on x86-64 and arm's 32-bit calls on aarch64, is ENOSYS), and libseccomp leaves out
+    a call the architecture does not have (iopl, ioperm on aarch64)."""
     import tempfile
 
     import pyseccomp as seccomp
 
     if variant not in VARIANTS:
         raise ValueError(f"unknown filter variant {variant!r}")
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"no filter for the architecture {arch!r}")
     rules = seccomp.SyscallFilter(seccomp.ALLOW)
+    rules.remove_arch(seccomp.Arch.NATIVE)
+    rules.add_arch({"x86_64": seccomp.Arch.X86_64, "aarch64": seccomp.Arch.AARCH64}[arch])
     rules.set_attr(seccomp.Attr.ACT_BADARCH, seccomp.ERRNO(errno.ENOSYS))
     rules.set_attr(seccomp.Attr.CTL_NNP, 0)  # the init sets no_new_privs itself
     for name, (code, _why) in REFUSED.items():

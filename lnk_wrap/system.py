@@ -39,13 +39,18 @@ SYSTEM_SECRETS = (
 )
 
 
-# Where x86-64 Linux keeps its program loaders (glibc's, musl's). Where [commands] lists
-# programs, each that exists stays runnable, with the one a listed program names itself.
+# Where x86-64 and aarch64 Linux keep their program loaders (glibc's, musl's). Where
+# [commands] lists programs, each that exists stays runnable, with the one a listed
+# program names itself.
 LOADERS = (
     "/lib64/ld-linux-x86-64.so.2",
     "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
     "/usr/lib64/ld-linux-x86-64.so.2",
     "/lib/ld-musl-x86_64.so.1",
+    "/lib/ld-linux-aarch64.so.1",
+    "/lib/aarch64-linux-gnu/ld-linux-aarch64.so.1",
+    "/usr/lib/ld-linux-aarch64.so.1",
+    "/lib/ld-musl-aarch64.so.1",
 )
 # An ELF header and its program headers sit in the first few KiB of a program.
 _ELF_HEAD_BYTES = 16 * 1024

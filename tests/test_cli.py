@@ -103,8 +103,8 @@ def test_check_json_has_its_documented_shape(sandbox_env: dict[str, str]) -> Non
     result = subprocess.run([LNK_SANDBOX, "check", "--json"], env=sandbox_env,
                             capture_output=True, text=True, check=False)
     found = json.loads(result.stdout)
-    assert set(found) == {"ready", "kernel", "bubblewrap", "landlock_abi", "seccomp",
-                          "memfd_noexec", "protections", "gaps", "placeholders", "home",
+    assert set(found) == {"ready", "kernel", "architecture", "bubblewrap", "landlock_abi",
+                          "seccomp", "memfd_noexec", "protections", "gaps", "placeholders", "home",
                           "network", "model_verb", "secret_verb"}
     assert found["secret_verb"] == {"with_rule": []}
     assert found["placeholders"] == []

@@ -103,7 +103,7 @@ def run_bpf(program: bytes, *, arch: int, number: int, args: tuple[int, ...] = (
 
 
 def program(variant: str) -> bytes:
-    return Path(filter_path(variant)).read_bytes()
+    return Path(filter_path(variant, arch="x86_64")).read_bytes()
 
 
 # -- the table -------------------------------------------------------------------------------
