@@ -285,6 +285,7 @@ def _why_not(provider: str, method: str, path: str) -> str:
             "case included)")
 
 
+
 def _clean_query(provider: str, name: str, query: bytes | None) -> tuple[str, bytes | None]:
     if query is None:
         return "", None

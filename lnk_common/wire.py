@@ -16,6 +16,7 @@ import errno
 import fcntl
 import functools
 import itertools
+import math
 import os
 import queue
 import socket
@@ -29,8 +30,8 @@ from lnk_common.controls import Controls, SharedControls
 from lnk_common.policy import DEFAULT_PAUSE
 from lnk_common.wirelog import WireLog
 
-__all__ = ["OUT_OF_DESCRIPTORS", "Refused", "Wire", "is_out_of_descriptors", "no_delay",
-           "notify_desktop"]
+__all__ = ["OUT_OF_DESCRIPTORS", "RETRYABLE_STATUSES", "Refused", "Wire",
+           "is_out_of_descriptors", "no_delay", "notify_desktop", "refusal_head"]
 
 # shutdown(2) called with the GIL held (PyDLL): `sever` shuts hundreds of sockets in one
 # sweep rather than waiting for the GIL again after each.
@@ -194,12 +195,16 @@ class Refused(Exception):
     not listed, which harnesses retry, and an upstream out of reach), `metadata` pauses
     at once, `retry_after` for a 429. `logged`: what the wire's log keeps of it, when
     that must differ from what the program is told (a verb's path may carry a secret:
-    the log never quotes one)."""
+    the log never quotes one). `final`: no retry can change the answer (the default for
+    every status but RETRYABLE_STATUSES'); its head then says so to the SDKs
+    (refusal_head)."""
 
     def __init__(self, status: int, reason: str, *, counts: bool = True,
                  metadata: bool = False, retry_after: float | None = None,
-                 logged: str | None = None, ordinary: bool = False) -> None:
+                 logged: str | None = None, ordinary: bool = False,
+                 final: bool | None = None) -> None:
         self.status = status
+        self.final = status not in RETRYABLE_STATUSES if final is None else final
         self.ordinary = ordinary
         self.reason = reason
         self.logged = reason if logged is None else logged
@@ -207,6 +212,37 @@ class Refused(Exception):
         self.metadata = metadata
         self.retry_after = retry_after
         super().__init__(reason)
+
+
+# The statuses of a refusal that a later try may not get: a stalled body (408), the calls
+# a minute (429, with Retry-After), an upstream out of reach (502) and this helper's own
+# limits of the moment (503: files, held bodies). Every other refusal is final: the kill
+# switch, a pause, a host not listed, a refused path or model, a key not set yet.
+RETRYABLE_STATUSES = frozenset({408, 429, 502, 503})
+
+# What the providers' SDKs read to stop retrying: the Anthropic and OpenAI SDKs (and so
+# Claude Code, Codex's and opencode's clients) honour `x-should-retry: false` before the
+# status; Gemini CLI and google-genai retry 408, 429 and 5xx whatever the header says,
+# which is why a final refusal is a 4xx other than those (a key not set is 403, not 503).
+_FINAL_HEADER = "x-should-retry: false\r\n"
+
+_PHRASES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+            405: "Method Not Allowed", 408: "Request Timeout", 409: "Conflict",
+            413: "Content Too Large", 414: "URI Too Long", 415: "Unsupported Media Type",
+            429: "Too Many Requests", 431: "Request Header Fields Too Large",
+            500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable"}
+
+
+def refusal_head(refusal: Refused, kind: str, length: int) -> bytes:
+    """The response head of a refusal of ours (the proxy's, the relay's): its status,
+    Retry-After for a limit of the moment, `x-should-retry: false` when no retry can
+    change it, and Connection: close."""
+    retry = (f"Retry-After: {math.ceil(refusal.retry_after)}\r\n"
+             if refusal.retry_after is not None else "")
+    final = _FINAL_HEADER if refusal.final else ""
+    return (f"HTTP/1.1 {refusal.status} {_PHRASES.get(refusal.status, 'Refused')}\r\n"
+            f"Content-Type: {kind}\r\n{retry}{final}Content-Length: {length}\r\n"
+            "Connection: close\r\n\r\n").encode()
 
 
 def _error_text(error: BaseException) -> str:

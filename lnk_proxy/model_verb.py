@@ -123,8 +123,9 @@ class ModelVerb:
             key = read_secret(self.settings, admitted.provider)
             name, value = model_rules.key_header(admitted.provider, key)
         except SecretError as error:
-            # Not the program's doing: said, not counted toward a pause.
-            raise Refused(503, f"no usable key for {admitted.provider}: {error}",
+            # Not the program's doing: said, not counted toward a pause; 403, a status no
+            # SDK retries (a 503 kept Claude Code retrying for minutes: lnk_common.wire).
+            raise Refused(403, f"no usable key for {admitted.provider}: {error}",
                           counts=False) from None
         except ModelRequestError as error:
             raise refused(error, counts=False) from None

@@ -164,7 +164,7 @@ class Callback:
         if not self.sockets.left():
             raise Refused(503, "no login callback is left in this sandbox (a run passes "
                                "in 8); not opened: start the sandbox again to sign in",
-                          counts=False)
+                          counts=False, final=True)
         addresses = ["127.0.0.1"] + (["::1"] if self.host == "localhost" else [])
         try:
             for address in addresses:

@@ -431,11 +431,11 @@ def check_secret(rule: Rule, secret: bytes) -> None:
     if rule.header is not None:
         if not secret or not _HEADER_TEXT.fullmatch(secret.decode("latin-1")) \
                 or secret != secret.strip(b" "):
-            raise SecretRuleError(503, "the secret cannot stand in a header as it is "
+            raise SecretRuleError(403, "the secret cannot stand in a header as it is "
                                        "(printable ASCII, one line, no space at its ends)")
         return
     if not _SECRET_IN_PATH.match(secret) or secret.strip(b".") == b"":
-        raise SecretRuleError(503, "the secret cannot stand in a path as it is (letters, "
+        raise SecretRuleError(403, "the secret cannot stand in a path as it is (letters, "
                                    "digits, '-', '.', '_', '~', ':' only)")
 
 
@@ -1024,7 +1024,7 @@ def _disposition_parameters(value: bytes) -> dict[bytes, bytes]:
 
 def fill(matched: Matched, secret: bytes) -> Filled:
     """The upstream request of `matched` with the real `secret` where the rule puts it;
-    SecretRuleError (503, the person's to fix) when the secret cannot stand there as is."""
+    SecretRuleError (403, final: the person's to fix) when the secret cannot stand there as is."""
     rule = matched.rule
     check_secret(rule, secret)
     if rule.header is not None:

@@ -107,14 +107,14 @@ class SecretVerb:
         return name, target
 
     def rule(self, name: str) -> Rule:
-        """The rule kept with `name`, read and parsed now, or Refused (503, not counted)."""
+        """The rule kept with `name`, read and parsed now, or Refused (403, final, not counted)."""
         try:
             return secret_rules.parse_rule(read_rule(self.settings, name))
         except SecretError as error:
-            raise Refused(503, f"no usable rule for the secret {name}: {error}",
+            raise Refused(403, f"no usable rule for the secret {name}: {error}",
                           counts=False) from None
         except SecretRuleError as error:
-            raise Refused(503, f"the rule kept with the secret {name} is refused: "
+            raise Refused(403, f"the rule kept with the secret {name} is refused: "
                                f"{error.reason}", counts=False) from None
 
     def admit(self, name: str, rule: Rule, method: bytes, target: str,
@@ -155,7 +155,7 @@ class SecretVerb:
         try:
             secret = read_secret(self.settings, admitted.name)
         except SecretError as error:
-            raise Refused(503, f"no usable secret {admitted.name}: {error}",
+            raise Refused(403, f"no usable secret {admitted.name}: {error}",
                           counts=False) from None
         try:
             filled = secret_rules.fill(admitted.matched, secret)

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-import math
 import os
 import socket
 import ssl
@@ -43,7 +42,13 @@ from lnk_common.controls import Controls, SharedControls
 from lnk_common.endpoints import PROXY_ADDRESS, PROXY_PORT, AddressBook
 from lnk_common.model_rules import MAX_BODY_BYTES, PROVIDER_HOSTS
 from lnk_common.tools import Tool
-from lnk_common.wire import OUT_OF_DESCRIPTORS, Refused, Wire, is_out_of_descriptors
+from lnk_common.wire import (
+    OUT_OF_DESCRIPTORS,
+    Refused,
+    Wire,
+    is_out_of_descriptors,
+    refusal_head,
+)
 from lnk_common.wirelog import WireLog
 from lnk_proxy import sni
 from lnk_proxy.decide import (
@@ -71,6 +76,7 @@ from lnk_proxy.verbs import (
     SECRET,
     URL_SECRET,
     VerbError,
+    asked_line,
     is_verb_target,
     split_local,
     split_url_secret,
@@ -196,11 +202,6 @@ def _asks_to_upgrade(headers: Sequence[tuple[bytes, bytes]]) -> bool:
     return b"upgrade" in tokens and len(asked) == 1 and asked[0] in UPGRADES
 
 
-_PHRASES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
-            405: "Method Not Allowed",
-            408: "Request Timeout", 413: "Content Too Large", 414: "URI Too Long",
-            415: "Unsupported Media Type", 429: "Too Many Requests",
-            500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable"}
 
 
 def _host_matches(hosts: list[str], target: Target) -> bool:
@@ -512,24 +513,27 @@ class Proxy(Wire):
                    verb: bool = False) -> None:
         """`_refuse` but for the wait until it is sent (the lane's, in a callback)."""
         self.log.write("refused", target, f"reason={refusal.logged}")
-        phrase = _PHRASES.get(refusal.status, "Refused")
         if verb:
             body = verb_refusal_body(refusal.status, refusal.reason)
             kind = "application/json"
         else:
             body = (refusal.reason + "\n").encode("utf-8", "replace")
             kind = "text/plain"
-        retry = (f"Retry-After: {math.ceil(refusal.retry_after)}\r\n"
-                 if refusal.retry_after is not None else "")
-        writer.write(f"HTTP/1.1 {refusal.status} {phrase}\r\nContent-Type: {kind}\r\n"
-                     f"{retry}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-                     .encode() + body)
+        writer.write(refusal_head(refusal, kind, len(body)) + body)
         self.count_refusal(target, refusal)
 
     async def _refuse_verb(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                           target: str, refusal: Refused) -> None:
+                           target: str, refusal: Refused, *,
+                           asked: h11.Request | None = None) -> None:
         """A verb's refusal (JSON), then what the program still sends dropped until it
-        closes, for at most VERB_LINGER_SECONDS: its refusal is read, not reset away."""
+        closes, for at most VERB_LINGER_SECONDS: its refusal is read, not reset away.
+        With `asked`, a 404 or 405 tells the program the method and path it sent (the
+        log keeps the reason only: no path)."""
+        if asked is not None and refusal.status in (404, 405):
+            got = asked_line(asked.method, asked.target)
+            refusal = Refused(refusal.status, f"{refusal.reason}; got {got}",
+                              counts=refusal.counts, logged=refusal.logged,
+                              ordinary=refusal.ordinary, final=refusal.final)
         await self._refuse(writer, target, refusal, verb=True)
         with contextlib.suppress(OSError, TimeoutError):
             if writer.can_write_eof():
@@ -1063,7 +1067,7 @@ class Proxy(Wire):
             verb, rest = split_verb(path, self.verbs)
         except VerbError as error:
             await self._refuse_verb(reader, writer, "-",
-                                    Refused(error.status, error.reason))
+                                    Refused(error.status, error.reason), asked=request)
             return False, b""
         held = _Held(self)  # its body's share of MAX_HELD_BODY_BYTES, until the call ends
         try:
@@ -1095,7 +1099,7 @@ class Proxy(Wire):
                                    held)
             outgoing, body = model.request(admitted, raw)
         except Refused as refusal:
-            await self._refuse_verb(reader, writer, authority, refusal)
+            await self._refuse_verb(reader, writer, authority, refusal, asked=request)
             return False, b""
         return await self._service_call(
             "model", admitted.host, model.pools[admitted.provider], model.tls, client, reader,
@@ -1119,7 +1123,7 @@ class Proxy(Wire):
             raw = await _read_body(request, client, reader, writer, SECRET_BODY_BYTES, held)
             outgoing, body = verb.request(admitted, raw)
         except Refused as refusal:
-            await self._refuse_verb(reader, writer, authority, refusal)
+            await self._refuse_verb(reader, writer, authority, refusal, asked=request)
             return False, b""
         return await self._service_call(
             "secret", rule.host, verb.pool(authority), verb.tls, client, reader, writer,
@@ -1166,10 +1170,10 @@ class Proxy(Wire):
             part, after = split_url_secret(rest, self.url_secret, self.url_parts)
         except VerbError as error:
             await self._refuse_verb(reader, writer, "-",
-                                    Refused(error.status, error.reason))
+                                    Refused(error.status, error.reason), asked=request)
             return False, b""
         except Refused as refusal:
-            await self._refuse_verb(reader, writer, "-", refusal)
+            await self._refuse_verb(reader, writer, "-", refusal, asked=request)
             return False, b""
         if part == "mcp":
             return await self._mcp_call(after, request, client, reader, writer, held)
@@ -1211,7 +1215,8 @@ class Proxy(Wire):
             opener = find_opener(environ)
             if opener is None:
                 raise Refused(503, "no opener on this machine: xdg-open is not on the PATH "
-                                   "Link was started with; not opened", counts=False)
+                                   "Link was started with; not opened", counts=False,
+                              final=True)
             if self.open_ask is None:
                 raise Refused(403, "opening a page is asked of the person, and no way to "
                                    "ask is available here; not opened", counts=False)
@@ -1244,7 +1249,7 @@ class Proxy(Wire):
         except Refused as refusal:
             if callback is not None:
                 callback.cancel()
-            await self._refuse_verb(reader, writer, authority, refusal)
+            await self._refuse_verb(reader, writer, authority, refusal, asked=request)
             return False, b""
         call = next(self.ids)
         self.log.write("allowed", authority, f"id={call} kind=open")
@@ -1285,7 +1290,7 @@ class Proxy(Wire):
         tool = self.tools.get(name)
         if tool is None:
             await self._refuse_verb(reader, writer, "-", Refused(
-                404, "not among this sandbox's tools ([verbs] tools names them)"))
+                404, "not among this sandbox's tools ([verbs] tools names them)"), asked=request)
             return False, b""
         authority = f"mcp:{name}"
         if request.method != b"POST":
@@ -1301,10 +1306,10 @@ class Proxy(Wire):
             message = parse_message(raw)
         except McpError as error:
             await self._refuse_verb(reader, writer, authority,
-                                    Refused(error.status, error.reason))
+                                    Refused(error.status, error.reason), asked=request)
             return False, b""
         except Refused as refusal:
-            await self._refuse_verb(reader, writer, authority, refusal)
+            await self._refuse_verb(reader, writer, authority, refusal, asked=request)
             return False, b""
         import orjson
 
@@ -1384,10 +1389,10 @@ class Proxy(Wire):
             upstream = await open_upstream(ipaddress.ip_address("127.0.0.1"), port, authority)
         except (VerbError, local_models.LocalModelError) as error:
             await self._refuse_verb(reader, writer, authority,
-                                    Refused(error.status, error.reason))
+                                    Refused(error.status, error.reason), asked=request)
             return False, b""
         except Refused as refusal:
-            await self._refuse_verb(reader, writer, authority, refusal)
+            await self._refuse_verb(reader, writer, authority, refusal, asked=request)
             return False, b""
         fields = [(name, value) for name, value in headers
                   if name not in (b"host", b"content-type")]

@@ -16,9 +16,9 @@ import hmac
 
 from lnk_common.refusal import StatusError, refusal_body
 
-__all__ = ["MODEL", "PREFIX", "SECRET", "URL_SECRET", "URL_SECRET_PARTS", "VERBS", "VerbError",
-           "is_verb_target", "split_local", "split_provider", "split_url_secret", "split_verb",
-           "verb_refusal_body"]
+__all__ = ["MODEL", "MODEL_EXAMPLES", "PREFIX", "SECRET", "URL_SECRET", "URL_SECRET_PARTS",
+           "VERBS", "VerbError", "asked_line", "is_verb_target", "split_local", "split_provider",
+           "split_url_secret", "split_verb", "verb_refusal_body"]
 
 PREFIX = "/_link"
 MODEL = "model"
@@ -56,6 +56,45 @@ def verb_refusal_body(status: int, reason: str) -> bytes:
     """A verb's refusal: lnk_common.refusal.refusal_body (one line of JSON every SDK
     reads its message from)."""
     return refusal_body(status, reason)
+
+
+# How much of the path a 404 shows back: a path is the program's own, but a refusal is
+# one line a harness shows whole.
+ASKED_PATH_CHARS = 160
+
+
+def asked_line(method: bytes, target: bytes) -> str:
+    """`METHOD /_link/…` as the program sent it, for the program's 404 only (never the
+    log): from `/_link` on (an absolute-form target's scheme and host left off), the URL
+    secret's segment shown as `…`, no query (a key may ride in one: `?…` says there was
+    one), any byte outside printable ASCII shown as `?`, at most ASKED_PATH_CHARS."""
+    start = target.find(PREFIX.encode())
+    path, query, _ = target[max(start, 0):].partition(b"?")
+    text = "".join(chr(byte) if 0x21 <= byte <= 0x7E else "?" for byte in path)
+    secret_at = PREFIX + "/" + URL_SECRET + "/"
+    if text.startswith(secret_at):
+        _, slash, after = text[len(secret_at):].partition("/")
+        text = secret_at + "…" + slash + after
+    if len(text) > ASKED_PATH_CHARS:
+        text = text[:ASKED_PATH_CHARS] + "…"
+    verb = "".join(chr(byte) if 0x21 <= byte <= 0x7E else "?" for byte in method[:16])
+    line = f"{verb} {text}{'?…' if query else ''}"
+    provider = text[len(PREFIX + "/" + MODEL + "/"):].partition("/")[0]
+    example = MODEL_EXAMPLES.get(provider) if text.startswith(PREFIX + "/" + MODEL + "/") else None
+    # Said when the path is not of that call's shape (not when the verb is off, say).
+    if example is not None and not text.startswith(example.split(" ")[1].split("<")[0]):
+        line += f" (one that goes: {example})"
+    return line
+
+
+# One inference call of each provider, named in a model path's 404 (to the program only:
+# the log keeps no path), since the usual mistake is a base URL a segment short or long:
+# an SDK that wants `/v1` in it (opencode's), one that adds it itself.
+MODEL_EXAMPLES = {
+    "anthropic": "POST /_link/model/anthropic/v1/messages",
+    "openai": "POST /_link/model/openai/v1/chat/completions",
+    "gemini": "POST /_link/model/gemini/v1beta/models/<model>:generateContent",
+    "openrouter": "POST /_link/model/openrouter/api/v1/chat/completions"}
 
 
 def is_verb_target(path: str) -> bool:

@@ -21,7 +21,14 @@ from collections.abc import Callable
 import h11
 
 from lnk_common.controls import Controls, SharedControls
-from lnk_common.wire import OUT_OF_DESCRIPTORS, Refused, Wire, is_out_of_descriptors, no_delay
+from lnk_common.wire import (
+    OUT_OF_DESCRIPTORS,
+    Refused,
+    Wire,
+    is_out_of_descriptors,
+    no_delay,
+    refusal_head,
+)
 from lnk_common.wirelog import WireLog
 
 __all__ = ["BODY_IDLE_SECONDS", "CONNECT_SECONDS", "HEAD_SECONDS", "LINGER_SECONDS",
@@ -51,11 +58,6 @@ MAX_HELD_BODY_BYTES = 128 * 1024 * 1024
 LINGER_SECONDS = 2.0
 # What one read takes from a socket.
 _CHUNK = 65536
-_PHRASES = {400: "Bad Request", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
-            408: "Request Timeout", 413: "Content Too Large", 414: "URI Too Long",
-            415: "Unsupported Media Type", 429: "Too Many Requests",
-            431: "Request Header Fields Too Large", 502: "Bad Gateway",
-            503: "Service Unavailable"}
 # Never sent back to the program: hop-by-hop fields (RFC 9110 7.6.1); `connection: close`
 # is set by the relay itself (one request a connection).
 _HOP_FIELDS = frozenset({b"connection", b"proxy-connection", b"keep-alive", b"te",
@@ -200,12 +202,7 @@ class Relay(Wire):
         # The verbs' JSON, which every SDK reads its error message from (a text body's
         # reason the openai SDK never showed).
         text = local_models.refusal_body(refusal.status, refusal.reason)
-        retry = (f"Retry-After: {int(refusal.retry_after) + 1}\r\n"
-                 if refusal.retry_after is not None else "")
-        writer.write(f"HTTP/1.1 {refusal.status} {_PHRASES.get(refusal.status, 'Refused')}"
-                     "\r\nContent-Type: application/json\r\n"
-                     f"{retry}Content-Length: {len(text)}\r\n"
-                     "Connection: close\r\n\r\n".encode() + text)
+        writer.write(refusal_head(refusal, "application/json", len(text)) + text)
         self.count_refusal(target, refusal)
         with contextlib.suppress(OSError):  # the program gone already: nothing to say
             await writer.drain()

@@ -585,6 +585,10 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
             env, policy.models, placeholder, proxy_address=PROXY_ADDRESS, proxy_port=PROXY_PORT)
         for note in notes:
             _say(note)
+        for provider in model_env.keys_not_set(policy.settings, policy.models):
+            _say(f"the model verb has no key for {provider} yet: its calls are refused until "
+                 f"you set one (its value on standard input: lnk-sandbox secret set "
+                 f"{provider})")
     # Never the placeholder's variable in the sandbox, whatever the caller's environment
     # held: the program's is its SDK's key variable. Nor any variable a tool's definition
     # names (its token's: lnk_wrap.verb_env), said when the caller's environment held one.

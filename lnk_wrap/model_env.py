@@ -162,6 +162,29 @@ def _looks_like_key(value: str) -> bool:
     return False
 
 
+# Where Link's store keeps a secret by its name (lnk_common.secrets.SECRETS_FOLDER; not
+# imported: that module's `re` costs every start with a model verb a few ms).
+_STORE = ("sandbox", "secrets")
+
+
+def keys_not_set(settings: str, models: tuple[str, ...]) -> list[str]:
+    """The providers of `models` whose key Link's store does not hold (a regular file
+    named for the provider): said at start, since each call of theirs is refused (403,
+    final) until `lnk-sandbox secret set PROVIDER`. Read by name, never opened."""
+    import stat
+
+    missing = []
+    for provider in models:
+        try:
+            info = os.stat(os.path.join(settings, *_STORE, provider), follow_symlinks=False)
+        except OSError:
+            missing.append(provider)
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            missing.append(provider)
+    return missing
+
+
 def sandbox_environment(env: Mapping[str, str], models: tuple[str, ...], placeholder: str,
                         *, proxy_address: str, proxy_port: int
                         ) -> tuple[dict[str, str], list[str]]:

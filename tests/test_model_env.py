@@ -402,8 +402,12 @@ def test_V2_the_proxy_at_the_base_url_knows_the_sandboxs_placeholder(
     ])
     result = run_sandbox(spec, "sh", "-c", script, env={**sandbox_env, **HARNESS})
     assert result.returncode == 0, result.stderr
+    # Said at start, on stderr: which provider has no key yet, and the fix.
+    assert ("lnk-sandbox: the model verb has no key for anthropic yet: its calls are refused "
+            "until you set one (its value on standard input: lnk-sandbox secret set "
+            "anthropic)") in result.stderr.splitlines()
     assert _answers(result.stdout) == [
-        ("503", "no usable key for anthropic: no secret named anthropic (set it with: "
+        ("403", "no usable key for anthropic: no secret named anthropic (set it with: "
                 "lnk-sandbox secret set anthropic)"),
         ("401", "the call carried a key that is not this sandbox's placeholder")]
 
@@ -426,7 +430,7 @@ def test_V2_with_the_proxy_variables_node_is_told_to_use_them_and_the_verb_answe
     assert result.returncode == 0, result.stderr
     first, _, rest = result.stdout.partition("\n")
     assert first == f"1 http://127.0.0.1:3128 localhost,127.0.0.1,::1 {BASE}/openai/v1"
-    assert _answers(rest) == 2 * [("503", "no usable key for openai: no secret named openai "
+    assert _answers(rest) == 2 * [("403", "no usable key for openai: no secret named openai "
                                           "(set it with: lnk-sandbox secret set openai)")]
 
 
@@ -614,3 +618,20 @@ def test_a_trust_variable_the_sandbox_cannot_read_is_not_passed_in(
     assert inside["REQUESTS_CA_BUNDLE"] == str(shown / "ca.pem")
     assert ("lnk-sandbox: SSL_CERT_FILE names a file the sandbox cannot read; not passed in "
             "(the proxy outside still uses it)") in result.stderr
+
+
+def test_keys_not_set_reads_the_store_by_name_where_the_store_keeps_it(tmp_path: Path) -> None:
+    """The start's "no key yet" line reads Link's store by name (its folder's path
+    written twice, so pinned here), a link or a folder is no key."""
+    from lnk_common.secrets import SECRETS_FOLDER, write_secret
+    from lnk_wrap import model_env
+
+    assert model_env._STORE == SECRETS_FOLDER
+    settings = str(tmp_path)
+    assert model_env.keys_not_set(settings, ("anthropic", "openai")) == ["anthropic", "openai"]
+    write_secret(settings, "anthropic", b"sk-ant-x")
+    folder = tmp_path.joinpath(*SECRETS_FOLDER)
+    (folder / "openai").symlink_to(folder / "anthropic")
+    (folder / "gemini").mkdir()
+    assert model_env.keys_not_set(settings, ("anthropic", "openai", "gemini")) == [
+        "openai", "gemini"]

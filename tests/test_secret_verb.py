@@ -131,11 +131,11 @@ def test_a_body_naming_a_method_is_refused(verb: SecretVerb) -> None:
     assert (error.status, error.counts) == (403, True)
 
 
-def test_a_missing_or_bad_secret_or_rule_is_503_not_counted(verb: SecretVerb,
+def test_a_missing_or_bad_secret_or_rule_is_403_final_not_counted(verb: SecretVerb,
                                                             settings: str) -> None:
     write_rule(settings, "telegram", b'{"host": "api.telegram.org", "paths": ["/x"]}')
     error = refused(lambda: verb.rule("telegram"))
-    assert (error.status, error.counts) == (503, False)
+    assert (error.status, error.counts, error.final) == (403, False, True)
     assert error.reason == ("the rule kept with the secret telegram is refused: paths[0]: "
                             "{secret} stands nowhere (put it in the path shape or give a header)")
     write_rule(settings, "telegram", RULE)
@@ -143,10 +143,10 @@ def test_a_missing_or_bad_secret_or_rule_is_503_not_counted(verb: SecretVerb,
     admitted = verb.admit("telegram", rule, b"GET", f"/bot{PLACEHOLDER.decode()}/getMe", [])
     write_secret(settings, "telegram", b"123456:has/slash")
     error = refused(lambda: verb.request(admitted, b""))
-    assert (error.status, error.counts) == (503, False)
+    assert (error.status, error.counts, error.final) == (403, False, True)
     assert remove_secret(settings, "telegram")
     error = refused(lambda: verb.rule("telegram"))
-    assert (error.status, error.counts) == (503, False)
+    assert (error.status, error.counts, error.final) == (403, False, True)
     assert error.reason.startswith("no usable rule for the secret telegram: no rule is kept")
 
 

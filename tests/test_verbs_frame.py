@@ -146,9 +146,12 @@ def test_a_verb_not_named_or_unknown_is_404_naming_the_key(
     start_proxy: StartProxy, target: str, reason: str
 ) -> None:
     proxy = start_proxy()
+    # The program is told what it sent, from /_link on; the log keeps the reason alone.
+    got = target[target.index("/_link"):]
     assert proxy.ask(f"GET {target} HTTP/1.1\nHost: 127.0.0.1:3128\n") == (
-        "HTTP/1.1 404 Not Found", reason)
-    assert f"refused\t-\treason={reason}" in proxy.log()
+        "HTTP/1.1 404 Not Found", f"{reason}; got GET {got}")
+    assert f"refused\t-\treason={reason}\n" in proxy.log()
+    assert "/_link" not in proxy.log().replace("/_link/ holds", "")
 
 
 @pytest.mark.parametrize(("path", "status", "reason"), [
@@ -181,7 +184,9 @@ def test_model_paths_that_are_not_inference_calls_are_refused(
     proxy = start_proxy("--model", "anthropic", "--model", "openai")
     head, body = _messages(path)
     answer = proxy.ask(head, body)
-    assert answer[0].split()[1] == status and answer[1] == reason, answer
+    assert answer[0].split()[1] == status and answer[1].startswith(
+        f"{reason}; got POST {path}"), answer
+    assert path not in proxy.log()
 
 
 @pytest.mark.parametrize(("credentials", "reason"), [
@@ -231,7 +236,7 @@ def test_an_admitted_call_with_no_key_set_says_which_secret_and_is_not_counted(
 ) -> None:
     proxy = start_proxy("--model", "anthropic", "--pause", "1,1,60")
     answer = proxy.ask(*_messages())
-    assert answer == ("HTTP/1.1 503 Service Unavailable",
+    assert answer == ("HTTP/1.1 403 Forbidden",
                       "no usable key for anthropic: no secret named anthropic (set it with: "
                       "lnk-sandbox secret set anthropic)")
     # Not the program's doing: a pause at one refusal did not trip.
@@ -282,7 +287,7 @@ def test_the_kill_switch_and_a_pause_refuse_verb_calls(start_proxy: StartProxy) 
 def test_calls_a_minute_count_verb_calls(start_proxy: StartProxy) -> None:
     proxy = start_proxy("--model", "anthropic", "--calls-per-minute", "2")
     for _ in range(2):
-        assert proxy.ask(*_messages())[0] == "HTTP/1.1 503 Service Unavailable"
+        assert proxy.ask(*_messages())[0] == "HTTP/1.1 403 Forbidden"
     status, reason = proxy.ask(*_messages())
     assert status == "HTTP/1.1 429 Too Many Requests"
     assert reason.startswith("more than 2 calls in a minute on this wire")
@@ -415,3 +420,94 @@ def test_only_the_exact_url_secret_passes(given_secret: str) -> None:
                                 "the URL secret's path is /_link/s/<secret>/<local|mcp|open>/…")
         return
     assert given_secret == URL_SECRET_VALUE
+
+
+# -- answers an SDK stops on (issue 28, item 3) -------------------------------------------
+
+
+def _fields(proxy: RunningProxy, head: str, body: bytes = b"") -> tuple[str, dict[str, str]]:
+    """(status line, the response's header fields by lowercase name) for a raw request."""
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as conn:
+        conn.sendall(head.replace("\n", "\r\n").encode() + b"\r\n" + body)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    status, _, rest = answer.partition(b"\r\n")
+    lines = rest.partition(b"\r\n\r\n")[0].decode().split("\r\n")
+    return status.decode(), {name.lower(): value.strip() for name, _, value in
+                             (line.partition(":") for line in lines)}
+
+
+def test_a_refusal_no_retry_changes_says_so_and_a_limit_of_the_moment_does_not(
+    start_proxy: StartProxy,
+) -> None:
+    """A key not set yet (403), a refused path (404), a made-up key (401) and a pause
+    (403) carry `x-should-retry: false`, which the Anthropic and OpenAI SDKs read before
+    the status; the calls a minute's 429 carries Retry-After and no such field."""
+    proxy = start_proxy("--model", "anthropic", "--calls-per-minute", "4")
+    for head, body, status in [
+        (*_messages(), "403"),
+        (*_messages("/_link/model/anthropic/messages"), "404"),
+        (*_messages(key="sk-ant-guess"), "401"),
+    ]:
+        line, fields = _fields(proxy, head, body)
+        assert line.split()[1] == status and fields.get("x-should-retry") == "false", fields
+    for _ in range(2):
+        _fields(proxy, *_messages())
+    line, fields = _fields(proxy, *_messages())
+    assert line == "HTTP/1.1 429 Too Many Requests", line
+    assert "x-should-retry" not in fields and int(fields["retry-after"]) >= 1, fields
+
+
+def test_the_sdks_stop_at_once_on_a_key_not_set(start_proxy: StartProxy) -> None:
+    """The real Anthropic and OpenAI SDKs, with their default retries (2), call once and
+    raise: no key set is no reason to try again (a 503 was retried, and Claude Code sat
+    silent for minutes). Counted on the wire's log: one refusal a client."""
+    import anthropic
+    import openai
+
+    proxy = start_proxy("--model", "anthropic", "--model", "openai")
+    base = f"http://127.0.0.1:{proxy.port}/_link/model"
+    with pytest.raises(anthropic.PermissionDeniedError) as caught:
+        anthropic.Anthropic(base_url=f"{base}/anthropic", api_key=PLACEHOLDER).messages.create(
+            model="claude-x", max_tokens=1, messages=[{"role": "user", "content": "hi"}])
+    assert "no usable key for anthropic" in str(caught.value)
+    with pytest.raises(openai.PermissionDeniedError) as refused:
+        openai.OpenAI(base_url=f"{base}/openai/v1", api_key=PLACEHOLDER).chat.completions.create(
+            model="gpt-x", messages=[{"role": "user", "content": "hi"}])
+    assert "no usable key for openai" in str(refused.value)
+    assert proxy.log().count("\trefused\t") == 2, proxy.log()
+
+
+def test_a_refused_path_tells_the_program_what_it_sent_and_the_shape(
+    start_proxy: StartProxy,
+) -> None:
+    """An SDK whose base URL lacks /v1 (opencode's) learns the method and path it sent
+    and one call that would go; the log keeps neither path."""
+    proxy = start_proxy("--model", "anthropic")
+    status, reason = proxy.ask(*_messages("/_link/model/anthropic/messages"))
+    assert status == "HTTP/1.1 404 Not Found"
+    assert reason == ("not one of anthropic's inference calls (method and path compared "
+                      "exactly, case included); got POST /_link/model/anthropic/messages "
+                      "(one that goes: POST /_link/model/anthropic/v1/messages)")
+    assert "messages" not in proxy.log() and "_link" not in proxy.log()
+
+
+@pytest.mark.parametrize(("target", "shown"), [
+    (b"/_link/s/SECRETVALUE/mcp/x", "GET /_link/s/…/mcp/x"),
+    (b"/_link/s/SECRETVALUE", "GET /_link/s/…"),
+    (b"http://127.0.0.1:3128/_link/model/x?key=AIzaKEY", "GET /_link/model/x?…"),
+    (b"/_link/model/gemini/x", "GET /_link/model/gemini/x (one that goes: POST "
+                               "/_link/model/gemini/v1beta/models/<model>:generateContent)"),
+    (b"/_link/\xff\x00 /x", "GET /_link/???/x"),
+    (b"/_link/" + b"a" * 400, "GET /_link/" + "a" * 153 + "…"),
+])
+def test_what_a_404_shows_of_the_path_never_a_secret_or_a_query(
+    target: bytes, shown: str
+) -> None:
+    from lnk_proxy.verbs import asked_line
+
+    assert asked_line(b"GET", target) == shown

@@ -464,9 +464,9 @@ def test_N4_smuggling_heads_are_refused_before_anything_is_sent(
         "verb": ("HTTP/1.1 404 Not Found", '{"type":"error","error":{"type":'
                  '"lnk_sandbox_refused","code":404,"status":"NOT_FOUND","message":"the model '
                  'verb is off in this sandbox: [verbs] model = \\"anthropic\\" (or a list of '
-                 'providers) turns it on"},"ok":false,"error_code":404,"description":"the '
-                 'model verb is off in this sandbox: [verbs] model = \\"anthropic\\" (or a '
-                 'list of providers) turns it on"}'),
+                 'providers) turns it on; got GET /_link/model"},"ok":false,"error_code":404,'
+                 '"description":"the model verb is off in this sandbox: [verbs] model = '
+                 '\\"anthropic\\" (or a list of providers) turns it on; got GET /_link/model"}'),
         "ipv6 literal": ("HTTP/1.1 403 Forbidden", "[::1]:80 is not in this sandbox's hosts"),
         "fronting": (bad, "the Host header names another host than the request's URL"),
         "host with port": ("HTTP/1.1 200 OK", "fine"),
