@@ -157,13 +157,15 @@ def run_wire(wire: Wire, start: Callable[[], Awaitable[Closer]]) -> None:
                 return  # the loop has ended: the process is ending
             wire.flush_reports()
             if not wire.open:
+                wire.log.closing = ""  # every call it closed has its ended line
                 continue
             try:
-                closing = wire.closed()
+                closing = wire.closing_reason()
             except Exception as error:  # fails closed, and says so
                 wire.report_error("the switches could not be read, open calls closed",
                                   error)
-                closing = True
+                closing = "switches-unreadable"
+            wire.log.closing = closing
             if closing:
                 wire.sever()
                 with contextlib.suppress(RuntimeError):

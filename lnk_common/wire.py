@@ -352,9 +352,16 @@ class Wire:
 
     def closed(self) -> bool:
         """Whether open calls must end now (the kill switch, or the wire paused)."""
-        return bool(self.settings) and (
-            wirestate.is_stopped(self.settings)
-            or wirestate.paused(self.settings, self.wire) is not None)
+        return bool(self.closing_reason())
+
+    def closing_reason(self) -> str:
+        """What ends open calls now: "kill-switch", "pause", or "" (nothing); the word
+        their ended lines carry (`WireLog.closing`)."""
+        if not self.settings:
+            return ""
+        if wirestate.is_stopped(self.settings):
+            return "kill-switch"
+        return "pause" if wirestate.paused(self.settings, self.wire) is not None else ""
 
     def close_all(self) -> None:
         for task in list(self.open):
@@ -382,6 +389,7 @@ class Wire:
             return
         wirestate.pause(self.settings, self.wire, reason)
         self.log.write("paused", "-", f"reason={reason}")
+        self.log.closing = "pause"
         self.say(f"lnk-sandbox: the wire {self.wire} is paused: {reason}; the program keeps "
                  f"running with no way out; `lnk-sandbox resume {self.wire}` lifts it")
         notify_desktop(f"Link paused the wire {self.wire}", reason)

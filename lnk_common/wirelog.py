@@ -13,10 +13,12 @@ log from its start. The line format is stable (docs/ARCHITECTURE.md):
     2026-11-30T06:40:03.000Z  refused  other.com:443    reason=the name is not in hosts
 
 TIME is UTC; EVENT one of allowed, ended, refused, paused (the wire paused by its proxy,
-TARGET "-", the reason in DETAIL); TARGET host:port (an IPv6 address in
-brackets, "-" when the head was refused before a target was read); DETAIL key=value
-pairs, the reason last and whole. Tabs, newlines and other control characters in any
-field are written as \\xNN; a line is at most MAX_LINE_BYTES.
+TARGET "-", the reason in DETAIL), started and exited (a run of the wire began, and its
+command exited: written by the launcher, lnk_wrap.runs, TARGET "-", DETAIL `run=ID
+pid=PID` and `run=ID status=N seconds=S`: the runs of one wire told apart); TARGET
+host:port (an IPv6 address in brackets, "-" when the head was refused before a target
+was read); DETAIL key=value pairs, the reason last and whole. Tabs, newlines and other
+control characters in any field are written as \\xNN; a line is at most MAX_LINE_BYTES.
 
 The log is bounded (lnk_common.boundedlog): rotated to `log.1` at MAX_LOG_BYTES, and
 repeated lines folded. Folded, within FOLD_SECONDS, are refusals of one kind (`fold_key`:
@@ -29,6 +31,10 @@ one line when the fold's window ends, or when the process ends:
     2026-11-30T06:40:10.001Z  refused  *  kind=dns type=A more=4172 seconds=10
         reason=… and 4172 more like this: <name> is not a name this sandbox may reach
     (one line, here cut in two)
+
+A call the kill switch or a pause closed says so in its ended line, `closed=kill-switch`
+or `closed=pause` after its bytes (`WireLog.closing`, set by the process's watch and by
+the pause itself before it closes the open calls).
 
 An allowed call and its ended line are never folded (each is a call out, with its
 bytes), nor a pause, nor an SRV/TXT asked outside (each is a call).
@@ -52,7 +58,7 @@ from lnk_common.boundedlog import (
 __all__ = ["EVENTS", "REASON_CLASS_CHARS", "WireLog", "fold_key", "log_path", "parse_line",
            "printable", "reason_class"]
 
-EVENTS = ("allowed", "ended", "refused", "paused")
+EVENTS = ("allowed", "ended", "refused", "paused", "started", "exited")
 
 
 def log_path(settings: str, wire: str) -> str:
@@ -120,15 +126,22 @@ class WireLog:
     write(2) under the log's flock, so lines of processes sharing a wire never
     interleave, and a rotation by one never loses another's."""
 
-    __slots__ = ("file", "folds")
+    __slots__ = ("closing", "file", "folds")
 
     def __init__(self, settings: str, wire: str) -> None:
         self.file = BoundedLog(log_path(settings, wire))
         self.folds = Folds()
+        # What is closing the open calls now ("kill-switch", "pause"; "" when nothing):
+        # every ended line written meanwhile is a call it closed, and says so.
+        self.closing = ""
 
     def write(self, event: str, target: str, detail: str) -> None:
         now = time.time()
         self._write_counts(self.folds.due(now), now)
+        closing = self.closing
+        if event == "ended" and closing:
+            head, reason, rest = detail.partition("reason=")
+            detail = f"{head.rstrip()} closed={closing} {reason}{rest}".strip()
         key = fold_key(event, target, detail)
         if key is not None and not self.folds.admit(key, now):
             return

@@ -5,6 +5,10 @@ queue's answer file is linked into place once (lnk_ask.queue says how), so the p
 told exactly whether their answer was the one taken. A bad answer word is a usage error
 (exit 2); an unknown, ended or already answered question is one line, exit 125, as the
 other verbs' refusals.
+
+`asks --wait` is for a person or script with no screen: it looks at the queue every
+WAIT_POLL_SECONDS until a question waits, then shows what waits (as `asks` does) and
+exits 0; after --timeout with none, one line and exit 1.
 """
 
 from __future__ import annotations
@@ -15,10 +19,45 @@ import time
 from lnk_ask.queue import ANSWERS, AskQueue, QueueError
 from lnk_ask.text import plain, spaces_shown
 
-__all__ = ["answer", "asks"]
+__all__ = ["WAIT_POLL_SECONDS", "answer", "asks", "wait_for_asks"]
 
 EXIT_REFUSED = 125
 EXIT_USAGE = 2
+EXIT_NONE_CAME = 1
+# How often --wait looks at the queue: a question waits up to two minutes for its
+# answer, so a quarter of a second is nothing of it, and a look is one listdir.
+WAIT_POLL_SECONDS = 0.25
+
+
+def wait_for_asks(settings: str, *, as_json: bool, timeout: str | None) -> int:
+    """Wait until a question waits, then show the waiting ones (exit 0); after
+    `timeout` seconds with none, say so (exit 1)."""
+    limit = None
+    if timeout is not None:
+        try:
+            limit = float(timeout)
+        except ValueError:
+            limit = -1.0
+        if not limit >= 0:
+            print(f"lnk-sandbox: --timeout {plain(timeout, 40)!r}: give a number of seconds",
+                  file=sys.stderr)
+            return EXIT_USAGE
+    deadline = None if limit is None else time.monotonic() + limit
+    try:
+        while True:
+            try:
+                if AskQueue(settings).waiting():
+                    return asks(settings, as_json=as_json)
+            except QueueError as error:
+                print(f"lnk-sandbox: {error}", file=sys.stderr)
+                return EXIT_REFUSED
+            if deadline is not None and time.monotonic() >= deadline:
+                print(f"lnk-sandbox: no question came within {limit:g} s", file=sys.stderr)
+                return EXIT_NONE_CAME
+            time.sleep(WAIT_POLL_SECONDS if deadline is None
+                       else max(0.0, min(WAIT_POLL_SECONDS, deadline - time.monotonic())))
+    except KeyboardInterrupt:
+        return 128 + 2  # as a shell reports SIGINT
 
 
 def asks(settings: str, *, as_json: bool, show: str | None = None) -> int:

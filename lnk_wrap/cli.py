@@ -2,10 +2,10 @@
 
 Usage:
   lnk-sandbox wrap --spec=FILE [--wire=NAME] [--json] [--] COMMAND...
-  lnk-sandbox run --spec=FILE [--wire=NAME] [--] COMMAND...
+  lnk-sandbox run --spec=FILE [--wire=NAME] [--summary=FILE] [--] COMMAND...
   lnk-sandbox learn --spec=FILE [--] COMMAND...
   lnk-sandbox check [--spec=FILE] [--json]
-  lnk-sandbox log [WIRE] [--follow] [--json]
+  lnk-sandbox log [WIRE] [--follow] [--json] [--since=TIME] [-n N] [--refused]
   lnk-sandbox stop [--clear]
   lnk-sandbox on-stop [--name=NAME] [--] COMMAND...
   lnk-sandbox on-stop (--list | --remove=NAME)
@@ -22,8 +22,9 @@ Usage:
   lnk-sandbox guest list [--json]
   lnk-sandbox guest remove NAME
   lnk-sandbox enter NAME [--settings=DIR]
-  lnk-sandbox asks [--json] [--show=ID]
+  lnk-sandbox asks [--json] [--show=ID | --wait [--timeout=SECONDS]]
   lnk-sandbox answer ID ANSWER
+  lnk-sandbox url [--agent=NAME | --spec=FILE] [--json]
   lnk-sandbox (-h | --help)
   lnk-sandbox --version
 
@@ -31,13 +32,21 @@ Verbs:
   wrap    Print the one command line that runs COMMAND sandboxed later, shell-quoted
           (or a JSON array with --json). It needs no process of ours and no open file
           to run: keep it and run it from anywhere.
-  run     Run COMMAND sandboxed now: the same line, run at once.
+  run     Run COMMAND sandboxed now: the same line, run at once. With --summary, FILE
+          gets one JSON object when it has ended, for a script: {"status", "wire",
+          "run", "calls", "refused", "paused", "pause_reason", "stopped",
+          "other_runs"} (a file, not stderr: the command's own output stays its own).
   learn   Run COMMAND once under the spec's other grants with every program open, and
           print the [commands] list that lets it run: what the spec lists, and what
           ran besides (never a program in a folder the sandbox writes or a temp
           folder; interpreters marked). Writes nothing.
   log     A wire's log (every wire's without WIRE): each call allowed, ended or
-          refused, as host and port only; --follow keeps showing new lines.
+          refused, as host and port only, and a line where each run starts and exits
+          (its status); with --follow, new lines as they come; with --since, the lines
+          from TIME on (10m, 2h, 1d ago, or an ISO time: 2026-05-01T09:30, local unless
+          it says Z or +HH:MM); with -n, the last N of each wire; with --refused, only
+          refusals and pauses. A call the kill switch or a pause closed says so in its
+          `ended` line (closed=kill-switch, closed=pause).
   stop    The kill switch: every proxy refuses every call and closes the open ones
           (within a second), then each command registered with on-stop runs once;
           with --clear, it lifts the switch.
@@ -80,9 +89,15 @@ Verbs:
   asks    The questions that wait for your answer (a tool call a sandbox made, …):
           id, wire, since when, the question in plain ASCII, what a yes allows; --json:
           {"asks": [{"id", "wire", "title", "question", "allows", "since"}]}; and
-          with --show=ID, that question whole (up to 64 Ki characters).
+          with --show=ID, that question whole (up to 64 Ki characters); with --wait,
+          waits until one is there, then shows it (exit 1 after --timeout with none).
   answer  Answer the question ID (from asks) yes or no. The first answer a question
           gets stands (a dialog, the terminal, or this); two minutes without one is no.
+  url     The verbs' URLs for a harness's configuration before its first start, as
+          NAME=VALUE lines (--json: an object): an agent's $LNK_SANDBOX_URL (its URL
+          secret, made once and kept in Link's settings, as its first run would) and
+          each model provider's base URL (with the agent's key placeholder); --spec:
+          its [agent]'s, and only the providers its [verbs] model names.
   check   What this machine gives (bubblewrap, user namespaces, Landlock, seccomp) and
           which protections are therefore in force; the stated gaps, as open; which
           providers' keys are set. With --spec: which model verbs the spec turns on,
@@ -93,6 +108,13 @@ Options:
   --wire=NAME   Name the sandbox's wire (its log and pause); default: the spec's name.
   --json        Machine-readable output.
   --follow      Keep showing lines as they come (log).
+  --since=TIME  Only lines from TIME on (log): 30s, 10m, 2h, 1d ago, or an ISO time.
+  -n N          The last N lines of each wire (log).
+  --refused     Only the refusals, and pauses (log).
+  --summary=FILE  Write the run's summary there, as JSON, when it has ended (run).
+  --wait        Wait until a question is there (asks).
+  --timeout=SECONDS  How long --wait waits (asks); default: for ever.
+  --agent=NAME  The agent whose URLs are shown (url).
   --clear       Lift the kill switch (stop).
   --name=NAME   The registration's name (on-stop); default: a random one.
   --list        What is registered (on-stop).
@@ -164,6 +186,31 @@ def _site_packages() -> str:
     raise CliError("h11 is not installed: the proxy needs it (bin/setup installs it)")
 
 
+def _open_summary(path: str) -> int:
+    """The summary's file, opened before the sandbox exists (never through a link, and
+    a regular file only): a sandbox that writes its folder cannot make the name lead
+    elsewhere by the time the run ends. Written whole when the run has ended."""
+    try:
+        # O_NONBLOCK: a FIFO there is refused below, not waited on.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                     | os.O_CLOEXEC, 0o600)
+    except OSError as error:
+        raise CliError(f"--summary {path}: {error.strerror}; nothing was run") from None
+    if os.fstat(fd).st_mode & 0o170000 != 0o100000:  # a regular file
+        os.close(fd)
+        raise CliError(f"--summary {path}: not a regular file; nothing was run")
+    os.ftruncate(fd, 0)  # a run that fails to start leaves its summary, not an old one
+    return fd
+
+
+def _write_summary(fd: int, found: Mapping[str, object]) -> None:
+    import orjson
+
+    data = orjson.dumps(found) + b"\n"
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, data, 0)
+
+
 def wrap_line(policy: Policy, command: list[str]) -> list[str]:
     from lnk_wrap.helpers import helper_argv
 
@@ -181,16 +228,18 @@ _RUN_DEFAULTS: dict[str, object] = {
     "asks": False, "answer": False, "ID": None, "ANSWER": None, "--show": None,
     "guest": False, "enter": False, "--key": None, "--settings": None,
     "--spec": None, "--wire": None, "--json": False, "--follow": False, "--clear": False,
+    "--since": None, "-n": None, "--refused": False, "--summary": None, "--wait": False,
+    "--timeout": None, "url": False, "--agent": None,
     "--name": None, "--list": False, "--remove": None, "-h": False, "--help": False,
     "--version": False, "--": False, "WIRE": None, "COMMAND": [],
 }
-_RUN_OPTIONS = ("--spec", "--wire")
+_RUN_OPTIONS = ("--spec", "--wire", "--summary")
 
 
 def run_arguments(words: list[str]) -> dict[str, object] | None:
     """docopt's answer for the common shape of `run` (the verb, --spec and --wire,
     each once, by their full names, then the command, after `--` or starting with no
-    `-`), read without docopt: importing and running it costs every start 8 ms. Any
+    `-`; --summary too), read without docopt: importing and running it costs every start 8 ms. Any
     other argv (an error, help, an abbreviation) is None: docopt reads it, and says what
     is wrong, from the usage text above, the one place the verbs are written."""
     if words[:1] != ["run"]:
@@ -299,10 +348,28 @@ def _dispatch(arguments: Mapping[str, object], env: Mapping[str, str]) -> int:
 
         record_signals()  # a stop signal from here on means the program never starts
         policy = _policy(arguments, env)
+        given = arguments["--summary"]
+        if not isinstance(given, str):
+            try:
+                return launch(policy, command, env)
+            except (LaunchError, OSError) as error:
+                raise CliError(str(error)) from None
+        from lnk_wrap.runs import Run, summary
+
+        summary_fd = _open_summary(given)
+        seen: list[Run] = []
         try:
-            return launch(policy, command, env)
-        except (LaunchError, OSError) as error:
-            raise CliError(str(error)) from None
+            try:
+                code = launch(policy, command, env, on_run=seen.append)
+            except (LaunchError, OSError) as error:
+                _write_summary(summary_fd, summary(None, EXIT_SANDBOX_FAILED,
+                                                   settings=policy.settings))
+                raise CliError(str(error)) from None
+            _write_summary(summary_fd, summary(seen[0] if seen else None, code,
+                                               settings=policy.settings))
+        finally:
+            os.close(summary_fd)
+        return code
     if arguments["learn"]:
         from lnk_wrap.launch import LaunchError
         from lnk_wrap.learn import format_commands, learn
@@ -339,8 +406,12 @@ def _dispatch(arguments: Mapping[str, object], env: Mapping[str, str]) -> int:
         except SettingsError as error:
             raise CliError(str(error)) from None
         wire = arguments["WIRE"]
+        since, last = arguments["--since"], arguments["-n"]
         return show_log(settings, wire if isinstance(wire, str) else None,
-                        follow=bool(arguments["--follow"]), as_json=bool(arguments["--json"]))
+                        follow=bool(arguments["--follow"]), as_json=bool(arguments["--json"]),
+                        since=since if isinstance(since, str) else None,
+                        last=last if isinstance(last, str) else None,
+                        refused=bool(arguments["--refused"]))
     if arguments["secret"]:
         from lnk_common.secrets import SecretError
         from lnk_common.settings import SettingsError, settings_folder
@@ -385,17 +456,32 @@ def _dispatch(arguments: Mapping[str, object], env: Mapping[str, str]) -> int:
             raise CliError(f"cannot start the guest's session: {error}") from None
     if arguments["asks"] or arguments["answer"]:
         from lnk_common.settings import SettingsError, settings_folder
-        from lnk_wrap.asks_view import answer, asks
+        from lnk_wrap.asks_view import answer, asks, wait_for_asks
 
         try:
             settings = settings_folder(env).root
         except SettingsError as error:
             raise CliError(str(error)) from None
         if arguments["asks"]:
-            shown = arguments["--show"]
+            shown, timeout = arguments["--show"], arguments["--timeout"]
+            if arguments["--wait"]:
+                return wait_for_asks(settings, as_json=bool(arguments["--json"]),
+                                     timeout=timeout if isinstance(timeout, str) else None)
             return asks(settings, as_json=bool(arguments["--json"]),
                         show=shown if isinstance(shown, str) else None)
         return answer(settings, str(arguments["ID"]), str(arguments["ANSWER"]))
+    if arguments["url"]:
+        from lnk_common.settings import SettingsError, settings_folder
+        from lnk_wrap.urls_view import UrlsError, show_urls
+
+        agent = arguments["--agent"]
+        try:
+            spec = _policy(arguments, env) if arguments["--spec"] else None
+            return show_urls(settings_folder(env).root if spec is None else spec.settings,
+                             agent if isinstance(agent, str) else None, spec,
+                             as_json=bool(arguments["--json"]))
+        except (SettingsError, UrlsError) as error:
+            raise CliError(str(error)) from None
     if arguments["check"]:
         from lnk_wrap.check import report, show
 

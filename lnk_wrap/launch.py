@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from lnk_common.endpoints import Listener
     from lnk_wrap import home as homes
     from lnk_wrap.outside import Outside
+    from lnk_wrap.runs import Run
 else:
     import _signal as signal  # not `signal`: its enum wrappers cost 4 ms at every start
 
@@ -408,12 +409,14 @@ def _kill_sandbox(sandbox_pid: int | None, child: int) -> None:
 
 def launch(policy: Policy, command: list[str], env: Mapping[str, str], *,
            cwd: str | None = None, guest: str = "",
-           notice: Callable[[str], None] = _say) -> int:
+           notice: Callable[[str], None] = _say,
+           on_run: Callable[[Run], None] | None = None) -> int:
     """Run `command` in the sandbox of `policy`, with `env` (the program's, before the
     verbs' variables), in `cwd` (the program's working folder; this process's by
     default). `guest`: a guest's session (lnk_wrap.enter): the helpers outside are given
     nothing of the session (lnk_wrap.outside). `notice`: where the first-run notice of a
-    spec that opens dot files goes (the person's; stderr by default)."""
+    spec that opens dot files goes (the person's; stderr by default). `on_run`: given
+    the run as its wire's log marks it (lnk_wrap.runs), once it starts."""
     record_signals()
     _check_architecture()
     check_still_holds(policy)
@@ -442,7 +445,7 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str], *,
     if not policy.write:  # no written folder: no dot file to hold, nothing to look at
         outside = _outside(policy, env, (), guest)
         return _run_sandbox(_bwrap_for(policy, env, outside, ()), policy, command, env, cwd,
-                            (), outside, home)
+                            (), outside, home, on_run)
     from lnk_wrap import dotfiles
 
     known = {path: kind for path, kind, _ in placeholders.index_entries(policy.settings)}
@@ -477,7 +480,7 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str], *,
         for note in notes:
             _say(note)
         return _run_sandbox(bwrap, policy, command, env, cwd,
-                            tuple({**found.held, **in_place}), outside, home)
+                            tuple({**found.held, **in_place}), outside, home, on_run)
     finally:
         if run is not None:
             for note in placeholders.release(policy.settings, run):
@@ -540,8 +543,8 @@ def check_code(policy: Policy, writable: Callable[[str], bool], bwrap: str) -> N
 
 
 def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[str, str],
-                 cwd: str, held: tuple[str, ...], outside: Outside, home: homes.Choice
-                 ) -> int:
+                 cwd: str, held: tuple[str, ...], outside: Outside, home: homes.Choice,
+                 on_run: Callable[[Run], None] | None = None) -> int:
     from lnk_wrap.helpers import helper_argv, package_root
     from lnk_wrap.home import environment as home_environment
 
@@ -698,6 +701,14 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
         finally:
             for channel in wire.channels.values():
                 os.close(channel)
+    run = None
+    if wire is not None:  # the run's first line on its wire's log (lnk_wrap.runs)
+        from lnk_wrap.runs import Run
+
+        run = Run(policy.settings, wire.name)
+        run.start()
+        if on_run is not None:
+            on_run(run)
     # The program may start: its ways out exist (else no one reads it: a broken pipe).
     _wait_for_init(sandbox_pid, child)
     stopped = _go_ahead_unless_stopped(go_write, sandbox_pid)
@@ -711,6 +722,13 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
     _end_helper(watch, None)
     if wire is not None:
         wire.end()
+    code = _exit_status(stopped, sandbox_pid, status)
+    if run is not None:  # after the helpers' last ended lines
+        run.end(code)
+    return code
+
+
+def _exit_status(stopped: int, sandbox_pid: int | None, status: int) -> int:
     if stopped:
         return 128 + stopped
     if sandbox_pid is None:
@@ -865,6 +883,7 @@ class _Wire:
     channels, the sockets to make inside, the DNS files, and the block pipe."""
 
     def __init__(self) -> None:
+        self.name = ""  # the wire's name (its log, its window, its pause)
         self.pids: list[int] = []
         self.channels: dict[str, int] = {}
         self.plan: list[Listener] = []
@@ -898,7 +917,7 @@ def _start_wire(policy: Policy, outside: Outside, proxy_given: Mapping[str, str]
     wire = _Wire()
     wire.plan = plan
     wire.lan_addresses = endpoints.lan_addresses(entries)
-    name = policy.name or _own_wire()
+    name = wire.name = policy.name or _own_wire()
     common = ["--settings", policy.settings, "--wire", name]
     if policy.calls_per_minute:
         common += ["--calls-per-minute", str(policy.calls_per_minute)]

@@ -7,6 +7,12 @@ writes to a file after it was renamed: each line is written under the file's loc
 after checking it is still the one at `log`), then the new one from its start: no line
 lost, none shown twice. Only if the log was rotated twice between two looks (a whole
 file written in FOLLOW_SECONDS) may lines be missing between; that is said on stderr.
+
+What is shown may be cut (`LogFilter`, sans IO): `--since` (lines from a time on: the
+log's times are UTC ISO, so one comparison of text), `--refused` (refusals and pauses
+only), `-n` (the last N lines of each wire that pass the others, as tail does for each
+of its files; with --follow, every new one that passes after them). A bad --since or -n
+is a usage mistake: one line, exit 2.
 """
 
 from __future__ import annotations
@@ -18,12 +24,86 @@ import time
 from lnk_common.boundedlog import rotated_path
 from lnk_common.wirelog import log_path, parse_line
 
-__all__ = ["FOLLOW_SECONDS", "show_log"]
+__all__ = ["FOLLOW_SECONDS", "LogFilter", "LogFilterError", "parse_since", "show_log"]
 
 # How often --follow looks for new lines.
 FOLLOW_SECONDS = 0.25
 # Read at once from a log (a log is at most a few MiB; this keeps each look short).
 _READ_BYTES = 1 << 16
+
+
+EXIT_USAGE = 2
+# --since's relative forms: a number and one of these units, ago.
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class LogFilterError(Exception):
+    """--since or -n cannot be read; one line, a usage mistake."""
+
+
+def parse_since(text: str, now: float) -> str:
+    """The log time (UTC, as the log writes it) from which lines are shown: `text` is a
+    number of s, m, h or d ago (10m), or an ISO date or time (2026-05-01,
+    2026-05-01T09:30[:15], with Z or +HH:MM, else this machine's local time)."""
+    word = text.strip()
+    if word[:-1].isdigit() and word[-1:] in _UNITS:
+        moment = now - int(word[:-1]) * _UNITS[word[-1]]
+    else:
+        import datetime
+
+        try:
+            parsed = datetime.datetime.fromisoformat(word.replace("Z", "+00:00"))
+        except ValueError:
+            raise LogFilterError(f"--since {text!r}: give 10m, 2h, 1d (ago) or an ISO time "
+                                 "such as 2026-05-01T09:30") from None
+        if parsed.tzinfo is None:
+            parsed = parsed.astimezone()  # a person's time is their machine's
+        moment = parsed.timestamp()
+    return (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(moment))
+            + f".{int(moment % 1 * 1000):03d}Z")
+
+
+class LogFilter:
+    """Which lines `log` shows (sans IO): each line's event and time against the
+    options, and the last N of each wire."""
+
+    __slots__ = ("last", "refused", "since")
+
+    def __init__(self, *, since: str | None = None, last: int | None = None,
+                 refused: bool = False) -> None:
+        self.since = since
+        self.last = last
+        self.refused = refused
+
+    @classmethod
+    def from_options(cls, since: str | None, last: str | None, refused: bool,
+                     now: float) -> LogFilter:
+        count = None
+        if last is not None:
+            if not last.isdigit():
+                raise LogFilterError(f"-n {last!r}: give a number of lines")
+            count = int(last)
+        return cls(since=parse_since(since, now) if since is not None else None,
+                   last=count, refused=refused)
+
+    def passes(self, line: str) -> bool:
+        fields = line.split("\t", 2)
+        if len(fields) < 3:
+            return False
+        if self.refused and fields[1] not in ("refused", "paused"):
+            return False
+        return self.since is None or fields[0] >= self.since
+
+    def first(self, lines: list[str]) -> list[str]:
+        """What is shown of the lines there at the start."""
+        kept = [line for line in lines if self.passes(line)]
+        if self.last is not None:
+            kept = kept[len(kept) - self.last:] if self.last else []
+        return kept
+
+    def more(self, lines: list[str]) -> list[str]:
+        """What is shown of lines that came later (--follow)."""
+        return [line for line in lines if self.passes(line)]
 
 
 def _wires(settings: str) -> list[str]:
@@ -144,7 +224,13 @@ class _Reader:
         return lines
 
 
-def show_log(settings: str, wire: str | None, *, follow: bool, as_json: bool) -> int:
+def show_log(settings: str, wire: str | None, *, follow: bool, as_json: bool,
+             since: str | None = None, last: str | None = None, refused: bool = False) -> int:
+    try:
+        chosen = LogFilter.from_options(since, last, refused, time.time())
+    except LogFilterError as error:
+        print(f"lnk-sandbox: {error}", file=sys.stderr)
+        return EXIT_USAGE
     wires = [wire] if wire else _wires(settings)
     if wire and not os.path.isfile(log_path(settings, wire)):
         print(f"lnk-sandbox: no log for a wire named {wire!r} "
@@ -152,7 +238,7 @@ def show_log(settings: str, wire: str | None, *, follow: bool, as_json: bool) ->
         return 1
     readers = [_Reader(log_path(settings, name), name) for name in wires]
     try:
-        found = [(reader.wire, reader.start()) for reader in readers]
+        found = [(reader.wire, chosen.first(reader.start())) for reader in readers]
         while True:
             for name, lines in found:
                 for line in lines:
@@ -162,7 +248,7 @@ def show_log(settings: str, wire: str | None, *, follow: bool, as_json: bool) ->
             if not follow:
                 return 0
             time.sleep(FOLLOW_SECONDS)
-            found = [(reader.wire, reader.follow()) for reader in readers]
+            found = [(reader.wire, chosen.more(reader.follow())) for reader in readers]
     except KeyboardInterrupt:
         return 0
     finally:

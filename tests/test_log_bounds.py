@@ -324,8 +324,10 @@ def test_N11_distinct_allowed_names_rotate_the_log_at_its_bound(
     assert settings_bytes(lnk_home) - before <= FOLDER_BOUND
     lines = _lines(wires / "log")
     assert all(parse_line(line) is not None for line in lines)
-    # The newest lines are kept, the last one the last name asked.
-    assert lines[-1].split("\t")[2].startswith(f"{sent - 1:010d}")
+    # The newest lines are kept, the last one the last name asked (then the run's
+    # exited line).
+    assert lines[-1].split("\t")[1] == "exited"
+    assert lines[-2].split("\t")[2].startswith(f"{sent - 1:010d}")
 
 
 def test_N10_a_resolver_workload_with_retries_and_search_lists_never_pauses(

@@ -1,0 +1,172 @@
+"""A run on its wire's log: a line when it starts and one when its command has exited,
+and the run's summary for a script (`run --summary=FILE`).
+
+Job: several runs of one wire (an agent's sessions, a harness started again) write one
+log; the launcher marks where each run begins and ends (lnk_common.wirelog: `started`,
+TARGET "-", `run=ID pid=PID`; `exited`, `run=ID status=N seconds=S`), so a person
+reading `lnk-sandbox log` can tell them apart, and a script can count what one run did.
+
+Order: `Run.start` once the sandbox's ways out exist, just before the program may start;
+`Run.end` after the command has exited and the wire's helpers have ended (their last
+`ended` lines are on the log before it). The summary reads the log between the two.
+
+Trust: the log lines are written by our helpers and the launcher only (Link's settings
+are hidden in every sandbox); the summary counts them and quotes no target. Light: os,
+time and lnk_common.boundedlog (the launcher's start takes no `re`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from lnk_common.boundedlog import MAX_LINE_BYTES, BoundedLog, clip, printable, rotated_path
+
+__all__ = ["RUN_ID_BYTES", "Run", "summary"]
+
+# A run's id: 8 hex digits, enough to tell apart the runs one log holds (a log and its
+# older file hold some 14,000 lines).
+RUN_ID_BYTES = 4
+# Read at once from a log (a log and its older file are at most a few MiB).
+_READ_BYTES = 1 << 16
+
+
+def _log_path(settings: str, wire: str) -> str:
+    # lnk_common.wirelog.log_path's, without its import (it takes `re` at every start).
+    return os.path.join(settings, "sandbox", "wires", wire, "log")
+
+
+def _stamp(now: float) -> str:
+    """The log's TIME (lnk_common.wirelog): UTC, to the millisecond."""
+    return (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now))
+            + f".{int(now % 1 * 1000):03d}Z")
+
+
+class Run:
+    """One run of a wire, as its log shows it."""
+
+    __slots__ = ("began", "ident", "settings", "wire")
+
+    def __init__(self, settings: str, wire: str) -> None:
+        self.settings = settings
+        self.wire = wire
+        self.ident = os.urandom(RUN_ID_BYTES).hex()
+        self.began = time.time()
+
+    def _write(self, event: str, detail: str) -> None:
+        log = BoundedLog(_log_path(self.settings, self.wire))
+        try:
+            shown = clip(printable(detail), MAX_LINE_BYTES // 2)
+            line = f"{_stamp(time.time())}\t{event}\t-\t{shown}"
+            log.append((line + "\n").encode("utf-8", "surrogateescape"))
+        finally:
+            log.close()
+
+    def start(self) -> None:
+        self.began = time.time()
+        self._write("started", f"run={self.ident} pid={os.getpid()}")
+
+    def end(self, status: int) -> None:
+        self._write("exited", f"run={self.ident} status={status} "
+                              f"seconds={time.time() - self.began:.3f}")
+
+
+def _lines(path: str) -> list[str]:
+    """The log's lines, its older file's first (whole lines only)."""
+    found: list[str] = []
+    for name in (rotated_path(path), path):
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        try:
+            chunks = []
+            while chunk := os.read(fd, _READ_BYTES):
+                chunks.append(chunk)
+        finally:
+            os.close(fd)
+        found += [line.decode("utf-8", "replace")
+                  for line in b"".join(chunks).split(b"\n") if line]
+    return found
+
+
+def _detail(field: str) -> dict[str, str]:
+    head = field.partition("reason=")[0]
+    return {key: value for key, _, value in (pair.partition("=") for pair in head.split())}
+
+
+def _alive(pid: str) -> bool:
+    """Whether the launcher of another run still runs (a killed one wrote no exited
+    line). A pid reused since says yes: `other_runs` errs toward "maybe shared"."""
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def summary(run: Run | None, status: int, *, settings: str = "") -> dict[str, object]:
+    """What a run did, for a script: its exit status; its wire and id; the calls allowed
+    and refused (a folded count line counts as its `more=`) between its started and
+    exited lines; whether the wire was paused (a pause line meanwhile, or paused at the
+    end) and why; whether the kill switch is on; and `other_runs`: another run of the
+    wire started or exited meanwhile, so its calls are counted too (the log does not
+    say which run of a wire made a call; a run that started before this one and has not
+    exited, its launcher alive, counts too). A run with no wire (no proxy: no way out and
+    no verb) made no call."""
+    from lnk_common import wirestate
+
+    found: dict[str, object] = {
+        "status": status, "wire": None, "run": None, "calls": 0, "refused": 0,
+        "paused": False, "pause_reason": None, "stopped": False, "other_runs": False}
+    if run is None:
+        if settings:
+            found["stopped"] = wirestate.is_stopped(settings)
+        return found
+    found.update({"wire": run.wire, "run": run.ident,
+                  "stopped": wirestate.is_stopped(run.settings)})
+    inside = False
+    calls = refused = 0
+    earlier: dict[str, str] = {}  # runs started before this one and not exited: their pids
+    for line in _lines(_log_path(run.settings, run.wire)):
+        fields = line.split("\t")
+        if len(fields) != 4:
+            continue
+        event, detail = fields[1], fields[3]
+        if event in ("started", "exited"):
+            named = _detail(detail)
+            ident = named.get("run", "")
+            if ident == run.ident:
+                inside = event == "started"
+                if inside:
+                    found["other_runs"] = any(_alive(pid) for pid in earlier.values())
+                    continue
+                break
+            if inside:
+                found["other_runs"] = True
+            elif event == "started":
+                earlier[ident] = named.get("pid", "")
+            else:
+                earlier.pop(ident, None)
+            continue
+        if not inside:
+            continue
+        named = _detail(detail)
+        if event == "allowed" and (named.get("kind") != "dns" or "outside" in named):
+            calls += 1  # a DNS answer given here is no call out; one asked outside is
+        elif event == "refused":
+            more = _detail(detail).get("more", "")
+            refused += int(more) if more.isdigit() else 1
+        elif event == "paused":
+            found["paused"] = True
+            found["pause_reason"] = detail.partition("reason=")[2] or None
+    found["calls"], found["refused"] = calls, refused
+    pause = wirestate.paused(run.settings, run.wire)
+    if pause is not None:
+        found["paused"] = True
+        found["pause_reason"] = str(pause.get("reason", "")) or found["pause_reason"]
+    return found
