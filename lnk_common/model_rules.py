@@ -48,6 +48,7 @@ __all__ = [
     "key_header",
     "parse_body",
     "parse_search_models",
+    "path_words",
     "read_search_models",
     "rewrite",
     "rewrite_body",
@@ -144,6 +145,13 @@ _EXACT_ROUTES: dict[str, dict[tuple[str, str], tuple[str, str, str]]] = {
         ("GET", "/api/v1/models"): ("models.list", "none", "model listing"),
     },
 }
+
+def path_words() -> frozenset[str]:
+    """Every segment of a path some provider's route has (`v1`, `messages`, …): the words
+    a refused path's 404 may show back as they are (lnk_proxy.verbs.asked_line)."""
+    return frozenset(word for routes in _EXACT_ROUTES.values() for _, path in routes
+                     for word in path.split("/") if word)
+
 
 # A model id in a path: provider ids are lowercase/uppercase letters, digits, '.', '-', '_'
 # (OpenAI fine-tunes add ':'). No '/', '%', '..' can pass: the first char is alphanumeric.

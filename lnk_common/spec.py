@@ -35,8 +35,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-__all__ = ["MAX_NAME_CHARACTERS", "SpecError", "is_name", "load_spec", "parse_document",
-           "parse_spec"]
+__all__ = ["MAX_NAME_CHARACTERS", "SpecError", "commands_as_written", "is_name", "load_spec",
+           "parse_document", "parse_spec"]
 
 # A spec is a small hand-written file; anything larger is a mistake or an attack on the
 # parser, and refusing it costs no real user anything.
@@ -142,6 +142,32 @@ def load_spec(path: str | os.PathLike[str], env: Mapping[str, str]) -> Policy:
     if len(data) > MAX_SPEC_BYTES:
         raise SpecError(file, "", f"larger than {MAX_SPEC_BYTES} bytes; a spec is a short file")
     return parse_spec(data, file=file, env=env)
+
+
+def commands_as_written(path: str, env: Mapping[str, str]) -> dict[str, str]:
+    """`[commands] run` of the spec at `path` as its author wrote each entry, by the path
+    it resolves to (the policy holds resolved paths: a listed /usr/bin/sh is
+    /usr/bin/dash there), for `learn` to print the list back in the spec's own words.
+    An entry that no longer resolves is left out; nothing here refuses the spec."""
+    file = os.path.abspath(path)
+    try:
+        with open(file, "rb") as handle:
+            document = toml.loads(handle.read(MAX_SPEC_BYTES + 1).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, toml.TOMLDecodeError, RecursionError):
+        return {}
+    section = document.get("commands")
+    entries = section.get("run") if isinstance(section, dict) else None
+    if not isinstance(entries, list):
+        return {}
+    context = _Context(file=file, folder=os.path.dirname(file), env=env)
+    found: dict[str, str] = {}
+    for raw in entries:
+        if isinstance(raw, str):
+            try:
+                found.setdefault(_canonical(context, "commands.run", raw, must_exist=False), raw)
+            except SpecError:
+                continue
+    return found
 
 
 def parse_spec(data: bytes, *, file: str, env: Mapping[str, str]) -> Policy:

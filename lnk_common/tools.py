@@ -331,8 +331,18 @@ def _fixed_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return fixed
 
 
+def _mcp_remote_words(command: list[str]) -> int:
+    """How many of the command's first words name mcp-remote (`lnk-sandbox-mcp-remote`,
+    or `lnk-sandbox mcp-remote`, the verb); 0 when it is another program."""
+    if os.path.basename(command[0]) == MCP_REMOTE:
+        return 1
+    if os.path.basename(command[0]) == "lnk-sandbox" and command[1:2] == ["mcp-remote"]:
+        return 2
+    return 0
+
+
 def _is_mcp_remote(command: list[str]) -> bool:
-    return os.path.basename(command[0]) == MCP_REMOTE
+    return _mcp_remote_words(command) > 0
 
 
 def _mcp_remote_checked(command: list[str], secrets: Mapping[str, str]) -> None:
@@ -342,7 +352,7 @@ def _mcp_remote_checked(command: list[str], secrets: Mapping[str, str]) -> None:
 
     environment = {**secrets, TOOL_SECRETS_VARIABLE: ",".join(secrets)}
     try:
-        parse_arguments(command[1:], environment)
+        parse_arguments(command[_mcp_remote_words(command):], environment)
     except ArgumentError as error:
         raise ToolError(f"mcp-remote's command is refused: {error}") from None
 
@@ -375,9 +385,10 @@ def plan_tool(name: str, command: list[str], allow: list[str], ask: str, *,
         _mcp_remote_checked(words, dict.fromkeys(asked, "x"))
         from lnk_mcpremote import keep_literal_values_out
 
+        program = _mcp_remote_words(words)
         rest, moved, moved_headers = keep_literal_values_out(
-            words[1:], lambda position: f"{MOVED_HEADER_PREFIX}{position}")
-        words = [words[0], *rest]
+            words[program:], lambda position: f"{MOVED_HEADER_PREFIX}{position}")
+        words = [*words[:program], *rest]
     all_secrets = _check_secrets([*asked, *moved], environment, moved=True)
     _check_references(words, all_secrets)
     home_folder = _check_folder(home if home is not None else owner_home, "--home")

@@ -12,13 +12,14 @@ never quotes the target (a verb's path may carry a secret).
 
 from __future__ import annotations
 
+import functools
 import hmac
 
 from lnk_common.refusal import StatusError, refusal_body
 
 __all__ = ["MODEL", "MODEL_EXAMPLES", "PREFIX", "SECRET", "URL_SECRET", "URL_SECRET_PARTS",
-           "VERBS", "VerbError", "asked_line", "is_verb_target", "split_local", "split_provider",
-           "split_url_secret", "split_verb", "verb_refusal_body"]
+           "VERBS", "VerbError", "asked_line", "is_verb_target", "path_words", "split_local",
+           "split_provider", "split_url_secret", "split_verb", "verb_refusal_body"]
 
 PREFIX = "/_link"
 MODEL = "model"
@@ -58,26 +59,39 @@ def verb_refusal_body(status: int, reason: str) -> bytes:
     return refusal_body(status, reason)
 
 
-# How much of the path a 404 shows back: a path is the program's own, but a refusal is
-# one line a harness shows whole.
+# How much of the path a 404 shows back: a refusal is one line a harness shows whole.
 ASKED_PATH_CHARS = 160
 
 
+@functools.cache
+def path_words() -> frozenset[str]:
+    """The segments a 404 shows as they are: the verbs' own names and the providers' and
+    local runtimes' route segments. Everything else the program put in the path is shown
+    as `…`: a refusal echoes no byte the program chose (a path may carry a key, a URL
+    secret in another spelling, or text meant for whoever reads the harness's log)."""
+    from lnk_common import local_models, model_rules
+
+    words = {".", "..", PREFIX.strip("/"), *VERBS, *URL_SECRET_PARTS, *model_rules.PROVIDERS,
+             *model_rules.path_words()}
+    words.update(word for _, path in local_models.ALLOWED_ROUTES
+                 for word in path.split("/") if word)
+    return frozenset(words)
+
+
 def asked_line(method: bytes, target: bytes) -> str:
-    """`METHOD /_link/…` as the program sent it, for the program's 404 only (never the
-    log): from `/_link` on (an absolute-form target's scheme and host left off), the URL
-    secret's segment shown as `…`, no query (a key may ride in one: `?…` says there was
-    one), any byte outside printable ASCII shown as `?`, at most ASKED_PATH_CHARS."""
+    """`METHOD /_link/…` in the shape the program sent, for the program's 404 only (never
+    the log): from `/_link` on (an absolute-form target's scheme and host left off), each
+    segment shown if it is one of path_words() and as `…` if not, `?…` for a query, the
+    method if it is a token of letters, at most ASKED_PATH_CHARS."""
     start = target.find(PREFIX.encode())
     path, query, _ = target[max(start, 0):].partition(b"?")
-    text = "".join(chr(byte) if 0x21 <= byte <= 0x7E else "?" for byte in path)
-    secret_at = PREFIX + "/" + URL_SECRET + "/"
-    if text.startswith(secret_at):
-        _, slash, after = text[len(secret_at):].partition("/")
-        text = secret_at + "…" + slash + after
+    shown = [segment.decode("ascii") if segment.decode("ascii", "replace") in path_words()
+             or not segment else "…" for segment in path.split(b"/")]
+    text = "/".join(shown)
     if len(text) > ASKED_PATH_CHARS:
         text = text[:ASKED_PATH_CHARS] + "…"
-    verb = "".join(chr(byte) if 0x21 <= byte <= 0x7E else "?" for byte in method[:16])
+    verb = method.decode("ascii", "replace")
+    verb = verb if verb.isascii() and verb.isalpha() and len(verb) <= 16 else "…"
     line = f"{verb} {text}{'?…' if query else ''}"
     provider = text[len(PREFIX + "/" + MODEL + "/"):].partition("/")[0]
     example = MODEL_EXAMPLES.get(provider) if text.startswith(PREFIX + "/" + MODEL + "/") else None

@@ -357,13 +357,44 @@ def _show_secret_verb(secret: dict[str, Any]) -> list[str]:
     return lines
 
 
+def verdict(found: dict[str, Any]) -> str:
+    """The one line `check` leads with: ready or not, and the first thing missing (the
+    machine's first, then what the spec needs that is not set)."""
+    bubblewrap, machine = found["bubblewrap"], found["architecture"]
+    if not machine["filter_built"]:
+        return (f"NOT ready: no seccomp filter is built for {machine['machine']} (only "
+                f"{', '.join(machine['built_for'])})")
+    if not bubblewrap["found"]:
+        return f"NOT ready: bubblewrap is missing: {bubblewrap['why']}"
+    if not bubblewrap["user_namespaces"]:
+        return f"NOT ready: user namespaces are refused: {bubblewrap['why']}"
+    if not found["landlock_abi"]:
+        return "NOT ready: Landlock is absent from this kernel"
+    if not found["seccomp"]["user_notification"]:
+        return "NOT ready: seccomp user notification is absent from this kernel"
+    if not found["ready"]:
+        return "NOT ready"
+    secret, model = found["secret_verb"], found["model_verb"]
+    if secret.get("not_ready"):
+        name = secret["not_ready"][0]
+        return (f"NOT ready for {secret['spec']}: {name} is not in Link's secrets with a "
+                f"rule (lnk-sandbox secret set {name} --rule FILE)")
+    if model.get("no_key_yet"):
+        provider = model["no_key_yet"][0]
+        return (f"ready; but {model['spec']} has no key yet for {provider}: its model calls "
+                f"are refused until it is set (lnk-sandbox secret set {provider})")
+    return "ready: sandboxes start here" + (
+        f" and {secret['spec']} has what it needs" if secret.get("spec") else "")
+
+
 def show(found: dict[str, Any]) -> str:
     bubblewrap = found["bubblewrap"]
     machine = found["architecture"]
-    lines = [f"kernel {found['kernel']} on {machine['machine']}: seccomp filter "
-             + ("built for it" if machine["filter_built"] else
-                f"NOT built for it (only {', '.join(machine['built_for'])}): no sandbox "
-                "starts")]
+    lines = [verdict(found), ""]
+    lines.append(f"kernel {found['kernel']} on {machine['machine']}: seccomp filter "
+                 + ("built for it" if machine["filter_built"] else
+                    f"NOT built for it (only {', '.join(machine['built_for'])}): no sandbox "
+                    "starts"))
     if bubblewrap["found"]:
         lines.append(f"bubblewrap {bubblewrap['version']} at {bubblewrap['path']}; "
                      "user namespaces: "

@@ -25,6 +25,7 @@ Usage:
   lnk-sandbox asks [--json] [--show=ID | --wait [--timeout=SECONDS]]
   lnk-sandbox answer ID ANSWER
   lnk-sandbox url [--agent=NAME | --spec=FILE] [--json]
+  lnk-sandbox mcp-remote URL [HEADER_OPTION...]
   lnk-sandbox (-h | --help)
   lnk-sandbox --version
 
@@ -98,6 +99,9 @@ Verbs:
           secret, made once and kept in Link's settings, as its first run would) and
           each model provider's base URL (with the agent's key placeholder); --spec:
           its [agent]'s, and only the providers its [verbs] model names.
+  mcp-remote  A stdio MCP server that relays to the remote MCP server at URL (a tool's
+          command, run outside: `tool add far -- lnk-sandbox mcp-remote URL --header
+          'Authorization: Bearer ${FAR_TOKEN}'`); the same as lnk-sandbox-mcp-remote.
   check   What this machine gives (bubblewrap, user namespaces, Landlock, seccomp) and
           which protections are therefore in force; the stated gaps, as open; which
           providers' keys are set. With --spec: which model verbs the spec turns on,
@@ -130,7 +134,9 @@ Options:
   --settings=DIR  Link's settings folder (enter: sshd's environment is not yours).
   --show=ID     The waiting question ID, whole (asks).
 
-`lnk sandbox VERB …` is the same as `lnk-sandbox VERB …`.
+`lnk sandbox VERB …` is the same as `lnk-sandbox VERB …`; `lnk-sandbox VERB --help`
+shows that verb alone. A usage mistake is one line saying what was wrong, then the verb's
+usage, exit 2.
 Exit status: COMMAND's own; 128+N if it died of signal N; 125 when the sandbox could
 not be made (a bad spec, no bubblewrap, no user namespaces); 126 when COMMAND cannot be
 run; 127 when it is not found.
@@ -229,7 +235,8 @@ _RUN_DEFAULTS: dict[str, object] = {
     "guest": False, "enter": False, "--key": None, "--settings": None,
     "--spec": None, "--wire": None, "--json": False, "--follow": False, "--clear": False,
     "--since": None, "-n": None, "--refused": False, "--summary": None, "--wait": False,
-    "--timeout": None, "url": False, "--agent": None,
+    "--timeout": None, "url": False, "--agent": None, "mcp-remote": False, "URL": None,
+    "HEADER_OPTION": [],
     "--name": None, "--list": False, "--remove": None, "-h": False, "--help": False,
     "--version": False, "--": False, "WIRE": None, "COMMAND": [],
 }
@@ -305,21 +312,11 @@ def main(argv: list[str] | None = None) -> None:
     arguments: Mapping[str, object] | None = (run_arguments(arguments_list)
                                               or enter_arguments(arguments_list))
     if arguments is None:
-        from docopt import DocoptExit, docopt
+        if arguments_list[:1] == ["mcp-remote"]:  # its own argv, read by its own parser
+            from lnk_mcpremote.main import main as mcp_remote
 
-        try:
-            arguments = docopt(__doc__, argv=arguments_list, version=VERSION)
-        except DocoptExit as error:
-            if "secret" in arguments_list:
-                # docopt's message repeats the words it could not place, and a word left
-                # over after `secret set NAME` is a value typed where it must not be.
-                print(error.usage, file=sys.stderr)
-                print("lnk-sandbox: secret set reads the value from standard input, never "
-                      "from an argument (the words given are not repeated here); nothing "
-                      "was done", file=sys.stderr)
-            else:
-                print(str(error), file=sys.stderr)
-            sys.exit(EXIT_USAGE)
+            mcp_remote(arguments_list[1:])
+        arguments = _parsed(arguments_list)
     env = os.environ
     try:
         code = _dispatch(arguments, env)
@@ -327,6 +324,36 @@ def main(argv: list[str] | None = None) -> None:
         print(f"lnk-sandbox: {error}", file=sys.stderr)
         code = EXIT_SANDBOX_FAILED
     sys.exit(code)
+
+
+def _parsed(words: list[str]) -> Mapping[str, object]:
+    """docopt's reading of `words`; a usage mistake is one line saying what was wrong,
+    then that verb's usage alone, exit 2 (lnk_wrap.usage); `VERB --help` that verb's."""
+    from lnk_wrap import usage
+
+    if any(word in ("-h", "--help") for word in words):
+        asked = usage.diagnose(__doc__ or "", words)
+        if asked.help:
+            print(usage.verb_help(__doc__ or "", asked.verb) if asked.verb else __doc__)
+            sys.exit(0)
+    from docopt import DocoptExit, docopt
+
+    try:
+        return dict(docopt(__doc__, argv=words, default_help=False,
+                           version=VERSION))
+    except DocoptExit:
+        pass
+    found = usage.diagnose(__doc__ or "", words)
+    print(f"lnk-sandbox: {found.message}", file=sys.stderr)
+    if found.verb:
+        lines = usage.usage_of(__doc__ or "", found.verb, found.subverb)
+        for index, line in enumerate(lines):
+            print(f"{'usage:' if index == 0 else '      '} {line}", file=sys.stderr)
+        print(f"(lnk-sandbox {found.verb} --help says more)", file=sys.stderr)
+    else:
+        print(f"the verbs: {', '.join(usage.verbs(__doc__ or ''))} "
+              "(lnk-sandbox --help says more)", file=sys.stderr)
+    sys.exit(EXIT_USAGE)
 
 
 def _dispatch(arguments: Mapping[str, object], env: Mapping[str, str]) -> int:
@@ -381,7 +408,10 @@ def _dispatch(arguments: Mapping[str, object], env: Mapping[str, str]) -> int:
             raise CliError(str(error)) from None
         print(f"# lnk-sandbox learn: the programs the command ran under {policy.spec} "
               "(nothing was written)")
-        print(format_commands(policy.commands, offered))
+        from lnk_common.spec import commands_as_written
+
+        print(format_commands(policy.commands, offered,
+                              commands_as_written(policy.spec, env) if policy.spec else None))
         for path, why in refused:
             print(f"lnk-sandbox: not offered: {path}: {why}", file=sys.stderr)
         if status != 0:
@@ -483,9 +513,10 @@ def _dispatch(arguments: Mapping[str, object], env: Mapping[str, str]) -> int:
         except (SettingsError, UrlsError) as error:
             raise CliError(str(error)) from None
     if arguments["check"]:
-        from lnk_wrap.check import report, show
+        from lnk_wrap.check import report, show, verdict
 
         found = report(env, _policy(arguments, env) if arguments["--spec"] else None)
+        found["verdict"] = verdict(found)
         if arguments["--json"]:
             import orjson
 

@@ -39,20 +39,27 @@ def controls(settings: str, arguments: Mapping[str, object], command: list[str])
             print(f"on-stop {name}: {' '.join(argv)}: {status}")
         return 1 if failed else 0
     if arguments["on-stop"]:
+        registered = wirestate.on_stop_commands(settings)  # (name, argv) pairs
         if arguments["--list"]:
-            for name, argv in wirestate.on_stop_commands(settings):
+            for name, argv in registered:
                 print(f"{name}\t{' '.join(argv)}")
+            if not registered:  # on stderr: stdout stays a line a registration
+                print("lnk-sandbox: no on-stop command is registered (stop runs none)",
+                      file=sys.stderr)
             return 0
         remove = arguments["--remove"]
         if isinstance(remove, str):
             if wirestate.remove_on_stop(settings, remove):
+                print(f"removed the on-stop command {remove}; "
+                      f"{len(registered) - 1 or 'none'} left")
                 return 0
-            print(f"lnk-sandbox: no on-stop command named {remove!r}", file=sys.stderr)
+            names = ", ".join(name for name, _ in registered) or "none is registered"
+            print(f"lnk-sandbox: no on-stop command named {remove!r} (registered: {names}); "
+                  "nothing was removed", file=sys.stderr)
             return 1
         given = arguments["--name"]
-        registered = wirestate.register_on_stop(
-            settings, command, given if isinstance(given, str) else "")
-        print(registered)
+        print(wirestate.register_on_stop(settings, command,
+                                         given if isinstance(given, str) else ""))
         return 0
     if arguments["paused"]:
         found = wirestate.paused_wires(settings)

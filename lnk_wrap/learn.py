@@ -61,15 +61,25 @@ def learn(policy: Policy, command: list[str], env: Mapping[str, str]
     return status, offered, refused
 
 
-def format_commands(listed: tuple[str, ...], offered: list[str]) -> str:
-    """The `[commands]` table with what was listed and what to add, each marked."""
-    entries = [(path, "listed") for path in listed] + [(path, "new") for path in offered]
-    width = max((len(repr(path)) for path, _ in entries), default=0) + 1
+def format_commands(listed: tuple[str, ...], offered: list[str],
+                    written: Mapping[str, str] | None = None) -> str:
+    """The `[commands]` table with what was listed and what to add, each marked; a listed
+    entry in the spec's own words (`written`: lnk_common.spec.commands_as_written, by the
+    path it resolves to). With nothing to list, no table (an empty `run` is refused by
+    the spec's parser), but a comment saying so."""
+    if not listed and not offered:
+        return ("# nothing to list: the command started no program a [commands] list may "
+                "hold (the lines on stderr say why);\n# an empty `run = []` is refused, so none is "
+                "printed")
+    spelled = written or {}
+    entries = ([(spelled.get(path, path), path, "listed") for path in listed]
+               + [(path, path, "new") for path in offered])
+    width = max((len(repr(shown)) for shown, _, _ in entries), default=0) + 1
     lines = ["[commands]", "run = ["]
-    for path, state in entries:
-        quoted = '"' + path.replace("\\", "\\\\").replace('"', '\\"') + '",'
+    for shown, path, state in entries:
+        quoted = '"' + shown.replace("\\", "\\\\").replace('"', '\\"') + '",'
         note = state + ("; an interpreter: runs any code it is given"
-                        if is_interpreter(path) else "")
+                        if is_interpreter(path) or is_interpreter(shown) else "")
         lines.append(f"    {quoted:{width + 2}} # {note}")
     lines.append("]")
     return "\n".join(lines)

@@ -103,9 +103,9 @@ def test_check_json_has_its_documented_shape(sandbox_env: dict[str, str]) -> Non
     result = subprocess.run([LNK_SANDBOX, "check", "--json"], env=sandbox_env,
                             capture_output=True, text=True, check=False)
     found = json.loads(result.stdout)
-    assert set(found) == {"ready", "kernel", "architecture", "bubblewrap", "landlock_abi",
-                          "seccomp", "memfd_noexec", "protections", "gaps", "placeholders", "home",
-                          "network", "model_verb", "secret_verb"}
+    assert set(found) == {"ready", "verdict", "kernel", "architecture", "bubblewrap",
+                          "landlock_abi", "seccomp", "memfd_noexec", "protections", "gaps",
+                          "placeholders", "home", "network", "model_verb", "secret_verb"}
     assert found["secret_verb"] == {"with_rule": []}
     assert found["placeholders"] == []
     assert found["model_verb"] == {"providers": ["anthropic", "openai", "gemini", "openrouter"],
@@ -242,7 +242,11 @@ def test_every_entry_refuses_bad_input_as_before(
         usage = subprocess.run([*ENTRIES[entry], *argv], env=sandbox_env, cwd=tmp_path,
                                capture_output=True, text=True, check=False)
         assert usage.returncode == 2, argv
-        assert "Usage:\n  lnk-sandbox wrap --spec=FILE" in usage.stderr, argv
+        said = usage.stderr.splitlines()
+        assert len(said) == 3 and said[0].startswith("lnk-sandbox: "), argv
+        assert said[1] == ("usage: lnk-sandbox run --spec=FILE [--wire=NAME] "
+                           "[--summary=FILE] [--] COMMAND..."), argv
+        assert "unmatched" not in usage.stderr and "Argument(" not in usage.stderr
     assert not marker.exists()
 
 

@@ -397,7 +397,8 @@ def test_the_proxy_forms_own_prefix_is_read_exactly(
     for (tail, status, reason), (got_status, body) in zip(tails, out["answers"], strict=True):
         assert got_status == status, (tail, got_status, body)
         if reason is not None:
-            assert reason_of(body) == reason, (tail, body)
+            # A 404 adds the shape of what was sent ("; got GET /_link/s/…/local/…").
+            assert reason_of(body).split("; got ", 1)[0] == reason, (tail, body)
     assert not re.search(r"[0-9a-f]{64}", wire_log(sandbox_env))
 
 

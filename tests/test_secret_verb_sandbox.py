@@ -417,8 +417,10 @@ out["placeholder"] = P
             continue  # its answer has no body: the status says it
         answer = json.loads(body)
         assert answer["ok"] is False and answer["error_code"] == status, (label, body)
-        assert answer["description"] == reason, (label, body)
-        assert answer["error"]["message"] == reason, (label, body)
+        # A 404 or 405 adds the shape of what was sent ("; got POST /_link/secret/…/…").
+        said = answer["description"].split("; got ", 1)[0]
+        assert said == reason, (label, body)
+        assert answer["error"]["message"] == answer["description"], (label, body)
         assert placeholder not in body and token not in body, (label, body)
     assert out["gzip"][0] == 415, out["gzip"]
     assert json.loads(out["gzip"][1])["description"] == (

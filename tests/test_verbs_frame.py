@@ -20,13 +20,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lnk_common import wirestate
 from lnk_proxy.verbs import (
     VERBS,
     VerbError,
+    asked_line,
     is_verb_target,
     split_local,
     split_url_secret,
@@ -146,8 +147,9 @@ def test_a_verb_not_named_or_unknown_is_404_naming_the_key(
     start_proxy: StartProxy, target: str, reason: str
 ) -> None:
     proxy = start_proxy()
-    # The program is told what it sent, from /_link on; the log keeps the reason alone.
-    got = target[target.index("/_link"):]
+    # The program is told the shape of what it sent (asked_line, pinned below); the log
+    # keeps the reason alone.
+    got = asked_line(b"GET", target.encode()).removeprefix("GET ")
     assert proxy.ask(f"GET {target} HTTP/1.1\nHost: 127.0.0.1:3128\n") == (
         "HTTP/1.1 404 Not Found", f"{reason}; got GET {got}")
     assert f"refused\t-\treason={reason}\n" in proxy.log()
@@ -185,7 +187,7 @@ def test_model_paths_that_are_not_inference_calls_are_refused(
     head, body = _messages(path)
     answer = proxy.ask(head, body)
     assert answer[0].split()[1] == status and answer[1].startswith(
-        f"{reason}; got POST {path}"), answer
+        f"{reason}; got {asked_line(b'POST', path.encode())}"), answer
     assert path not in proxy.log()
 
 
@@ -497,13 +499,21 @@ def test_a_refused_path_tells_the_program_what_it_sent_and_the_shape(
 
 
 @pytest.mark.parametrize(("target", "shown"), [
-    (b"/_link/s/SECRETVALUE/mcp/x", "GET /_link/s/…/mcp/x"),
+    (b"/_link/s/SECRETVALUE/mcp/x", "GET /_link/s/…/mcp/…"),
     (b"/_link/s/SECRETVALUE", "GET /_link/s/…"),
-    (b"http://127.0.0.1:3128/_link/model/x?key=AIzaKEY", "GET /_link/model/x?…"),
-    (b"/_link/model/gemini/x", "GET /_link/model/gemini/x (one that goes: POST "
+    (b"http://127.0.0.1:3128/_link/model/x?key=AIzaKEY", "GET /_link/model/…?…"),
+    (b"/_link/model/gemini/x", "GET /_link/model/gemini/… (one that goes: POST "
                                "/_link/model/gemini/v1beta/models/<model>:generateContent)"),
-    (b"/_link/\xff\x00 /x", "GET /_link/???/x"),
-    (b"/_link/" + b"a" * 400, "GET /_link/" + "a" * 153 + "…"),
+    (b"/_link/model/openai/chat/completions", "GET /_link/model/openai/chat/completions "
+     "(one that goes: POST /_link/model/openai/v1/chat/completions)"),
+    (b"/_link/model/anthropic/v1//messages", "GET /_link/model/anthropic/v1//messages "
+     "(one that goes: POST /_link/model/anthropic/v1/messages)"),
+    (b"/_link/model/anthropic/v1/../v1/messages", "GET /_link/model/anthropic/v1/../v1/"
+     "messages (one that goes: POST /_link/model/anthropic/v1/messages)"),
+    (b"/_link/local/11434/api/tags", "GET /_link/local/…/api/tags"),
+    (b"/_link/\xff\x00 /x", "GET /_link/…/…"),
+    (b"/_link/MARKc0ffee/v1/messages", "GET /_link/…/v1/messages"),
+    (b"/_link/" + b"v1/" * 100, "GET " + ("/_link/" + "v1/" * 100)[:160] + "…"),
 ])
 def test_what_a_404_shows_of_the_path_never_a_secret_or_a_query(
     target: bytes, shown: str
@@ -511,3 +521,19 @@ def test_what_a_404_shows_of_the_path_never_a_secret_or_a_query(
     from lnk_proxy.verbs import asked_line
 
     assert asked_line(b"GET", target) == shown
+
+
+@settings(deadline=None, max_examples=200)
+@given(st.lists(st.binary(min_size=1, max_size=12), min_size=1, max_size=6),
+       st.binary(max_size=8))
+def test_a_404_shows_no_segment_the_program_chose(segments: list[bytes], method: bytes) -> None:
+    """Whatever bytes the path holds, the line shows only the verbs' and routes' own words,
+    `…`, `/` and the method if it is a word: no byte the program chose reaches it."""
+    from lnk_proxy.verbs import asked_line, path_words
+
+    line = asked_line(method, b"/_link/model/" + b"/".join(segments) + b"?q=1")
+    shown = line.split(" (one that goes: ")[0]
+    verb, _, path = shown.partition(" ")
+    assert verb == "…" or (verb.isalpha() and verb.encode() == method)
+    for part in path.removesuffix("?…").split("/"):
+        assert part in path_words() or part in ("", "…") or part.endswith("…"), line

@@ -94,8 +94,12 @@ def code_of(result: subprocess.CompletedProcess[str]) -> str:
 
 
 def wire_log(sandbox_env: dict[str, str]) -> str:
+    """The wire's log without the launcher's run lines (each run's `started` and `exited`,
+    tests/test_cli_runs.py's): the calls' lines only."""
     path = Path(sandbox_env["LNK_HOME"]) / "sandbox" / "wires" / "tests" / "log"
-    return path.read_text() if path.exists() else ""
+    text = path.read_text() if path.exists() else ""
+    return "".join(line for line in text.splitlines(keepends=True)
+                   if line.split("\t")[1:2] not in (["started"], ["exited"]))
 
 
 # -- real clients, unmodified, through the proxy variables ------------------------------------
@@ -497,7 +501,8 @@ def test_N11_the_log_has_host_and_port_never_a_path_query_or_body(
     shown = subprocess.run([LNK_SANDBOX, "log", "tests", "--json"], env=sandbox_env,
                            capture_output=True, text=True, check=True)
     entries = [json.loads(line) for line in shown.stdout.splitlines()]
-    assert {entry["event"] for entry in entries} == {"allowed", "ended", "refused"}
+    assert {entry["event"] for entry in entries} == {"allowed", "ended", "refused", "started",
+                                                     "exited"}
     assert all(set(entry) >= {"wire", "time", "event", "target"} for entry in entries)
 
 

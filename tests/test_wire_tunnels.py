@@ -62,7 +62,9 @@ def spec_with(write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str],
 def log_lines(env: dict[str, str]) -> list[list[str]]:
     path = Path(env["LNK_HOME"]) / "sandbox" / "wires" / WIRE / "log"
     text = path.read_text() if path.exists() else ""
-    return [line.split("\t")[1:] for line in text.splitlines()]
+    # The launcher's run lines (`started`, `exited`) are not calls: left out.
+    return [line.split("\t")[1:] for line in text.splitlines()
+            if line.split("\t")[1:2] not in (["started"], ["exited"])]
 
 
 def run_python(run_sandbox: RunSandbox, wire: Wire, code: str, *args: str) -> object:
