@@ -39,6 +39,14 @@ Without it: 3 deltas at once. Each delta's text starts with `tN@SENT ` (SENT: th
 time.time() when it wrote that delta), so a test can tell a relayed stream (the first
 delta arrives before the last was sent) from a buffered one, with no timed threshold.
 
+A harness's turn: a request whose conversation (never its tools or system prompt) holds
+`lnk-write-file PATH TEXT` and no tool result yet is answered with a call of the write-file
+tool the request offers (WRITE_TOOLS: Claude Code's Write, opencode's write, Codex's
+apply_patch, Gemini CLI's write_file), in that API's shape and as a stream when asked,
+writing TEXT to PATH; once the conversation holds the tool's result, the ordinary text
+answer (its deltas) ends the turn. `lnk-write-listing PATH TEXT` is answered with a file
+listing in text (PATH, then TEXT in a fence), which is how aider writes a file.
+
 HTTP/1.1 keep-alive, TCP_NODELAY, one thread a connection; the TLS handshake runs in the
 connection's thread, not the accepting one.
 """
@@ -81,6 +89,17 @@ MAX_DELAY_MS = 5_000
 MAX_DELTA_BYTES = 65_536
 _PACE = re.compile(r"(\d+)x(\d+)ms(?:-(\d+)b)?")
 # google-genai 3.x calls /v1/ by default (GOOGLE_GENAI_API_VERSION=beta for /v1beta/).
+# A harness's request to write a file, in its conversation: the path, then the text.
+WRITE_MARK = re.compile(r"lnk-write-file (\S+) ([A-Za-z0-9_.-]+)")
+LISTING_MARK = re.compile(r"lnk-write-listing (\S+) ([A-Za-z0-9_.-]+)")
+# The write-file tools known by name, and the arguments each takes (path, text) → object.
+WRITE_TOOLS: dict[str, Any] = {
+    "Write": lambda path, text: {"file_path": path, "content": text},  # Claude Code
+    "write": lambda path, text: {"filePath": path, "content": text},  # opencode
+    "write_file": lambda path, text: {"file_path": path, "content": text},  # Gemini CLI
+    "apply_patch": lambda path, text: {  # Codex (the freeform tool takes "input" whole)
+        "input": f"*** Begin Patch\n*** Add File: {path}\n+{text}\n*** End Patch\n"},
+}
 _GEMINI = re.compile(r"/v1(?:beta)?/models/([^/:]+):(generateContent|streamGenerateContent|"
                      r"countTokens|embedContent|batchEmbedContents)")
 
@@ -118,6 +137,66 @@ def make_certificates(state: Path) -> None:
         os.chmod(where / name, 0o644)
     log_file(state).write_text("")
     os.chmod(log_file(state), 0o666)  # noqa: S103
+
+
+# A harness's turn (sans IO: the request's JSON in, what to answer out).
+
+def conversation(request: dict[str, Any]) -> list[Any]:
+    """The turns of a request in any of the four shapes, without tools or system prompt."""
+    for field in ("messages", "input", "contents"):
+        value = request.get(field)
+        if isinstance(value, list):
+            return value
+        if isinstance(value, str):
+            return [value]
+    return []
+
+
+def holds_tool_result(turns: list[Any]) -> bool:
+    """Whether a tool's result is in the conversation (each API's own form)."""
+    text = json.dumps(turns)
+    return any(mark in text for mark in (
+        '"tool_result"', '"function_call_output"', '"custom_tool_call_output"',
+        '"functionResponse"', '"role": "tool"'))
+
+
+def offered_tools(request: dict[str, Any]) -> dict[str, str]:
+    """The tools a request offers: name → "custom" (a freeform tool) or "function"."""
+    found: dict[str, str] = {}
+    for tool in request.get("tools") or []:
+        if not isinstance(tool, dict):
+            continue
+        if isinstance(tool.get("function"), dict):  # Chat Completions
+            found[str(tool["function"].get("name"))] = "function"
+        elif isinstance(tool.get("functionDeclarations"), list):  # Gemini
+            for declaration in tool["functionDeclarations"]:
+                if isinstance(declaration, dict):
+                    found[str(declaration.get("name"))] = "function"
+        elif "name" in tool:
+            found[str(tool["name"])] = "custom" if tool.get("type") == "custom" else "function"
+    return found
+
+
+def write_call(request: dict[str, Any]) -> tuple[str, str, dict[str, Any]] | None:
+    """(tool name, "custom" or "function", arguments) when the request is a harness's turn
+    asking to write a file with a write tool it offers and no tool result is in yet."""
+    turns = conversation(request)
+    found = WRITE_MARK.search(json.dumps(turns))
+    if found is None or holds_tool_result(turns):
+        return None
+    offered = offered_tools(request)
+    for name, arguments in WRITE_TOOLS.items():
+        if name in offered:
+            return name, offered[name], arguments(found.group(1), found.group(2))
+    return None
+
+
+def listing(request: dict[str, Any]) -> str | None:
+    """A file listing in text, for a conversation asking for one (aider's whole-file form)."""
+    found = LISTING_MARK.search(json.dumps(conversation(request)))
+    if found is None:
+        return None
+    return f"{found.group(1)}\n```\n{found.group(2)}\n```\n"
 
 
 # Helpers for tests (the ordinary user's run too).
@@ -171,6 +250,7 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
     server: _Server
     recorded: dict[str, Any] | None = None
+    request_json: dict[str, Any] = {}  # noqa: RUF012 (set per request, never shared)
     deltas_sent = 0
 
     def setup(self) -> None:
@@ -268,6 +348,7 @@ class _Handler(BaseHTTPRequestHandler):
         if path.startswith("/api/v1/") and host in ("openrouter.ai", ""):
             path = path[len("/api"):]
         model = str(request.get("model") or "")
+        self.request_json = request
         if self.command == "GET" and (path == "/v1beta/models" or (
                 path == "/v1/models" and host == "generativelanguage.googleapis.com")):
             self._json(200, {"models": [{"name": "models/gemini-fake",
@@ -343,6 +424,10 @@ class _Handler(BaseHTTPRequestHandler):
             "id": "msg_fake", "type": "message", "role": "assistant", "model": model,
             "content": [], "stop_reason": None, "stop_sequence": None,
             "usage": {"input_tokens": 1, "output_tokens": 0}}
+        call = write_call(self.request_json)
+        if call is not None:
+            self._anthropic_tool(message, call[0], call[2], stream)
+            return
         if not stream:
             message.update(content=[{"type": "text", "text": "hello from the fake anthropic"}],
                            stop_reason="end_turn",
@@ -366,10 +451,38 @@ class _Handler(BaseHTTPRequestHandler):
         self._event({"type": "message_stop"}, "message_stop")
         self._end_stream()
 
+    def _anthropic_tool(self, message: dict[str, Any], name: str, arguments: dict[str, Any],
+                        stream: bool) -> None:
+        use = {"type": "tool_use", "id": "toolu_fake", "name": name, "input": arguments}
+        if not stream:
+            message.update(content=[use], stop_reason="tool_use",
+                           usage={"input_tokens": 1, "output_tokens": 9})
+            self._json(200, message)
+            return
+        self._start_stream()
+        self._event({"type": "message_start", "message": message}, "message_start")
+        self._event({"type": "content_block_start", "index": 0,
+                     "content_block": {**use, "input": {}}}, "content_block_start")
+        whole = json.dumps(arguments)
+        for part in (whole[:len(whole) // 2], whole[len(whole) // 2:]):
+            self._event({"type": "content_block_delta", "index": 0,
+                         "delta": {"type": "input_json_delta", "partial_json": part}},
+                        "content_block_delta")
+        self._event({"type": "content_block_stop", "index": 0}, "content_block_stop")
+        self._event({"type": "message_delta",
+                     "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                     "usage": {"output_tokens": 9}}, "message_delta")
+        self._event({"type": "message_stop"}, "message_stop")
+        self._end_stream()
+
     # OpenAI (and OpenRouter)
 
     def _chat(self, model: str, stream: bool) -> None:
         created = int(time.time())
+        text = listing(self.request_json)
+        if text is not None:
+            self._chat_text(model, created, text, stream)
+            return
         if not stream:
             self._json(200, {
                 "id": "chatcmpl-fake", "object": "chat.completion", "created": created,
@@ -393,12 +506,39 @@ class _Handler(BaseHTTPRequestHandler):
         self._event("[DONE]")
         self._end_stream()
 
-    def _response(self, model: str, status: str, text: str) -> dict[str, Any]:
-        output = [{"type": "message", "id": "msg_fake", "status": "completed",
-                   "role": "assistant",
-                   "content": [{"type": "output_text", "text": text, "annotations": []}]}]
+    def _chat_text(self, model: str, created: int, text: str, stream: bool) -> None:
+        """`text` whole, or streamed line by line."""
+        if not stream:
+            self._json(200, {
+                "id": "chatcmpl-fake", "object": "chat.completion", "created": created,
+                "model": model, "choices": [{
+                    "index": 0, "finish_reason": "stop", "logprobs": None,
+                    "message": {"role": "assistant", "content": text}}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 5, "total_tokens": 6}})
+            return
+        self._start_stream()
+        for index, line in enumerate(text.splitlines(keepends=True)):
+            delta = {"role": "assistant", "content": line} if index == 0 else {"content": line}
+            self._event({"id": "chatcmpl-fake", "object": "chat.completion.chunk",
+                         "created": created, "model": model,
+                         "choices": [{"index": 0, "delta": delta, "finish_reason": None,
+                                      "logprobs": None}]})
+        self._event({"id": "chatcmpl-fake", "object": "chat.completion.chunk",
+                     "created": created, "model": model,
+                     "choices": [{"index": 0, "delta": {}, "finish_reason": "stop",
+                                  "logprobs": None}]})
+        self._event("[DONE]")
+        self._end_stream()
+
+    def _response(self, model: str, status: str, text: str,
+                  output: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        if output is None:
+            output = [{"type": "message", "id": "msg_fake", "status": "completed",
+                       "role": "assistant",
+                       "content": [{"type": "output_text", "text": text,
+                                    "annotations": []}]}] if text else []
         return {"id": "resp_fake", "object": "response", "created_at": int(time.time()),
-                "status": status, "model": model, "output": output if text else [],
+                "status": status, "model": model, "output": output,
                 "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
                 "error": None, "incomplete_details": None, "instructions": None,
                 "metadata": {}, "temperature": None, "top_p": None,
@@ -407,6 +547,10 @@ class _Handler(BaseHTTPRequestHandler):
                           "output_tokens_details": {"reasoning_tokens": 0}}}
 
     def _responses(self, model: str, stream: bool) -> None:
+        call = write_call(self.request_json)
+        if call is not None:
+            self._responses_tool(model, *call, stream)
+            return
         if not stream:
             self._json(200, self._response(model, "completed",
                                            "hello from the fake responses"))
@@ -432,7 +576,46 @@ class _Handler(BaseHTTPRequestHandler):
                  content_index=0, delta=text, logprobs=[])
         send("response.output_text.done", item_id="msg_fake", output_index=0,
              content_index=0, text=whole, logprobs=[])
-        send("response.completed", response=self._response(model, "completed", whole))
+        finished = self._response(model, "completed", whole)
+        send("response.output_item.done", output_index=0, item=finished["output"][0])
+        send("response.completed", response=finished)
+        self._end_stream()
+
+    def _responses_tool(self, model: str, name: str, kind: str, arguments: dict[str, Any],
+                        stream: bool) -> None:
+        """A call of `name`: a freeform tool takes its input as text, a function JSON."""
+        if kind == "custom":
+            done: dict[str, Any] = {"type": "custom_tool_call", "id": "ctc_fake",
+                                    "call_id": "call_fake", "name": name,
+                                    "input": arguments["input"], "status": "completed"}
+            started = {**done, "input": "", "status": "in_progress"}
+            deltas = ("response.custom_tool_call_input.delta", "input", done["input"])
+            finished = ("response.custom_tool_call_input.done", "input")
+        else:
+            done = {"type": "function_call", "id": "fc_fake", "call_id": "call_fake",
+                    "name": name, "arguments": json.dumps(arguments), "status": "completed"}
+            started = {**done, "arguments": "", "status": "in_progress"}
+            deltas = ("response.function_call_arguments.delta", "delta", done["arguments"])
+            finished = ("response.function_call_arguments.done", "arguments")
+        if not stream:
+            self._json(200, self._response(model, "completed", "", [done]))
+            return
+        self._start_stream()
+        number = 0
+
+        def send(kind: str, **fields: Any) -> None:
+            nonlocal number
+            self._event({"type": kind, "sequence_number": number, **fields}, kind)
+            number += 1
+
+        send("response.created", response=self._response(model, "in_progress", ""))
+        send("response.output_item.added", output_index=0, item=started)
+        whole = deltas[2]
+        for part in (whole[:len(whole) // 2], whole[len(whole) // 2:]):
+            send(deltas[0], item_id=done["id"], output_index=0, delta=part)
+        send(finished[0], item_id=done["id"], output_index=0, **{finished[1]: whole})
+        send("response.output_item.done", output_index=0, item=done)
+        send("response.completed", response=self._response(model, "completed", "", [done]))
         self._end_stream()
 
     def _embeddings(self, model: str, as_base64: bool) -> None:
@@ -504,6 +687,21 @@ class _Handler(BaseHTTPRequestHandler):
                     "usageMetadata": {"promptTokenCount": 1, "candidatesTokenCount": 1,
                                       "totalTokenCount": 2}}
 
+        call = (write_call(self.request_json)
+                if method in ("generateContent", "streamGenerateContent") else None)
+        if call is not None:
+            turn = {"candidates": [{"content": {"role": "model", "parts": [
+                {"functionCall": {"name": call[0], "args": call[2]}}]},
+                "finishReason": "STOP", "index": 0}], "modelVersion": model,
+                "usageMetadata": {"promptTokenCount": 1, "candidatesTokenCount": 1,
+                                  "totalTokenCount": 2}}
+            if method == "generateContent":
+                self._json(200, turn)
+            else:
+                self._start_stream()
+                self._event(turn)
+                self._end_stream()
+            return
         if method == "countTokens":
             self._json(200, {"totalTokens": 7})
         elif method == "embedContent":
