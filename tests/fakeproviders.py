@@ -45,7 +45,9 @@ tool the request offers (WRITE_TOOLS: Claude Code's Write, opencode's write, Cod
 apply_patch, Gemini CLI's write_file), in that API's shape and as a stream when asked,
 writing TEXT to PATH; once the conversation holds the tool's result, the ordinary text
 answer (its deltas) ends the turn. `lnk-write-listing PATH TEXT` is answered with a file
-listing in text (PATH, then TEXT in a fence), which is how aider writes a file.
+listing in text (PATH, then TEXT in a fence), which is how aider writes a file. A Gemini
+call asking for JSON of a schema (`responseMimeType: application/json`) is answered with
+the schema's smallest instance.
 
 HTTP/1.1 keep-alive, TCP_NODELAY, one thread a connection; the TLS handshake runs in the
 connection's thread, not the accepting one.
@@ -189,6 +191,23 @@ def write_call(request: dict[str, Any]) -> tuple[str, str, dict[str, Any]] | Non
         if name in offered:
             return name, offered[name], arguments(found.group(1), found.group(2))
     return None
+
+
+def schema_instance(schema: Any) -> Any:
+    """The smallest value of a JSON schema (Gemini's upper-case types or JSON Schema's),
+    for a call that asks for JSON of that shape (Gemini CLI's model router does)."""
+    if not isinstance(schema, dict):
+        return "fake"
+    kind = str(schema.get("type", "string")).lower()
+    if schema.get("enum"):
+        return schema["enum"][0]
+    if kind == "object":
+        properties = schema.get("properties") or {}
+        return {name: schema_instance(value) for name, value in properties.items()
+                if isinstance(properties, dict)}
+    if kind == "array":
+        return []
+    return {"integer": 1, "number": 1, "boolean": False}.get(kind, "fake")
 
 
 def listing(request: dict[str, Any]) -> str | None:
@@ -708,6 +727,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, {"embedding": {"values": [0.25, -0.5, 1.0]}})
         elif method == "batchEmbedContents":
             self._json(200, {"embeddings": [{"values": [0.25, -0.5, 1.0]}]})
+        elif method == "generateContent" and isinstance(
+                config := self.request_json.get("generationConfig"), dict) and config.get(
+                "responseMimeType") == "application/json":
+            schema = config.get("responseJsonSchema") or config.get("responseSchema")
+            self._json(200, answer(json.dumps(schema_instance(schema)), "STOP"))
         elif method == "generateContent":
             self._json(200, answer("hello from the fake gemini", "STOP"))
         elif not sse:

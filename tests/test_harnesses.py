@@ -228,3 +228,31 @@ def test_the_harness_writes_a_file_through_the_verb(
                            and "kind=model" in fields[2] for fields in allowed), run.log
     if spec_name == "spec.toml":
         assert log_lines(run.log, "refused") == [], run.log
+
+
+def readme_command(name: str) -> tuple[str, list[str]]:
+    """The command a recipe's README gives: the folder it runs in, and its words (the
+    shell block's first command after `cd`, its continued lines joined)."""
+    import shlex
+
+    text = (RECIPES / name / "README.md").read_text()
+    block = text.split("```sh\n", 1)[1].split("```", 1)[0].replace("\\\n", " ")
+    lines = [line for line in block.splitlines() if line.strip()]
+    assert lines[0].startswith("cd "), lines
+    return lines[0][3:].strip(), shlex.split(lines[1])
+
+
+@pytest.mark.parametrize("name", list(HARNESSES))
+def test_the_readme_gives_the_command_the_tests_run(name: str) -> None:
+    """What the README tells a person to type is what the tests run: `lnk-sandbox run
+    --spec ../spec.toml --` and the harness's command, in the recipe's `work`, the
+    prompt aside."""
+    folder, words = readme_command(name)
+    assert folder == f"examples/harnesses/{name}/work"
+    assert (ROOT / folder / words[0]).resolve() == (ROOT / ".venv" / "bin" / "lnk-sandbox")
+    assert words[1:5] == ["run", "--spec", "../spec.toml", "--"], words
+    command = words[5:]
+    expected = HARNESSES[name].command
+    assert len(command) == len(expected), command
+    assert [word for word, want in zip(command, expected, strict=True) if want != PROMPT] == [
+        want for want in expected if want != PROMPT]
