@@ -110,8 +110,16 @@ def copy_recipe(harness: Harness, into: Path) -> Path:
     shutil.copytree(source, target, symlinks=True,
                     ignore=shutil.ignore_patterns("install"))
     shutil.copytree(installed(harness), target / "install", symlinks=True,
-                    copy_function=os.link)
+                    copy_function=_link_or_copy)
     return target
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    """A hard link, or a copy where the test's folder is on another file system."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
 
 
 def dns_server(testnet: Path) -> str:
