@@ -60,6 +60,7 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import ssl
 import struct
 import sys
@@ -94,6 +95,10 @@ _PACE = re.compile(r"(\d+)x(\d+)ms(?:-(\d+)b)?")
 # A harness's request to write a file, in its conversation: the path, then the text.
 WRITE_MARK = re.compile(r"lnk-write-file (\S+) ([A-Za-z0-9_.-]+)")
 LISTING_MARK = re.compile(r"lnk-write-listing (\S+) ([A-Za-z0-9_.-]+)")
+# A harness's request to call one of its tools by the end of its name (an MCP tool's name
+# is the harness's: Claude Code's `mcp__demo__ping`, Gemini CLI's `ping`), with no
+# arguments.
+CALL_MARK = re.compile(r"lnk-call-tool ([A-Za-z0-9_]+)")
 # The write-file tools known by name, and the arguments each takes (path, text) → object.
 WRITE_TOOLS: dict[str, Any] = {
     "Write": lambda path, text: {"file_path": path, "content": text},  # Claude Code
@@ -181,15 +186,69 @@ def offered_tools(request: dict[str, Any]) -> dict[str, str]:
 
 def write_call(request: dict[str, Any]) -> tuple[str, str, dict[str, Any]] | None:
     """(tool name, "custom" or "function", arguments) when the request is a harness's turn
-    asking to write a file with a write tool it offers and no tool result is in yet."""
+    asking to write a file with a write tool it offers (or, by CALL_MARK, to call a tool
+    it offers by the end of its name) and no tool result is in yet."""
     turns = conversation(request)
-    found = WRITE_MARK.search(json.dumps(turns))
-    if found is None or holds_tool_result(turns):
-        return None
     offered = offered_tools(request)
+    asked = CALL_MARK.search(json.dumps(turns))
+    if asked is not None:
+        return _asked_call(request, turns, offered, asked.group(1))
+    if holds_tool_result(turns):
+        return None
+    found = WRITE_MARK.search(json.dumps(turns))
+    if found is None:
+        return None
     for name, arguments in WRITE_TOOLS.items():
         if name in offered:
             return name, offered[name], arguments(found.group(1), found.group(2))
+    return None
+
+
+def called_tools(turns: Any) -> set[str]:
+    """The names of the tools the model has called in a conversation, in each API's form
+    (Anthropic tool_use, Responses function_call and custom_tool_call, Chat Completions
+    tool_calls, Gemini functionCall)."""
+    names: set[str] = set()
+    if isinstance(turns, dict):
+        if turns.get("type") in ("tool_use", "function_call", "custom_tool_call"):
+            names.add(str(turns.get("name")))
+        for key in ("functionCall", "function"):
+            if isinstance(turns.get(key), dict) and "name" in turns[key]:
+                names.add(str(turns[key]["name"]))
+        for value in turns.values():
+            names |= called_tools(value)
+    elif isinstance(turns, list):
+        for value in turns:
+            names |= called_tools(value)
+    return names
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string in a JSON value, as it reads (not JSON-escaped)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [text for item in value.values() for text in _strings(item)]
+    if isinstance(value, list):
+        return [text for item in value for text in _strings(item)]
+    return []
+
+
+def _asked_call(request: dict[str, Any], turns: list[Any], offered: dict[str, str],
+                suffix: str) -> tuple[str, str, dict[str, Any]] | None:
+    """CALL_MARK's turn: the tool whose name ends with `_suffix` once; where the harness
+    defers it (Claude Code names its MCP tools and offers ToolSearch), ToolSearch for it
+    first, as a model does; then text."""
+    called = called_tools(turns)
+    target = next((name for name in offered
+                   if name == suffix or name.endswith("_" + suffix)), None)
+    if target is not None:
+        return None if target in called else (target, offered[target], {})
+    # The deferred tools' names are listed in the harness's own text (its system prompt).
+    text = " ".join(_strings(request))
+    deferred = re.search(r"\b(\w+_" + re.escape(suffix) + r")\b", text)
+    if "ToolSearch" in offered and "ToolSearch" not in called and deferred is not None:
+        return "ToolSearch", offered["ToolSearch"], {"query": f"select:{deferred.group(1)}"}
     return None
 
 
@@ -472,7 +531,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _anthropic_tool(self, message: dict[str, Any], name: str, arguments: dict[str, Any],
                         stream: bool) -> None:
-        use = {"type": "tool_use", "id": "toolu_fake", "name": name, "input": arguments}
+        # A new id each call: a conversation may hold two (ToolSearch, then the tool).
+        use = {"type": "tool_use", "id": "toolu_fake" + secrets.token_hex(6), "name": name,
+               "input": arguments}
         if not stream:
             message.update(content=[use], stop_reason="tool_use",
                            usage={"input_tokens": 1, "output_tokens": 9})
@@ -605,13 +666,15 @@ class _Handler(BaseHTTPRequestHandler):
         """A call of `name`: a freeform tool takes its input as text, a function JSON."""
         if kind == "custom":
             done: dict[str, Any] = {"type": "custom_tool_call", "id": "ctc_fake",
-                                    "call_id": "call_fake", "name": name,
+                                    "call_id": "call_fake" + secrets.token_hex(6),
+                                    "name": name,
                                     "input": arguments["input"], "status": "completed"}
             started = {**done, "input": "", "status": "in_progress"}
             deltas = ("response.custom_tool_call_input.delta", "input", done["input"])
             finished = ("response.custom_tool_call_input.done", "input")
         else:
-            done = {"type": "function_call", "id": "fc_fake", "call_id": "call_fake",
+            done = {"type": "function_call", "id": "fc_fake",
+                    "call_id": "call_fake" + secrets.token_hex(6),
                     "name": name, "arguments": json.dumps(arguments), "status": "completed"}
             started = {**done, "arguments": "", "status": "in_progress"}
             deltas = ("response.function_call_arguments.delta", "delta", done["arguments"])

@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import LNK_SANDBOX, ROOT, SANDBOX_TIMEOUT_SECONDS, wire_log_of
+from tests.conftest import LNK_SANDBOX, ROOT, SANDBOX_TIMEOUT_SECONDS, VENV_PYTHON, wire_log_of
 from tests.fakeproviders import (
     ca_file,
     conversation,
@@ -264,3 +264,71 @@ def test_the_readme_gives_the_command_the_tests_run(name: str) -> None:
     assert len(command) == len(expected), command
     assert [word for word, want in zip(command, expected, strict=True) if want != PROMPT] == [
         want for want in expected if want != PROMPT]
+
+
+# A stdio MCP server of the person's, run outside by the MCP verb (the MCP SDK's server).
+MCP_TOOL = """
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("github")
+
+
+@server.tool()
+def list_issues() -> str:
+    \"\"\"Lists the issues.\"\"\"
+    return "ISSUES-" + open(__file__ + ".mark").read()
+
+
+server.run()
+"""
+
+
+@pytest.mark.parametrize("spec_name", SPECS)
+def test_claude_code_calls_a_tool_of_yours_through_the_mcp_verb(
+    spec_name: str, tmp_path: Path, testnet: Path,
+) -> None:
+    """The recipe's mcp.json and README's command: Claude Code finds the tool at
+    `$LNK_SANDBOX_URL/mcp/github` (the URL secret filled from its environment), calls it
+    when its model asks, and the tool's answer, from the server outside, reaches the
+    model in the next call; the wire's log has the MCP call and no path or name."""
+    harness = HARNESSES["claude-code"]
+    recipe = copy_recipe(harness, tmp_path)
+    tool = tmp_path / "tool.py"
+    tool.write_text(MCP_TOOL)
+    mark = secrets.token_hex(6)
+    (tmp_path / "tool.py.mark").write_text(mark)
+    spec = recipe / spec_name
+    spec.write_text(spec.read_text().replace('[verbs]\n', '[verbs]\ntools = ["github"]\n'))
+    settings = tmp_path / "lnk-settings"
+    settings.mkdir()
+    env = {**os.environ, "LNK_HOME": str(settings), "LNK_SANDBOX_DNS": dns_server(testnet),
+           "SSL_CERT_FILE": str(ca_file(testnet))}
+    key = KEY_PREFIXES["anthropic"] + secrets.token_hex(8)
+    for words, given in ((["secret", "set", "anthropic"], key),
+                         (["tool", "add", "github", "--allow", "list_issues", "--",
+                           str(VENV_PYTHON), str(tool)], None)):
+        done = subprocess.run([LNK_SANDBOX, *words], input=given, env=env,
+                              capture_output=True, text=True, check=False,
+                              timeout=SANDBOX_TIMEOUT_SECONDS)
+        assert done.returncode == 0, done
+    start = log_offset(testnet)
+    run = subprocess.run([LNK_SANDBOX, "run", "--spec", str(spec), "--",
+                          "../install/bin/claude", "-p", "lnk-call-tool list_issues",
+                          "--mcp-config", "../mcp.json",
+                          "--allowedTools", "mcp__github__list_issues"],
+                         cwd=str(recipe / "work"), env=env, stdin=subprocess.DEVNULL,
+                         capture_output=True, text=True,
+                         timeout=HARNESS_TIMEOUT_SECONDS, check=False)
+    assert run.returncode == 0, (run.stdout[-4000:], run.stderr[-4000:])
+    records = [record for record in requests_seen(testnet, start)
+               if key in json.dumps(record["headers"])]
+    _assert_reached_by_the_verb(harness, records, key)
+    offered = [record for record in records if "mcp__github__list_issues" in record["body"]]
+    assert offered, "Claude Code offered its model no tool of the MCP server"
+    assert any(f"ISSUES-{mark}" in record["body"] and holds_tool_result(
+        conversation(json.loads(record["body"]))) for record in records), (
+        "the tool's answer did not reach the model", [record["body"][-1500:] for record in records])
+    log = wire_log_of(env, harness.name)
+    assert "\tmcp:github\t" in log and "kind=mcp" in log, log
+    assert "list_issues" not in log and mark not in log and key not in log
+    assert key not in run.stdout + run.stderr
