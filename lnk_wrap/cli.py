@@ -218,9 +218,11 @@ def _write_summary(fd: int, found: Mapping[str, object]) -> None:
 
 
 def wrap_line(policy: Policy, command: list[str]) -> list[str]:
-    from lnk_wrap.helpers import helper_argv
+    """The line a harness keeps: the launcher with the policy, through the shell's check
+    that what it names is still there (lnk_wrap.helpers.kept_line)."""
+    from lnk_wrap.helpers import kept_line
 
-    return [*helper_argv("launch"), *policy.to_argv(), "--", *command]
+    return kept_line([*policy.to_argv(), "--", *command])
 
 
 # What docopt gives `run` for the options it does not take: with run_arguments, the

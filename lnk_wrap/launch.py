@@ -6,7 +6,9 @@ The one command line that `wrap` prints starts here, so everything this needs is
 options (lnk_common.policy): no file descriptor, no process of ours is assumed.
 
 Order of operations:
-1. Read the policy from argv (strict; an error is exit 125).
+1. Read the policy from argv (strict; an error is exit 125), and check that the install
+   it names still has every helper's module and the libraries it names (check_install:
+   a line a harness kept may outlive them; lnk_wrap.helpers).
 2. Check it still holds on this machine: every granted path is still what it was when
    the spec was read (no link swapped in since), the path to Link's settings folder
    still leads there and no link on it lies where this sandbox writes (F6:
@@ -1038,12 +1040,28 @@ def _diagnose_namespaces() -> str:
     return ""
 
 
+def check_install(policy: Policy) -> None:
+    """Refuse a line (kept by a harness, maybe for long) whose install has changed under
+    it: a helper's module gone, or the folder of libraries it names (an editable
+    install's venv, for the proxy's h11). Some stats, before anything is made."""
+    from lnk_wrap.helpers import ASK_WRAP_AGAIN, missing_helpers, package_root
+
+    gone = missing_helpers()
+    if gone:
+        raise LaunchError(f"the install this line names, {package_root()}, no longer has its "
+                          f"{', '.join(gone)} (removed or changed since){ASK_WRAP_AGAIN}")
+    if policy.site_packages and not os.path.isdir(policy.site_packages):
+        raise LaunchError(f"the libraries this line names, {policy.site_packages}, are gone "
+                          f"(moved or removed){ASK_WRAP_AGAIN}")
+
+
 def main(argv: list[str] | None = None) -> None:
     record_signals()
     arguments = sys.argv[1:] if argv is None else argv
     try:
         options, command = split_argv(arguments)
         policy = Policy.from_argv(options)
+        check_install(policy)
         if policy.site_packages and policy.site_packages not in sys.path:
             # The line `wrap` prints runs without `site` (-I -S): the verbs' start reads
             # a secret's rule with orjson. Last on the path, so nothing of the standard

@@ -321,6 +321,16 @@ def test_entry_script_refuses_an_interpreter_a_shebang_cannot_carry() -> None:
     assert "sys.path.insert(0, '/r\\'o\"ot')\nsys.path.extend(['/s', '/t'])\n" in text
 
 
+def _after_python(line: list[str]) -> list[str]:
+    """What a kept line hands its Python after `-I -S` (`_start.py --kept-line …`), past
+    the shell's check in front (lnk_wrap.helpers.kept_line)."""
+    from lnk_wrap.helpers import KEPT_LINE_SCRIPT, KEPT_LINE_SHELL
+
+    assert line[:4] == [KEPT_LINE_SHELL, "-c", KEPT_LINE_SCRIPT, "lnk-sandbox"]
+    assert line[5:7] == ["-I", "-S"]
+    return line[7:]
+
+
 def _imported(argv: list[str], env: dict[str, str], cwd: Path) -> set[str]:
     """Every module `argv` (a Python program) imports, as `-X importtime` lists them."""
     done = subprocess.run([os.path.realpath(sys.executable), "-I", "-S", "-X", "importtime",
@@ -344,8 +354,7 @@ def test_run_imports_nothing_heavy_the_line_does_not(
                       f'hide = {toml_list(tmp_path / "secret")}\n')
     command = ["--", "/bin/true"]
     line = json.loads(_wrap(spec, sandbox_env, *command[1:]))
-    assert line[1:3] == ["-I", "-S"]
-    by_line = _imported(line[3:], sandbox_env, tmp_path)
+    by_line = _imported(_after_python(line), sandbox_env, tmp_path)
     # The CLI as the installed script starts it: our folder first, the venv's libraries
     # after the standard library, no `site`.
     start = str(Path(__file__).resolve().parent.parent / "lnk_wrap" / "_start.py")
@@ -452,7 +461,7 @@ def test_a_verbs_start_imports_nothing_heavy(
     such start imported them, some 7 ms over a plain proxy's start."""
     spec = write_spec(f"[files]\nread = {toml_list(tmp_path)}\n[verbs]\nopen = true\n")
     line = json.loads(_wrap(spec, sandbox_env, "/bin/true"))
-    imported = _imported(line[3:], sandbox_env, tmp_path)
+    imported = _imported(_after_python(line), sandbox_env, tmp_path)
     assert "lnk_wrap.verb_env" in imported
     assert sorted(imported & {"re", "lnk_common.secrets", "lnk_proxy.secret_rules", "typing",
                               "json", "orjson"}) == []
@@ -471,6 +480,6 @@ def test_a_start_on_a_machine_with_tools_imports_nothing_heavy(
     spec = write_spec(f"[files]\nread = {toml_list(tmp_path)}\n")
     line = json.loads(_wrap(spec, sandbox_env, "/bin/true"))
     heavy = {"re", "lnk_common.secrets", "lnk_common.tools", "orjson", "json", "typing"}
-    assert sorted(_imported(line[3:], sandbox_env, tmp_path) & heavy) == []
+    assert sorted(_imported(_after_python(line), sandbox_env, tmp_path) & heavy) == []
     (Path(sandbox_env["LNK_HOME"]) / "sandbox" / "secrets" / "tools.index").unlink()
-    assert "lnk_common.tools" in _imported(line[3:], sandbox_env, tmp_path)
+    assert "lnk_common.tools" in _imported(_after_python(line), sandbox_env, tmp_path)
