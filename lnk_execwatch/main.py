@@ -31,6 +31,8 @@ notification until the sandbox is gone (the listener hangs up):
 - memfd_create without MFD_NOEXEC_SEAL: make the memory file here with the seal added
   and put it into the program as the call's answer (ADDFD + SEND): it can write, seal
   and map it executable, never run it. (MFD_HUGETLB got EINVAL in the filter itself.)
+  Before Linux 6.3 the kernel has no such seal: the file is made as asked (only running
+  a descriptor, execveat's AT_EMPTY_PATH, is refused there, by the filter).
 
 A fault on one call refuses that call (EACCES) and is said; a fault that stops this
 watch is said (stderr and programs.log), then the listener closes and every notifying
@@ -309,13 +311,16 @@ Seen = tuple[str, bool, bool, bytes | None]
 
 class Watch:
     __slots__ = ("cache", "commands", "folds", "learn", "learned", "learned_bytes",
-                 "listener", "log", "log_file", "pinned", "rights", "say", "sockets", "spec",
-                 "unrecorded", "written")
+                 "listener", "log", "log_file", "memfd_seal", "pinned", "rights", "say",
+                 "sockets", "spec", "unrecorded", "written")
 
     def __init__(self, listener: int, commands: Commands | None, *, spec: str, log: str,
                  learn: str, say: Callable[[str], None], written: tuple[str, ...] = (),
                  diag: int = -1, host_network: bool = False) -> None:
         self.listener = listener
+        # Whether this kernel seals a memory file non-executable (Linux 6.3): asked at
+        # the first memfd_create (kernel_seals_memory_files), never told by a caller.
+        self.memfd_seal: bool | None = None
         self.sockets = sockets.SocketGuard(listener, diag, refused=self.refused,
                                            host_network=host_network)
         self.written = written
@@ -606,9 +611,11 @@ class Watch:
             return
         if not notify.id_valid(self.listener, call.id):
             return
+        if self.memfd_seal is None:
+            self.memfd_seal = kernel_seals_memory_files()
         try:
             made = os.memfd_create(os.fsdecode(name),
-                                   (flags | _MFD_NOEXEC_SEAL | _MFD_CLOEXEC) & ~_MFD_EXEC)
+                                   memory_file_flags(flags, seal=self.memfd_seal))
         except OSError as error:
             notify.answer_error(self.listener, call.id, error.errno or errno.EINVAL)
             return
@@ -617,6 +624,30 @@ class Watch:
                                      cloexec=bool(flags & _MFD_CLOEXEC))
         finally:
             os.close(made)
+
+
+def memory_file_flags(flags: int, *, seal: bool) -> int:
+    """The flags the watch makes a caller's memory file with: sealed non-executable (and
+    never MFD_EXEC) where the kernel has the seal; before Linux 6.3, which has neither
+    flag, the caller's own, for the kernel to judge as it would have (execveat of a
+    descriptor is still refused by the filter: `lnk-sandbox check` says so). Close-on-exec
+    always: the file is this watch's only until it is put into the caller."""
+    if seal:
+        return (flags | _MFD_NOEXEC_SEAL | _MFD_CLOEXEC) & ~_MFD_EXEC
+    return flags | _MFD_CLOEXEC
+
+
+def kernel_seals_memory_files() -> bool:
+    """Whether this kernel takes MFD_NOEXEC_SEAL (Linux 6.3+; older ones refuse an unknown
+    flag with EINVAL). Asked with a memory file of the watch's own, so no caller's flags
+    can make it say no."""
+    try:
+        os.close(os.memfd_create("lnk-sandbox-probe", _MFD_NOEXEC_SEAL | _MFD_CLOEXEC))
+    except OSError as error:
+        if error.errno == errno.EINVAL:
+            return False
+        raise
+    return True
 
 
 def _receive_listener(socket_fd: int) -> tuple[int, int] | None:

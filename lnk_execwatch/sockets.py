@@ -10,7 +10,9 @@ cannot see a socket's family nor read an address, so it hands every `connect` an
 Order of operations for one call, and why each step:
 1. Take the caller's socket itself (pidfd_getfd): the family and type are read from the
    socket, never from the program's memory or its descriptor number, which another of
-   its threads may change at any moment.
+   its threads may change at any moment. Linux 6.9+ opens a pidfd for the calling thread
+   (PIDFD_THREAD); an older one only for its group, so the socket taken from the group
+   is checked to be the file the thread has at that number (_take_from_thread_group).
 2. Read the address (and, for sendto, the data) once, from the caller's memory; check the
    call is still pending (ID_VALID), so what was read was read from the caller.
 3. Do the call here, on the socket taken, with the copy read: never let the program's
@@ -277,6 +279,45 @@ class _Call:
             message.close()
 
 
+def thread_group(status: bytes) -> int:
+    """The thread group (the process) a thread belongs to: the Tgid of its
+    /proc/<tid>/status."""
+    for line in status.splitlines():
+        if line.startswith(b"Tgid:"):
+            return int(line.split()[1])
+    raise OSError(errno.ESRCH, "no Tgid in the thread's status")
+
+
+def _take_from_thread_group(tid: int, fd: int) -> int:
+    """The calling thread's socket on Linux before 6.9, whose pidfd_open takes only a
+    thread group's leader: taken from the thread's group, then checked to be the very
+    file the thread has at `fd` (a thread made with CLONE_THREAD but without CLONE_FILES
+    has a table of its own; a mismatch is refused, EBADF). The pidfd is opened for this
+    call alone: a thread's number may go to another process's thread once it ends. The
+    call is still pending while this runs (the caller waits in it), so `tid` is the
+    caller's; ID_VALID after the address is read says it stayed so."""
+    try:
+        with open(f"/proc/{tid}/status", "rb") as status:
+            group = thread_group(status.read())
+    except FileNotFoundError:
+        raise OSError(errno.ESRCH, "the calling thread is gone") from None
+    pidfd = syscall(_SYS_PIDFD_OPEN, ctypes.c_int(group), ctypes.c_uint(0))
+    try:
+        taken = syscall(_SYS_PIDFD_GETFD, pidfd, fd, 0)
+    finally:
+        os.close(pidfd)
+    try:
+        seen = os.stat(f"/proc/{tid}/fd/{fd}")
+        mine = os.fstat(taken)
+    except OSError:
+        os.close(taken)
+        raise
+    if (seen.st_dev, seen.st_ino) != (mine.st_dev, mine.st_ino):
+        os.close(taken)
+        raise OSError(errno.EBADF, "the thread's descriptor table is not its group's")
+    return taken
+
+
 def _named(target: UnixAddress) -> str:
     """A unix address as said in a refusal: a path, or @name for an abstract one."""
     name = os.fsdecode(target.name)
@@ -287,7 +328,7 @@ class SocketGuard:
     """Answers `connect` and `sendto`-with-an-address notifications of one sandbox."""
 
     __slots__ = ("counting", "diag", "host_network", "idle", "in_line", "listener", "pidfds",
-                 "queue", "refused", "scratch", "sequence", "workers")
+                 "queue", "refused", "scratch", "sequence", "thread_pidfds", "workers")
 
     def __init__(self, listener: int, diag: int, *,
                  refused: Callable[[str, str], None], host_network: bool = False) -> None:
@@ -299,6 +340,9 @@ class SocketGuard:
         self.refused = refused
         self.scratch = _Scratch()
         self.pidfds: dict[int, int] = {}
+        # Whether the kernel opens a pidfd for one thread (PIDFD_THREAD, Linux 6.9); when
+        # it refuses (EINVAL), each call takes the socket from the thread's group instead.
+        self.thread_pidfds = True
         self.sequence = 0
         self.queue: queue.SimpleQueue[_Call] | None = None
         self.counting: threading.Lock | None = None
@@ -345,6 +389,8 @@ class SocketGuard:
 
     def _take(self, tid: int, fd: int) -> int:
         """The caller's socket, as a descriptor of this process."""
+        if not self.thread_pidfds:
+            return _take_from_thread_group(tid, fd)
         for _ in range(2):
             pidfd = self.pidfds.get(tid)
             if pidfd is None:
@@ -352,7 +398,14 @@ class SocketGuard:
                     for old in self.pidfds.values():
                         os.close(old)
                     self.pidfds.clear()
-                pidfd = syscall(_SYS_PIDFD_OPEN, ctypes.c_int(tid), ctypes.c_uint(_PIDFD_THREAD))
+                try:
+                    pidfd = syscall(_SYS_PIDFD_OPEN, ctypes.c_int(tid),
+                                    ctypes.c_uint(_PIDFD_THREAD))
+                except OSError as refused:
+                    if refused.errno != errno.EINVAL:
+                        raise
+                    self.thread_pidfds = False  # Linux before 6.9: no PIDFD_THREAD
+                    return _take_from_thread_group(tid, fd)
                 self.pidfds[tid] = pidfd
             taken = _syscall(_SYS_PIDFD_GETFD, pidfd, fd, 0)
             if taken >= 0:

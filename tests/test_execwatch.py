@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
 import queue
+import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from lnk_common.syscalls import syscall
 from lnk_common.wirelog import printable
+from lnk_execwatch import sockets
 from lnk_execwatch.judge import (
     SHEBANG_BYTES,
     Commands,
@@ -20,8 +27,22 @@ from lnk_execwatch.judge import (
     offer,
     program_given_to_loader,
 )
-from lnk_execwatch.main import SandboxRights, open_inside, read_head
-from lnk_execwatch.sockets import CONNECT, MAX_WORKERS, SocketGuard, _Call
+from lnk_execwatch.main import (
+    SandboxRights,
+    kernel_seals_memory_files,
+    memory_file_flags,
+    open_inside,
+    read_head,
+)
+from lnk_execwatch.sockets import (
+    CONNECT,
+    MAX_WORKERS,
+    SocketGuard,
+    _Call,
+    _take_from_thread_group,
+    thread_group,
+)
+from lnk_wrap import check
 
 DASH = os.path.realpath("/bin/sh")
 FUZZ = settings(max_examples=int(os.environ.get("LNK_FUZZ_EXAMPLES", "300")), deadline=None,
@@ -251,3 +272,111 @@ def test_a_burst_of_calls_each_takes_a_worker_and_past_the_limit_waits_in_line()
     assert guard.workers == MAX_WORKERS
     for event in guard.release.values():
         event.set()
+
+
+# -- kernels older than the machine's (found on Debian 12's Linux 6.1, bench/aarch64) ----
+
+
+def test_thread_group_is_read_from_a_threads_status() -> None:
+    status = b"Name:\tpython3\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t4321\nNgid:\t0\n"
+    assert thread_group(status) == 4321
+    with open(f"/proc/{threading.get_native_id()}/status", "rb") as own:
+        assert thread_group(own.read()) == os.getpid()
+    with pytest.raises(OSError, match="no Tgid"):
+        thread_group(b"Name:\tx\n")
+
+
+def _in_a_thread(body: Callable[[], None], done: threading.Event) -> tuple[int, threading.Thread]:
+    """`body` run in a new thread, which then waits for `done`; the thread's id."""
+    ready: queue.SimpleQueue[int] = queue.SimpleQueue()
+
+    def run() -> None:
+        body()
+        ready.put(threading.get_native_id())
+        done.wait(10)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return ready.get(timeout=10), thread
+
+
+def test_before_linux_6_9_a_threads_socket_is_taken_from_its_group() -> None:
+    """Linux before 6.9 has no PIDFD_THREAD: the socket a (non-leader) thread names is
+    taken from its process, the very file it has at that number."""
+    caller = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    done = threading.Event()
+    tid, thread = _in_a_thread(lambda: None, done)
+    try:
+        assert tid != os.getpid()
+        taken = _take_from_thread_group(tid, caller.fileno())
+        mine, theirs = os.fstat(taken), os.fstat(caller.fileno())
+        os.close(taken)
+        assert (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino)
+    finally:
+        done.set()
+        thread.join()
+        caller.close()
+
+
+def test_before_linux_6_9_a_thread_with_its_own_table_is_refused_not_confused() -> None:
+    """A thread that unshared its descriptor table (CLONE_FILES) has, at the number it
+    names, a file its group does not: the group's is never taken for it (EBADF)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    group_socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    number = group_socket.fileno()
+
+    def unshare_and_replace() -> None:
+        assert libc.unshare(0x400) == 0, ctypes.get_errno()  # CLONE_FILES
+        other = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        os.dup2(other.fileno(), number)  # in this thread's own table only
+        other.close()
+
+    done = threading.Event()
+    tid, thread = _in_a_thread(unshare_and_replace, done)
+    try:
+        with pytest.raises(OSError) as refused:
+            _take_from_thread_group(tid, number)
+        assert refused.value.errno == errno.EBADF
+    finally:
+        done.set()
+        thread.join()
+        group_socket.close()
+
+
+def test_a_kernel_that_refuses_pidfd_thread_is_remembered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first EINVAL for PIDFD_THREAD turns the guard to its thread-group way for
+    good; the socket is still taken."""
+    asked: list[int] = []
+
+    def old_kernel(number: int, *args: object) -> int:
+        if number == 434 and isinstance(args[1], ctypes.c_uint) and args[1].value:
+            asked.append(args[1].value)
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return syscall(number, *args)
+
+    monkeypatch.setattr(sockets, "syscall", old_kernel)
+    guard = SocketGuard(-1, -1, refused=lambda kind, text: None)
+    caller = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        for _ in range(2):
+            taken = guard._take(threading.get_native_id(), caller.fileno())
+            assert os.fstat(taken).st_ino == os.fstat(caller.fileno()).st_ino
+            os.close(taken)
+        assert asked == [0o200] and not guard.thread_pidfds and not guard.pidfds
+    finally:
+        caller.close()
+
+
+def test_memory_files_are_sealed_only_where_the_kernel_has_the_seal() -> None:
+    cloexec, allow_sealing, noexec_seal, exec_flag = 0x1, 0x2, 0x8, 0x10
+    assert memory_file_flags(0, seal=True) == noexec_seal | cloexec
+    assert memory_file_flags(exec_flag | allow_sealing, seal=True) == \
+        noexec_seal | allow_sealing | cloexec
+    # Before Linux 6.3 neither flag exists: the caller's own, for the kernel to judge.
+    assert memory_file_flags(0, seal=False) == cloexec
+    assert memory_file_flags(allow_sealing, seal=False) == allow_sealing | cloexec
+    assert memory_file_flags(exec_flag, seal=False) == exec_flag | cloexec
+    # This machine's kernel: the watch's probe and check's agree.
+    assert kernel_seals_memory_files() == check._memfd_noexec()
