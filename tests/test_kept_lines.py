@@ -225,9 +225,15 @@ def test_a_python_removed(
 def _another_python() -> str | None:
     """A Python 3 of another version than this one on this machine (pyenv's, or
     python3.N in PATH's folders), or None."""
-    found = [str(path) for path in sorted(Path.home().glob(".pyenv/versions/3.*/bin/python3"))]
+    def listed(folder: Path, pattern: str) -> list[Path]:
+        try:  # a folder on PATH this user cannot read (root's, in CI's user run)
+            return sorted(folder.glob(pattern))
+        except OSError:
+            return []
+
+    found = [str(path) for path in listed(Path.home(), ".pyenv/versions/3.*/bin/python3")]
     for folder in [*os.environ.get("PATH", "").split(":"), "/usr/bin", "/usr/local/bin"]:
-        found += [str(path) for path in sorted(Path(folder or ".").glob("python3.[0-9]*"))
+        found += [str(path) for path in listed(Path(folder or "."), "python3.[0-9]*")
                   if re.fullmatch(r"python3\.\d+", path.name)]
     for python in found:
         done = subprocess.run([python, "-I", "-S", "-c",
