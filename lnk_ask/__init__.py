@@ -1,6 +1,6 @@
 """Asking the person: one question, every way at once (a dialog, the terminal with a
 code, the queue in Link's settings), the first answer wins, silence is no.
-docs/ARCHITECTURE.md, "Asking the person"."""
+docs/decisions/0028-asking-the-person.md."""
 
 from lnk_ask.asker import (
     DEFAULT_TIMEOUT_SECONDS,

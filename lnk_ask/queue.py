@@ -50,7 +50,7 @@ __all__ = [
     "new_id",
 ]
 
-# Under the settings root, as docs/ARCHITECTURE.md ("Link's settings folder") lays out.
+# Under the settings root, as docs/decisions/0015-settings-folder.md lays out.
 ASKS_FOLDER = ("sandbox", "asks")
 # A question's id: 12 hex digits (48 random bits): short to type in `answer ID yes`,
 # never the same as another waiting one (made with O_EXCL, a new one on a clash).

@@ -278,7 +278,8 @@ def _applescript_string(text: str) -> str:
 def osascript_argv(title: str, question: str, seconds: int) -> list[str]:
     """macOS: `display dialog` with Deny as the default and cancel button (Enter and
     Escape are no; Tab and Space reach Allow only with the system's keyboard navigation
-    on). Generated and golden-tested here; not run on a Mac yet (docs/ARCHITECTURE.md)."""
+    on). Generated and golden-tested here; not run on a Mac yet
+    (docs/ARCHITECTURE.md, "Stated gaps")."""
     script = (f"display dialog {_applescript_string(question)} "
               f"with title {_applescript_string(title)} "
               f'buttons {{"{DENY_LABEL}", "{ALLOW_LABEL}"}} default button "{DENY_LABEL}" '

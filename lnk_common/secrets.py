@@ -81,7 +81,7 @@ RULE_SUFFIX = ".rule"
 # A rule is a few hundred bytes (lnk_proxy.secret_rules.MAX_RULE_BYTES bounds what parses);
 # the store reads one byte past this to refuse a larger file without reading it whole.
 MAX_RULE_FILE_BYTES = 16 * 1024
-# Under the settings root, as docs/ARCHITECTURE.md ("Link's settings folder") lays out.
+# Under the settings root, as docs/decisions/0015-settings-folder.md lays out.
 SECRETS_FOLDER = ("sandbox", "secrets")
 
 # Letters, digits, '-' and '_', starting with a letter or digit: no '/', no '.', so no

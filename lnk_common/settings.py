@@ -4,7 +4,8 @@ Every verb and helper finds Link's settings through `settings_folder` (the verbs
 spec loader, `check`) or is given the folder it found (the launcher, on the line `wrap`
 printed; the proxy, relay and exec watch, by the launcher), so there is one answer to
 "which folder", and the layout has one description in code (and one in
-docs/ARCHITECTURE.md). The folder is hidden in every sandbox: nothing inside can read or
+docs/decisions/0015-settings-folder.md). The folder is hidden in every sandbox: nothing
+inside can read or
 write it, which is what makes a file here (a kill switch, a pause, a token) something a
 sandboxed program cannot undo or steal.
 
@@ -13,7 +14,7 @@ stow's `~/.config/lnk -> ../dotfiles/lnk`) in a folder a sandbox writes could be
 replaced by a folder of the program's own, and every later verb would take that one.
 So the path is followed here one name at a time, as the kernel does, and every link met
 is named (`SettingsFolder.links`): the launcher refuses a run that could replace one, and
-pins the real folders on the way (docs/ARCHITECTURE.md, "Link's settings folder").
+pins the real folders on the way (docs/decisions/0015-settings-folder.md).
 
 Inputs are explicit (an environment mapping), never a hidden read of os.environ, so the
 wrap step and the tests can say exactly which settings folder a line will use.

@@ -5,7 +5,7 @@
 Every call on a proxy, as a host and port, never a path, a query or a body: a path can
 carry what an agent sends out, and the log is for seeing where it went. A line when a
 call is allowed and another when it ends, so a connection held open for hours is in the
-log from its start. The line format is stable (docs/ARCHITECTURE.md):
+log from its start. The line format is stable (docs/decisions/0010-the-wire-filtering-proxy.md):
 
     TIME<TAB>EVENT<TAB>TARGET<TAB>DETAIL
     2026-11-30T06:40:00.123Z  allowed  example.com:443  id=7 kind=connect

@@ -1,5 +1,5 @@
 """lnk-sandbox-mcp-remote: a stdio MCP server that relays to a remote MCP server over
-Streamable HTTP (lnk_mcpremote.main says how it is run; docs/ARCHITECTURE.md why)."""
+Streamable HTTP (lnk_mcpremote.main says how it is run; docs/decisions/0027-mcp-remote.md why)."""
 
 from lnk_mcpremote._arguments import (
     MAX_HEADER_VALUE_BYTES,

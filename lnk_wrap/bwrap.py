@@ -487,7 +487,8 @@ def _temp_access(policy: Policy, temp: str) -> str:
     union, and its walk goes up across mount points: a written folder bound at
     /tmp/x/W inside gets whatever the rule on the private /tmp gives, so a FIFO could
     be made in it there. The refusal is kept for the written folder; the private temp
-    folder above it loses FIFOs in that sandbox (docs/ARCHITECTURE.md, the residue)."""
+    folder above it loses FIFOs in that sandbox (docs/decisions/0004-files-policy-linux.md,
+    the residue)."""
     if any(inside(written, temp) for written in policy.write):
         return Access.WRITE
     return Access.TEMP

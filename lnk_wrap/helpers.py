@@ -10,7 +10,7 @@ there on every machine the sandbox runs on) and a fixed script that checks the P
 and the install it names are still there before it `exec`s them; `_start.py` then
 checks the line's stamp (its format, and the Python version it was made for). Each way a
 kept line can go stale is exit 125 and one line saying what moved and to ask `wrap`
-again, never a traceback (docs/ARCHITECTURE.md, "Kept lines": what it costs, measured).
+again, never a traceback (docs/decisions/0002-kept-lines.md: what it costs, measured).
 """
 
 from __future__ import annotations

@@ -69,7 +69,8 @@ PROVIDER_VARIABLES: dict[str, tuple[str, str, str]] = {
 
 # Variables that carry a key, a token or a secret of a provider, read by its SDK or its
 # harnesses (anthropic 2.14, openai 3.57, google-genai 3.6.1, read in their sources;
-# docs/ARCHITECTURE.md lists where). With any model verb on, every one of them goes, the
+# docs/decisions/0019-model-verb-start.md lists where). With any model verb on, every one
+# of them goes, the
 # named providers' and the others' alike: the sandbox holds no provider's key at all.
 KEY_VARIABLES: dict[str, tuple[str, ...]] = {
     "anthropic": (

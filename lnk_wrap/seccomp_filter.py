@@ -224,7 +224,7 @@ def compile_filter(variant: str, arch: str = "x86_64") -> bytes:
                 for index, how, operand, mask in conditions))
     # Every variant: the calls that can reach a unix socket by its path. sendmsg and
     # sendmmsg carry their address inside a msghdr the filter cannot read: every one is
-    # handed over (its cost: docs/ARCHITECTURE.md).
+    # handed over (its cost: docs/decisions/0007-unix-sockets.md).
     rules.add_rule(seccomp.NOTIFY, "connect")
     rules.add_rule(seccomp.NOTIFY, "sendto", seccomp.Arg(4, seccomp.NE, 0))
     rules.add_rule(seccomp.NOTIFY, "sendmsg")

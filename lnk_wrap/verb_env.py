@@ -219,7 +219,7 @@ def _indexed_tool_variables(settings: str) -> frozenset[str] | None:
     describes exactly the definitions in the secrets folder (each `*.tool` a regular file
     of the inode, mtime and size the index wrote); frozenset() with none; None when it
     cannot say (the caller reads the definitions). With `os` alone: the start path takes
-    neither `re` nor orjson (docs/ARCHITECTURE.md, "Start-up cost")."""
+    neither `re` nor orjson (docs/decisions/0003-start-up-cost.md)."""
     try:
         folder = os.open(os.path.join(settings, "sandbox", "secrets"), _OPEN_FOLDER)
     except FileNotFoundError:

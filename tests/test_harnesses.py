@@ -15,7 +15,7 @@ its provider only through the verb, every call carrying the real key in the prov
 form and the placeholder nowhere; the calls were streams; the file was written in the
 recipe's written folder by the harness's own tool; the streamed answer came out; no wire
 is paused. What the harness tried beyond its model (telemetry, update checks) is read
-from the wire's log: the refusals docs/ARCHITECTURE.md ("Harness recipes") tabulates.
+from the wire's log: the refusals docs/decisions/0009-harness-recipes.md tabulates.
 
 A harness missing from its recipe's install/ fails its tests (bin/setup --tests installs
 them); none skips.
