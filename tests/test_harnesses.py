@@ -283,16 +283,38 @@ server.run()
 """
 
 
+# How each harness is told of the MCP server, by its recipe: (the file the recipe ships,
+# where the person puts it in the project, or None: named on the command line), the
+# command, and the tool's name as the harness offers it to its model.
+MCP_RUNS: dict[str, tuple[tuple[str, str] | None, tuple[str, ...], str]] = {
+    "claude-code": (None, ("../install/bin/claude", "-p", "lnk-call-tool list_issues",
+                           "--mcp-config", "../mcp.json",
+                           "--allowedTools", "mcp__github__list_issues"),
+                    "mcp__github__list_issues"),
+    "gemini-cli": (("mcp-settings.json", ".gemini/settings.json"),
+                   ("../install/bin/gemini", "--approval-mode", "yolo", "-p",
+                    "lnk-call-tool list_issues"), "list_issues"),
+}
+
+
 @pytest.mark.parametrize("spec_name", SPECS)
-def test_claude_code_calls_a_tool_of_yours_through_the_mcp_verb(
-    spec_name: str, tmp_path: Path, testnet: Path,
+@pytest.mark.parametrize("name", list(MCP_RUNS))
+def test_the_harness_calls_a_tool_of_yours_through_the_mcp_verb(
+    name: str, spec_name: str, tmp_path: Path, testnet: Path,
 ) -> None:
-    """The recipe's mcp.json and README's command: Claude Code finds the tool at
-    `$LNK_SANDBOX_URL/mcp/github` (the URL secret filled from its environment), calls it
+    """The recipe's MCP file and README's command (Claude Code's mcp.json on its command
+    line, Gemini CLI's mcp-settings.json as the project's .gemini/settings.json): the
+    harness finds the tool at `$LNK_SANDBOX_URL/mcp/github` (the URL secret filled from
+    its environment), calls it
     when its model asks, and the tool's answer, from the server outside, reaches the
     model in the next call; the wire's log has the MCP call and no path or name."""
-    harness = HARNESSES["claude-code"]
+    harness = HARNESSES[name]
     recipe = copy_recipe(harness, tmp_path)
+    placed, command, offered_as = MCP_RUNS[name]
+    if placed is not None:
+        shipped, where = placed
+        (recipe / "work" / where).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(recipe / shipped, recipe / "work" / where)
     tool = tmp_path / "tool.py"
     tool.write_text(MCP_TOOL)
     mark = secrets.token_hex(6)
@@ -303,8 +325,8 @@ def test_claude_code_calls_a_tool_of_yours_through_the_mcp_verb(
     settings.mkdir()
     env = {**os.environ, "LNK_HOME": str(settings), "LNK_SANDBOX_DNS": dns_server(testnet),
            "SSL_CERT_FILE": str(ca_file(testnet))}
-    key = KEY_PREFIXES["anthropic"] + secrets.token_hex(8)
-    for words, given in ((["secret", "set", "anthropic"], key),
+    key = KEY_PREFIXES[harness.provider] + secrets.token_hex(8)
+    for words, given in ((["secret", "set", harness.provider], key),
                          (["tool", "add", "github", "--allow", "list_issues", "--",
                            str(VENV_PYTHON), str(tool)], None)):
         done = subprocess.run([LNK_SANDBOX, *words], input=given, env=env,
@@ -312,10 +334,7 @@ def test_claude_code_calls_a_tool_of_yours_through_the_mcp_verb(
                               timeout=SANDBOX_TIMEOUT_SECONDS)
         assert done.returncode == 0, done
     start = log_offset(testnet)
-    run = subprocess.run([LNK_SANDBOX, "run", "--spec", str(spec), "--",
-                          "../install/bin/claude", "-p", "lnk-call-tool list_issues",
-                          "--mcp-config", "../mcp.json",
-                          "--allowedTools", "mcp__github__list_issues"],
+    run = subprocess.run([LNK_SANDBOX, "run", "--spec", str(spec), "--", *command],
                          cwd=str(recipe / "work"), env=env, stdin=subprocess.DEVNULL,
                          capture_output=True, text=True,
                          timeout=HARNESS_TIMEOUT_SECONDS, check=False)
@@ -323,8 +342,8 @@ def test_claude_code_calls_a_tool_of_yours_through_the_mcp_verb(
     records = [record for record in requests_seen(testnet, start)
                if key in json.dumps(record["headers"])]
     _assert_reached_by_the_verb(harness, records, key)
-    offered = [record for record in records if "mcp__github__list_issues" in record["body"]]
-    assert offered, "Claude Code offered its model no tool of the MCP server"
+    offered = [record for record in records if offered_as in record["body"]]
+    assert offered, f"{name} offered its model no tool of the MCP server"
     assert any(f"ISSUES-{mark}" in record["body"] and holds_tool_result(
         conversation(json.loads(record["body"]))) for record in records), (
         "the tool's answer did not reach the model", [record["body"][-1500:] for record in records])
