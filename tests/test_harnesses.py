@@ -294,6 +294,9 @@ MCP_RUNS: dict[str, tuple[tuple[str, str] | None, tuple[str, ...], str]] = {
     "gemini-cli": (("mcp-settings.json", ".gemini/settings.json"),
                    ("../install/bin/gemini", "--approval-mode", "yolo", "-p",
                     "lnk-call-tool list_issues"), "list_issues"),
+    "opencode": (("mcp-opencode.json", "opencode.json"),
+                 ("../install/bin/opencode", "run", "-m", "anthropic/claude-sonnet-4-5",
+                  "lnk-call-tool list_issues"), "github_list_issues"),
 }
 
 
@@ -303,7 +306,8 @@ def test_the_harness_calls_a_tool_of_yours_through_the_mcp_verb(
     name: str, spec_name: str, tmp_path: Path, testnet: Path,
 ) -> None:
     """The recipe's MCP file and README's command (Claude Code's mcp.json on its command
-    line, Gemini CLI's mcp-settings.json as the project's .gemini/settings.json): the
+    line, Gemini CLI's mcp-settings.json as the project's .gemini/settings.json,
+    opencode's mcp-opencode.json as the project's opencode.json): the
     harness finds the tool at `$LNK_SANDBOX_URL/mcp/github` (the URL secret filled from
     its environment), calls it
     when its model asks, and the tool's answer, from the server outside, reaches the
