@@ -85,8 +85,9 @@ def asked_line(method: bytes, target: bytes) -> str:
     method if it is a token of letters, at most ASKED_PATH_CHARS."""
     start = target.find(PREFIX.encode())
     path, query, _ = target[max(start, 0):].partition(b"?")
-    shown = [segment.decode("ascii") if segment.decode("ascii", "replace") in path_words()
-             or not segment else "…" for segment in path.split(b"/")]
+    words = path_words()
+    shown = [word if not word or word in words else "…"
+             for word in path.decode("ascii", "replace").split("/")]
     text = "/".join(shown)
     if len(text) > ASKED_PATH_CHARS:
         text = text[:ASKED_PATH_CHARS] + "…"

@@ -169,6 +169,13 @@ def wire_log_of(env: dict[str, str], wire: str) -> str:
     return path.read_text() if path.exists() else ""
 
 
+def call_lines(log: str) -> str:
+    """A wire's log without the launcher's run lines (each run's `started` and `exited`,
+    lnk_wrap.runs): the calls' lines only."""
+    return "".join(line for line in log.splitlines(keepends=True)
+                   if line.split("\t")[1:2] not in (["started"], ["exited"]))
+
+
 def answer_next(env: dict[str, str], answer: str, seen: set[str]) -> dict[str, str]:
     """Wait for a new question in `lnk-sandbox asks --json` and answer it; the question."""
     import json

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -65,6 +66,7 @@ import ssl
 import struct
 import sys
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -635,13 +637,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, self._response(model, "completed",
                                            "hello from the fake responses"))
             return
-        self._start_stream()
-        number = 0
-
-        def send(kind: str, **fields: Any) -> None:
-            nonlocal number
-            self._event({"type": kind, "sequence_number": number, **fields}, kind)
-            number += 1
+        send = self._responses_stream()
 
         send("response.created", response=self._response(model, "in_progress", ""))
         send("response.output_item.added", output_index=0, item={
@@ -660,6 +656,16 @@ class _Handler(BaseHTTPRequestHandler):
         send("response.output_item.done", output_index=0, item=finished["output"][0])
         send("response.completed", response=finished)
         self._end_stream()
+
+    def _responses_stream(self) -> Callable[..., None]:
+        """The Responses API's stream started; the sender of its events, each numbered."""
+        self._start_stream()
+        numbers = itertools.count()
+
+        def send(kind: str, **fields: Any) -> None:
+            self._event({"type": kind, "sequence_number": next(numbers), **fields}, kind)
+
+        return send
 
     def _responses_tool(self, model: str, name: str, kind: str, arguments: dict[str, Any],
                         stream: bool) -> None:
@@ -682,13 +688,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not stream:
             self._json(200, self._response(model, "completed", "", [done]))
             return
-        self._start_stream()
-        number = 0
-
-        def send(kind: str, **fields: Any) -> None:
-            nonlocal number
-            self._event({"type": kind, "sequence_number": number, **fields}, kind)
-            number += 1
+        send = self._responses_stream()
 
         send("response.created", response=self._response(model, "in_progress", ""))
         send("response.output_item.added", output_index=0, item=started)

@@ -129,6 +129,26 @@ def dns_server(testnet: Path) -> str:
     return str(ready["addresses"]["dns"])
 
 
+def lnk(env: dict[str, str], *words: str, given: str | None = None) -> None:
+    """`lnk-sandbox WORDS…` outside, which must succeed (`given` on its standard input)."""
+    done = subprocess.run([LNK_SANDBOX, *words], input=given, env=env, capture_output=True,
+                          text=True, check=False, timeout=SANDBOX_TIMEOUT_SECONDS)
+    assert done.returncode == 0, done
+
+
+def settings_with_key(harness: Harness, tmp_path: Path, testnet: Path
+                      ) -> tuple[dict[str, str], str]:
+    """A fresh Link settings folder holding a new real key for the harness's provider, and
+    the environment that names it (the test network's DNS and CA): (env, key)."""
+    settings = tmp_path / "lnk-settings"
+    settings.mkdir()
+    env = {**os.environ, "LNK_HOME": str(settings), "LNK_SANDBOX_DNS": dns_server(testnet),
+           "SSL_CERT_FILE": str(ca_file(testnet))}
+    key = KEY_PREFIXES[harness.provider] + secrets.token_hex(8)
+    lnk(env, "secret", "set", harness.provider, given=key)
+    return env, key
+
+
 @dataclass(frozen=True)
 class Run:
     done: subprocess.CompletedProcess[str]
@@ -140,15 +160,7 @@ class Run:
 
 def run_recipe(harness: Harness, spec_name: str, tmp_path: Path, testnet: Path) -> Run:
     recipe = copy_recipe(harness, tmp_path)
-    settings = tmp_path / "lnk-settings"
-    settings.mkdir()
-    env = {**os.environ, "LNK_HOME": str(settings), "LNK_SANDBOX_DNS": dns_server(testnet),
-           "SSL_CERT_FILE": str(ca_file(testnet))}
-    key = KEY_PREFIXES[harness.provider] + secrets.token_hex(8)
-    stored = subprocess.run([LNK_SANDBOX, "secret", "set", harness.provider], input=key,
-                            env=env, capture_output=True, text=True, check=False,
-                            timeout=SANDBOX_TIMEOUT_SECONDS)
-    assert stored.returncode == 0, stored
+    env, key = settings_with_key(harness, tmp_path, testnet)
     work = recipe / "work"
     text = "written-by-" + harness.name + "-" + secrets.token_hex(4)
     if harness.by_tool:
@@ -325,18 +337,9 @@ def test_the_harness_calls_a_tool_of_yours_through_the_mcp_verb(
     (tmp_path / "tool.py.mark").write_text(mark)
     spec = recipe / spec_name
     spec.write_text(spec.read_text().replace('[verbs]\n', '[verbs]\ntools = ["github"]\n'))
-    settings = tmp_path / "lnk-settings"
-    settings.mkdir()
-    env = {**os.environ, "LNK_HOME": str(settings), "LNK_SANDBOX_DNS": dns_server(testnet),
-           "SSL_CERT_FILE": str(ca_file(testnet))}
-    key = KEY_PREFIXES[harness.provider] + secrets.token_hex(8)
-    for words, given in ((["secret", "set", harness.provider], key),
-                         (["tool", "add", "github", "--allow", "list_issues", "--",
-                           str(VENV_PYTHON), str(tool)], None)):
-        done = subprocess.run([LNK_SANDBOX, *words], input=given, env=env,
-                              capture_output=True, text=True, check=False,
-                              timeout=SANDBOX_TIMEOUT_SECONDS)
-        assert done.returncode == 0, done
+    env, key = settings_with_key(harness, tmp_path, testnet)
+    lnk(env, "tool", "add", "github", "--allow", "list_issues", "--", str(VENV_PYTHON),
+        str(tool))
     start = log_offset(testnet)
     run = subprocess.run([LNK_SANDBOX, "run", "--spec", str(spec), "--", *command],
                          cwd=str(recipe / "work"), env=env, stdin=subprocess.DEVNULL,

@@ -19,8 +19,10 @@ from tests.conftest import (
     SANDBOX_TIMEOUT_SECONDS,
     RunSandbox,
     WriteSpec,
+    call_lines,
     end_run,
     toml_list,
+    wire_log_of,
 )
 from tests.test_files_attacks import Q
 from tests.testnet import ORIGIN_ADDRESS
@@ -94,12 +96,7 @@ def code_of(result: subprocess.CompletedProcess[str]) -> str:
 
 
 def wire_log(sandbox_env: dict[str, str]) -> str:
-    """The wire's log without the launcher's run lines (each run's `started` and `exited`,
-    tests/test_cli_runs.py's): the calls' lines only."""
-    path = Path(sandbox_env["LNK_HOME"]) / "sandbox" / "wires" / "tests" / "log"
-    text = path.read_text() if path.exists() else ""
-    return "".join(line for line in text.splitlines(keepends=True)
-                   if line.split("\t")[1:2] not in (["started"], ["exited"]))
+    return call_lines(wire_log_of(sandbox_env, "tests"))
 
 
 # -- real clients, unmodified, through the proxy variables ------------------------------------

@@ -23,8 +23,10 @@ from tests.conftest import (
     SANDBOX_TIMEOUT_SECONDS,
     RunSandbox,
     WriteSpec,
+    call_lines,
     end_run,
     toml_list,
+    wire_log_of,
 )
 from tests.test_wire import CountingDNS, _find_child
 from tests.testnet import ORIGIN_ADDRESS
@@ -60,11 +62,7 @@ def spec_with(write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str],
 
 
 def log_lines(env: dict[str, str]) -> list[list[str]]:
-    path = Path(env["LNK_HOME"]) / "sandbox" / "wires" / WIRE / "log"
-    text = path.read_text() if path.exists() else ""
-    # The launcher's run lines (`started`, `exited`) are not calls: left out.
-    return [line.split("\t")[1:] for line in text.splitlines()
-            if line.split("\t")[1:2] not in (["started"], ["exited"])]
+    return [line.split("\t")[1:] for line in call_lines(wire_log_of(env, WIRE)).splitlines()]
 
 
 def run_python(run_sandbox: RunSandbox, wire: Wire, code: str, *args: str) -> object:
