@@ -555,8 +555,8 @@ def command(settings_root: str, wire: str, title: str,
     """The argv that runs `lnk-sandbox-ask` for a question given on its standard input
     (never in argv: a tool's arguments may be long, and argv is every local process's to
     read), isolated as every helper (`python -I -S _start.py ask …`:
-    lnk_wrap.helpers.helper_argv). `allows`: a few words, as the title."""
-    from lnk_wrap.helpers import helper_argv
+    lnk_common.chain.helper_argv). `allows`: a few words, as the title."""
+    from lnk_common.chain import helper_argv
 
     check_usage(wire, title, timeout)
     title = plain_text.bounded(title, MAX_ARGV_TEXT_CHARS)

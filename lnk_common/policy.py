@@ -35,7 +35,7 @@ DEFAULT_PAUSE = (30, 20, 60)
 _FLAG_OPTIONS = ("--keep-session", "--server-tools", "--open-pages")
 # The hosted models `[verbs] model` may name: each is `/_link/model/<provider>/` on the
 # proxy, its key the secret of the same name (lnk_common.secrets). The proxy's rules
-# (lnk_common.model_rules.PROVIDER_HOSTS) know exactly these; a test holds them equal.
+# (lnk_proxy.model_rules.PROVIDER_HOSTS) know exactly these; a test holds them equal.
 MODEL_PROVIDERS = ("anthropic", "openai", "gemini", "openrouter")
 
 
@@ -96,7 +96,7 @@ class Policy:
     placeholder is kept across runs (lnk_wrap.model_env).
     secrets: `[verbs] secrets`: the secrets of Link's store the program reaches through
     `/_link/secret/<name>/` (each with its rule), holding a placeholder for each.
-    tools: `[verbs] tools`: tools that run outside (lnk_common.tools), reached through
+    tools: `[verbs] tools`: tools that run outside (lnk_proxy.tools), reached through
     `/_link/s/<secret>/mcp/<name>`.
     open_pages: `[verbs] open`: the program may ask to open a page in the person's browser
     (`/_link/s/<secret>/open`, asked every time; `$BROWSER` and `xdg-open` inside lead

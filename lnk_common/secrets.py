@@ -483,7 +483,7 @@ def write_tool_secrets_file(settings_root: str, name: str, secrets: bytes | None
 
 # What every tool's definition names, for a sandbox's start to read with `os` alone
 # (lnk_wrap.verb_env): `name TAB inode TAB mtime_ns TAB size TAB VAR,VAR…` a line, one a
-# definition, as lnk_common.tools wrote it. Not a secret's name (it holds a '.'), nor a
+# definition, as lnk_proxy.tools wrote it. Not a secret's name (it holds a '.'), nor a
 # tool's (no `.tool` suffix).
 TOOLS_INDEX = "tools.index"
 

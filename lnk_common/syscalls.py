@@ -1,6 +1,6 @@
 """The few raw system calls the sandbox makes through libc (ctypes), with errno kept.
 
-Shared by Landlock (lnk_common.landlock), the seccomp loader (lnk_common.seccomp) and
+Shared by Landlock (lnk_wrap.landlock), the seccomp loader (lnk_wrap.seccomp) and
 the exec watch: ctypes is 3 ms to import, a binding from PyPI 40-54 ms.
 """
 

@@ -6,7 +6,7 @@ Trust: the argv is the person's (a tool's definition in Link's settings), but a 
 value is a secret, so no error here ever repeats a value, nor an argument that may be
 one (a `--header` without a colon is named by its position only). The environment is
 passed in explicitly. `${VAR}` in a value is filled from it only for a VAR it names in
-LNK_TOOL_SECRETS, the tool's own secrets the proxy gives it (lnk_common.tools): never
+LNK_TOOL_SECRETS, the tool's own secrets the proxy gives it (lnk_proxy.tools): never
 another variable, whatever the environment holds. `lnk-sandbox tool add` runs this same
 check on a definition's command before keeping it (the URL's rule at once, not at a
 first call), and moves each literal value into the tool's secrets
@@ -68,7 +68,7 @@ _RESERVED_NAMES = frozenset({
 _RESERVED_PREFIXES = ("mcp-param-",)
 _LOOPBACK_NAME = "localhost"
 # The names (comma-separated) of the variables that hold the tool's own secrets, set by the
-# proxy when it starts the tool (lnk_common.tools): the only ones `${VAR}` may name.
+# proxy when it starts the tool (lnk_proxy.tools): the only ones `${VAR}` may name.
 TOOL_SECRETS_VARIABLE = "LNK_TOOL_SECRETS"
 
 

@@ -81,8 +81,8 @@ def _check_verbs(options: dict[str, list[str]]) -> None:
     import os
     import sys
 
-    from lnk_common.model_rules import PROVIDERS
     from lnk_common.policy import is_name
+    from lnk_proxy.model_rules import PROVIDERS
 
     problem = ""
     models = options["--model"]
@@ -188,7 +188,7 @@ def serve(listeners: list[tuple[int, str]], options: dict[str, list[str]]) -> No
         url_secret = os.environ[URL_SECRET_VARIABLE].encode()
     tools = {}
     for name in options["--tool"]:
-        from lnk_common.tools import ToolError, read_tool
+        from lnk_proxy.tools import ToolError, read_tool
 
         try:
             tools[name] = read_tool(settings, name)

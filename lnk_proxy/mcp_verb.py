@@ -1,11 +1,11 @@
 """The MCP verb: `/_link/s/<URL secret>/mcp/<name>`, a tool that runs outside (a stdio MCP
-server the person defined: lnk_common.tools), reached from inside over MCP's Streamable
+server the person defined: lnk_proxy.tools), reached from inside over MCP's Streamable
 HTTP.
 
 The proxy is the tool process's one client: it starts the command on first use (outside,
 as the person, one process per sandbox and tool, its stderr to a bounded log in Link's
 settings: lnk_common.boundedlog) with exactly the environment, HOME and cwd its
-definition names and its own secrets (lnk_common.tools), never the proxy's or the
+definition names and its own secrets (lnk_proxy.tools), never the proxy's or the
 session's (a guest's HOME and cwd are a folder the guest writes), initializes it itself
 (protocol 2025-11-25), and relays
 each JSON-RPC request of the program to it under ids of its own, answering with the tool's
@@ -46,8 +46,8 @@ from typing import Any
 import orjson
 
 from lnk_ask.text import bounded
-from lnk_common.refusal import StatusError
-from lnk_common.tools import Tool
+from lnk_proxy.refusal import StatusError
+from lnk_proxy.tools import Tool
 
 __all__ = ["MAX_MESSAGE_BYTES", "PROGRAM_NOTIFICATIONS", "PROGRAM_REQUESTS", "RELAYED_VERSIONS",
            "McpError", "ToolProcess", "method_refusal", "parse_message", "plain",
@@ -80,7 +80,7 @@ PROGRAM_REQUESTS: dict[str, str] = {
     "initialize": "answered",        # from the tool's own InitializeResult
     "ping": "answered",
     "server/discover": "answered",   # "no such method": the client then initializes
-    "tools/call": "asked",           # of the person, unless allowed (lnk_common.tools)
+    "tools/call": "asked",           # of the person, unless allowed (lnk_proxy.tools)
     "tools/list": "relayed",
     "resources/list": "relayed",
     "resources/read": "relayed",
@@ -154,7 +154,7 @@ _PROXY_ONLY = ("LNK_PLACEHOLDER", "LNK_SECRET_PLACEHOLDERS", "LNK_URL_SECRET")
 def tool_environment(environ: Any) -> dict[str, str]:
     """An opener's environment (the open verb's): the proxy's own, without what the
     proxy holds for the sandbox. Never a tool's: a tool's is its definition's alone
-    (lnk_common.tools.Tool.process_environment)."""
+    (lnk_proxy.tools.Tool.process_environment)."""
     return {name: value for name, value in environ.items() if name not in _PROXY_ONLY}
 
 
@@ -197,7 +197,7 @@ class ToolProcess:
             await self._start()
 
     async def _start(self) -> None:
-        from lnk_common.tools import ToolError, read_tool_secrets
+        from lnk_proxy.tools import ToolError, read_tool_secrets
 
         self.close()
         # The definition's environment, HOME and cwd, and its secrets read now: nothing of

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import h11
 
-from lnk_common import model_rules
-from lnk_common.model_rules import ModelRequestError
 from lnk_common.secrets import SecretError, read_secret
 from lnk_common.wire import Refused
+from lnk_proxy import model_rules
+from lnk_proxy.model_rules import ModelRequestError
 from lnk_proxy.upstream import Pool, tls_context
 from lnk_proxy.verbs import VerbError, split_provider
 

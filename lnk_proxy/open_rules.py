@@ -40,7 +40,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote_plus
 
-from lnk_common.refusal import StatusError
+from lnk_proxy.refusal import StatusError
 
 __all__ = [
     "MAX_URL_BYTES",

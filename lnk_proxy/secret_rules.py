@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from lnk_common.refusal import StatusError
+from lnk_proxy.refusal import StatusError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence

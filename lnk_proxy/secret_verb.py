@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING
 
 import h11
 
-from lnk_common.model_rules import drop_receiver_overrides
 from lnk_common.secrets import SecretError, name_problem, read_rule, read_secret
 from lnk_common.wire import Refused
 from lnk_proxy import secret_rules
+from lnk_proxy.model_rules import drop_receiver_overrides
 from lnk_proxy.secret_rules import Matched, Rule, SecretRuleError
 from lnk_proxy.upstream import Pool, tls_context
 

@@ -40,8 +40,6 @@ import h11
 
 from lnk_common.controls import Controls, SharedControls
 from lnk_common.endpoints import PROXY_ADDRESS, PROXY_PORT, AddressBook
-from lnk_common.model_rules import MAX_BODY_BYTES, PROVIDER_HOSTS
-from lnk_common.tools import Tool
 from lnk_common.wire import (
     OUT_OF_DESCRIPTORS,
     Refused,
@@ -62,6 +60,7 @@ from lnk_proxy.decide import (
 from lnk_proxy.head import HeadError, RequestHead, check_head, head_end
 from lnk_proxy.lane import END, Handoff, Lane, LaneProtocol, Retry
 from lnk_proxy.mcp_verb import Asker, ToolProcess, tool_environment
+from lnk_proxy.model_rules import MAX_BODY_BYTES, PROVIDER_HOSTS
 from lnk_proxy.model_verb import ModelVerb
 from lnk_proxy.plain import HOP_FIELDS, client_closes, plain_request, response_bytes, response_head
 from lnk_proxy.plain import NEED_MORE as PLAIN_NEED_MORE
@@ -70,6 +69,7 @@ from lnk_proxy.resolver import system_resolver
 from lnk_proxy.secret_verb import MAX_BODY_BYTES as SECRET_BODY_BYTES
 from lnk_proxy.secret_verb import SecretVerb
 from lnk_proxy.target import Target, TargetError, parse_absolute, parse_connect
+from lnk_proxy.tools import Tool
 from lnk_proxy.upstream import CHUNK, Pool, Upstream, open_socket, open_upstream
 from lnk_proxy.verbs import (
     MODEL,
@@ -1372,10 +1372,10 @@ class Proxy(Wire):
                           reader: asyncio.StreamReader, writer: asyncio.StreamWriter
                           , held: _Held) -> tuple[bool, bytes]:
         """A local model runtime on this machine's loopback, one of [localhost] models,
-        through the same inference filter as the relay's (lnk_common.local_models); the
+        through the same inference filter as the relay's (lnk_proxy.local_models); the
         log keeps `local:<port>`. The one place the proxy reaches this machine: the port
         is named by the spec, as a [localhost] port is."""
-        from lnk_common import local_models
+        from lnk_proxy import local_models
 
         authority = "-"
         try:

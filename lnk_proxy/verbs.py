@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import hmac
 
-from lnk_common.refusal import StatusError, refusal_body
+from lnk_proxy.refusal import StatusError, refusal_body
 
 __all__ = ["MODEL", "MODEL_EXAMPLES", "PREFIX", "SECRET", "URL_SECRET", "URL_SECRET_PARTS",
            "VERBS", "VerbError", "asked_line", "is_verb_target", "path_words", "split_local",
@@ -54,7 +54,7 @@ class VerbError(StatusError):
 
 
 def verb_refusal_body(status: int, reason: str) -> bytes:
-    """A verb's refusal: lnk_common.refusal.refusal_body (one line of JSON every SDK
+    """A verb's refusal: lnk_proxy.refusal.refusal_body (one line of JSON every SDK
     reads its message from)."""
     return refusal_body(status, reason)
 
@@ -69,7 +69,7 @@ def path_words() -> frozenset[str]:
     local runtimes' route segments. Everything else the program put in the path is shown
     as `…`: a refusal echoes no byte the program chose (a path may carry a key, a URL
     secret in another spelling, or text meant for whoever reads the harness's log)."""
-    from lnk_common import local_models, model_rules
+    from lnk_proxy import local_models, model_rules
 
     words = {".", "..", PREFIX.strip("/"), *VERBS, *URL_SECRET_PARTS, *model_rules.PROVIDERS,
              *model_rules.path_words()}

@@ -18,7 +18,7 @@ machine's loopback listen other sandboxes' proxies, each another agent's way out
 
 --model-port PORT (repeatable; `[localhost] models`): a connection for that port of this
 machine's loopback is read as HTTP and passes the local model's inference filter
-(lnk_common.local_models): one request a connection, only a local runtime's inference
+(lnk_proxy.local_models): one request a connection, only a local runtime's inference
 calls and read-only listings, the body checked and re-serialised, the response streamed
 back; each call `allowed localhost:PORT … kind=local-model`, each refusal one line to the
 program and one `refused localhost:PORT reason=…` on the log. --server-tools yes: keep a

@@ -2,7 +2,7 @@
 
 A `[localhost]` port is relayed as it is (splice, nothing read). A models port
 (`model_ports`, `[localhost] models`) is read as HTTP: ONE request per connection, its
-head and body checked by the local model's inference filter (lnk_common.local_models, sans
+head and body checked by the local model's inference filter (lnk_proxy.local_models, sans
 IO), our own re-serialisation sent on with `Connection: close`, the response streamed back
 as it arrives (an SSE or NDJSON stream token by token, never held whole) with `Connection:
 close`, and the connection closed after it: every request on a models port is read, none
@@ -138,7 +138,7 @@ class Relay(Wire):
 
     async def _filtered(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                         port: int, came_to: str) -> None:
-        from lnk_common import local_models
+        from lnk_proxy import local_models
 
         target = f"localhost:{port}"
         client = h11.Connection(h11.SERVER,
@@ -152,7 +152,7 @@ class Relay(Wire):
     async def _filtered_call(self, reader: asyncio.StreamReader,
                              writer: asyncio.StreamWriter, port: int, came_to: str,
                              target: str, client: h11.Connection, held: _Held) -> None:
-        from lnk_common import local_models
+        from lnk_proxy import local_models
 
         up_writer: asyncio.StreamWriter | None = None
         try:
@@ -197,7 +197,7 @@ class Relay(Wire):
     async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                       target: str, refusal: Refused) -> None:
         self.log.write("refused", target, f"reason={refusal.logged}")
-        from lnk_common import local_models
+        from lnk_proxy import local_models
 
         # The verbs' JSON, which every SDK reads its error message from (a text body's
         # reason the openai SDK never showed).
@@ -297,7 +297,7 @@ async def _request_head(client: h11.Connection, reader: asyncio.StreamReader
     what h11 does not read as HTTP/1.1 (its message is not quoted: it may hold the
     program's bytes) and for a head over MAX_HEAD_BYTES (h11 bounds only a head still
     incomplete: one that arrives whole in a read is measured here)."""
-    from lnk_common.local_models import MAX_HEAD_BYTES
+    from lnk_proxy.local_models import MAX_HEAD_BYTES
 
     fed = 0
     try:
@@ -349,7 +349,7 @@ async def _request_body(request: h11.Request, client: h11.Connection,
     """The request's whole body, at most the filter's MAX_BODY_BYTES, or Refused (413
     from the Content-Length before a byte is read, else as it passes; 503 when the relay
     holds MAX_HELD_BODY_BYTES already)."""
-    from lnk_common.local_models import MAX_BODY_BYTES
+    from lnk_proxy.local_models import MAX_BODY_BYTES
 
     too_large = Refused(413, f"the body is over {MAX_BODY_BYTES // (1024 * 1024)} MiB "
                              "(MAX_BODY_BYTES)")

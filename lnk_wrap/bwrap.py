@@ -45,7 +45,7 @@ __all__ = [
 
 class Access:
     """What a mounted path gives the program. The init maps each name to Landlock rights
-    (lnk_common.landlock.ACCESS_RIGHTS). Plain strings: an Enum costs an import at every
+    (lnk_wrap.landlock.ACCESS_RIGHTS). Plain strings: an Enum costs an import at every
     start."""
 
     READ = "read"

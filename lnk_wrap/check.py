@@ -14,10 +14,11 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any
 
-from lnk_common import arch, landlock, placeholders
+from lnk_common import arch
 from lnk_common.arch import number
 from lnk_common.policy import Policy
 from lnk_common.settings import SettingsError, settings_folder
+from lnk_wrap import landlock, placeholders
 from lnk_wrap.launch import LaunchError, _diagnose_namespaces, find_bwrap
 from lnk_wrap.seccomp_filter import NETLINK_PROTOCOLS, SOCKET_FAMILIES
 
@@ -60,7 +61,7 @@ NOT_YET_BUILT: tuple[dict[str, Any], ...] = ()
 
 
 def _browser_built() -> bool:
-    from lnk_wrap.helpers import package_root
+    from lnk_common.chain import package_root
 
     return os.access(os.path.join(package_root(), "lnk_wrap", "browser", "lnk-open"), os.X_OK)
 

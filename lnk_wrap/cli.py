@@ -455,7 +455,7 @@ def _dispatch(arguments: Mapping[str, object], env: Mapping[str, str]) -> int:
             raise CliError(str(error)) from None
     if arguments["tool"]:
         from lnk_common.settings import SettingsError, settings_folder
-        from lnk_common.tools import ToolError
+        from lnk_proxy.tools import ToolError
         from lnk_wrap.tools_view import tools
 
         try:

@@ -6,7 +6,7 @@ and hooks on any git command, .envrc when direnv sees them cd in, an editor's ta
 settings when it opens the folder. At the top of every written folder these are held
 read only (a read-only bind in the mount plan) unless the spec's `write_dot_files` names
 the folder; a missing one gets an empty placeholder for the run, so it cannot be made
-(lnk_common.placeholders keeps the list of them).
+(lnk_wrap.placeholders keeps the list of them).
 
 Runs in the launcher, outside, at every start: what the folders hold now decides, not
 what they held when the spec was read. Every file is read with read_regular (never
@@ -41,10 +41,10 @@ from __future__ import annotations
 import os
 import stat
 
-from lnk_common.placeholders import FILE, FOLDER
 from lnk_common.policy import Policy
 from lnk_wrap.gitconfig import MAX_CONFIG_BYTES, GitConfigError, named_paths, parse
 from lnk_wrap.gitdiscovery import NotRegularFileError, discover, read_regular
+from lnk_wrap.placeholders import FILE, FOLDER
 
 TYPE_CHECKING = False  # the typing module costs an import at every start
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 
-from lnk_wrap.helpers import package_root
+from lnk_common.chain import package_root
 
 __all__ = ["SCRIPTS", "EntryError", "main", "script"]
 

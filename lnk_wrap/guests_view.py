@@ -403,7 +403,7 @@ def outside_places(env: Mapping[str, str], program: str
     """What runs as the owner, outside any sandbox, read from this machine and `env` (see
     lnk_wrap.guests.written_outside_problem): the owner's homes, then every protected
     place with its rule, in the order the refusal names the first."""
-    from lnk_wrap.helpers import package_root
+    from lnk_common.chain import package_root
     from lnk_wrap.launch import LaunchError, find_bwrap
 
     account = pwd.getpwuid(os.getuid())

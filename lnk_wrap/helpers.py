@@ -18,18 +18,12 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["ASK_WRAP_AGAIN", "HELPERS", "HELPER_MODULES", "KEPT_LINE_FORMAT", "KEPT_LINE_SCRIPT",
-           "KEPT_LINE_SHELL", "helper_argv", "kept_line", "missing_helpers", "package_root"]
+from lnk_common.chain import START
 
-# Each helper's module, as lnk_wrap/_start.py imports it (a test holds the two equal).
-HELPER_MODULES = {"launch": "lnk_wrap.launch", "init": "lnk_wrap.init",
-                  "exec-watch": "lnk_execwatch.main", "proxy": "lnk_proxy.main",
-                  "relay": "lnk_relay.main", "dns-helper": "lnk_dns.helper",
-                  "ask": "lnk_ask.main"}
-HELPERS = tuple(HELPER_MODULES)
+__all__ = ["ASK_WRAP_AGAIN", "KEPT_LINE_FORMAT", "KEPT_LINE_SCRIPT", "KEPT_LINE_SHELL", "kept_line"]
+
 # How every refusal of a kept line ends (the same words in _start.py and KEPT_LINE_SCRIPT).
 ASK_WRAP_AGAIN = "; ask `lnk-sandbox wrap` again for a new line"
-_START = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_start.py")
 
 # The format of a kept line: what `_start.py` and the launcher's options (Policy.to_argv)
 # mean. Raised when a line an older install printed would be read otherwise by this one
@@ -55,30 +49,6 @@ KEPT_LINE_SCRIPT = (
 )
 
 
-def package_root() -> str:
-    """The folder that holds our packages: a checkout, or site-packages."""
-    return os.path.dirname(os.path.dirname(_START))
-
-
-def missing_helpers(root: str = "") -> list[str]:
-    """The helpers whose module is no longer in the install at `root` (this one unless
-    given): the launcher looks before it starts any, so that an install changed under a
-    kept line is said once, by the launcher, and not by a helper halfway through a start
-    (the init inside the sandbox, where the install has another path)."""
-    root = root or package_root()
-    return [helper for helper, module in HELPER_MODULES.items()
-            if not os.path.isfile(os.path.join(root, *module.split(".")) + ".py")]
-
-
-def helper_argv(helper: str, *, inside: str = "") -> list[str]:
-    """The argv that starts `helper`; `inside`: where our packages are bound in a
-    sandbox, for a helper that runs there (the init)."""
-    if helper not in HELPERS:
-        raise ValueError(f"no helper named {helper!r}")
-    start = f"{inside}/lnk_wrap/_start.py" if inside else _START
-    return [os.path.realpath(sys.executable), "-I", "-S", start, helper]
-
-
 def kept_line(arguments: list[str], *, python: str = "", start: str = "",
               python_version: str = "") -> list[str]:
     """The line `wrap` prints: the launcher with `arguments` (its options, `--`, the
@@ -88,5 +58,5 @@ def kept_line(arguments: list[str], *, python: str = "", start: str = "",
     python = python or os.path.realpath(sys.executable)
     python_version = python_version or f"{sys.version_info[0]}.{sys.version_info[1]}"
     return [KEPT_LINE_SHELL, "-c", KEPT_LINE_SCRIPT, "lnk-sandbox",
-            python, "-I", "-S", start or _START,
+            python, "-I", "-S", start or START,
             "--kept-line", f"{KEPT_LINE_FORMAT}:{python_version}", "launch", *arguments]

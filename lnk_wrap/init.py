@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 import sys
 
-from lnk_common import landlock, seccomp
+from lnk_wrap import landlock, seccomp
 from lnk_wrap.outside import LOADER_VARIABLES, without_loader_variables
 
 __all__ = ["LOADER_VARIABLES", "main"]

@@ -22,7 +22,7 @@ Order of operations:
    what the helpers outside are given (lnk_wrap.outside: a guest's session, the owner's
    account; a run, no variable naming a path the sandbox writes) and find bubblewrap
    with it, and put placeholders where missing ones go, listed with this run
-   (lnk_common.placeholders). A spec whose write_dot_files opens folders says so on its
+   (lnk_wrap.placeholders). A spec whose write_dot_files opens folders says so on its
    first run.
 4. Build bubblewrap's argv from typed options (lnk_wrap.bwrap.plan) and the init's.
 5. Start bubblewrap, learn the sandbox's pid from --info-fd, give the init its
@@ -43,9 +43,9 @@ from __future__ import annotations
 import os
 import sys
 
-from lnk_common import placeholders
 from lnk_common.policy import Policy, PolicyArgvError, split_argv
 from lnk_wrap import bwrap as bwrap_plan
+from lnk_wrap import placeholders
 from lnk_wrap.outside import OUTSIDE_FOLDER, without_loader_variables
 from lnk_wrap.system import gather, runtime_paths
 
@@ -351,7 +351,8 @@ HOST_STOP_POLL_SECONDS = 1.0
 def _check_host_network(policy: Policy) -> None:
     """mode "host" starts only where its abstract unix sockets stay closed and the kill
     switch is off (there is no proxy to refuse its calls)."""
-    from lnk_common import landlock, wirestate
+    from lnk_common import wirestate
+    from lnk_wrap import landlock
 
     abi = landlock.abi_version()
     if abi < HOST_NETWORK_LANDLOCK_ABI:
@@ -524,7 +525,7 @@ def check_code(policy: Policy, writable: Callable[[str], bool], bwrap: str) -> N
     The folder that holds our packages may hold written folders of its own (a
     checkout's examples/workspace): a sandbox cannot put a module beside our packages
     from there."""
-    from lnk_wrap.helpers import package_root
+    from lnk_common.chain import package_root
 
     root = package_root()
     trees = [os.path.join(root, name) for name in sorted(os.listdir(root))
@@ -547,7 +548,7 @@ def check_code(policy: Policy, writable: Callable[[str], bool], bwrap: str) -> N
 def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[str, str],
                  cwd: str, held: tuple[str, ...], outside: Outside, home: homes.Choice,
                  on_run: Callable[[Run], None] | None = None) -> int:
-    from lnk_wrap.helpers import helper_argv, package_root
+    from lnk_common.chain import helper_argv, package_root
     from lnk_wrap.home import environment as home_environment
 
     # The program's HOME (lnk_wrap.home); the helpers outside keep the caller's.
@@ -980,7 +981,7 @@ def _start_served(helper: str, policy: Policy, options: list[str],
     labelled descriptor a message)."""
     import _socket
 
-    from lnk_wrap.helpers import helper_argv
+    from lnk_common.chain import helper_argv
 
     served_end, launcher_end = (end.detach() for end in
                                 _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET))
@@ -1044,7 +1045,8 @@ def check_install(policy: Policy) -> None:
     """Refuse a line (kept by a harness, maybe for long) whose install has changed under
     it: a helper's module gone, or the folder of libraries it names (an editable
     install's venv, for the proxy's h11). Some stats, before anything is made."""
-    from lnk_wrap.helpers import ASK_WRAP_AGAIN, missing_helpers, package_root
+    from lnk_common.chain import missing_helpers, package_root
+    from lnk_wrap.helpers import ASK_WRAP_AGAIN
 
     gone = missing_helpers()
     if gone:

@@ -18,7 +18,7 @@ import os
 import sys
 
 from lnk_common.secrets import MAX_SECRET_BYTES
-from lnk_common.tools import (
+from lnk_proxy.tools import (
     MAX_SECRETS,
     ToolError,
     add_tool,

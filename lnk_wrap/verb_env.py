@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from lnk_common.policy import Policy
-    from lnk_common.tools import Tool
+    from lnk_proxy.tools import Tool
 
 __all__ = ["TOOL_VARIABLE_NOTE", "URL_SECRET_FILE", "VerbEnvError", "check_tools",
            "is_url_secret", "sandbox_environment", "secret_placeholders", "tool_folders_problem",
@@ -120,7 +120,7 @@ def check_tools(policy: Policy, writable: Callable[[str], bool] | None = None) -
     write (tool_folders_problem)."""
     if not policy.tools:
         return
-    from lnk_common.tools import ToolError, read_tool
+    from lnk_proxy.tools import ToolError, read_tool
 
     for name in policy.tools:
         try:
@@ -185,7 +185,7 @@ TOOL_VARIABLE_NOTE = ("{names} named by a tool's definition (lnk-sandbox tool li
 def without_tool_variables(env: Mapping[str, str], settings: str
                            ) -> tuple[dict[str, str], list[str]]:
     """`env` without every variable any tool's definition names for a token
-    (lnk_common.tools: its secrets, the `${VAR}`s of its command), for every sandbox,
+    (lnk_proxy.tools: its secrets, the `${VAR}`s of its command), for every sandbox,
     whether its spec names a tool or not (a harness exported FAR_TOKEN for one tool: no
     sandbox holds it); and the line to say when the caller's environment held one (its
     names, never a value). VerbEnvError
@@ -195,7 +195,7 @@ def without_tool_variables(env: Mapping[str, str], settings: str
         # The index does not describe the definitions there (one kept by an older
         # lnk-sandbox, a write that did not finish): read them all, strictly (orjson, re:
         # ~16 ms a start, paid until `tool add` or `tool remove` writes the index again).
-        from lnk_common.tools import ToolError, tool_variables
+        from lnk_proxy.tools import ToolError, tool_variables
 
         try:
             named = tool_variables(settings)

@@ -50,8 +50,8 @@ from lnk_ask.ways import (
     pick_dialog,
     zenity_argv,
 )
+from lnk_common.chain import helper_argv
 from lnk_proxy.open_rules import MAX_URL_BYTES
-from lnk_wrap.helpers import helper_argv
 from tests.conftest import LNK_SANDBOX, WriteSpec, toml_list
 
 ASK = str(Path(sys.executable).parent / "lnk-sandbox-ask")

@@ -479,7 +479,7 @@ def test_a_start_on_a_machine_with_tools_imports_nothing_heavy(
                         "/bin/true"], env=sandbox_env, check=True, capture_output=True)
     spec = write_spec(f"[files]\nread = {toml_list(tmp_path)}\n")
     line = json.loads(_wrap(spec, sandbox_env, "/bin/true"))
-    heavy = {"re", "lnk_common.secrets", "lnk_common.tools", "orjson", "json", "typing"}
+    heavy = {"re", "lnk_common.secrets", "lnk_proxy.tools", "orjson", "json", "typing"}
     assert sorted(_imported(_after_python(line), sandbox_env, tmp_path) & heavy) == []
     (Path(sandbox_env["LNK_HOME"]) / "sandbox" / "secrets" / "tools.index").unlink()
-    assert "lnk_common.tools" in _imported(_after_python(line), sandbox_env, tmp_path)
+    assert "lnk_proxy.tools" in _imported(_after_python(line), sandbox_env, tmp_path)

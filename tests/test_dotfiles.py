@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from lnk_common import placeholders
+from lnk_wrap import placeholders
 from tests.conftest import (
     LNK_SANDBOX,
     SANDBOX_TIMEOUT_SECONDS,

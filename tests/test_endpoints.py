@@ -766,7 +766,7 @@ def test_the_init_runs_the_program_only_on_the_go_ahead(said: bytes, runs: bool,
                                                          tmp_path: Path) -> None:
     """The init waits on --go-fd for exactly "x": the end of the pipe (a launcher that
     refused or was killed) or anything else, and the program is not run."""
-    from lnk_wrap.helpers import helper_argv
+    from lnk_common.chain import helper_argv
 
     read_end, write_end = os.pipe()
     os.write(write_end, said)

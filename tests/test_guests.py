@@ -468,7 +468,7 @@ def test_a_spec_that_writes_what_runs_outside_is_refused(owner: Path, written: s
     """The owner's home folder, ~/.ssh, a folder holding them, lnk-sandbox's own folder:
     a guest writing any would run its writes outside at the next session (sshd, the
     owner's shell, lnk-sandbox itself); refused by the real `guest add`, naming the rule."""
-    from lnk_wrap.helpers import package_root
+    from lnk_common.chain import package_root
 
     target = {"venv": Path(LNK_SANDBOX).parent, "packages": Path(package_root()) / "lnk_wrap"
               }.get(written, owner / written)

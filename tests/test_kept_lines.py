@@ -25,11 +25,11 @@ from pathlib import Path
 
 import pytest
 
+from lnk_common.chain import HELPER_MODULES
 from lnk_common.policy import Policy, split_argv
 from lnk_wrap.entry import script
 from lnk_wrap.helpers import (
     ASK_WRAP_AGAIN,
-    HELPER_MODULES,
     KEPT_LINE_FORMAT,
     KEPT_LINE_SCRIPT,
     KEPT_LINE_SHELL,

@@ -1,5 +1,5 @@
 """The local model's inference filter (`[localhost] models`): the sans-IO core
-(lnk_common.local_models) by table, with the exact reason of each refusal, and fuzzed
+(lnk_proxy.local_models) by table, with the exact reason of each refusal, and fuzzed
 (nothing outside the allow-list passes; nothing but LocalModelError escapes); then the real
 relay process (`lnk-sandbox-relay --listen … --model-port PORT`) in front of a fake runtime
 on 127.0.0.1 that records what reached it, with the `ollama` client and the `openai` SDK
@@ -29,9 +29,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lnk_common import local_models as lm
-from lnk_common import model_rules, wirestate
-from lnk_common.local_models import LocalModelError
+from lnk_common import wirestate
+from lnk_proxy import local_models as lm
+from lnk_proxy import model_rules
+from lnk_proxy.local_models import LocalModelError
 
 DEEP = os.environ.get("LNK_FUZZ") == "deep"
 EXAMPLES = 2000 if DEEP else 200

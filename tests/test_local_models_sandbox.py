@@ -37,7 +37,7 @@ from typing import Any
 
 import pytest
 
-from lnk_common.local_models import refusal_body
+from lnk_proxy.local_models import refusal_body
 from tests.conftest import (
     LNK_SANDBOX,
     SANDBOX_TIMEOUT_SECONDS,

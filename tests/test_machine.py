@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from lnk_common import landlock
+from lnk_wrap import landlock
 from lnk_wrap.check import report
 
 

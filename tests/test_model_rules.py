@@ -1,4 +1,4 @@
-"""The model verb's sans-IO rules (lnk_common/model_rules.py): router, credentials, rewriter.
+"""The model verb's sans-IO rules (lnk_proxy/model_rules.py): router, credentials, rewriter.
 
 Golden bodies per API (tests/golden/model_*.json), a table of every route allowed and refused
 and of the path attacks, and Hypothesis over random tool lists, nested content and targets.
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lnk_common import model_rules as m
-from lnk_common.model_rules import ModelRequestError
+from lnk_proxy import model_rules as m
+from lnk_proxy.model_rules import ModelRequestError
 
 GOLDEN = Path(__file__).parent / "golden"
 SEARCH = m.read_search_models()

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lnk_common import placeholders
-from lnk_common.placeholders import (
+from lnk_wrap import placeholders
+from lnk_wrap.placeholders import (
     FILE,
     FOLDER,
     PlaceholderError,

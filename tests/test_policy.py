@@ -377,7 +377,7 @@ def test_replace_checks_like_a_new_policy_and_knows_its_fields() -> None:
 
 
 def test_model_providers_are_the_ones_the_proxy_rules_know() -> None:
-    from lnk_common.model_rules import PROVIDER_HOSTS
+    from lnk_proxy.model_rules import PROVIDER_HOSTS
 
     assert set(MODEL_PROVIDERS) == set(PROVIDER_HOSTS)
 

@@ -25,7 +25,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lnk_common.tools import ToolError, check_secret_values, parse_tool, plan_tool
+from lnk_proxy.tools import ToolError, check_secret_values, parse_tool, plan_tool
 from tests.conftest import (
     LNK_SANDBOX,
     SANDBOX_TIMEOUT_SECONDS,

@@ -69,7 +69,7 @@ static int write_all(int fd, const char *data, size_t length) {
     return 0;
 }
 
-/* Print the refusal's reason: the JSON body's "description" (lnk_common/refusal.py), in
+/* Print the refusal's reason: the JSON body's "description" (lnk_proxy/refusal.py), in
  * printable ASCII only (a byte outside it is shown as '?': nothing drives the terminal). */
 static void say_reason(const char *answer) {
     const char *key = "\"description\":\"";

@@ -8,7 +8,7 @@ filter can read (`check_headers`), (3) what its JSON body becomes (`check_body`)
 every key read as Ollama's Go reads it (a case variant of a known field, or two keys that
 fold equal, refused), a top-level null and `keep_alive` dropped, server-side tools
 removed and URL media refused where the runtime speaks a provider's API
-(lnk_common.model_rules' own rewrite, reused, not copied), models that leave the machine
+(lnk_proxy.model_rules' own rewrite, reused, not copied), models that leave the machine
 refused by name, the runtimes' own dangerous fields refused (tensors loaded with
 torch.load, request templates, audio and video URLs), and re-serialised.
 
@@ -44,10 +44,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from lnk_common import model_rules
-from lnk_common.model_rules import ModelRequestError
-from lnk_common.refusal import StatusError, odd_path
-from lnk_common.refusal import refusal_body as _refusal_body
+from lnk_proxy import model_rules
+from lnk_proxy.model_rules import ModelRequestError
+from lnk_proxy.refusal import StatusError, odd_path
+from lnk_proxy.refusal import refusal_body as _refusal_body
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -96,7 +96,7 @@ class LocalModelError(StatusError):
 
 def refusal_body(status: int, reason: str) -> bytes:
     """A refusal of the filter as the program reads it: the verbs' one line of JSON
-    (lnk_common.refusal.refusal_body), so a refusal reads the same by the relayed port and
+    (lnk_proxy.refusal.refusal_body), so a refusal reads the same by the relayed port and
     by `/_link/s/<secret>/local/<port>`."""
     return _refusal_body(status, reason)
 
@@ -705,7 +705,7 @@ def _without_absent_or_runtime_state(body: dict[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 # Bodies
 
-# No model here searches by nature: the model verb's list (lnk_common/data/search_models.txt)
+# No model here searches by nature: the model verb's list (lnk_proxy/data/search_models.txt)
 # names hosted models, and would refuse a local model that merely shares a name.
 _NO_SEARCH_MODELS = model_rules.SearchModels(())
 

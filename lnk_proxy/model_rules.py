@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from lnk_common.refusal import StatusError, odd_path
+from lnk_proxy.refusal import StatusError, odd_path
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -473,8 +473,8 @@ def parse_search_models(text: str) -> SearchModels:
 
 
 def read_search_models() -> SearchModels:
-    """The list shipped with the code (lnk_common/data/search_models.txt); the one read here."""
-    text = resources.files("lnk_common").joinpath("data/search_models.txt").read_text("utf-8")
+    """The list shipped with the code (lnk_proxy/data/search_models.txt); the one read here."""
+    text = resources.files("lnk_proxy").joinpath("data/search_models.txt").read_text("utf-8")
     return parse_search_models(text)
 
 
