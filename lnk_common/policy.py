@@ -1,6 +1,6 @@
 """The resolved policy: what one sandbox may touch, with every path absolute and canonical.
 
-A spec file is read once (lnk_common.spec) into a Policy. The Policy, not the file, is
+A spec file is read once (lnk_wrap.spec) into a Policy. The Policy, not the file, is
 what the emitted command line carries: `wrap` writes it as options of the launcher
 (`to_argv`) and the launcher reads it back (`from_argv`), so a line kept by a harness
 runs what the spec said when it was wrapped, not what the file says later.

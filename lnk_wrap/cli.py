@@ -165,7 +165,7 @@ class CliError(Exception):
 
 
 def _policy(arguments: Mapping[str, object], env: Mapping[str, str]) -> Policy:
-    from lnk_common.spec import SpecError, is_name, load_spec
+    from lnk_wrap.spec import SpecError, is_name, load_spec
 
     try:
         policy = load_spec(str(arguments["--spec"]), env)
@@ -410,7 +410,7 @@ def _dispatch(arguments: Mapping[str, object], env: Mapping[str, str]) -> int:
             raise CliError(str(error)) from None
         print(f"# lnk-sandbox learn: the programs the command ran under {policy.spec} "
               "(nothing was written)")
-        from lnk_common.spec import commands_as_written
+        from lnk_wrap.spec import commands_as_written
 
         print(format_commands(policy.commands, offered,
                               commands_as_written(policy.spec, env) if policy.spec else None))

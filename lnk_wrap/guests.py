@@ -642,7 +642,7 @@ def render_guests(guests: list[Guest]) -> str:
 
 def parse_guests(data: bytes, file: str) -> dict[str, Guest]:
     """guests.toml read back: each guest by name, or GuestError naming the file and key."""
-    from lnk_common import toml
+    from lnk_wrap.vendor import tomllib as toml
 
     if len(data) > MAX_GUESTS_BYTES:
         raise GuestError(f"{file}: larger than {MAX_GUESTS_BYTES} bytes")

@@ -3,7 +3,7 @@
 The pure part (authorized_keys lines, guests.toml, the words shown) is lnk_wrap.guests;
 this module reads and writes the two files, asks, and holds the lock.
 
-`guest add` order: the name → the spec, read as `run` reads it (lnk_common.spec: a
+`guest add` order: the name → the spec, read as `run` reads it (lnk_wrap.spec: a
 refusal names file, key and reason) → the key file → the forced command (every path on it
 writable without quoting) → under the lock: guests.toml read, the name free, the owner's
 authorized_keys read and no line in it already letting the key in → the kept spec read
@@ -494,7 +494,7 @@ def refuse_written_outside(policy: Policy, env: Mapping[str, str], program: str,
 def kept_policy(settings: str, guest: Guest, env: Mapping[str, str]) -> Policy:
     """The guest's kept spec read again by the spec loader, as a run reads a spec: every
     path in it checked first to be still what it was (none became a link since)."""
-    from lnk_common.spec import SpecError, parse_document
+    from lnk_wrap.spec import SpecError, parse_document
 
     file = guests_path(settings)
     where = f"guests.{guest.name}.spec"
@@ -546,7 +546,7 @@ def _ask(settings: str, name: str, key: core.PublicKey, opens: list[str]) -> Non
 
 def add(settings: str, name: str, spec_file: str, key_file: str, env: Mapping[str, str],
         argv0: str) -> int:
-    from lnk_common.spec import SpecError, load_spec, parse_document
+    from lnk_wrap.spec import SpecError, load_spec, parse_document
 
     problem = core.name_problem(name)
     if problem:

@@ -3,7 +3,7 @@ harness's HOME is its own folder"), never the person's, unless the spec writes t
 
 Chosen, in this order:
 - the policy's own (`[agent]`'s folder, or `[files] home`): already written, dot files
-  open (lnk_common.spec);
+  open (lnk_wrap.spec);
 - the caller's HOME when the sandbox writes it (a spec granting your home keeps it, its
   dot files held as in any written folder);
 - for a named wire (the spec's `name`, or `--wire`): `sandbox/homes/<wire>` in Link's

@@ -64,7 +64,7 @@ def learn(policy: Policy, command: list[str], env: Mapping[str, str]
 def format_commands(listed: tuple[str, ...], offered: list[str],
                     written: Mapping[str, str] | None = None) -> str:
     """The `[commands]` table with what was listed and what to add, each marked; a listed
-    entry in the spec's own words (`written`: lnk_common.spec.commands_as_written, by the
+    entry in the spec's own words (`written`: lnk_wrap.spec.commands_as_written, by the
     path it resolves to). With nothing to list, no table (an empty `run` is refused by
     the spec's parser), but a comment saying so."""
     if not listed and not offered:

@@ -363,7 +363,7 @@ def test_run_imports_nothing_heavy_the_line_does_not(
                         *command], sandbox_env, tmp_path)
     heavy = {"docopt", "tomllib", "re", "typing", "enum", "datetime", "dataclasses", "json",
              "ipaddress", "importlib.util", "string", "pathlib", "site", "orjson"}
-    assert "lnk_common.spec" in by_run and "lnk_wrap.launch" in by_line
+    assert "lnk_wrap.spec" in by_run and "lnk_wrap.launch" in by_line
     assert sorted((by_run - by_line) & heavy) == []
 
 

@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lnk_common.policy import Policy
-from lnk_common.spec import load_spec, parse_document
 from lnk_wrap import guests as core
 from lnk_wrap.enter import session_command
 from lnk_wrap.guests import GuestError
+from lnk_wrap.spec import load_spec, parse_document
 from tests.conftest import LNK_SANDBOX, toml_list
 
 ED = ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFxiD6pgn5k8cxMeIO/Do3AqkEeo3UnpIVxEFqOOF5T9 one")
@@ -654,7 +654,7 @@ def test_git_settings_that_cannot_be_read_refuse_and_a_fifo_is_not_waited_on(
 
 BIND_CHECK = """
 import os, sys
-from lnk_common.spec import load_spec
+from lnk_wrap.spec import load_spec
 from lnk_wrap.guests import GuestError
 from lnk_wrap.guests_view import refuse_written_outside
 home, bound, spec, program = sys.argv[1:5]

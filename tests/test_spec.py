@@ -13,7 +13,7 @@ import pytest
 from hypothesis import strategies as st
 
 from lnk_common.policy import Policy
-from lnk_common.spec import (
+from lnk_wrap.spec import (
     MAX_NAME_CHARACTERS,
     MAX_PATHS_PER_KEY,
     MAX_SPEC_BYTES,

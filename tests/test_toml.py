@@ -1,4 +1,4 @@
-"""lnk_common/toml.py reads every document exactly as the standard library's tomllib does
+"""lnk_wrap/vendor/tomllib.py reads every document exactly as the standard library's tomllib does
 (the same tables, or the same error at the same place), on documents built from TOML's
 tokens and on real specs, and a spec's number past Python's digit limit is a bad spec,
 not a traceback."""
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from lnk_common import toml
-from lnk_common.spec import SpecError, load_spec
+from lnk_wrap.spec import SpecError, load_spec
+from lnk_wrap.vendor import tomllib as toml
 from tests.conftest import ROOT, RunSandbox, WriteSpec
 
 EXIT_SANDBOX_FAILED = 125
@@ -125,7 +125,7 @@ def test_toml_a_spec_of_strings_and_integers_imports_no_re() -> None:
     """The point of the copy: a spec of paths, ports and counts is read without `re`,
     `typing`, `datetime` or `string` (14 ms of every start here)."""
     script = (
-        "import sys; sys.path.insert(0, sys.argv[1]); from lnk_common import toml; "
+        "import sys; sys.path.insert(0, sys.argv[1]); from lnk_wrap.vendor import tomllib as toml; "
         "assert toml.loads(sys.argv[2]) == {'name': 'n', 'localhost': {'ports': [5432, 0]}, "
         "'pause': {'refusals': 10}}; "
         "print(sorted({'re', 'typing', 'datetime', 'string', 'enum'} & set(sys.modules)))"

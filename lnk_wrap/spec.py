@@ -18,7 +18,6 @@ import os
 import pwd
 
 from lnk_common import endpoints as endpoint_plan
-from lnk_common import toml
 from lnk_common.policy import (
     DEFAULT_PAUSE,
     MAX_NAME_CHARACTERS,
@@ -29,6 +28,7 @@ from lnk_common.policy import (
     is_secret_name,
 )
 from lnk_common.settings import SettingsError, settings_folder
+from lnk_wrap.vendor import tomllib as toml
 
 TYPE_CHECKING = False  # the typing module costs an import at every start
 if TYPE_CHECKING:
