@@ -2,20 +2,25 @@
 listener made as main makes it (`lane_server`), a client and a scripted host over real
 loopback sockets.
 
-The host is on loopback, which the proxy's decision refuses whatever the spec says
-(tests/test_wire.py holds that); here the address check is set aside so that a host
-whose every answer the test writes can stand upstream. Everything else is the
-proxy's: the head check, the target, the gate, the lines on the log, the lane and the
-task it hands to.
+The scripted host listens on the test network's origin address (tests/testnet.py), in
+the origin's own network namespace, which no address check of the proxy's refuses: a
+socket made by a thread that has entered that namespace (setns(2), as root) is the
+origin's, and stays so when this process's loop serves it. Nothing of the proxy's is
+set aside: its real facts about this machine (`Machine.gather`), the head check, the
+target, the gate, every address's check, the lines on the log, the lane and the task it
+hands to.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import ctypes
+import ipaddress
+import os
 import socket
 import struct
-from collections.abc import Awaitable, Callable, Iterator
+import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -28,6 +33,7 @@ from lnk_proxy import server as proxy_server
 from lnk_proxy.decide import parse_hosts
 from lnk_proxy.lane import lane_server
 from lnk_proxy.machine import Machine
+from tests.testnet import ORIGIN, ORIGIN_ADDRESS
 
 HOST = "upstream.test"
 WIRE = "lane"
@@ -57,7 +63,7 @@ class Host:
         self.port = 0
 
     async def start(self) -> None:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.server = await asyncio.start_server(self._serve, sock=_origin_listener())
         self.port = self.server.sockets[0].getsockname()[1]
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -118,8 +124,7 @@ class Rig:
         self.said: list[str] = []  # the proxy's lines on stderr
 
         async def resolve(_name: str, _port: int) -> list[object]:
-            import ipaddress
-            return [ipaddress.ip_address("127.0.0.1")]
+            return [ipaddress.ip_address(ORIGIN_ADDRESS)]
 
         self.proxy = proxy_server.Proxy(
             rules=parse_hosts((f"{HOST}:{host.port}",)), machine=Machine.gather(),
@@ -161,11 +166,46 @@ class Rig:
         self.host.close()
 
 
-@pytest.fixture
-def anywhere(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The address check set aside (the host is on loopback; see the module's text)."""
-    monkeypatch.setattr(proxy_server, "address_refusal", lambda *_args, **_kwargs: None)
-    yield
+_CLONE_NEWNET = 0x40000000  # linux/sched.h
+
+
+def _origin_listener() -> socket.socket:
+    """A listening socket on the origin's address, made inside the origin's network
+    namespace by a thread of its own (setns(2) moves the calling thread only; the thread
+    ends there, and the socket stays the origin's)."""
+    made: list[socket.socket] = []
+    failed: list[str] = []
+
+    def inside() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        handle = os.open(f"/run/netns/{ORIGIN}", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            if libc.setns(handle, _CLONE_NEWNET) != 0:
+                failed.append(os.strerror(ctypes.get_errno()))
+                return
+        finally:
+            os.close(handle)
+        listener = socket.socket()
+        listener.bind((ORIGIN_ADDRESS, 0))
+        listener.listen(64)
+        listener.setblocking(False)
+        made.append(listener)
+
+    thread = threading.Thread(target=inside)
+    thread.start()
+    thread.join()
+    if not made:
+        raise AssertionError(f"no socket in the origin's namespace: {failed}")
+    return made[0]
+
+
+@pytest.fixture(scope="session")
+def origin(testnet: Path) -> Path:
+    """The test network, whose origin the scripted host listens in: entering its
+    namespace takes root (CAP_SYS_ADMIN), so the ordinary user's run skips these."""
+    if os.geteuid() != 0:
+        pytest.skip("the scripted host enters the test origin's network namespace (root)")
+    return testnet
 
 
 async def _rig(tmp_path: Path, script: Script) -> Rig:
@@ -203,7 +243,7 @@ def _run(test: Callable[[], Awaitable[None]]) -> None:
 
 
 def test_kept_alive_plain_requests_go_by_the_lane_each_checked_and_logged(
-        tmp_path: Path, anywhere: None) -> None:
+        tmp_path: Path, origin: Path) -> None:
     async def test() -> None:
         rig = await _rig(tmp_path, lambda _n, _head: FINE)
         reader, writer = await asyncio.open_connection("127.0.0.1", rig.port)
@@ -233,7 +273,7 @@ def test_kept_alive_plain_requests_go_by_the_lane_each_checked_and_logged(
 
 
 def test_a_response_that_is_not_plain_goes_to_h11_and_the_lane_goes_on(
-        tmp_path: Path, anywhere: None) -> None:
+        tmp_path: Path, origin: Path) -> None:
     chunked = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
                b"5\r\nfirst\r\n6\r\nsecond\r\n0\r\n\r\n")
 
@@ -256,7 +296,7 @@ def test_a_response_that_is_not_plain_goes_to_h11_and_the_lane_goes_on(
 
 
 def test_a_kept_upstream_that_closes_unanswering_is_asked_again_once_on_a_new_one(
-        tmp_path: Path, anywhere: None) -> None:
+        tmp_path: Path, origin: Path) -> None:
     async def test() -> None:
         rig, reader, writer = await _kept(tmp_path, lambda n, _head: CLOSE if n == 2 else FINE)
         writer.write(rig.request("/again"))
@@ -276,7 +316,7 @@ def test_a_kept_upstream_that_closes_unanswering_is_asked_again_once_on_a_new_on
 
 
 def test_the_kill_switch_ends_a_lane_call_in_flight_with_its_line(
-        tmp_path: Path, anywhere: None) -> None:
+        tmp_path: Path, origin: Path) -> None:
     async def test() -> None:
         rig, reader, writer = await _kept(tmp_path, lambda n, _head: HANG if n == 2 else FINE)
         writer.write(rig.request("/slow"))
@@ -299,7 +339,7 @@ def test_the_kill_switch_ends_a_lane_call_in_flight_with_its_line(
 
 
 def test_a_pause_between_two_kept_alive_requests_refuses_the_second_and_closes(
-        tmp_path: Path, anywhere: None) -> None:
+        tmp_path: Path, origin: Path) -> None:
     async def test() -> None:
         rig, reader, writer = await _kept(tmp_path, lambda _n, _head: FINE)
         wirestate.pause(rig.settings, WIRE, "held for a look")
@@ -318,7 +358,7 @@ def test_a_pause_between_two_kept_alive_requests_refuses_the_second_and_closes(
 
 
 def test_a_client_that_reads_nothing_holds_its_upstream_back_not_the_proxys_memory(
-        tmp_path: Path, anywhere: None) -> None:
+        tmp_path: Path, origin: Path) -> None:
     size = 64 << 20
     big = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size + b"x" * size
 
@@ -368,7 +408,7 @@ def _client_transports(rig: Rig) -> list[asyncio.WriteTransport]:
 
 
 def test_a_client_gone_in_the_middle_ends_the_call_with_its_line(
-        tmp_path: Path, anywhere: None) -> None:
+        tmp_path: Path, origin: Path) -> None:
     async def test() -> None:
         rig, _reader, writer = await _kept(tmp_path, lambda n, _head: HANG if n == 2 else FINE)
         writer.write(rig.request("/slow"))
@@ -391,7 +431,7 @@ def test_a_client_gone_in_the_middle_ends_the_call_with_its_line(
 
 
 def test_requests_sent_together_are_the_tasks_and_answered_in_order(
-        tmp_path: Path, anywhere: None) -> None:
+        tmp_path: Path, origin: Path) -> None:
     async def test() -> None:
         rig = await _rig(tmp_path, lambda n, _head: FINE.replace(b"fine", b"n=%02d" % n))
         reader, writer = await asyncio.open_connection("127.0.0.1", rig.port)
@@ -412,7 +452,7 @@ def test_requests_sent_together_are_the_tasks_and_answered_in_order(
 
 
 def test_bytes_past_a_response_end_keep_its_upstream_from_the_next_request(
-        tmp_path: Path, anywhere: None) -> None:
+        tmp_path: Path, origin: Path) -> None:
     extra = FINE + b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nforged"
 
     async def test() -> None:
@@ -429,7 +469,7 @@ def test_bytes_past_a_response_end_keep_its_upstream_from_the_next_request(
 
 
 def test_a_quiet_connection_is_closed_and_a_busy_one_is_not(
-        tmp_path: Path, anywhere: None, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, origin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(proxy_server, "IDLE_SECONDS", 0.4)
 
     async def test() -> None:
@@ -459,7 +499,7 @@ def test_a_quiet_connection_is_closed_and_a_busy_one_is_not(
 
 
 def test_a_request_taken_while_the_clients_buffer_is_full_waits_for_it_to_drain(
-        tmp_path: Path, anywhere: None) -> None:
+        tmp_path: Path, origin: Path) -> None:
     async def test() -> None:
         rig, reader, writer = await _kept(tmp_path, lambda _n, _head: FINE)
         # asyncio says once that a transport's buffer went past its mark; a response
@@ -500,7 +540,7 @@ _STEPS: dict[str, Callable[[int], Answer]] = {
 @given(steps=st.lists(st.sampled_from([*_STEPS, "unanswered", "together", "body"]),
                       min_size=1, max_size=12))
 def test_any_conversation_gets_every_answer_in_order_and_a_line_for_each_call(
-        tmp_path_factory: pytest.TempPathFactory, steps: list[str]) -> None:
+        tmp_path_factory: pytest.TempPathFactory, origin: Path, steps: list[str]) -> None:
     """Requests kept alive, each answered as the step says (plain, chunked, with bytes
     past its end, closing, large, unanswered by a kept upstream and asked again, two
     sent together, one with a body), in any order: each answer arrives whole and in
@@ -534,19 +574,18 @@ def test_any_conversation_gets_every_answer_in_order_and_a_line_for_each_call(
             length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
             return (await reader.readexactly(length))[-5:].rstrip(b"\n")
 
-        with monkeypatch_address_check():
-            for number, step in enumerate(["fine", *steps]):
-                if step == "together":
-                    writer.write(rig.request(f"/fine/{number}a") + rig.request(f"/fine/{number}b"))
-                    names = [await answer(), await answer()]
-                    assert all(name.startswith(b"n") for name in names), names
-                    continue
-                if step == "body":
-                    writer.write(rig.request(f"/fine/{number}", "Content-Length: 4") + b"data")
-                else:
-                    writer.write(rig.request(f"/{step}/{number}"))
-                name = await answer()
-                assert name.startswith(b"n"), (step, name)
+        for number, step in enumerate(["fine", *steps]):
+            if step == "together":
+                writer.write(rig.request(f"/fine/{number}a") + rig.request(f"/fine/{number}b"))
+                names = [await answer(), await answer()]
+                assert all(name.startswith(b"n") for name in names), names
+                continue
+            if step == "body":
+                writer.write(rig.request(f"/fine/{number}", "Content-Length: 4") + b"data")
+            else:
+                writer.write(rig.request(f"/{step}/{number}"))
+            name = await answer()
+            assert name.startswith(b"n"), (step, name)
         writer.close()
         rig.close()
         answered = [int(head.split(b" ")[1].split(b"/")[2].rstrip(b"ab").decode() or 0)
@@ -557,20 +596,8 @@ def test_any_conversation_gets_every_answer_in_order_and_a_line_for_each_call(
     _run(test)
 
 
-@contextlib.contextmanager
-def monkeypatch_address_check() -> Iterator[None]:
-    """The address check set aside for one conversation (the `anywhere` fixture's, for a
-    test that Hypothesis runs many times over)."""
-    saved = getattr(proxy_server, "address_refusal")  # noqa: B009
-    setattr(proxy_server, "address_refusal", lambda *_args, **_kwargs: None)  # noqa: B010
-    try:
-        yield
-    finally:
-        setattr(proxy_server, "address_refusal", saved)  # noqa: B010
-
-
 def test_a_fault_in_the_lane_is_said_its_call_ended_and_only_its_connection_closed(
-        tmp_path: Path, anywhere: None, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path, origin: Path, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
     """A bug in a callback (here, the response's reading raising on the third answer)
     never escapes into asyncio (which would close the upstream's transport and leave
@@ -613,7 +640,7 @@ def test_a_fault_in_the_lane_is_said_its_call_ended_and_only_its_connection_clos
 
 
 def test_a_note_given_as_the_parked_tasks_timer_rings_is_not_lost(
-        tmp_path: Path, anywhere: None) -> None:
+        tmp_path: Path, origin: Path) -> None:
     """The timer rings and a note comes in the same turn of the loop, before the task
     runs: the task gets the note (here END: the connection closes at once rather than
     waiting out another idle time; a handed-off call would have been lost)."""
