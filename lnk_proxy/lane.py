@@ -9,8 +9,9 @@ loop a request). Here the client's protocol (`LaneProtocol`) hands what it recei
 to the connection's `Lane` while its task is parked between requests (`Lane.idle`);
 the lane takes it only when it is one whole plain head (lnk_proxy.plain), nothing
 after it, to the authority of the upstream kept for this connection, and every check
-of the request path passes it (the head check, the target and its Host, the gate and
-the name): the same functions, in the same order, as the task's path. The request is
+of the request path passes it: the head guard and the route (its target and Host) by
+lnk_proxy.connection's own functions, `read_head` and `route`, then the gate and the
+name (Proxy.check_name), as the task's path checks them. The request is
 written anew to the upstream and the upstream's protocol (`UpstreamProtocol`) hands
 the response to the lane, which writes its head anew and exactly its Content-Length of
 body back. Two turns of the loop a request; one `allowed` and one `ended` line as
@@ -36,7 +37,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from lnk_common.wire import Refused
-from lnk_proxy.head import HeadError, RequestHead, check_head, head_end
+from lnk_proxy.connection import Forward, read_head, route
+from lnk_proxy.head import HeadError, head_end
 from lnk_proxy.plain import (
     NEED_MORE,
     ResponseHead,
@@ -46,6 +48,7 @@ from lnk_proxy.plain import (
     response_bytes,
     response_head,
 )
+from lnk_proxy.streams import Inbox, held
 
 if TYPE_CHECKING:
     from lnk_proxy.server import Proxy
@@ -74,28 +77,24 @@ class Retry:
     """The kept upstream closed before it answered a plain request (its ended line is
     written): the task sends it again, once, on a new connection."""
 
-    __slots__ = ("head", "raw")
+    __slots__ = ("request",)
 
-    def __init__(self, head: RequestHead, raw: bytes) -> None:
-        self.head = head
-        self.raw = raw
+    def __init__(self, request: Forward) -> None:
+        self.request = request
 
 
 class Handoff:
     """A response that is not plain, to the task's h11 from the bytes read so far (the
     request was sent, its allowed line written)."""
 
-    __slots__ = ("authority", "call", "head", "path", "raw", "received", "started",
-                 "upstream")
+    __slots__ = ("authority", "call", "received", "request", "started", "upstream")
 
-    def __init__(self, authority: str, call: int, started: float, head: RequestHead,
-                 raw: bytes, path: str, upstream: Upstream, received: bytes) -> None:
-        self.authority = authority
+    def __init__(self, call: int, started: float, request: Forward, upstream: Upstream,
+                 received: bytes) -> None:
+        self.authority = request.target.authority
         self.call = call
         self.started = started
-        self.head = head
-        self.raw = raw
-        self.path = path
+        self.request = request
         self.upstream = upstream
         self.received = received
 
@@ -122,18 +121,15 @@ def _ring(parked: asyncio.Future[Note | _Rung]) -> None:
 class _Exchange:
     """The lane's call in flight."""
 
-    __slots__ = ("authority", "call", "extra", "head", "held", "path", "paused", "protocol",
-                 "raw", "received", "remaining", "response", "sent_back", "started",
-                 "upstream")
+    __slots__ = ("authority", "call", "extra", "held", "paused", "protocol", "received",
+                 "remaining", "request", "response", "sent_back", "started", "upstream")
 
-    def __init__(self, authority: str, call: int, head: RequestHead, raw: bytes, path: str,
-                 upstream: Upstream, protocol: UpstreamProtocol) -> None:
-        self.authority = authority
+    def __init__(self, call: int, request: Forward, upstream: Upstream,
+                 protocol: UpstreamProtocol) -> None:
+        self.authority = request.target.authority
         self.call = call
         self.started = time.monotonic()
-        self.head = head
-        self.raw = raw
-        self.path = path
+        self.request = request
         self.upstream = upstream
         self.protocol = protocol  # the upstream's, whose bytes come here while it runs
         self.received = b""  # the response's bytes until its head is whole
@@ -179,8 +175,7 @@ class Lane:
         loop = asyncio.get_running_loop()
         wait = seconds
         while True:
-            if self.exchange is None and (self.reader._buffer  # type: ignore[attr-defined]
-                                          or self.reader.at_eof()):
+            if self.exchange is None and (held(self.reader) or self.reader.at_eof()):
                 return None
             parked: asyncio.Future[Note | _Rung] = loop.create_future()
             self.parked = parked
@@ -233,17 +228,17 @@ class Lane:
         if upstream is None or head_end(data) != len(data):
             return False  # no kept upstream, a head not whole, or more behind it
         try:
-            head = check_head(data)
+            head = read_head(data)
         except HeadError:
             return False  # the task refuses it, with its reason
         if head.method == "CONNECT" or not plain_request(head) or client_closes(head):
             return False
-        found = self.proxy.locate(head, self.tunnel)
+        found = route(head, self.tunnel)
         if not isinstance(found, tuple):
             return False  # a verb's path, or a refusal: the task's
         target, path = found
         if (upstream.authority != target.authority or not upstream.usable()
-                or upstream.reader._buffer):  # type: ignore[attr-defined]
+                or held(upstream.reader)):
             return False
         protocol = upstream.writer.transport.get_protocol()
         if not isinstance(protocol, UpstreamProtocol):
@@ -261,13 +256,14 @@ class Lane:
         except BaseException:
             upstream.close()
             raise
-        self.exchange = _Exchange(target.authority, call, head, data, path, upstream,
-                                  protocol)
+        request = Forward(head=head, raw=data, rest=b"", target=target, path=path,
+                          parsed=None)
+        self.exchange = _Exchange(call, request, upstream, protocol)
         self.last = time.monotonic()
         protocol.sink = self
         if self.protocol.writing_paused:  # the last response is not all sent yet
             self.pause()
-        upstream.writer.write(request_bytes(head, path))
+        upstream.writer.write(request_bytes(head, path))  # written anew: lnk_proxy.plain
         return True
 
     def client_ended(self, lost: bool) -> None:
@@ -353,9 +349,8 @@ class Lane:
         if exchange is None:
             return
         if exchange.response is None:
-            head, raw = exchange.head, exchange.raw
             self._finish(" error=ConnectionResetError", wake=False)
-            self._wake(Retry(head, raw))
+            self._wake(Retry(exchange.request))
             return
         self._finish(" error=ConnectionResetError")
 
@@ -364,9 +359,8 @@ class Lane:
     def _hand_off(self, exchange: _Exchange) -> None:
         self.exchange = None
         exchange.protocol.sink = None
-        self._wake(Handoff(exchange.authority, exchange.call, exchange.started,
-                           exchange.head, exchange.raw, exchange.path, exchange.upstream,
-                           exchange.received))
+        self._wake(Handoff(exchange.call, exchange.started, exchange.request,
+                           exchange.upstream, exchange.received))
 
     def _finish(self, failure: str, *, wake: bool = True) -> None:
         """The exchange's end: its upstream kept for the next request when the response
@@ -393,7 +387,7 @@ class Lane:
             return
         if failure:
             self._wake(END)
-        elif self.reader._buffer or self.reader.at_eof():  # type: ignore[attr-defined]
+        elif held(self.reader) or self.reader.at_eof():
             self._wake(None)
 
     def _failed(self, error: Exception) -> None:
@@ -503,5 +497,5 @@ async def lane_server(handler: Callable[[asyncio.StreamReader, asyncio.StreamWri
     LaneProtocol (the connection's handler makes its lane)."""
     loop = asyncio.get_running_loop()
     return await loop.create_server(
-        lambda: LaneProtocol(asyncio.StreamReader(limit=CLIENT_BUFFER_BYTES, loop=loop),
-                             handler, loop), sock=sock)
+        lambda: LaneProtocol(Inbox(limit=CLIENT_BUFFER_BYTES, loop=loop), handler, loop),
+        sock=sock)

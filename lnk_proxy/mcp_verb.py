@@ -49,9 +49,23 @@ from lnk_ask.text import bounded
 from lnk_proxy.refusal import StatusError
 from lnk_proxy.tools import Tool
 
-__all__ = ["MAX_MESSAGE_BYTES", "PROGRAM_NOTIFICATIONS", "PROGRAM_REQUESTS", "RELAYED_VERSIONS",
-           "McpError", "ToolProcess", "method_refusal", "parse_message", "plain",
-           "tool_environment"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the verb's I/O (asyncio streams, h11) only where the proxy serves
+    from lnk_proxy.verb_call import Keep, VerbCall
+
+__all__ = [
+    "MAX_MESSAGE_BYTES",
+    "PROGRAM_NOTIFICATIONS",
+    "PROGRAM_REQUESTS",
+    "RELAYED_VERSIONS",
+    "McpError",
+    "McpVerb",
+    "ToolProcess",
+    "method_refusal",
+    "parse_message",
+    "plain",
+    "tool_environment",
+]
 
 # One JSON-RPC message from the program, or one line from the tool: a tool's result with
 # a screenshot or a file is a few MiB; more is refused (the program) or ends the tool
@@ -416,3 +430,105 @@ class ToolProcess:
             if isinstance(tool, dict) and isinstance(tool.get("name"), str) and isinstance(
                     tool.get("annotations"), dict):
                 self.annotations[tool["name"]] = tool["annotations"]
+
+
+class McpVerb:
+    """`/_link/s/<secret>/mcp/<name>` (a part of lnk_proxy.url_secret_verb): one
+    JSON-RPC message of MCP's Streamable HTTP to the tool's process, answered as JSON.
+    Logged `mcp:<name>`, never a method's arguments. `tools`: the tools the policy names;
+    `ask`: how the person is asked about a tools/call; `settings`, `wire`: where each
+    tool's log is kept and the sandbox named in a question."""
+
+    __slots__ = ("ask", "processes", "settings", "tools", "wire")
+
+    def __init__(self, tools: dict[str, Tool], *, ask: Asker | None, settings: str,
+                 wire: str) -> None:
+        self.tools = tools
+        self.ask = ask
+        self.settings = settings
+        self.wire = wire
+        self.processes: dict[str, ToolProcess] = {}
+
+    async def call(self, call: VerbCall, rest: str) -> Keep:
+        from lnk_common.wire import Refused
+
+        name = rest[1:] if rest.startswith("/") else ""
+        tool = self.tools.get(name)
+        if tool is None:
+            return await call.refuse("-", Refused(
+                404, "not among this sandbox's tools ([verbs] tools names them)"))
+        authority = f"mcp:{name}"
+        method = call.request.method
+        if method != b"POST":
+            if method == b"DELETE":
+                self._process(tool).sessions.discard(call.header(b"mcp-session-id") or "")
+                return await call.respond(200, [], b"")
+            # Not a refusal: Streamable HTTP's way for a server to say it offers no
+            # stream of its own (a client opens one after initialize, and goes on).
+            return await call.respond(405, [(b"allow", b"POST, DELETE")], b"")
+        try:
+            call.proxy.gate()
+            message = parse_message(await call.body(MAX_MESSAGE_BYTES))
+        except McpError as error:
+            return await call.refuse(authority, Refused(error.status, error.reason))
+        except Refused as refusal:
+            return await call.refuse(authority, refusal)
+        unknown = method_refusal(message)
+        if unknown is not None:
+            # Not MCP's spelling of a method the verb takes (`Tools/Call`, `tools/call `):
+            # never to the tool, which might take it for a call it would have asked about.
+            # A JSON-RPC error (with no id, at 400, for a notification: Streamable HTTP's).
+            not_relayed = Refused(400, "a method the MCP verb does not relay")
+            call.proxy.log.write("refused", authority, f"reason={not_relayed.logged}")
+            call.proxy.count_refusal(authority, not_relayed)
+            return await call.respond(200 if "id" in message else 400,
+                                      [(b"content-type", b"application/json")],
+                                      orjson.dumps(unknown))
+        return await self._relay(call, tool, authority, message)
+
+    async def _relay(self, call: VerbCall, tool: Tool, authority: str,
+                     message: dict[str, Any]) -> Keep:
+        """The message to the tool's process and its answer back: one allowed and one
+        ended line."""
+        from lnk_common.wire import Refused
+
+        log = call.proxy.log
+        number = next(call.proxy.ids)
+        log.write("allowed", authority, f"id={number} kind=mcp")
+        started = time.monotonic()
+        failure = ""
+        try:
+            response, session = await self._process(tool).answer(
+                message, call.header(b"mcp-session-id"), self.ask, self.wire or "-")
+        except McpError as error:
+            failure = f" error={error.status}"
+            return await call.refuse(authority, Refused(
+                error.status, error.reason, counts=error.status != 502), echo=False)
+        finally:
+            log.write("ended", authority,
+                      f"id={number} seconds={time.monotonic() - started:.3f}{failure}")
+        if response is None:
+            return await call.respond(202, [], b"")
+        if "error" in response and str(response["error"].get("message", "")).startswith(
+                "refused: "):
+            log.write("refused", authority, "reason=a tools/call the person did not allow, "
+                                            "or could not be asked")
+        headers = [(b"content-type", b"application/json")]
+        if session is not None:
+            headers.append((b"mcp-session-id", session.encode("ascii")))
+        return await call.respond(200, headers, orjson.dumps(response))
+
+    def _process(self, tool: Tool) -> ToolProcess:
+        """The tool's process for this sandbox (made, not started: started on use)."""
+        process = self.processes.get(tool.name)
+        if process is None:
+            # One log a tool, shared by the sandboxes that run it (appended; cut to its
+            # newest part when a process starts): a run's own would pile up a file a run.
+            settings = self.settings or "/nonexistent"
+            log = os.path.join(settings, "sandbox", "tools", f"{tool.name}.log")
+            process = self.processes[tool.name] = ToolProcess(tool, log, settings)
+        return process
+
+    def close(self) -> None:
+        for process in self.processes.values():
+            process.close()

@@ -1,7 +1,8 @@
 """The model verb's shell: `/_link/model/<provider>/…` with model_rules' decisions, the
 placeholder this sandbox was given and the key from Link's secrets.
 
-What the proxy calls, in order (lnk_proxy.server):
+It is a ServiceVerb (lnk_proxy.verb_call.service_call runs it: the gate, `place`,
+`admit_at`, the body, `request`, the upstream from `pool_at`). Its own steps, in order:
 - provider(rest) → (provider, target): the provider is one this sandbox named;
 - admit(provider, method, target, headers) → Admitted: before the body is read, the path
   is an inference call, the call carried the placeholder and nothing else, the body is in
@@ -22,6 +23,10 @@ from lnk_proxy import model_rules
 from lnk_proxy.model_rules import ModelRequestError
 from lnk_proxy.upstream import Pool, tls_context
 from lnk_proxy.verbs import VerbError, split_provider
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from lnk_proxy.verb_call import Keep, VerbCall
 
 __all__ = ["Admitted", "ModelVerb"]
 
@@ -58,6 +63,12 @@ class ModelVerb:
     """The providers a sandbox named, its placeholder, and a pool of kept connections per
     provider (reused across the client connections of the sandbox)."""
 
+    kind = "model"  # the log's kind=
+    # The body is read whole (parsed, checked and re-serialised): the rules' own limit
+    # (model_rules.MAX_BODY_BYTES, with its reason), refused (413) from the
+    # Content-Length before a byte of it is read, else as it passes.
+    max_body_bytes = model_rules.MAX_BODY_BYTES
+
     def __init__(self, *, providers: frozenset[str], placeholder: bytes, settings: str,
                  server_tools: bool) -> None:
         unknown = providers - model_rules.PROVIDERS
@@ -90,6 +101,25 @@ class ModelVerb:
                                + ", ".join(sorted(model_rules.PROVIDERS))
                                + "; names are lowercase)")
         return provider, target
+
+    async def call(self, call: VerbCall, rest: str) -> Keep:
+        from lnk_proxy.verb_call import service_call
+
+        return await service_call(call, self, rest)
+
+    def place(self, rest: str) -> tuple[str, str]:
+        """(provider, target): `provider`."""
+        return self.provider(rest)
+
+    def where(self, place: tuple[str, str]) -> tuple[str, int]:
+        return model_rules.PROVIDER_HOSTS[place[0]], 443
+
+    def admit_at(self, place: tuple[str, str], method: bytes,
+                 headers: list[tuple[bytes, bytes]]) -> Admitted:
+        return self.admit(place[0], method, place[1], headers)
+
+    def pool_at(self, place: tuple[str, str]) -> Pool:
+        return self.pools[place[0]]
 
     def admit(self, provider: str, method: bytes, target: str,
               headers: list[tuple[bytes, bytes]]) -> Admitted:

@@ -1,6 +1,6 @@
 """The open verb's I/O: the person's opener outside, and a login's callback passed in.
 
-`/_link/s/<secret>/open` (lnk_proxy.server `_open_call`) checks the URL
+`/_link/s/<secret>/open` (`OpenVerb`, below) checks the URL
 (lnk_proxy.open_rules), asks the person with the URL shown whole, and on yes runs the
 person's own opener here, outside: `xdg-open` (`open` on macOS) found on the PATH the
 harness gave the proxy, with the one form the person read. For a page whose
@@ -39,8 +39,13 @@ import h11
 
 from lnk_common.wire import Refused
 
-__all__ = ["CALLBACK_SECONDS", "OPENER_SECONDS", "Callback", "CallbackSockets", "find_opener",
-           "run_opener"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from lnk_proxy.mcp_verb import Asker
+    from lnk_proxy.verb_call import Keep, VerbCall
+
+__all__ = ["CALLBACK_SECONDS", "OPENER_SECONDS", "Callback", "CallbackSockets", "OpenVerb",
+           "find_opener", "run_opener"]
 
 # The issue's five minutes: a sign-in page waits for a person to type a password and
 # pass a second factor; past this the port is closed and the login must start again.
@@ -425,3 +430,124 @@ async def _answer(loop: asyncio.AbstractEventLoop, browser: socket.socket,
     data += server.send(h11.EndOfMessage()) or b""
     with contextlib.suppress(OSError):
         await loop.sock_sendall(browser, data)
+
+
+class OpenVerb:
+    """`/_link/s/<secret>/open` (a part of lnk_proxy.url_secret_verb): one URL (the body)
+    opened in the person's browser, outside, when they say yes; asked every time, the
+    URL shown whole in the one form that opens (lnk_proxy.open_rules). A login's
+    callback to a loopback port is bound only after the yes (nothing is held, nothing of
+    this machine's ports is learnt, while the person is asked; a port taken is then
+    refused), what came to it before the opener started is closed unread, and the first
+    request after is passed in once (`Callback`). Logged by host only; counted as a
+    call. `ask`: the question shown whole; `environ`: where the opener is found (the
+    proxy's own environment when None); `wire`: the sandbox named in the question."""
+
+    __slots__ = ("ask", "callbacks", "environ", "wire")
+
+    def __init__(self, callbacks: CallbackSockets, *, ask: Asker | None,
+                 environ: Mapping[str, str] | None, wire: str) -> None:
+        self.callbacks = callbacks
+        self.ask = ask
+        self.environ = environ
+        self.wire = wire
+
+    async def call(self, call: VerbCall, rest: str) -> Keep:
+        from lnk_proxy.open_rules import MAX_URL_BYTES, OpenRuleError, callback_target, check_url
+
+        authority = "-"
+        callback: Callback | None = None
+        try:
+            if rest != "/":
+                raise Refused(404, "the open verb's path is /_link/s/<secret>/open")
+            if call.request.method != b"POST":
+                raise Refused(405, "the open verb takes POST with the URL as its body")
+            # One URL, and a line end a client may add.
+            raw = await call.body(MAX_URL_BYTES + 2)
+            try:
+                url = check_url(raw.strip(b"\r\n"))
+                target = callback_target(url)
+            except OpenRuleError as error:
+                raise Refused(error.status, error.reason) from None
+            authority = url.host if url.port is None else f"{url.host}:{url.port}"
+            environ = os.environ if self.environ is None else self.environ
+            opener = find_opener(environ)
+            if opener is None:
+                raise Refused(503, "no opener on this machine: xdg-open is not on the PATH "
+                                   "Link was started with; not opened", counts=False,
+                              final=True)
+            await self._asked(call, url.host, url.opened, target)
+            if target is not None:
+                callback = self._callback(call, target)
+                callback.listen()
+        except Refused as refusal:
+            if callback is not None:
+                callback.cancel()
+            return await call.refuse(authority, refusal)
+        return await self._open(call, authority, opener, url.opened, environ, callback)
+
+    async def _asked(self, call: VerbCall, host: str, shown: str,
+                     target: tuple[str, int] | None) -> None:
+        """The person asked, the URL shown whole; Refused unless they say yes, or when a
+        kill switch or a pause came while the question waited."""
+        if self.ask is None:
+            raise Refused(403, "opening a page is asked of the person, and no way to "
+                               "ask is available here; not opened", counts=False)
+        # One line (lnk_ask shows a question's line breaks as \x0a); a dialog cuts it
+        # into lines (lnk_ask.ways.dialog_lines), every character kept.
+        back = (f"  Its login comes back to port {target[1]} of this machine's loopback "
+                "(http://" + target[0] + f":{target[1]}), and that answer is passed into "
+                "the sandbox, once." if target is not None else "")
+        yes, how = await self.ask(
+            f"{self.wire or 'a sandbox'}: open {host}?",
+            f"The sandbox {self.wire or '-'} asks to open this page in your browser: "
+            f"{shown}{back}",
+            f"sandbox {self.wire or '-'} opens a page on {host}")
+        if not yes:
+            raise Refused(403, f"the person did not allow opening the page ({how})",
+                          logged=f"the person did not allow opening the page ({how})")
+        # The question may have waited two minutes: a kill switch or a pause since then
+        # holds over the yes.
+        call.proxy.gate(counted=False)
+
+    def _callback(self, call: VerbCall, target: tuple[str, int]) -> Callback:
+        """The login's callback, bound (`listen`) only after the yes: while the question
+        waits nothing listens (a request sent then cannot pass as the browser's), no port
+        is held for a question answered no, and whether a port is taken is learnt by
+        nobody who has not been allowed (taken: 409 then, said to the program and
+        logged)."""
+        proxy = call.proxy
+        return Callback(target[0], target[1], self.callbacks, log=proxy.log.write,
+                        next_id=lambda: next(proxy.ids), gate=lambda: proxy.gate(counted=False))
+
+    async def _open(self, call: VerbCall, authority: str, opener: str, shown: str,
+                    environ: Mapping[str, str], callback: Callback | None) -> Keep:
+        """The opener run, one allowed and one ended line; the answer `{"opened": URL}`."""
+        from lnk_proxy.mcp_verb import tool_environment
+
+        log = call.proxy.log
+        number = next(call.proxy.ids)
+        log.write("allowed", authority, f"id={number} kind=open")
+        started = time.monotonic()
+
+        def page_opened() -> None:
+            # The opener is started: what connected before it is closed unread, and the
+            # first request after is the one passed in.
+            if callback is not None:
+                callback.close_early()
+                callback.start()
+
+        failure = await run_opener(opener, shown, tool_environment(environ),
+                                   started=page_opened)
+        log.write("ended", authority, f"id={number} kind=open seconds="
+                                      f"{time.monotonic() - started:.3f}"
+                                      + (" error=the opener failed" if failure else ""))
+        if failure:
+            if callback is not None:
+                callback.cancel()
+            return await call.refuse(authority, Refused(502, failure + "; not opened",
+                                                        counts=False), echo=False)
+        import orjson
+
+        return await call.respond(200, [(b"content-type", b"application/json")],
+                                  orjson.dumps({"opened": shown}) + b"\n")

@@ -35,6 +35,8 @@ from lnk_proxy.upstream import Pool, tls_context
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from lnk_proxy.verb_call import Keep, VerbCall
+
 __all__ = ["MAX_BODY_BYTES", "Admitted", "SecretVerb", "split_secret"]
 
 # A secret verb's body is read whole to look for a `method` field. Telegram's Bot API takes
@@ -82,7 +84,14 @@ def _refused(error: SecretRuleError, *, counts: bool = True) -> Refused:
 class SecretVerb:
     """The secrets a sandbox named, the placeholder of each, and a pool of kept
     connections per upstream authority (keyed by host:port, not by name: a rule set anew
-    with another host never reuses a connection to the old one)."""
+    with another host never reuses a connection to the old one). A ServiceVerb
+    (lnk_proxy.verb_call.service_call runs it): `place` is the name and its rule read
+    now, `admit_at` the rule's shapes matched, `request` the body checked and the secret
+    put in. The log names the rule's host and port, never the name's path, the secret or
+    the placeholder."""
+
+    kind = "secret"  # the log's kind=
+    max_body_bytes = MAX_BODY_BYTES
 
     def __init__(self, *, placeholders: Mapping[str, bytes], settings: str) -> None:
         for name, placeholder in placeholders.items():
@@ -105,6 +114,27 @@ class SecretVerb:
             raise Refused(404, "not among this sandbox's secrets ([verbs] secrets names them; "
                                "names are compared exactly)")
         return name, target
+
+    async def call(self, call: VerbCall, rest: str) -> Keep:
+        from lnk_proxy.verb_call import service_call
+
+        return await service_call(call, self, rest)
+
+    def place(self, rest: str) -> tuple[str, str, Rule]:
+        """(name, target, the name's rule read now): `secret`, then `rule`."""
+        name, target = self.secret(rest)
+        return name, target, self.rule(name)
+
+    def where(self, place: tuple[str, str, Rule]) -> tuple[str, int]:
+        return place[2].host, place[2].port
+
+    def admit_at(self, place: tuple[str, str, Rule], method: bytes,
+                 headers: list[tuple[bytes, bytes]]) -> Admitted:
+        name, target, rule = place
+        return self.admit(name, rule, method, target, headers)
+
+    def pool_at(self, place: tuple[str, str, Rule]) -> Pool:
+        return self.pool(f"{place[2].host}:{place[2].port}")
 
     def rule(self, name: str) -> Rule:
         """The rule kept with `name`, read and parsed now, or Refused (403, final, not counted)."""

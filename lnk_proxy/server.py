@@ -39,7 +39,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 import h11
 
 from lnk_common.controls import Controls, SharedControls
-from lnk_common.endpoints import PROXY_ADDRESS, PROXY_PORT, AddressBook
+from lnk_common.endpoints import AddressBook
 from lnk_common.wire import (
     OUT_OF_DESCRIPTORS,
     Refused,
@@ -49,6 +49,15 @@ from lnk_common.wire import (
 )
 from lnk_common.wirelog import WireLog
 from lnk_proxy import sni
+from lnk_proxy.connection import (
+    CallVerb,
+    ClientConnection,
+    Closed,
+    Forward,
+    NeedData,
+    OpenTunnel,
+    Refuse,
+)
 from lnk_proxy.decide import (
     METADATA_ADDRESSES,
     Address,
@@ -57,18 +66,18 @@ from lnk_proxy.decide import (
     address_refusal,
     matching_rule,
 )
-from lnk_proxy.head import HeadError, RequestHead, check_head, head_end
+from lnk_proxy.head import RequestHead
 from lnk_proxy.lane import END, Handoff, Lane, LaneProtocol, Retry
 from lnk_proxy.mcp_verb import Asker, ToolProcess, tool_environment
 from lnk_proxy.model_rules import MAX_BODY_BYTES, PROVIDER_HOSTS
 from lnk_proxy.model_verb import ModelVerb
-from lnk_proxy.plain import HOP_FIELDS, client_closes, plain_request, response_bytes, response_head
+from lnk_proxy.plain import HOP_FIELDS, client_closes, response_bytes, response_head
 from lnk_proxy.plain import NEED_MORE as PLAIN_NEED_MORE
 from lnk_proxy.plain import request_bytes as plain_request_bytes
 from lnk_proxy.resolver import system_resolver
 from lnk_proxy.secret_verb import MAX_BODY_BYTES as SECRET_BODY_BYTES
 from lnk_proxy.secret_verb import SecretVerb
-from lnk_proxy.target import Target, TargetError, parse_absolute, parse_connect
+from lnk_proxy.target import Target
 from lnk_proxy.tools import Tool
 from lnk_proxy.upstream import CHUNK, Pool, Upstream, open_socket, open_upstream
 from lnk_proxy.verbs import (
@@ -77,7 +86,6 @@ from lnk_proxy.verbs import (
     URL_SECRET,
     VerbError,
     asked_line,
-    is_verb_target,
     split_local,
     split_url_secret,
     split_verb,
@@ -132,27 +140,12 @@ Resolver = Callable[[str, int], Awaitable[list[Address]]]
 # text, never the parser's message (h11's quotes the bytes it refused, so a malformed
 # chunk size put text of the program's choice, its URL secret and placeholder included,
 # in the refusal and the wire's log). The program learns the class, not the byte.
-UNREADABLE_HEAD = "the request is not HTTP/1.1 as h11 reads it"
 UNREADABLE_BODY = ("the request body is not HTTP/1.1 as h11 reads it (its chunked framing "
                    "or its length)")
 BODY_STALLED = f"the request body stalled (nothing for {BODY_IDLE_SECONDS:g} s)"
 HELD_BODIES_FULL = (f"the proxy holds {MAX_HELD_BODY_BYTES // (1024 * 1024)} MiB of verb "
                     "request bodies already (MAX_HELD_BODY_BYTES); try again when a call "
                     "has ended")
-
-
-# The proxy's own address inside a sandbox: a request to it (as a base URL, or through
-# the proxy variables) is for the verbs' namespace, never forwarded.
-OWN_AUTHORITIES = (f"{PROXY_ADDRESS}:{PROXY_PORT}", f"localhost:{PROXY_PORT}")
-
-
-def _own_path(target: str) -> str | None:
-    lowered = target.lower()
-    for authority in OWN_AUTHORITIES:
-        prefix = f"http://{authority}"
-        if lowered == prefix or lowered.startswith(prefix + "/"):
-            return target[len(prefix):] or "/"
-    return None
 
 
 async def _read(reader: asyncio.StreamReader, size: int, seconds: float) -> bytes:
@@ -203,16 +196,6 @@ def _asks_to_upgrade(headers: Sequence[tuple[bytes, bytes]]) -> bool:
 
 
 
-
-def _host_matches(hosts: list[str], target: Target) -> bool:
-    try:
-        named = parse_connect(hosts[0] if ":" in hosts[0].rsplit("]", 1)[-1]
-                              else f"{hosts[0]}:{target.port}")
-    except TargetError:
-        return False
-    return (named.host, named.port) == (target.host, target.port)
-
-
 class _Outcome:
     """What one exchange did: bytes each way, whether a response began, how it ended."""
 
@@ -225,17 +208,6 @@ class _Outcome:
         self.reusable = False
         self.client_gone = False
         self.failure = ""
-
-
-class _Misplaced:
-    """A request that goes nowhere (`Proxy.locate`): its refusal, and the target it is
-    logged under."""
-
-    __slots__ = ("refusal", "where")
-
-    def __init__(self, where: str, refusal: Refused) -> None:
-        self.where = where
-        self.refusal = refusal
 
 
 def _outgoing(request: h11.Request, path: str, upgrade: bool) -> h11.Request:
@@ -409,10 +381,16 @@ class Proxy(Wire):
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Heads one after another on a connection kept alive (each request checked and
         decided afresh, wherever it goes), until a CONNECT, a refusal or a close."""
+        await self._connection(reader, writer, ClientConnection())
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                          connection: ClientConnection) -> None:
+        """One client connection's requests (`connection`, sans IO: lnk_proxy.connection)
+        served with its kept upstream and its lane, both let go at its end."""
         kept: list[Upstream | None] = [None]
         lane = self._lane(reader, writer, kept)
         try:
-            await self._requests(reader, writer, b"", kept, lane=lane)
+            await self._requests(reader, writer, kept, connection, lane)
         finally:
             _let_go(lane, kept)
 
@@ -426,82 +404,78 @@ class Proxy(Wire):
         return Lane(self, protocol, reader, writer, kept)
 
     async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                        buffer: bytes, kept: list[Upstream | None],
-                        tunnel: Target | None = None, *, lane: Lane | None = None) -> None:
-        """Requests one after another; `tunnel`: the port-80 tunnel they all travel in
-        (every Host must name its host), else absolute-form requests to the proxy.
-        `lane`: between requests the task is parked in it, and it serves the plain
-        requests to the kept upstream itself (lnk_proxy.lane)."""
+                        kept: list[Upstream | None], connection: ClientConnection,
+                        lane: Lane | None) -> None:
+        """The connection's commands carried out one after another until it ends: its
+        bytes read as it needs them (a head within HEAD_SECONDS of its first byte;
+        between requests, the lane's while it is parked there, IDLE_SECONDS), each
+        request's decision and exchange, a CONNECT's tunnel."""
+        deadline: float | None = None  # the head's, from its first byte
         while True:
-            where = tunnel.authority if tunnel is not None else "-"  # for a bad head
-            if not buffer and lane is not None:
-                note = await lane.idle(tunnel, IDLE_SECONDS)
-                if note is END:
-                    return
-                if isinstance(note, Retry | Handoff):
-                    if isinstance(note, Retry):  # the kept upstream closed unanswering
-                        keep, buffer = await self._forward(note.head, note.raw, b"", reader,
-                                                           writer, kept, tunnel)
-                    else:
-                        keep, buffer = await self._handed(note, reader, writer, kept, tunnel)
-                    if not keep:
+            command = connection.next_command()
+            if isinstance(command, NeedData):
+                if command.within_head:
+                    deadline = deadline or asyncio.get_running_loop().time() + HEAD_SECONDS
+                    try:
+                        async with asyncio.timeout_at(deadline):
+                            connection.receive_data(await reader.read(65536))
+                    except TimeoutError:
+                        await self._refuse_as(writer, connection.head_timed_out())
                         return
                     continue
-            if not buffer:
-                try:  # between requests a client may idle; within a head it may not
-                    buffer = await _read(reader, 65536, IDLE_SECONDS)
-                except TimeoutError:
+                if not await self._between_requests(reader, writer, kept, connection, lane):
                     return
-                if not buffer:
-                    return
-            raw: bytes | None
-            try:
-                end = head_end(buffer)
-                if end >= 0:  # the whole head is here (as a small request's is): no wait
-                    raw, buffer = buffer[:end], buffer[end:]
-                else:
-                    async with asyncio.timeout(HEAD_SECONDS):
-                        raw, buffer = await self._read_head(reader, buffer)
-            except TimeoutError:
-                await self._refuse(writer, where, Refused(408, "the request head took too long"))
-                return
-            except HeadError as error:
-                await self._refuse(writer, where, Refused(400, str(error)))
-                return
-            if raw is None:
+                continue
+            deadline = None
+            if isinstance(command, Closed):
                 return
             self.asked()  # a call from here: the switches close it (the gate first)
-            try:
-                head = check_head(raw)
-            except HeadError as error:
-                await self._refuse(writer, where, Refused(400, str(error)))
+            if isinstance(command, Refuse):
+                await self._refuse_as(writer, command)
                 return
-            if head.method == "CONNECT":
-                if tunnel is not None:
-                    await self._refuse(writer, tunnel.authority,
-                                       Refused(400, "a CONNECT inside a tunnel"))
+            if isinstance(command, OpenTunnel):
+                if not await self._connect(command, reader, writer, kept):
                     return
-                tunnel = await self._connect(head.target, buffer, reader, writer, kept)
-                if tunnel is None:
-                    return
-                continue  # the tunnel's own requests, from what followed the CONNECT
-            keep, buffer = await self._forward(head, raw, buffer, reader, writer, kept,
-                                               tunnel)
+                connection.tunnel_opened(command.target)
+                continue
+            if isinstance(command, CallVerb):
+                keep, leftover = await self._verb(command.path, command.parsed[1],
+                                                  command.parsed[0], reader, writer)
+            else:
+                keep, leftover = await self._forward(command, reader, writer, kept)
             if not keep:
                 return
+            connection.request_done(leftover)
 
-    async def _read_head(self, reader: asyncio.StreamReader,
-                         buffer: bytes) -> tuple[bytes | None, bytes]:
-        while True:
-            end = head_end(buffer)
-            if end >= 0:
-                return buffer[:end], buffer[end:]
-            chunk = await reader.read(65536)
-            if not chunk:
-                return None, b""
-            buffer += chunk
+    async def _between_requests(self, reader: asyncio.StreamReader,
+                                writer: asyncio.StreamWriter, kept: list[Upstream | None],
+                                connection: ClientConnection, lane: Lane | None) -> bool:
+        """Idle between requests: parked in the lane (which serves plain requests to the
+        kept upstream itself) until it hands work back, then the client's next bytes
+        given to `connection`; False when the connection ends (quiet past IDLE_SECONDS,
+        its end, a refusal of the lane's, an exchange that ends it)."""
+        if lane is not None:
+            note = await lane.idle(connection.tunnel, IDLE_SECONDS)
+            if note is END:
+                return False
+            if isinstance(note, Retry | Handoff):
+                if isinstance(note, Retry):  # the kept upstream closed unanswering
+                    keep, leftover = await self._forward(note.request, reader, writer, kept)
+                else:
+                    keep, leftover = await self._handed(note, reader, writer, kept)
+                if leftover:
+                    connection.receive_data(leftover)
+                return keep
+        try:  # between requests a client may idle; within a head it may not
+            connection.receive_data(await _read(reader, 65536, IDLE_SECONDS))
+        except TimeoutError:
+            return False
+        return True
 
-    async def _refuse(self, writer: asyncio.StreamWriter, target: str, refusal: Refused, *,
+    async def _refuse_as(self, writer: asyncio.StreamWriter, command: Refuse) -> None:
+        await self.refuse(writer, command.where, command.refusal)
+
+    async def refuse(self, writer: asyncio.StreamWriter, target: str, refusal: Refused, *,
                       verb: bool = False) -> None:
         """The refusal's one line to the program and the log (with `verb`, as one line of
         JSON in the error shape the providers' SDKs read, so a harness's SDK shows why)."""
@@ -534,7 +508,7 @@ class Proxy(Wire):
             refusal = Refused(refusal.status, f"{refusal.reason}; got {got}",
                               counts=refusal.counts, logged=refusal.logged,
                               ordinary=refusal.ordinary, final=refusal.final)
-        await self._refuse(writer, target, refusal, verb=True)
+        await self.refuse(writer, target, refusal, verb=True)
         with contextlib.suppress(OSError, TimeoutError):
             if writer.can_write_eof():
                 writer.write_eof()
@@ -599,17 +573,12 @@ class Proxy(Wire):
 
     # -- CONNECT ------------------------------------------------------------------------
 
-    async def _connect(self, raw_target: str, early: bytes, reader: asyncio.StreamReader,
-                       writer: asyncio.StreamWriter, kept: list[Upstream | None]
-                       ) -> Target | None:
-        """A CONNECT: decided, answered, then relayed; or, to port 80, the tunnel whose
-        requests the caller serves next (returned; the connection `kept` from requests
-        before it is closed)."""
-        try:
-            target = parse_connect(raw_target)
-        except TargetError as error:
-            await self._refuse(writer, "-", Refused(400, str(error)))
-            return None
+    async def _connect(self, command: OpenTunnel, reader: asyncio.StreamReader,
+                       writer: asyncio.StreamWriter, kept: list[Upstream | None]) -> bool:
+        """A CONNECT: decided, answered, then relayed; or, to port 80, True: the tunnel
+        whose requests the caller serves next (the connection `kept` from requests before
+        it is closed)."""
+        target = command.target
         if kept[0] is not None:
             kept[0].close()
             kept[0] = None
@@ -623,8 +592,8 @@ class Proxy(Wire):
             else:
                 upstream = await self._open_tunnel(target)
         except Refused as refusal:
-            await self._refuse(writer, target.authority, refusal)
-            return None
+            await self.refuse(writer, target.authority, refusal)
+            return False
         try:
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             await writer.drain()
@@ -633,9 +602,9 @@ class Proxy(Wire):
                 upstream.close()
             raise
         if target.port == HTTP_PORT:
-            return target
-        await self._tunnel(target, early, reader, writer, upstream, "connect")
-        return None
+            return True
+        await self._tunnel(target, command.early, reader, writer, upstream, "connect")
+        return False
 
     async def _tunnel(self, target: Target, early: bytes, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter, upstream: socket.socket, kind: str) -> None:
@@ -716,12 +685,7 @@ class Proxy(Wire):
         if port != HTTP_PORT:
             await self._tunnel(target, b"", reader, writer, upstream, "endpoint")
             return
-        kept: list[Upstream | None] = [None]
-        lane = self._lane(reader, writer, kept)
-        try:
-            await self._requests(reader, writer, b"", kept, target, lane=lane)
-        finally:
-            _let_go(lane, kept)
+        await self._connection(reader, writer, ClientConnection(target))
 
     async def _client_hello(self, reader: asyncio.StreamReader, data: bytes
                             ) -> tuple[bytes, str | object | None]:
@@ -739,58 +703,16 @@ class Proxy(Wire):
 
     # -- requests: dispatch, the upstream, one exchange --------------------------------
 
-    async def _forward(self, head: RequestHead, raw: bytes, rest: bytes,
-                       reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                       kept: list[Upstream | None], tunnel: Target | None = None
+    async def _forward(self, request: Forward, reader: asyncio.StreamReader,
+                       writer: asyncio.StreamWriter, kept: list[Upstream | None]
                        ) -> tuple[bool, bytes]:
-        """One request and its response; (whether the client's connection goes on to
-        another request, the bytes it already sent of that one). Dispatch: a verb's path
-        on the proxy's own listener, or a request to pass on (absolute form to the
-        proxy, or, in a port-80 `tunnel`, a request to the tunnel's host). A plain
-        request (lnk_proxy.plain: no body) is read by no one else; any other is read by
-        h11 too, and refused if h11 refuses it, before anything is sent on."""
-        parsed: tuple[h11.Connection, h11.Request] | None = None
-        if not plain_request(head):
-            parsed = await self._h11_request(writer, raw + rest, tunnel)
-            if parsed is None:
-                return False, b""
-        found = await self._where(head, writer, tunnel)
-        if found is None:
-            return False, b""
-        if isinstance(found, str):
-            if parsed is None:  # h11 takes every plain head (tests/test_plain.py)
-                parsed = await self._h11_request(writer, raw + rest, tunnel)
-                if parsed is None:
-                    return False, b""
-            return await self._verb(found, parsed[1], parsed[0], reader, writer)
-        target, path = found
-        return await self._pass(target, path, head, raw, rest, parsed, reader, writer, kept,
-                                tunnel)
-
-    async def _h11_request(self, writer: asyncio.StreamWriter, data: bytes,
-                           tunnel: Target | None) -> tuple[h11.Connection, h11.Request] | None:
-        """h11's server side fed `data` (a head and what followed it) and its Request,
-        or None once refused (400: h11 may refuse what the head check admitted)."""
-        client = h11.Connection(h11.SERVER)
-        client.receive_data(data)
-        try:
-            request = client.next_event()
-        except h11.RemoteProtocolError:
-            await self._refuse(writer, tunnel.authority if tunnel else "-",
-                               Refused(400, UNREADABLE_HEAD))
-            return None
-        assert isinstance(request, h11.Request)
-        return client, request
-
-    async def _pass(self, target: Target, path: str, head: RequestHead, raw: bytes,
-                    rest: bytes, parsed: tuple[h11.Connection, h11.Request] | None,
-                    reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                    kept: list[Upstream | None], tunnel: Target | None) -> tuple[bool, bytes]:
-        """A request to a host of the sandbox's own. The upstream connection of the last
-        request is used again when this one goes to the same host and port (its address
-        was checked when it was opened; the controls and the name are checked again
-        here, and the call counted); `kept` holds it between requests. `parsed`: h11's
-        reading of a request that is not plain (None: a plain one)."""
+        """A request to a host of the sandbox's own (absolute form to the proxy, or a
+        port-80 tunnel's) and its response; (whether the client's connection goes on to
+        another request, the bytes it already sent of that one). The upstream connection
+        of the last request is used again when this one goes to the same host and port
+        (its address was checked when it was opened; the controls and the name are
+        checked again here, and the call counted); `kept` holds it between requests."""
+        target = request.target
         previous = kept[0]
         kept[0] = None
         try:
@@ -805,29 +727,29 @@ class Proxy(Wire):
         except Refused as refusal:
             if previous is not None:
                 previous.close()
-            await self._refuse(writer, target.authority, refusal)
+            await self.refuse(writer, target.authority, refusal)
             return False, b""
-        if parsed is None:
-            outcome, client = await self._plain_exchange(target.authority, head, path, raw,
-                                                         reader, writer, upstream)
+        if request.parsed is None:
+            outcome, client = await self._plain_exchange(target.authority, request.head,
+                                                         request.path, request.raw, reader,
+                                                         writer, upstream)
         else:
-            client, request = parsed
-            upgrade = _asks_to_upgrade(request.headers)
+            client, h11_request = request.parsed
+            upgrade = _asks_to_upgrade(h11_request.headers)
             outcome = await self._exchange(target.authority, "http", client, reader, writer,
-                                           upstream, _outgoing(request, path, upgrade),
-                                           body=None)
-        return await self._settle(outcome, client, upstream, upstream is previous, head, raw,
-                                  rest, parsed is None, reader, writer, kept, tunnel)
+                                           upstream, _outgoing(h11_request, request.path,
+                                                               upgrade), body=None)
+        return await self._settle(outcome, client, upstream, upstream is previous, request,
+                                  reader, writer, kept)
 
     async def _settle(self, outcome: _Outcome, client: h11.Connection | None,
-                      upstream: Upstream, was_kept: bool, head: RequestHead, raw: bytes,
-                      rest: bytes, plain: bool, reader: asyncio.StreamReader,
-                      writer: asyncio.StreamWriter, kept: list[Upstream | None],
-                      tunnel: Target | None) -> tuple[bool, bytes]:
+                      upstream: Upstream, was_kept: bool, request: Forward,
+                      reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      kept: list[Upstream | None]) -> tuple[bool, bytes]:
         """After a passed request's exchange: its upstream kept when reusable, the
         request sent again when its kept upstream had closed, and whether the client's
         connection goes on. `client`: h11's reading of the exchange (None: plain
-        throughout); `plain`: the request was plain (`rest` is what followed it)."""
+        throughout); a plain request's `rest` is what followed it."""
         if outcome.reusable:
             if client is not None:  # h11 read this exchange: its state goes round
                 upstream.conn.start_next_cycle()
@@ -836,21 +758,21 @@ class Proxy(Wire):
             # The kept connection was closed by the server meanwhile: a request with no
             # body is sent again, once, on a new connection (checked afresh), which is
             # then kept in `kept` as any other (and closed with the client's).
-            return await self._forward(head, raw, rest, reader, writer, kept, tunnel)
+            return await self._forward(request, reader, writer, kept)
         if client is None:
-            return not outcome.failure and not client_closes(head), rest
+            return not outcome.failure and not client_closes(request.head), request.rest
         keep, trailing = _next_cycle(client, outcome)
-        return keep, (rest if plain else trailing)
+        return keep, (request.rest if request.parsed is None else trailing)
 
     async def _handed(self, note: Handoff, reader: asyncio.StreamReader,
-                      writer: asyncio.StreamWriter, kept: list[Upstream | None],
-                      tunnel: Target | None) -> tuple[bool, bytes]:
+                      writer: asyncio.StreamWriter, kept: list[Upstream | None]
+                      ) -> tuple[bool, bytes]:
         """A lane's request whose response is not plain: h11's from the bytes read."""
-        outcome, client = await self._h11_resumed(note.authority, note.raw, note.path,
-                                                  reader, writer, note.upstream,
-                                                  (note.call, note.started, note.received))
-        return await self._settle(outcome, client, note.upstream, True, note.head, note.raw,
-                                  b"", True, reader, writer, kept, tunnel)
+        outcome, client = await self._h11_resumed(
+            note.authority, note.request.raw, note.request.path, reader, writer,
+            note.upstream, (note.call, note.started, note.received))
+        return await self._settle(outcome, client, note.upstream, True, note.request, reader,
+                                  writer, kept)
 
     async def _h11_resumed(self, authority: str, raw: bytes, path: str,
                            reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
@@ -1409,55 +1331,6 @@ class Proxy(Wire):
         if outcome.reusable:
             upstream.close()
         return _next_cycle(client, outcome)
-
-    async def _where(self, head: RequestHead, writer: asyncio.StreamWriter,
-                     tunnel: Target | None) -> tuple[Target, str] | str | None:
-        """Where a request goes and the path to send (`locate`), or None once refused
-        (the response written)."""
-        found = self.locate(head, tunnel)
-        if isinstance(found, _Misplaced):
-            await self._refuse(writer, found.where, found.refusal)
-            return None
-        return found
-
-    def locate(self, head: RequestHead, tunnel: Target | None
-               ) -> tuple[Target, str] | str | _Misplaced:
-        """Where a request goes and the path to send, a verb's path, or why it goes
-        nowhere: absolute-form to the proxy, origin-form (or absolute-form to the same
-        host) in a tunnel; its Host must name that very host (a CDN routes by Host:
-        another one is domain fronting)."""
-        if tunnel is None:
-            path_here = (head.target if head.target.startswith("/")
-                         else _own_path(head.target))
-            if path_here is not None:
-                if is_verb_target(path_here):
-                    return path_here
-                return _Misplaced("-", Refused(
-                    400, "the proxy takes absolute-form requests (http://host/…), CONNECT, "
-                         "and its verbs' paths (/_link/…)"))
-        where = tunnel.authority if tunnel is not None else "-"
-        if tunnel is not None and head.target.startswith("/"):
-            target, path = tunnel, head.target
-        else:
-            try:
-                target, path = parse_absolute(head.target)
-            except TargetError as error:
-                return _Misplaced(where, Refused(400, str(error)))
-            if tunnel is not None and target.authority != tunnel.authority:
-                return _Misplaced(tunnel.authority, Refused(
-                    400, f"a request in the tunnel to {tunnel.authority} names another "
-                         f"host ({target.authority})"))
-        hosts = head.get("host")
-        if not hosts:
-            # h11 sends on HTTP/1.1, which needs a Host; and there is nothing to check.
-            return _Misplaced(target.authority,
-                              Refused(400, f"an {head.version} request without Host"))
-        if not _host_matches(hosts, target):
-            return _Misplaced(target.authority, Refused(
-                400, "the Host header names another host than the request's URL"
-                if tunnel is None else
-                f"the Host header names another host than the tunnel's ({tunnel.authority})"))
-        return target, path
 
 
 def _let_go(lane: Lane | None, kept: list[Upstream | None]) -> None:

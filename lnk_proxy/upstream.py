@@ -19,6 +19,7 @@ import h11
 from lnk_common.wire import OUT_OF_DESCRIPTORS, Refused, is_out_of_descriptors, no_delay
 from lnk_proxy.decide import Address
 from lnk_proxy.lane import UpstreamProtocol
+from lnk_proxy.streams import Inbox, held
 
 __all__ = ["CHUNK", "CONNECT_SECONDS", "MAX_IDLE_PER_POOL", "Pool", "Upstream", "open_socket",
            "open_upstream", "tls_context"]
@@ -53,6 +54,12 @@ class Upstream:
         self.writer.close()
 
 
+def held_bytes(upstream: Upstream) -> bool:
+    """Whether the upstream sent bytes not read yet (after a response's end: bytes that
+    answer nothing, and the connection is not used again)."""
+    return held(upstream.reader)
+
+
 def tls_context() -> ssl.SSLContext:
     """The client context for every TLS upstream: system trust, hostname checked,
     TLS 1.2 at least, HTTP/1.1 only (the exchange speaks h11)."""
@@ -67,7 +74,7 @@ async def open_upstream(address: Address, port: int, authority: str, *,
     """A connection to `address` (already checked), or Refused (502; 503 when out of
     descriptors). With `tls`, the handshake verifies the certificate for `host`."""
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=CHUNK, loop=loop)
+    reader = Inbox(limit=CHUNK, loop=loop)
     protocol = UpstreamProtocol(reader, loop)  # a stream's, which a lane may borrow
     try:
         transport, _ = await asyncio.wait_for(

@@ -1,0 +1,334 @@
+"""One client connection's requests, sans IO: the client's bytes in, what to do out.
+
+The proxy's request path, its checks in one place and in one order. Events come in
+(`receive_data`, with b"" for the client's end; `head_timed_out`; `request_done` when
+the shell has finished an exchange; `tunnel_opened` when a CONNECT to port 80 was
+answered), commands go out (`next_command`), as h11's Connection and mitmproxy's layers
+do; nothing here reads a socket, sleeps or logs. The order of a request's checks:
+
+1. the head's size (MAX_HEAD_BYTES) as it arrives, and its time (the shell's timer,
+   from the first byte of a head: `NeedData.within_head`);
+2. the head guard (lnk_proxy.head.check_head): what any parser here reads;
+3. a CONNECT: its target (lnk_proxy.target.parse_connect), never inside a tunnel;
+4. h11's reading of a head that is not plain (lnk_proxy.plain): refused if h11
+   refuses what the guard admitted, before anything is sent on;
+5. where it goes (`route`): the verbs' namespace on the proxy's own address, an
+   absolute-form target, or a port-80 tunnel's own host; its Host the very host.
+
+The shell (lnk_proxy.server) goes on from the command, in this order: the wire's gate
+(kill switch, pause, calls a minute) and the name against the rules before any lookup
+(Proxy.check_name), the lookup and every address (Proxy.checked_address), a connection
+to the very address checked, the TLS ClientHello's name for a tunnel to 443, the log.
+The kept-alive lane (lnk_proxy.lane) runs steps 2 and 5 through the same functions
+(`read_head`, `route`), then the same gate and name.
+
+Every refusal is a `Refuse` with its one line; a command the machine has no row for is
+a bug (ConnectionStateError), never a request let through.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import h11
+
+from lnk_common.endpoints import PROXY_ADDRESS, PROXY_PORT
+from lnk_common.wire import Refused
+from lnk_proxy.head import HeadError, RequestHead, check_head, head_end
+from lnk_proxy.plain import plain_request
+from lnk_proxy.target import Target, TargetError, parse_absolute, parse_connect
+from lnk_proxy.verbs import is_verb_target
+
+__all__ = [
+    "OWN_AUTHORITIES",
+    "UNREADABLE_HEAD",
+    "CallVerb",
+    "ClientConnection",
+    "Closed",
+    "Command",
+    "ConnectionStateError",
+    "Forward",
+    "NeedData",
+    "OpenTunnel",
+    "Refuse",
+    "read_head",
+    "route",
+]
+
+# The proxy's own address inside a sandbox: a request to it (as a base URL, or through
+# the proxy variables) is for the verbs' namespace, never forwarded.
+OWN_AUTHORITIES = (f"{PROXY_ADDRESS}:{PROXY_PORT}", f"localhost:{PROXY_PORT}")
+
+# The reason of a refusal whose cause is h11's reading of the program's bytes: fixed
+# text, never h11's message (h11's quotes the bytes it refused, so a malformed head put
+# text of the program's choice, its URL secret and placeholder included, in the refusal
+# and the wire's log). The program learns the class, not the byte.
+UNREADABLE_HEAD = "the request is not HTTP/1.1 as h11 reads it"
+HEAD_TOO_SLOW = "the request head took too long"
+CONNECT_IN_TUNNEL = "a CONNECT inside a tunnel"
+NOT_FOR_THE_PROXY = ("the proxy takes absolute-form requests (http://host/…), CONNECT, "
+                     "and its verbs' paths (/_link/…)")
+
+
+class ConnectionStateError(Exception):
+    """An event the connection's state has no row for: a bug in the shell."""
+
+
+# -- commands: what the shell is to do next --------------------------------------------
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NeedData:
+    """Read more of the client's bytes. `within_head`: a head has begun, and must be
+    whole within the head's time (else `head_timed_out`); otherwise the connection is
+    idle between requests, and may stay so for the idle time."""
+
+    within_head: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Closed:
+    """The client ended the connection between requests, or inside a head: nothing to
+    answer, nothing logged."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Refuse:
+    """Refuse with `refusal`'s status and one line, logged under `where`; the connection
+    ends."""
+
+    where: str
+    refusal: Refused
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpenTunnel:
+    """A CONNECT to `target`: decide it and answer it. To port 80 (HTTP_PORT), its
+    requests follow on this connection (`tunnel_opened`); else relay `early` (what the
+    client sent after the CONNECT's head) and what follows."""
+
+    target: Target
+    early: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Forward:
+    """A request to pass on to `target`, with `path` as its target upstream. `raw` is
+    its admitted head, `rest` what the client sent after it (its body begun, or the
+    next request); `parsed`: h11's reading (its server side fed raw + rest, and the
+    Request), None for a plain request, which nothing else reads."""
+
+    head: RequestHead
+    raw: bytes
+    rest: bytes
+    target: Target
+    path: str
+    parsed: tuple[h11.Connection, h11.Request] | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallVerb:
+    """A request in the verbs' namespace (`path`: /_link/…), h11's reading of it in
+    `parsed` (its body is read from there)."""
+
+    path: str
+    parsed: tuple[h11.Connection, h11.Request]
+
+
+Command = NeedData | Closed | Refuse | OpenTunnel | Forward | CallVerb
+
+
+class _State(enum.Enum):
+    IDLE = "idle"  # between requests: a head may begin
+    BUSY = "busy"  # a command is the shell's; `request_done` or `tunnel_opened` next
+    DONE = "done"  # refused or closed: nothing more
+
+
+# -- the steps, each a pure function (the lane calls them too) -------------------------
+
+def read_head(raw: bytes) -> RequestHead:
+    """Step 2, the head guard: HeadError, with its one line, for a head it refuses."""
+    return check_head(raw)
+
+
+def _own_path(target: str) -> str | None:
+    lowered = target.lower()
+    for authority in OWN_AUTHORITIES:
+        prefix = f"http://{authority}"
+        if lowered == prefix or lowered.startswith(prefix + "/"):
+            return target[len(prefix):] or "/"
+    return None
+
+
+def _host_matches(hosts: list[str], target: Target) -> bool:
+    try:
+        named = parse_connect(hosts[0] if ":" in hosts[0].rsplit("]", 1)[-1]
+                              else f"{hosts[0]}:{target.port}")
+    except TargetError:
+        return False
+    return (named.host, named.port) == (target.host, target.port)
+
+
+def route(head: RequestHead, tunnel: Target | None) -> tuple[Target, str] | str | Refuse:
+    """Step 5: where a request goes and the path to send, a verb's path, or why it goes
+    nowhere: absolute-form to the proxy, origin-form (or absolute-form to the same
+    host) in a tunnel; its Host must name that very host (a CDN routes by Host: another
+    one is domain fronting)."""
+    if tunnel is None:
+        path_here = head.target if head.target.startswith("/") else _own_path(head.target)
+        if path_here is not None:
+            if is_verb_target(path_here):
+                return path_here
+            return Refuse(where="-", refusal=Refused(400, NOT_FOR_THE_PROXY))
+    where = tunnel.authority if tunnel is not None else "-"
+    if tunnel is not None and head.target.startswith("/"):
+        target, path = tunnel, head.target
+    else:
+        try:
+            target, path = parse_absolute(head.target)
+        except TargetError as error:
+            return Refuse(where=where, refusal=Refused(400, str(error)))
+        if tunnel is not None and target.authority != tunnel.authority:
+            return Refuse(where=tunnel.authority, refusal=Refused(
+                400, f"a request in the tunnel to {tunnel.authority} names another host "
+                     f"({target.authority})"))
+    hosts = head.get("host")
+    if not hosts:
+        # h11 sends on HTTP/1.1, which needs a Host; and there is nothing to check.
+        return Refuse(where=target.authority,
+                      refusal=Refused(400, f"an {head.version} request without Host"))
+    if not _host_matches(hosts, target):
+        return Refuse(where=target.authority, refusal=Refused(
+            400, "the Host header names another host than the request's URL"
+            if tunnel is None else
+            f"the Host header names another host than the tunnel's ({tunnel.authority})"))
+    return target, path
+
+
+def _h11_reading(data: bytes) -> tuple[h11.Connection, h11.Request] | None:
+    """Step 4: h11's server side fed `data` (a head and what followed it) and its
+    Request, or None when h11 refuses what the head guard admitted."""
+    client = h11.Connection(h11.SERVER)
+    client.receive_data(data)
+    try:
+        request = client.next_event()
+    except h11.RemoteProtocolError:
+        return None
+    if not isinstance(request, h11.Request):  # a whole admitted head is one Request
+        return None
+    return client, request
+
+
+# -- the machine -----------------------------------------------------------------------
+
+class ClientConnection:
+    """One client connection's requests (see the module's text). `tunnel`: the port-80
+    tunnel its requests travel in from the start (an endpoint's address on port 80)."""
+
+    __slots__ = ("buffer", "ended", "state", "tunnel")
+
+    def __init__(self, tunnel: Target | None = None) -> None:
+        self.tunnel = tunnel
+        self.buffer = b""
+        self.ended = False
+        self.state = _State.IDLE
+
+    @property
+    def where(self) -> str:
+        """What a refusal before a target is known is logged under."""
+        return self.tunnel.authority if self.tunnel is not None else "-"
+
+    # -- events in --------------------------------------------------------------------
+
+    def receive_data(self, data: bytes) -> None:
+        """The client's bytes; b"" for its end."""
+        if self.state is _State.DONE:
+            return
+        if not data:
+            self.ended = True
+        else:
+            self.buffer += data
+
+    def head_timed_out(self) -> Refuse:
+        """The head's time ran out before it was whole: 408, and the end."""
+        self._expect(_State.IDLE)
+        self.state = _State.DONE
+        return Refuse(where=self.where, refusal=Refused(408, HEAD_TOO_SLOW))
+
+    def request_done(self, leftover: bytes) -> None:
+        """The shell's exchange ended and the connection goes on; `leftover`: what the
+        client sent of its next request meanwhile."""
+        self._expect(_State.BUSY)
+        self.buffer = leftover
+        self.state = _State.IDLE
+
+    def tunnel_opened(self, target: Target) -> None:
+        """A CONNECT to port 80 was answered: its requests follow, each to `target`."""
+        self._expect(_State.BUSY)
+        self.tunnel = target
+        self.state = _State.IDLE
+
+    def close(self) -> None:
+        """The shell ends the connection (a refusal of its own, a failed exchange)."""
+        self.state = _State.DONE
+
+    # -- commands out -----------------------------------------------------------------
+
+    def next_command(self) -> Command:
+        """What the shell is to do next (default deny: a state with no row raises)."""
+        self._expect(_State.IDLE)
+        try:
+            end = head_end(self.buffer)
+        except HeadError as error:
+            return self._refuse(self.where, Refused(400, str(error)))
+        if end < 0:
+            if self.ended:
+                self.state = _State.DONE
+                return Closed()
+            return NeedData(within_head=bool(self.buffer))
+        raw, rest = self.buffer[:end], self.buffer[end:]
+        self.buffer = b""
+        self.state = _State.BUSY
+        return self._request(raw, rest)
+
+    def _request(self, raw: bytes, rest: bytes) -> Command:
+        try:
+            head = read_head(raw)
+        except HeadError as error:
+            return self._refuse(self.where, Refused(400, str(error)))
+        if head.method == "CONNECT":
+            if self.tunnel is not None:
+                return self._refuse(self.tunnel.authority, Refused(400, CONNECT_IN_TUNNEL))
+            try:
+                target = parse_connect(head.target)
+            except TargetError as error:
+                return self._refuse("-", Refused(400, str(error)))
+            self.buffer = rest  # a port-80 tunnel's requests; else the shell's `early`
+            return OpenTunnel(target=target, early=rest)
+        parsed = None
+        if not plain_request(head):
+            parsed = _h11_reading(raw + rest)
+            if parsed is None:
+                return self._refuse(self.where, Refused(400, UNREADABLE_HEAD))
+        found = route(head, self.tunnel)
+        if isinstance(found, Refuse):
+            self.state = _State.DONE
+            return found
+        if isinstance(found, str):
+            if parsed is None:  # h11 takes every plain head (tests/test_plain.py)
+                parsed = _h11_reading(raw + rest)
+                if parsed is None:
+                    return self._refuse(self.where, Refused(400, UNREADABLE_HEAD))
+            return CallVerb(path=found, parsed=parsed)
+        target, path = found
+        return Forward(head=head, raw=raw, rest=rest, target=target, path=path,
+                       parsed=parsed)
+
+    def _refuse(self, where: str, refusal: Refused) -> Refuse:
+        self.state = _State.DONE
+        return Refuse(where=where, refusal=refusal)
+
+    def _expect(self, state: _State) -> None:
+        if self.state is not state:
+            raise ConnectionStateError(f"an event for a connection {state.value}, "
+                                       f"while it is {self.state.value}")

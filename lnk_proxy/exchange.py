@@ -1,0 +1,361 @@
+"""One allowed call's exchange with its upstream: the request sent on, the response
+streamed back, one `allowed` and one `ended` line on the wire's log.
+
+Called only once every check of the request path has passed (lnk_proxy.connection,
+then Proxy.check_name and the address check): nothing here decides. Two ways:
+- `plain_exchange`: a plain request (lnk_proxy.plain: no body) and, when its response
+  is plain too (one Content-Length), that response, both written anew without h11;
+  a response that is not plain goes on as h11's from the bytes read so far
+  (`h11_resumed`), the request not sent again.
+- `exchange`: h11 on both sides; the request's body streamed as it comes (or a verb's,
+  held whole), the response streamed back as it arrives, never held whole; after a
+  `101 Switching Protocols` (a WebSocket asked for, UPGRADES) the two connections
+  relayed as they are.
+An upstream is left reusable only when its response ended exactly at its end (both
+sides DONE, nothing more read): bytes past a response are no response to anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+import h11
+
+from lnk_common.wire import Refused, Wire
+from lnk_proxy.head import RequestHead
+from lnk_proxy.plain import (
+    HOP_FIELDS,
+    ResponseHead,
+    client_closes,
+    response_bytes,
+    response_head,
+)
+from lnk_proxy.plain import NEED_MORE as PLAIN_NEED_MORE
+from lnk_proxy.plain import request_bytes as plain_request_bytes
+from lnk_proxy.streams import read_within
+from lnk_proxy.upstream import CHUNK, Upstream, held_bytes
+
+__all__ = ["CLIENT_WATCH_SECONDS", "IDLE_SECONDS", "UPGRADES", "Outcome", "asks_to_upgrade",
+           "exchange", "h11_resumed", "next_cycle", "next_event", "outgoing", "plain_exchange"]
+
+# A connection with nothing moving either way for this long is closed.
+IDLE_SECONDS = 300.0
+# How often a call that waits on its upstream looks whether its client went away.
+CLIENT_WATCH_SECONDS = 0.25
+
+# The protocols a request may ask to switch to, default deny. After a 101 the bytes are
+# relayed unread, so only a protocol that carries no further requests may be: a WebSocket
+# talks to the resource it was opened on. h2c is not (HTTP/2 in clear would carry any
+# number of requests, each with an :authority of its own, past every check: the "h2c
+# smuggling" of proxies that let it through); an Upgrade field naming anything else is
+# not sent on, and the server answers as HTTP/1.1.
+UPGRADES = frozenset({b"websocket"})
+
+
+def asks_to_upgrade(headers: Sequence[tuple[bytes, bytes]]) -> bool:
+    """A request with an Upgrade field that its Connection field names (RFC 9110 7.8),
+    naming one protocol, of UPGRADES."""
+    tokens = {token.strip().lower() for name, value in headers if name.lower() == b"connection"
+              for token in value.split(b",")}
+    asked = [value.strip().lower() for name, value in headers if name.lower() == b"upgrade"]
+    return b"upgrade" in tokens and len(asked) == 1 and asked[0] in UPGRADES
+
+
+class Outcome:
+    """What one exchange did: bytes each way, whether a response began, how it ended."""
+
+    __slots__ = ("client_gone", "failure", "received", "responded", "reusable", "sent")
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.received = 0
+        self.responded = False
+        self.reusable = False
+        self.client_gone = False
+        self.failure = ""
+
+
+def outgoing(request: h11.Request, path: str, upgrade: bool) -> h11.Request:
+    """The request h11 sends on: the hop-by-hop fields and Expect taken out; with
+    `upgrade`, the switch asked of the upstream as the client asked it."""
+    fields = [(name, value) for name, value in request.headers
+              if name.lower() not in HOP_FIELDS and name.lower() != b"expect"]
+    if upgrade:
+        fields += [(b"connection", b"upgrade")] + [
+            (name, value) for name, value in request.headers if name.lower() == b"upgrade"]
+    return h11.Request(method=request.method, target=path, headers=fields)
+
+
+def next_cycle(client: h11.Connection, outcome: Outcome) -> tuple[bool, bytes]:
+    """(whether the client's connection takes another request, what it sent of it)."""
+    if outcome.failure or client.our_state is not h11.DONE or client.their_state is not h11.DONE:
+        return False, b""
+    try:
+        client.start_next_cycle()
+    except h11.LocalProtocolError:
+        return False, b""  # the client or the server asked to close
+    return True, client.trailing_data[0]
+
+
+async def _watch_client(reader: asyncio.StreamReader, upstream: Upstream,
+                        outcome: Outcome) -> None:
+    """End the upstream call when its client has gone (its connection ended): the
+    provider's work and the proxy's socket are not held for nobody."""
+    while not reader.at_eof():
+        await asyncio.sleep(CLIENT_WATCH_SECONDS)
+    outcome.client_gone = True
+    outcome.failure = " error=client-gone"
+    upstream.close()
+
+
+async def next_event(connection: h11.Connection, reader: asyncio.StreamReader,
+                     idle: float = IDLE_SECONDS) -> object:
+    """The next h11 event of `connection`, reading from `reader` as it needs more (at
+    most `idle` seconds a read)."""
+    while True:
+        event = connection.next_event()
+        if event is not h11.NEED_DATA:
+            return event
+        connection.receive_data(await read_within(reader, CHUNK, idle))
+
+
+# -- the plain exchange ------------------------------------------------------------------
+
+async def plain_exchange(wire: Wire, authority: str, head: RequestHead, path: str,
+                         raw: bytes, reader: asyncio.StreamReader,
+                         writer: asyncio.StreamWriter, upstream: Upstream
+                         ) -> tuple[Outcome, h11.Connection | None]:
+    """A plain request (lnk_proxy.plain) and its response, without h11 when the
+    response is plain too: its head written anew, then exactly its Content-Length of
+    body streamed as it comes. A response that is not plain is h11's from the bytes
+    read so far (the request is not sent again), with h11's reading of the request
+    (returned, for the connection's next cycle). One `allowed` and one `ended` line
+    either way; the upstream is closed here unless it is reusable."""
+    call = next(wire.ids)
+    wire.log.write("allowed", authority, f"id={call} kind=http")
+    started = time.monotonic()
+    outcome = Outcome()
+    handed = False
+    try:
+        upstream.writer.write(plain_request_bytes(head, path))
+        received = b""
+        while True:
+            chunk = await read_within(upstream.reader, CHUNK, IDLE_SECONDS)
+            if not chunk:
+                raise ConnectionResetError("the host closed before its response")
+            received += chunk
+            found = response_head(received)
+            if found is not PLAIN_NEED_MORE:
+                break
+        if not isinstance(found, tuple):  # not plain: h11 reads it, as before
+            handed = True  # the ended line is the exchange's now
+            return await h11_resumed(wire, authority, raw, path, reader, writer, upstream,
+                                     (call, started, received))
+        await _plain_response(found, received, head, writer, upstream, outcome)
+    except (h11.ProtocolError, ConnectionError, TimeoutError) as error:
+        outcome.failure = f" error={type(error).__name__}"
+    finally:
+        if not handed:  # an ended line for every allowed one, even when stopping
+            if not outcome.reusable:
+                upstream.close()
+            wire.log.write("ended", authority,
+                           f"id={call} sent=0 received={outcome.received} "
+                           f"seconds={time.monotonic() - started:.3f}{outcome.failure}")
+    return outcome, None
+
+
+async def _plain_response(found: tuple[ResponseHead, int], received: bytes,
+                          head: RequestHead, writer: asyncio.StreamWriter, upstream: Upstream,
+                          outcome: Outcome) -> None:
+    """A plain response (its head parsed in `found`, `received` its bytes so far) written
+    anew to the client, exactly its Content-Length of body streamed after it."""
+    response, start = found
+    up_reader = upstream.reader
+    outcome.responded = True
+    body = received[start:start + response.length]
+    remaining = response.length - len(body)
+    if remaining and not body:
+        # A head alone is not sent on: it goes with the body's first bytes, one send
+        # and one wake of the program where there were two (a server that writes its
+        # head, then its body, as most do).
+        body = await read_within(up_reader, min(CHUNK, remaining), IDLE_SECONDS)
+        if not body:
+            raise ConnectionResetError("the host closed inside its body")
+        remaining -= len(body)
+    writer.write(response_bytes(response, client_closes(head)) + body)
+    outcome.received = len(body)
+    while remaining:
+        await writer.drain()
+        chunk = await read_within(up_reader, min(CHUNK, remaining), IDLE_SECONDS)
+        if not chunk:
+            raise ConnectionResetError("the host closed inside its body")
+        writer.write(chunk)
+        outcome.received += len(chunk)
+        remaining -= len(chunk)
+    await writer.drain()
+    # More than its length from the host is no response of this request: the
+    # connection is not used again.
+    outcome.reusable = (not response.close and len(received) <= start + response.length
+                        and not held_bytes(upstream))
+
+
+async def h11_resumed(wire: Wire, authority: str, raw: bytes, path: str,
+                      reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      upstream: Upstream, resumed: tuple[int, float, bytes]
+                      ) -> tuple[Outcome, h11.Connection]:
+    """A plain request's exchange whose response is not plain, h11's from the bytes
+    read so far (`resumed`: the call's id, its start, those bytes); the request is not
+    sent again."""
+    client = h11.Connection(h11.SERVER)
+    client.receive_data(raw)
+    request = client.next_event()  # h11 takes every plain head
+    assert isinstance(request, h11.Request)
+    return await exchange(wire, authority, "http", client, reader, writer, upstream,
+                          outgoing(request, path, False), body=None, resumed=resumed), client
+
+
+# -- h11's exchange ----------------------------------------------------------------------
+
+async def exchange(wire: Wire, authority: str, kind: str, client: h11.Connection,
+                   reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                   upstream: Upstream, request: h11.Request, *, body: bytes | None,
+                   watch_client: bool = False,
+                   resumed: tuple[int, float, bytes] | None = None) -> Outcome:
+    """One allowed call: `request` and its body (`body`, taken whole already, or None:
+    the client's, streamed as it comes) to `upstream`, and the response streamed back
+    as it arrives, never held whole; after a 101 the two connections relayed as they
+    are. An `allowed` and an `ended` line on the wire's log. The upstream is closed
+    here unless the exchange left it reusable (both DONE). `watch_client`: a client
+    that goes away ends the upstream call (a model's answer can take minutes before its
+    first byte). `resumed`: the plain exchange's call (its id, its start, and the
+    response's bytes read so far): `request` was sent already and its allowed line
+    written."""
+    if resumed is None:
+        call = next(wire.ids)
+        wire.log.write("allowed", authority, f"id={call} kind={kind}")
+        started = time.monotonic()
+    else:
+        call, started, _ = resumed
+    conn = upstream.conn
+    if body is None and client.they_are_waiting_for_100_continue:
+        # The proxy takes the body itself and streams it on: no client waits a second
+        # for a 100 that would otherwise come only after the upstream's answer.
+        writer.write(client.send(h11.InformationalResponse(status_code=100, headers=[])))
+    outcome = Outcome()
+    switched = False
+    watcher = (asyncio.ensure_future(_watch_client(reader, upstream, outcome))
+               if watch_client else None)
+    try:
+        await _send_request(client, reader, upstream, request, body, resumed, outcome)
+        switched = await _pass_response(client, writer, upstream, outcome)
+        if switched:
+            await _relay_switched(wire, client, reader, writer, upstream, outcome)
+    except (h11.ProtocolError, ConnectionError, TimeoutError) as error:
+        outcome.failure = outcome.failure or f" error={type(error).__name__}"
+    except Refused:  # no descriptor left for the switched connection's relay
+        outcome.failure = " error=out-of-descriptors"
+    finally:  # an ended line for every allowed one, even when the proxy is stopping
+        if watcher is not None:
+            watcher.cancel()
+        # Bytes past the response's end are no response to anything: a connection that
+        # has them is not used again (they would be read as the next request's response).
+        outcome.reusable = (not outcome.failure and not switched
+                            and conn.our_state is h11.DONE and conn.their_state is h11.DONE
+                            and not conn.trailing_data[0] and not held_bytes(upstream))
+        if not outcome.reusable:
+            upstream.close()
+        wire.log.write("ended", authority,
+                       f"id={call} sent={outcome.sent} received={outcome.received} "
+                       f"seconds={time.monotonic() - started:.3f}{outcome.failure}")
+    return outcome
+
+
+async def _send_request(client: h11.Connection, reader: asyncio.StreamReader,
+                        upstream: Upstream, request: h11.Request, body: bytes | None,
+                        resumed: tuple[int, float, bytes] | None, outcome: Outcome) -> None:
+    """The request's head and its body to the upstream (a resumed exchange's were sent
+    by the plain exchange, byte for byte what h11 would send: h11 is only told)."""
+    conn, up_writer = upstream.conn, upstream.writer
+    if resumed is None:
+        up_writer.write(conn.send(request))
+    else:
+        conn.send(request)
+        conn.receive_data(resumed[2])
+    if body is not None:
+        if body:
+            up_writer.write(conn.send(h11.Data(data=body)))
+        up_writer.write(conn.send(h11.EndOfMessage()))
+        await up_writer.drain()
+        outcome.sent = len(body)
+        return
+    while True:  # the client's body, if any, as it comes
+        event = await next_event(client, reader)
+        if isinstance(event, h11.Data):
+            outcome.sent += len(event.data)
+            up_writer.write(conn.send(h11.Data(data=event.data)))
+            await up_writer.drain()
+            continue
+        up_writer.write(conn.send(h11.EndOfMessage()))
+        await up_writer.drain()
+        return
+
+
+async def _pass_response(client: h11.Connection, writer: asyncio.StreamWriter,
+                         upstream: Upstream, outcome: Outcome) -> bool:
+    """The response, streamed back as it comes; whether it was a 101 (switched). Every
+    event of one read is written at once, with one drain, before the next read (a
+    stream's many small events cost one send each, not one each: 19 µs of CPU an event,
+    measured, was most of a stream's cost)."""
+    conn = upstream.conn
+    out: list[bytes] = []
+    switched = False
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            if out:
+                writer.write(b"".join(out))
+                out.clear()
+                await writer.drain()
+            conn.receive_data(await read_within(upstream.reader, CHUNK, IDLE_SECONDS))
+            continue
+        if isinstance(event, h11.InformationalResponse):
+            if event.status_code == 101:  # h11 admits it only when asked for
+                outcome.responded = switched = True
+                out.append(client.send(h11.InformationalResponse(
+                    status_code=101, headers=event.headers, reason=event.reason)))
+                break
+            continue
+        if isinstance(event, h11.Response):
+            outcome.responded = True
+            headers = [(name, value) for name, value in event.headers
+                       if name.lower() not in HOP_FIELDS]
+            out.append(client.send(h11.Response(status_code=event.status_code,
+                                                headers=headers, reason=event.reason)))
+            continue
+        if isinstance(event, h11.Data):
+            outcome.received += len(event.data)
+            out.append(client.send(h11.Data(data=event.data)))
+            continue
+        if isinstance(event, h11.EndOfMessage):
+            out.append(client.send(h11.EndOfMessage()))
+        break
+    if out:
+        writer.write(b"".join(out))
+        await writer.drain()
+    return switched
+
+
+async def _relay_switched(wire: Wire, client: h11.Connection, reader: asyncio.StreamReader,
+                          writer: asyncio.StreamWriter, upstream: Upstream,
+                          outcome: Outcome) -> None:
+    """After a 101: what each side sent after the switch goes first, then all else,
+    relayed unread (lnk_common.wire's splice)."""
+    early_up, early_down = client.trailing_data[0], upstream.conn.trailing_data[0]
+    upstream.writer.write(early_up)
+    writer.write(early_down)
+    ends = await wire.splice_ends(reader, writer, upstream.reader, upstream.writer)
+    more_sent, more_received = await wire.relay(ends, upstream.writer)
+    outcome.sent += len(early_up) + more_sent
+    outcome.received += len(early_down) + more_received

@@ -1,0 +1,284 @@
+"""The verbs' one interface, and one verb call's I/O: what a verb's own code talks through.
+
+A verb is an object with `call(call, rest)` and `close()` (`Verb`), registered with the
+Proxy under its path segment (`/_link/<name>/…`: lnk_proxy.verbs names them) only when
+the policy turns it on; every other name answers 404 naming the key that turns it on.
+The proxy has checked the request's head and route (lnk_proxy.connection) before a verb
+is called; the verb's own checks come next, in the verb's module, and the call's I/O is
+a `VerbCall`'s: the wire's gate, the body read whole within a limit and within the
+proxy's MAX_HELD_BODY_BYTES, a refusal in the JSON shape the providers' SDKs read (then
+what the program still sends dropped for VERB_LINGER_SECONDS, so the refusal is read,
+not reset away), an answer of the verb's own, or an exchange with an upstream.
+
+The model and secret verbs are one path (`service_call`, a `ServiceVerb`): the gate,
+where the call goes (a provider, a secret's rule), the call admitted before its body,
+the body read and rewritten, the upstream from the verb's pool of kept connections or
+new (looked up, every address checked as for any call, though no `hosts` entry names
+it, TLS verified), the exchange, and one retry on a new connection when a kept one had
+closed before any answer (the body is ours, held whole).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+import h11
+
+from lnk_common.wire import Refused
+from lnk_proxy.exchange import Outcome, exchange, next_cycle, next_event
+from lnk_proxy.target import Target
+from lnk_proxy.upstream import CHUNK, Pool, Upstream, open_upstream
+from lnk_proxy.verbs import asked_line
+
+if TYPE_CHECKING:
+    from lnk_proxy.server import Proxy
+
+__all__ = ["BODY_IDLE_SECONDS", "BODY_STALLED", "HELD_BODIES_FULL", "MAX_HELD_BODY_BYTES",
+           "UNREADABLE_BODY", "VERB_LINGER_SECONDS", "Keep", "ServiceVerb", "Verb",
+           "VerbCall", "service_call"]
+
+# A verb's body is held whole until its call ends (read, checked, rewritten, and kept
+# for the one retry on a new connection): each call up to its limit, 16 to 50 MiB. These
+# are the bytes the proxy holds at once across every verb call of the sandbox; a program
+# opening many connections with large bodies would otherwise hold gigabytes of this
+# machine's memory, outside the sandbox (ten held calls grew the proxy by 318 MiB). The
+# relay's MAX_HELD_BODY_BYTES, for the same reason: four bodies at the model limit. A
+# call's share is taken from its Content-Length before a byte is read (a chunked body's
+# as it comes) and given back when the call ends; past it, 503, nothing read.
+MAX_HELD_BODY_BYTES = 128 * 1024 * 1024
+# A verb's body may pause this long between reads (an SDK sends it at once; a large
+# base64 image over a slow link still moves every minute): a body dribbled to hold its
+# share of MAX_HELD_BODY_BYTES is let go (408) within this. The relay's BODY_IDLE_SECONDS.
+BODY_IDLE_SECONDS = 60.0
+# After a verb's refusal, what the program still sends (a body not read) is read and
+# dropped for at most this long before the close: a socket closed with unread data
+# resets, and the program's side drops the refusal unread (Python's http.client, which
+# sends a whole body before it reads, saw a reset, not its 403, for an 8 MiB body to a
+# refused local path). The relay's LINGER_SECONDS, for the same reason.
+VERB_LINGER_SECONDS = 2.0
+
+# The reasons of refusals whose cause is h11's reading of the program's bytes: fixed
+# text, never h11's message (which quotes the bytes it refused). The program learns the
+# class, not the byte.
+UNREADABLE_BODY = ("the request body is not HTTP/1.1 as h11 reads it (its chunked framing "
+                   "or its length)")
+BODY_STALLED = f"the request body stalled (nothing for {BODY_IDLE_SECONDS:g} s)"
+HELD_BODIES_FULL = (f"the proxy holds {MAX_HELD_BODY_BYTES // (1024 * 1024)} MiB of verb "
+                    "request bodies already (MAX_HELD_BODY_BYTES); try again when a call "
+                    "has ended")
+
+# What a call leaves of its client connection: whether it takes another request, and
+# what the client sent of that one already.
+Keep = tuple[bool, bytes]
+_ENDS: Keep = (False, b"")
+
+
+class Verb(Protocol):
+    """A verb: its call (`rest`: the target after `/_link/<name>`), and its end (kept
+    connections, tools' processes)."""
+
+    async def call(self, call: VerbCall, rest: str) -> Keep: ...
+
+    def close(self) -> None: ...
+
+
+class VerbCall:
+    """One verb call's I/O (see the module's text): the request as h11 read it, the
+    client's connection, and the call's share of MAX_HELD_BODY_BYTES (given back by
+    `release`, however the call ends)."""
+
+    __slots__ = ("client", "proxy", "reader", "request", "taken", "writer")
+
+    def __init__(self, proxy: Proxy, request: h11.Request, client: h11.Connection,
+                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.proxy = proxy
+        self.request = request
+        self.client = client
+        self.reader = reader
+        self.writer = writer
+        self.taken = 0
+
+    def header(self, name: bytes) -> str | None:
+        for field, value in self.request.headers:
+            if field == name:
+                return value.decode("latin-1")
+        return None
+
+    # -- the body -----------------------------------------------------------------------
+
+    def _take(self, count: int) -> None:
+        if self.proxy.held_body_bytes + count > MAX_HELD_BODY_BYTES:
+            raise Refused(503, HELD_BODIES_FULL, counts=False)
+        self.proxy.held_body_bytes += count
+        self.taken += count
+
+    def release(self) -> None:
+        self.proxy.held_body_bytes -= self.taken
+        self.taken = 0
+
+    async def body(self, limit: int) -> bytes:
+        """The request's whole body, at most `limit` bytes, or Refused: 413 over the limit
+        (from the Content-Length before a byte is read, else as it passes), 503 past
+        MAX_HELD_BODY_BYTES, 400 for framing h11 refuses, 408 for a body that stalls.
+        The reasons are fixed text: nothing of the program's bytes is quoted."""
+        size_text = (f"{limit // (1024 * 1024)} MiB" if limit % (1024 * 1024) == 0
+                     else f"{limit} bytes")
+        too_large = Refused(413, f"the body is over {size_text} (the verb's limit)")
+        declared: int | None = None
+        for name, value in self.request.headers:
+            if name == b"content-length":
+                declared = int(value)  # h11 checked it is one number
+                if declared > limit:
+                    raise too_large
+                self._take(declared)
+        if self.client.they_are_waiting_for_100_continue:
+            self.writer.write(self.client.send(
+                h11.InformationalResponse(status_code=100, headers=[])))
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            while True:
+                event = await next_event(self.client, self.reader, BODY_IDLE_SECONDS)
+                if isinstance(event, h11.Data):
+                    size += len(event.data)
+                    if size > limit:
+                        raise too_large
+                    if declared is None:
+                        self._take(len(event.data))
+                    chunks.append(event.data)
+                    continue
+                if isinstance(event, h11.EndOfMessage):
+                    return b"".join(chunks)
+                raise ConnectionError("the client closed before its body ended")
+        except h11.RemoteProtocolError:
+            raise Refused(400, UNREADABLE_BODY) from None
+        except TimeoutError:
+            raise Refused(408, BODY_STALLED) from None
+
+    # -- answers ------------------------------------------------------------------------
+
+    async def refuse(self, where: str, refusal: Refused, *, echo: bool = True) -> Keep:
+        """A verb's refusal (JSON), then what the program still sends dropped until it
+        closes, for at most VERB_LINGER_SECONDS; the connection ends. With `echo`, a 404
+        or 405 tells the program the method and path it sent (the log keeps the reason
+        only: no path)."""
+        if echo and refusal.status in (404, 405):
+            got = asked_line(self.request.method, self.request.target)
+            refusal = Refused(refusal.status, f"{refusal.reason}; got {got}",
+                              counts=refusal.counts, logged=refusal.logged,
+                              ordinary=refusal.ordinary, final=refusal.final)
+        await self.proxy.refuse(self.writer, where, refusal, verb=True)
+        with contextlib.suppress(OSError, TimeoutError):
+            if self.writer.can_write_eof():
+                self.writer.write_eof()
+            await asyncio.wait_for(_drop_until_closed(self.reader), VERB_LINGER_SECONDS)
+        return _ENDS
+
+    async def respond(self, status: int, headers: list[tuple[bytes, bytes]],
+                      body: bytes) -> Keep:
+        """An answer of the verb's own, and whether the connection goes on."""
+        client = self.client
+        headers = [*headers, (b"content-length", str(len(body)).encode("ascii"))]
+        data = client.send(h11.Response(status_code=status, headers=headers)) or b""
+        if body:
+            data += client.send(h11.Data(data=body)) or b""
+        data += client.send(h11.EndOfMessage()) or b""
+        self.writer.write(data)
+        await self.writer.drain()
+        if client.our_state is not h11.DONE or client.their_state is not h11.DONE:
+            return _ENDS
+        try:
+            client.start_next_cycle()
+        except h11.LocalProtocolError:
+            return _ENDS
+        return True, client.trailing_data[0]
+
+    async def exchange(self, authority: str, kind: str, upstream: Upstream,
+                       request: h11.Request, body: bytes) -> Outcome:
+        """The admitted call to its upstream (lnk_proxy.exchange), a client that goes
+        away ending it."""
+        return await exchange(self.proxy, authority, kind, self.client, self.reader,
+                              self.writer, upstream, request, body=body, watch_client=True)
+
+    def next_cycle(self, outcome: Outcome) -> Keep:
+        return next_cycle(self.client, outcome)
+
+
+async def _drop_until_closed(reader: asyncio.StreamReader) -> None:
+    """Read and drop what the program still sends, until it closes."""
+    while await reader.read(CHUNK):
+        pass
+
+
+# -- the model and secret verbs' one path ----------------------------------------------
+
+PlaceT = TypeVar("PlaceT")
+AdmittedT = TypeVar("AdmittedT")
+
+
+class ServiceVerb(Protocol[PlaceT, AdmittedT]):
+    """A verb that calls a service over TLS with a key of Link's (model, secret). Each
+    step raises Refused with its one line."""
+
+    kind: str  # the log's kind=
+    max_body_bytes: int
+    tls: ssl.SSLContext
+
+    def place(self, rest: str) -> PlaceT:
+        """Where the call goes (a provider named, a secret's rule read now)."""
+        ...
+
+    def where(self, place: PlaceT) -> tuple[str, int]:
+        """The service's host and port."""
+        ...
+
+    def admit_at(self, place: PlaceT, method: bytes,
+                 headers: list[tuple[bytes, bytes]]) -> AdmittedT:
+        """The call admitted before its body."""
+        ...
+
+    def request(self, admitted: AdmittedT, raw: bytes) -> tuple[h11.Request, bytes]:
+        """The upstream request and its body, the key put in."""
+        ...
+
+    def pool_at(self, place: PlaceT) -> Pool:
+        """The kept connections to the place's service."""
+        ...
+
+
+async def service_call(call: VerbCall, verb: ServiceVerb[PlaceT, AdmittedT],
+                       rest: str) -> Keep:
+    """A model or secret call (see the module's text). The log names the service's host
+    and port, never a path, a key or a placeholder."""
+    authority = "-"
+    try:
+        call.proxy.gate()
+        place = verb.place(rest)
+        host, port = verb.where(place)
+        authority = f"{host}:{port}"  # where a refusal is logged
+        admitted = verb.admit_at(place, call.request.method, list(call.request.headers))
+        raw = await call.body(verb.max_body_bytes)
+        request, body = verb.request(admitted, raw)
+    except Refused as refusal:
+        return await call.refuse(authority, refusal)
+    pool = verb.pool_at(place)
+    upstream = pool.take()
+    reused = upstream is not None
+    while True:
+        if upstream is None:
+            try:
+                address = await call.proxy.checked_address(Target(host, port, None), lan=False)
+                upstream = await open_upstream(address, port, authority, tls=verb.tls,
+                                               host=host)
+            except Refused as refusal:
+                return await call.refuse(authority, refusal, echo=False)
+        outcome = await call.exchange(authority, verb.kind, upstream, request, body)
+        if outcome.reusable:
+            pool.give_back(upstream)
+        if not (outcome.failure and reused and not outcome.responded
+                and not outcome.client_gone):
+            return call.next_cycle(outcome)
+        reused, upstream = False, None
