@@ -64,4 +64,4 @@ class LocalVerb:
         return call.next_cycle(outcome)
 
     def close(self) -> None:
-        pass
+        """Nothing is kept between calls: one request a connection."""

@@ -37,6 +37,8 @@ from lnk_common import serving
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from lnk_proxy.mcp_verb import Asker
+    from lnk_proxy.tools import Tool
+    from lnk_proxy.verb_call import Verb
 
 __all__ = ["PLACEHOLDER_VARIABLE", "SECRET_PLACEHOLDERS_VARIABLE", "URL_SECRET_VARIABLE", "main",
            "secret_placeholders"]
@@ -139,6 +141,72 @@ def _asker(settings: str, wire: str, guest: str, *, whole: bool = False) -> Aske
     return ask
 
 
+def _verbs(options: dict[str, list[str]], listeners: list[tuple[int, str]],
+           where: tuple[str, str, str]) -> tuple[dict[str, Verb], list[tuple[int, str]]]:
+    """The verbs the policy turned on, by their path segment (lnk_proxy.verbs), each
+    made only when on (every other answers 404); and the listeners left once the open
+    verb has taken its callbacks' sockets. `where`: the settings, the wire and the
+    guest's name."""
+    import os
+    import socket
+
+    from lnk_proxy.verbs import MODEL, SECRET, URL_SECRET
+
+    settings, wire, guest = where
+    verbs: dict[str, Verb] = {}
+    if options["--model"]:
+        from lnk_proxy.model_verb import ModelVerb
+
+        verbs[MODEL] = ModelVerb(providers=frozenset(options["--model"]), settings=settings,
+                                 placeholder=os.environ[PLACEHOLDER_VARIABLE].encode(),
+                                 server_tools=options["--server-tools"] == ["yes"])
+    if options["--secret"]:
+        from lnk_proxy.secret_verb import SecretVerb
+
+        given = secret_placeholders(os.environ.get(SECRET_PLACEHOLDERS_VARIABLE, ""))
+        verbs[SECRET] = SecretVerb(settings=settings, placeholders={
+            name: given[name] for name in options["--secret"]})
+    parts: dict[str, Verb] = {}
+    if options["--local-model"]:
+        from lnk_proxy.local_verb import LocalVerb
+
+        parts["local"] = LocalVerb(frozenset(int(port) for port in options["--local-model"]),
+                                   server_tools=options["--server-tools"] == ["yes"])
+    tools = _tools(settings, options["--tool"])
+    if tools:  # none left to serve: the part is off
+        from lnk_proxy.mcp_verb import McpVerb
+
+        parts["mcp"] = McpVerb(tools, ask=_asker(settings, wire, guest), settings=settings,
+                               wire=wire)
+    if options["--open"]:
+        from lnk_proxy.open_verb import CallbackSockets, OpenVerb
+
+        callbacks = CallbackSockets([socket.socket(fileno=fd) for fd, label in listeners
+                                     if label == "callback tcp"])
+        listeners = [item for item in listeners if item[1] != "callback tcp"]
+        parts["open"] = OpenVerb(callbacks, ask=_asker(settings, wire, guest, whole=True),
+                                 environ=None, wire=wire)
+    if parts:
+        from lnk_proxy.url_secret_verb import UrlSecretVerb
+
+        verbs[URL_SECRET] = UrlSecretVerb(os.environ[URL_SECRET_VARIABLE].encode(), parts)
+    return verbs, listeners
+
+
+def _tools(settings: str, names: list[str]) -> dict[str, Tool]:
+    """The tools the policy names, read from Link's settings; one removed since the run
+    began is said, and its calls are 404."""
+    from lnk_proxy.tools import ToolError, read_tool
+
+    tools = {}
+    for name in names:
+        try:
+            tools[name] = read_tool(settings, name)
+        except ToolError as error:
+            serving.say(f"lnk-sandbox-proxy: the tool {name} is not served: {error}")
+    return tools
+
+
 def serve(listeners: list[tuple[int, str]], options: dict[str, list[str]]) -> None:
     # concurrent.futures.thread: the lookups' threads, imported now rather than by the
     # first lookup, which may run with no descriptor left to read the module with.
@@ -163,52 +231,8 @@ def serve(listeners: list[tuple[int, str]], options: dict[str, list[str]]) -> No
     looked_up = (*parse_hosts(named[0]), *parse_hosts(named[1], lan=True))
     rules = (*parse_hosts(tuple(options["--host"])), *looked_up)
     book = endpoints.AddressBook(endpoints.fixed_names(endpoints.entries(*named)))
-    model = None
-    if options["--model"]:
-        import os
-
-        from lnk_proxy.model_verb import ModelVerb
-
-        model = ModelVerb(providers=frozenset(options["--model"]), settings=settings,
-                          placeholder=os.environ[PLACEHOLDER_VARIABLE].encode(),
-                          server_tools=options["--server-tools"] == ["yes"])
-    secret = None
-    if options["--secret"]:
-        import os
-
-        from lnk_proxy.secret_verb import SecretVerb
-
-        given = secret_placeholders(os.environ.get(SECRET_PLACEHOLDERS_VARIABLE, ""))
-        secret = SecretVerb(settings=settings,
-                            placeholders={name: given[name] for name in options["--secret"]})
-    url_secret = b""
-    if options["--local-model"] or options["--tool"] or options["--open"]:
-        import os
-
-        url_secret = os.environ[URL_SECRET_VARIABLE].encode()
-    tools = {}
-    for name in options["--tool"]:
-        from lnk_proxy.tools import ToolError, read_tool
-
-        try:
-            tools[name] = read_tool(settings, name)
-        except ToolError as error:  # removed since the run began: its calls are 404
-            serving.say(f"lnk-sandbox-proxy: the tool {name} is not served: {error}")
-    callbacks = None
-    if options["--open"]:
-        from lnk_proxy.open_verb import CallbackSockets
-
-        callbacks = CallbackSockets([socket.socket(fileno=fd) for fd, label in listeners
-                                     if label == "callback tcp"])
-        listeners = [item for item in listeners if item[1] != "callback tcp"]
-    proxy = Proxy(rules=rules, machine=Machine.gather(), book=book, model=model,
-                  secret=secret, url_secret=url_secret,
-                  local_ports=frozenset(int(port) for port in options["--local-model"]),
-                  server_tools=options["--server-tools"] == ["yes"], tools=tools,
-                  ask=_asker(settings, wire, guest) if tools else None,
-                  callbacks=callbacks,
-                  open_ask=_asker(settings, wire, guest, whole=True) if callbacks is not None
-                  else None,
+    verbs, listeners = _verbs(options, listeners, (settings, wire, guest))
+    proxy = Proxy(rules=rules, machine=Machine.gather(), book=book, verbs=verbs,
                   log=WireLog(settings, wire), settings=settings, wire=wire,
                   controls=serving.controls_from(options), say=serving.say,
                   resolver=dns_resolver(server_address) if server_address else system_resolver)
@@ -234,7 +258,7 @@ def serve(listeners: list[tuple[int, str]], options: dict[str, list[str]]) -> No
             handler = proxy.handle_endpoint if role == "endpoint" else proxy.handle
             servers.append(await lane_server(handler, sock))
         closers += [server.close for server in servers]
-        closers.append(proxy.close_tools)
+        closers.append(proxy.close_verbs)
 
         def stop() -> None:
             for close in closers:

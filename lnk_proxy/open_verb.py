@@ -551,3 +551,6 @@ class OpenVerb:
 
         return await call.respond(200, [(b"content-type", b"application/json")],
                                   orjson.dumps({"opened": shown}) + b"\n")
+
+    def close(self) -> None:
+        """Nothing is kept between calls: each callback ends on its own."""

@@ -130,13 +130,13 @@ class Rig:
             rules=parse_hosts((f"{HOST}:{host.port}",)), machine=Machine.gather(),
             log=WireLog(self.settings, WIRE), settings=self.settings, wire=WIRE,
             say=self.said.append, resolver=resolve)  # type: ignore[arg-type]
-        forward = self.proxy._forward
+        forward = self.proxy.forward
 
         async def counted(*args: object, **kwargs: object) -> tuple[bool, bytes]:
             self.forwarded += 1
             return await forward(*args, **kwargs)  # type: ignore[arg-type]
 
-        self.proxy._forward = counted  # type: ignore[method-assign]
+        self.proxy.forward = counted  # type: ignore[method-assign]
         self.server: asyncio.Server | None = None
         self.port = 0
 

@@ -1,0 +1,114 @@
+"""Forwarding: a request to a host of the sandbox's own (absolute form to the proxy, or
+in a port-80 tunnel), after the connection's machine admitted its head and its route
+(lnk_proxy.connection).
+
+Order: the upstream connection of the connection's last request is used again when
+this one goes to the same host and port (its address was checked when it was opened;
+the wire's gate and the name are checked again, and the call counted:
+Proxy.check_name); otherwise a new one, decided afresh (gate, name, lookup, every
+address: Proxy.decide) and opened to the very address checked. Then the exchange
+(lnk_proxy.exchange), the upstream kept for the next request when it ended clean, and,
+when a kept upstream had closed before answering (a server's idle timeout), the
+request sent again, once, on a new connection: a plain request has no body, so nothing
+of it was lost. A kept-alive plain request the lane served (lnk_proxy.lane) comes here
+only for that retry (`Retry`) or when its response is not plain (`Handoff`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import h11
+
+from lnk_common.wire import Refused
+from lnk_proxy.connection import Forward
+from lnk_proxy.exchange import (
+    Outcome,
+    asks_to_upgrade,
+    exchange,
+    h11_resumed,
+    next_cycle,
+    outgoing,
+    plain_exchange,
+)
+from lnk_proxy.lane import Handoff
+from lnk_proxy.plain import client_closes
+from lnk_proxy.upstream import Upstream
+
+if TYPE_CHECKING:
+    from lnk_proxy.server import Proxy
+
+__all__ = ["forward", "handed"]
+
+
+async def forward(proxy: Proxy, request: Forward, reader: asyncio.StreamReader,
+                  writer: asyncio.StreamWriter, kept: list[Upstream | None]
+                  ) -> tuple[bool, bytes]:
+    """The request and its response; (whether the client's connection goes on to
+    another request, the bytes it already sent of that one). `kept` holds the
+    connection's upstream between requests."""
+    target = request.target
+    previous = kept[0]
+    kept[0] = None
+    try:
+        if (previous is not None and previous.authority == target.authority
+                and previous.usable()):
+            proxy.check_name(target)
+            upstream = previous
+        else:
+            if previous is not None:
+                previous.close()
+            upstream = await proxy.connect_upstream(target)
+    except Refused as refusal:
+        if previous is not None:
+            previous.close()
+        await proxy.refuse(writer, target.authority, refusal)
+        return False, b""
+    client: h11.Connection | None
+    if request.parsed is None:
+        outcome, client = await plain_exchange(proxy, target.authority, request.head,
+                                               request.path, request.raw, reader, writer,
+                                               upstream)
+    else:
+        client, asked = request.parsed
+        outcome = await exchange(proxy, target.authority, "http", client, reader, writer,
+                                 upstream, outgoing(asked, request.path,
+                                                    asks_to_upgrade(asked.headers)),
+                                 body=None)
+    return await _settle(proxy, outcome, client, upstream, upstream is previous, request,
+                         reader, writer, kept)
+
+
+async def handed(proxy: Proxy, note: Handoff, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter, kept: list[Upstream | None]
+                 ) -> tuple[bool, bytes]:
+    """A lane's request whose response is not plain: h11's from the bytes read."""
+    outcome, client = await h11_resumed(
+        proxy, note.authority, note.request.raw, note.request.path, reader, writer,
+        note.upstream, (note.call, note.started, note.received))
+    return await _settle(proxy, outcome, client, note.upstream, True, note.request, reader,
+                         writer, kept)
+
+
+async def _settle(proxy: Proxy, outcome: Outcome, client: h11.Connection | None,
+                  upstream: Upstream, was_kept: bool, request: Forward,
+                  reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                  kept: list[Upstream | None]) -> tuple[bool, bytes]:
+    """After a passed request's exchange: its upstream kept when reusable, the request
+    sent again when its kept upstream had closed, and whether the client's connection
+    goes on. `client`: h11's reading of the exchange (None: plain throughout); a plain
+    request's `rest` is what followed it."""
+    if outcome.reusable:
+        if client is not None:  # h11 read this exchange: its state goes round
+            upstream.conn.start_next_cycle()
+        kept[0] = upstream
+    if outcome.failure and was_kept and not outcome.responded and outcome.sent == 0:
+        # The kept connection was closed by the server meanwhile: a request with no body
+        # is sent again, once, on a new connection (checked afresh), which is then kept
+        # in `kept` as any other (and closed with the client's).
+        return await proxy.forward(request, reader, writer, kept)
+    if client is None:
+        return not outcome.failure and not client_closes(request.head), request.rest
+    keep, trailing = next_cycle(client, outcome)
+    return keep, (request.rest if request.parsed is None else trailing)
