@@ -165,7 +165,7 @@ class Callback:
 
     def listen(self) -> None:
         """Bind the port here, or Refused: taken, or no callback socket left. Called
-        after the person's yes, never before (lnk_proxy.server `_open_call`)."""
+        after the person's yes, never before (`OpenVerb.call`)."""
         if not self.sockets.left():
             raise Refused(503, "no login callback is left in this sandbox (a run passes "
                                "in 8); not opened: start the sandbox again to sign in",

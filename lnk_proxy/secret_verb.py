@@ -1,8 +1,10 @@
 """The secret verb's shell: `/_link/secret/<name>/…` with secret_rules' decisions, the
 placeholder this sandbox was given for each secret, and the secret and its rule from Link's
-secrets. Not wired into the proxy yet (lnk_proxy.server serves the model verb only).
+secrets. The proxy's server (lnk_proxy.server) calls it for every `/_link/secret/` request.
 
-What the proxy calls, in order (the model verb's order, lnk_proxy.model_verb):
+It is a ServiceVerb, as the model verb is (lnk_proxy.verb_call.service_call runs both:
+the gate, `place`, `admit_at`, the body, `request`, the upstream from `pool_at`). Its
+own steps, in order:
 - secret(rest) → (name, target): the name is one this sandbox named ([verbs] secrets);
 - rule(name) → Rule: read and parsed now, so a rule set anew takes effect at once; its
   host:port is where the call's refusals are logged from here on;
