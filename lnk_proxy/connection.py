@@ -19,8 +19,9 @@ The shell (lnk_proxy.server) goes on from the command, in this order: the wire's
 (kill switch, pause, calls a minute) and the name against the rules before any lookup
 (Proxy.check_name), the lookup and every address (Proxy.checked_address), a connection
 to the very address checked, the TLS ClientHello's name for a tunnel to 443, the log.
-The kept-alive lane (lnk_proxy.lane) runs steps 2 and 5 through the same functions
-(`read_head`, `route`), then the same gate and name.
+The kept-alive lane (lnk_proxy.lane) has no checks of its own: it gives a whole head to
+this same machine and carries out only a plain request to its kept upstream's host,
+after the same gate and name.
 
 Every refusal is a `Refuse` with its one line; a command the machine has no row for is
 a bug (ConnectionStateError), never a request let through.
@@ -52,8 +53,6 @@ __all__ = [
     "NeedData",
     "OpenTunnel",
     "Refuse",
-    "read_head",
-    "route",
 ]
 
 # The proxy's own address inside a sandbox: a request to it (as a base URL, or through
@@ -144,12 +143,7 @@ class _State(enum.Enum):
     DONE = "done"  # refused or closed: nothing more
 
 
-# -- the steps, each a pure function (the lane calls them too) -------------------------
-
-def read_head(raw: bytes) -> RequestHead:
-    """Step 2, the head guard: HeadError, with its one line, for a head it refuses."""
-    return check_head(raw)
-
+# -- the steps, each a pure function ----------------------------------------------------
 
 def _own_path(target: str) -> str | None:
     lowered = target.lower()
@@ -169,7 +163,7 @@ def _host_matches(hosts: list[str], target: Target) -> bool:
     return (named.host, named.port) == (target.host, target.port)
 
 
-def route(head: RequestHead, tunnel: Target | None) -> tuple[Target, str] | str | Refuse:
+def _route(head: RequestHead, tunnel: Target | None) -> tuple[Target, str] | str | Refuse:
     """Step 5: where a request goes and the path to send, a verb's path, or why it goes
     nowhere: absolute-form to the proxy, origin-form (or absolute-form to the same
     host) in a tunnel; its Host must name that very host (a CDN routes by Host: another
@@ -293,7 +287,7 @@ class ClientConnection:
 
     def _request(self, raw: bytes, rest: bytes) -> Command:
         try:
-            head = read_head(raw)
+            head = check_head(raw)  # step 2
         except HeadError as error:
             return self._refuse(self.where, Refused(400, str(error)))
         if head.method == "CONNECT":
@@ -310,7 +304,7 @@ class ClientConnection:
             parsed = _h11_reading(raw + rest)
             if parsed is None:
                 return self._refuse(self.where, Refused(400, UNREADABLE_HEAD))
-        found = route(head, self.tunnel)
+        found = _route(head, self.tunnel)  # step 5
         if isinstance(found, Refuse):
             self.state = _State.DONE
             return found

@@ -6,25 +6,29 @@ send, and its cost was asyncio's more than the proxy's own: the client's bytes f
 a stream reader, the connection's task woken to read them, a timer for each wait, the
 upstream's bytes fed to another reader and the task woken again (four turns of the
 loop a request). Here the client's protocol (`LaneProtocol`) hands what it receives
-to the connection's `Lane` while its task is parked between requests (`Lane.idle`);
-the lane takes it only when it is one whole plain head (lnk_proxy.plain), nothing
-after it, to the authority of the upstream kept for this connection, and every check
-of the request path passes it: the head guard and the route (its target and Host) by
-lnk_proxy.connection's own functions, `read_head` and `route`, then the gate and the
-name (Proxy.check_name), as the task's path checks them. The request is
-written anew to the upstream and the upstream's protocol (`UpstreamProtocol`) hands
-the response to the lane, which writes its head anew and exactly its Content-Length of
-body back. Two turns of the loop a request; one `allowed` and one `ended` line as
-ever.
+to the connection's `Lane` while its task is parked between requests (`Lane.idle`).
 
-Everything else is the task's, as before: the lane declines the bytes (the client's
-protocol feeds them to the reader) and wakes the task. A response that is not plain
-is handed to the task with the bytes read so far (`Handoff`, read by h11, the request
-not sent again); a kept upstream that closed before answering is the task's to retry
-once on a new connection (`Retry`), as it always was; a refusal is written here and
-ends the connection (`END`), as the task's refusal does. The connection's one timer is
-the parked task's: at its end, a connection that moved within IDLE_SECONDS waits
-again; one that did not is closed, an exchange in flight ended with its line.
+The lane looks at it only when it is one whole head, nothing after it, and an upstream
+is kept for this connection. The head then goes to the connection's own machine
+(lnk_proxy.connection.ClientConnection, the one the task drives), whose checks every
+request passes in their one order. The lane carries out the machine's command itself
+only when it is a plain request (lnk_proxy.plain) to the kept upstream's authority, and
+only after the gate and the name (Proxy.check_name), as the task's path checks them;
+any other command (a refusal, a verb, a CONNECT, a request with a body or to another
+host) is handed to the task as the machine gave it (`Handed`). The request is written
+anew to the upstream, and the upstream's protocol (`UpstreamProtocol`) hands the
+response to the lane, which writes its head anew and exactly its Content-Length of body
+back. Two turns of the loop a request; one `allowed` and one `ended` line as ever.
+
+Bytes that are not one whole head, or come with no upstream kept, are the task's: the
+lane declines them (the client's protocol feeds them to the reader) and wakes the task.
+A response that is not plain is handed to the task with the bytes read so far
+(`Handoff`, read by h11, the request not sent again); a kept upstream that closed
+before answering is the task's to retry once on a new connection (`Retry`), as it
+always was; a refusal of the gate or the name is written here and ends the connection
+(`END`), as the task's refusal does. The connection's one timer is the parked task's:
+at its end, a connection that moved within IDLE_SECONDS waits again; one that did not
+is closed, an exchange in flight ended with its line.
 """
 
 from __future__ import annotations
@@ -37,13 +41,12 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from lnk_common.wire import Refused
-from lnk_proxy.connection import Forward, read_head, route
-from lnk_proxy.head import HeadError, head_end
+from lnk_proxy.connection import ClientConnection, Command, Forward
+from lnk_proxy.head import head_end
 from lnk_proxy.plain import (
     NEED_MORE,
     ResponseHead,
     client_closes,
-    plain_request,
     request_bytes,
     response_bytes,
     response_head,
@@ -52,11 +55,10 @@ from lnk_proxy.streams import Inbox, held
 
 if TYPE_CHECKING:
     from lnk_proxy.server import Proxy
-    from lnk_proxy.target import Target
     from lnk_proxy.upstream import Upstream
 
-__all__ = ["CLIENT_BUFFER_BYTES", "END", "Handoff", "Lane", "LaneProtocol", "Retry",
-           "UpstreamProtocol", "lane_server"]
+__all__ = ["CLIENT_BUFFER_BYTES", "END", "Handed", "Handoff", "Lane", "LaneProtocol",
+           "Retry", "UpstreamProtocol", "lane_server"]
 
 # A client connection's reader buffers at most about this much before its socket is no
 # longer read (asyncio.start_server's `limit`, as the proxy's listeners always had).
@@ -99,7 +101,18 @@ class Handoff:
         self.received = received
 
 
-Note = _End | Retry | Handoff | None
+class Handed:
+    """A command of the connection's machine that the lane does not carry out (a
+    refusal, a verb, a CONNECT, a request with a body or to another host): the task's,
+    as the machine gave it."""
+
+    __slots__ = ("command",)
+
+    def __init__(self, command: Command) -> None:
+        self.command = command
+
+
+Note = _End | Retry | Handoff | Handed | None
 # No note missed (Lane.missed).
 _NO_NOTE = object()
 
@@ -146,8 +159,8 @@ class Lane:
     whose checks, log and refusals it uses (lnk_proxy.server); `kept` the connection's
     one-slot list of its kept upstream, shared with the task."""
 
-    __slots__ = ("exchange", "kept", "last", "missed", "parked", "protocol", "proxy",
-                 "reader", "tunnel", "writer")
+    __slots__ = ("connection", "exchange", "kept", "last", "missed", "parked", "protocol",
+                 "proxy", "reader", "writer")
 
     def __init__(self, proxy: Proxy, protocol: LaneProtocol, reader: asyncio.StreamReader,
                  writer: asyncio.StreamWriter, kept: list[Upstream | None]) -> None:
@@ -156,7 +169,7 @@ class Lane:
         self.reader = reader
         self.writer = writer
         self.kept = kept
-        self.tunnel: Target | None = None
+        self.connection: ClientConnection | None = None
         self.parked: asyncio.Future[Note | _Rung] | None = None
         # A note given after the parked task's timer rang, before the task ran: kept
         # for it (it would be lost, and a handed-off call with it).
@@ -167,11 +180,12 @@ class Lane:
 
     # -- the task's side ------------------------------------------------------------
 
-    async def idle(self, tunnel: Target | None, seconds: float) -> Note:
+    async def idle(self, connection: ClientConnection, seconds: float) -> Note:
         """Park the task between requests until it has work: None when the reader has
-        bytes or its end, else a note (END, Retry, Handoff). `tunnel`: the port-80
-        tunnel the connection's requests travel in, if any."""
-        self.tunnel = tunnel
+        bytes or its end, else a note (END, Retry, Handoff, Handed). `connection`: the
+        connection's machine, idle with nothing buffered (the lane gives it a whole
+        head)."""
+        self.connection = connection
         loop = asyncio.get_running_loop()
         wait = seconds
         while True:
@@ -224,25 +238,20 @@ class Lane:
         return taken
 
     def _begin(self, data: bytes) -> bool:
-        upstream = self.kept[0]
-        if upstream is None or head_end(data) != len(data):
+        upstream, connection = self.kept[0], self.connection
+        if upstream is None or connection is None or head_end(data) != len(data):
             return False  # no kept upstream, a head not whole, or more behind it
-        try:
-            head = read_head(data)
-        except HeadError:
-            return False  # the task refuses it, with its reason
-        if head.method == "CONNECT" or not plain_request(head) or client_closes(head):
-            return False
-        found = route(head, self.tunnel)
-        if not isinstance(found, tuple):
-            return False  # a verb's path, or a refusal: the task's
-        target, path = found
-        if (upstream.authority != target.authority or not upstream.usable()
-                or held(upstream.reader)):
-            return False
+        connection.receive_data(data)
+        command = connection.next_command()  # every check of the machine's, in its order
         protocol = upstream.writer.transport.get_protocol()
-        if not isinstance(protocol, UpstreamProtocol):
-            return False
+        if not (isinstance(command, Forward) and command.parsed is None
+                and not client_closes(command.head)
+                and upstream.authority == command.target.authority and upstream.usable()
+                and not held(upstream.reader) and isinstance(protocol, UpstreamProtocol)):
+            self._wake(Handed(command))  # the task carries it out, as the machine gave it
+            return True
+        assert isinstance(protocol, UpstreamProtocol)  # for mypy: the test above
+        target, head, path = command.target, command.head, command.path
         self.kept[0] = None
         try:
             self.proxy.check_name(target)
@@ -256,9 +265,7 @@ class Lane:
         except BaseException:
             upstream.close()
             raise
-        request = Forward(head=head, raw=data, rest=b"", target=target, path=path,
-                          parsed=None)
-        self.exchange = _Exchange(call, request, upstream, protocol)
+        self.exchange = _Exchange(call, command, upstream, protocol)
         self.last = time.monotonic()
         protocol.sink = self
         if self.protocol.writing_paused:  # the last response is not all sent yet
@@ -379,6 +386,8 @@ class Lane:
             self.kept[0] = upstream
         else:
             upstream.close()
+        if not failure and self.connection is not None:
+            self.connection.request_done(b"")  # the machine takes the next head
         self.proxy.log.write(
             "ended", exchange.authority,
             f"id={exchange.call} sent=0 received={exchange.sent_back} "

@@ -47,6 +47,7 @@ from lnk_proxy.connection import (
     CallVerb,
     ClientConnection,
     Closed,
+    Command,
     Forward,
     NeedData,
     OpenTunnel,
@@ -61,7 +62,7 @@ from lnk_proxy.decide import (
     matching_rule,
 )
 from lnk_proxy.exchange import IDLE_SECONDS, UPGRADES
-from lnk_proxy.lane import END, Handoff, Lane, LaneProtocol, Retry
+from lnk_proxy.lane import END, Handed, Handoff, Lane, LaneProtocol, Retry
 from lnk_proxy.resolver import system_resolver
 from lnk_proxy.streams import read_within
 from lnk_proxy.target import Target
@@ -160,8 +161,9 @@ class Proxy(Wire):
         between requests, the lane's while it is parked there, IDLE_SECONDS), each
         request's decision and exchange, a CONNECT's tunnel."""
         deadline: float | None = None  # the head's, from its first byte
+        handed: Command | None = None  # a command of the machine's the lane handed over
         while True:
-            command = connection.next_command()
+            command, handed = handed or connection.next_command(), None
             if isinstance(command, NeedData):
                 if command.within_head:
                     deadline = deadline or asyncio.get_running_loop().time() + HEAD_SECONDS
@@ -172,8 +174,11 @@ class Proxy(Wire):
                         await self._refuse_as(writer, connection.head_timed_out())
                         return
                     continue
-                if not await self._between_requests(reader, writer, kept, connection, lane):
+                went_on = await self._between_requests(reader, writer, kept, connection, lane)
+                if went_on is False:
                     return
+                if went_on is not True:
+                    handed = went_on
                 continue
             deadline = None
             if isinstance(command, Closed):
@@ -197,22 +202,27 @@ class Proxy(Wire):
 
     async def _between_requests(self, reader: asyncio.StreamReader,
                                 writer: asyncio.StreamWriter, kept: list[Upstream | None],
-                                connection: ClientConnection, lane: Lane | None) -> bool:
-        """Idle between requests: parked in the lane (which serves plain requests to the
-        kept upstream itself) until it hands work back, then the client's next bytes
-        given to `connection`; False when the connection ends (quiet past IDLE_SECONDS,
-        its end, a refusal of the lane's, an exchange that ends it)."""
+                                connection: ClientConnection, lane: Lane | None
+                                ) -> bool | Command:
+        """Idle between requests: parked in the lane (which gives whole heads to the
+        connection's machine and serves plain requests to the kept upstream itself)
+        until it hands work back, else the client's next bytes given to `connection`.
+        True: go on; a command of the machine's that the lane handed over: carry it out
+        next; False: the connection ends (quiet past IDLE_SECONDS, its end, a refusal of
+        the lane's, an exchange that ends it)."""
         if lane is not None:
-            note = await lane.idle(connection.tunnel, IDLE_SECONDS)
+            note = await lane.idle(connection, IDLE_SECONDS)
             if note is END:
                 return False
+            if isinstance(note, Handed):
+                return note.command
             if isinstance(note, Retry | Handoff):
                 if isinstance(note, Retry):  # the kept upstream closed unanswering
                     keep, leftover = await self.forward(note.request, reader, writer, kept)
                 else:
                     keep, leftover = await forwarding.handed(self, note, reader, writer, kept)
-                if leftover:
-                    connection.receive_data(leftover)
+                if keep:
+                    connection.request_done(leftover)
                 return keep
         try:  # between requests a client may idle; within a head it may not
             connection.receive_data(await read_within(reader, _READ_BYTES, IDLE_SECONDS))

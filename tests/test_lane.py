@@ -315,6 +315,32 @@ def test_a_kept_upstream_that_closes_unanswering_is_asked_again_once_on_a_new_on
     _run(test)
 
 
+@pytest.mark.parametrize(("fields", "status", "reason"), [
+    (("Host: other.test",), 400, "the Host header names another host than the request's URL"),
+    (("Host: x", "Transfer-Encoding: gzip"), 400, None),
+])
+def test_a_head_the_lane_sees_is_checked_by_the_connections_machine(
+        tmp_path: Path, origin: Path, fields: tuple[str, ...], status: int,
+        reason: str | None) -> None:
+    """A whole head kept alive goes to the connection's one machine (no check of the
+    lane's own): a refused one is refused by the task with the machine's reason, and
+    logged; nothing reaches the host."""
+    async def test() -> None:
+        rig, reader, writer = await _kept(tmp_path, lambda _n, _head: FINE)
+        head = rig.request("/x").split(b"\r\n")[0] + b"\r\n"
+        writer.write(head + "".join(f"{field}\r\n" for field in fields).encode() + b"\r\n")
+        answer = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        rig.close()
+        assert answer.startswith(f"HTTP/1.1 {status} ".encode()), answer
+        if reason is not None:
+            assert answer.endswith(f"\r\n\r\n{reason}\n".encode()), answer
+        assert len(rig.host.requests) == 1 and rig.forwarded == 1
+        assert len(rig.events("refused")) == 1, rig.lines()
+
+    _run(test)
+
+
 def test_the_kill_switch_ends_a_lane_call_in_flight_with_its_line(
         tmp_path: Path, origin: Path) -> None:
     async def test() -> None:
