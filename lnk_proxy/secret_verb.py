@@ -1,6 +1,6 @@
 """The secret verb's shell: `/_link/secret/<name>/…` with secret_rules' decisions, the
 placeholder this sandbox was given for each secret, and the secret and its rule from Link's
-secrets. Not wired into the proxy yet (lnk_proxy.server serves the model verb only).
+secrets. The proxy's server (lnk_proxy.server) calls it for every `/_link/secret/` request.
 
 What the proxy calls, in order (the model verb's order, lnk_proxy.model_verb):
 - secret(rest) → (name, target): the name is one this sandbox named ([verbs] secrets);

@@ -450,7 +450,7 @@ def test_a_body_at_the_limit_is_read_and_one_byte_over_is_refused() -> None:
 
 
 def test_server_tools_are_removed_where_a_runtime_speaks_a_providers_api() -> None:
-    """Ollama runs web_search_20250305 itself on /v1/messages (PROVIDERS.md §7.1);
+    """Ollama runs web_search_20250305 itself on /v1/messages (docs/facts/providers.md §7.1);
     vLLM's and LM Studio's responses take hosted and mcp tools."""
     function = {"name": "f", "input_schema": {"type": "object"}}
     out = orjson.loads(lm.check_body(MESSAGES, orjson.dumps({
