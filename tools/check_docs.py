@@ -49,6 +49,13 @@ MOVED_MODULES: dict[str, str] = {
     "lnk_common.toml": "lnk_wrap.vendor.tomllib",
 }
 
+# A citation of a design note outside the repository -> the page of docs/facts/ that says
+# the same in our words (record 0040).
+MOVED_CITATIONS: dict[str, str] = {
+    "`../shared/design/PROVIDERS.md`": "[../facts/providers.md](../facts/providers.md)",
+    "PROVIDERS.md": "../facts/providers.md",
+}
+
 # The opening words of a sentence of the old file rewritten on purpose -> why.
 EDITED: dict[str, str] = {
     "This describes the code as it is.":
@@ -98,6 +105,8 @@ def old_text(rev: str = DEFAULT_OLD) -> str:
                           check=True, capture_output=True, text=True).stdout
     for old, new in MOVED_MODULES.items():
         text = text.replace(old, new)
+    for old, new in MOVED_CITATIONS.items():
+        text = re.sub(rf"(?<![\w/.\[]){re.escape(old)}", new, text)
     return text
 
 
