@@ -133,3 +133,18 @@ def test_every_citation_in_the_code_resolves_inside_the_repository() -> None:
 def test_glossary_defines_each_word_once() -> None:
     words = re.findall(r"^\| \*\*(.+?)\*\* \|", (DOCS / "glossary.md").read_text(), flags=re.M)
     assert words and len(words) == len(set(words))
+
+
+def test_spec_doc_names_every_key_the_loader_takes_and_no_other() -> None:
+    from lnk_proxy import secret_rules
+    from lnk_wrap import spec
+
+    text = (DOCS / "SPEC.md").read_text()
+    rules_at = text.index("\n## Secret rules")
+    documented = set(re.findall(r"^\| `([^`]+)` \|", text[:rules_at], flags=re.M))
+    taken = set(spec._TOP_LEVEL) | {f"[{section}] {key}" for section, keys in spec._SCHEMA.items()
+                        if isinstance(keys, dict) for key in keys}
+    not_built = {key for key in taken - documented if f"`{key}` (macOS)" in text}
+    assert taken - not_built == documented
+    rule_keys = set(re.findall(r"^\| `([^`]+)` \|", text[rules_at:], flags=re.M))
+    assert rule_keys == set(secret_rules._RULE_KEYS)
