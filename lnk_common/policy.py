@@ -31,8 +31,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 __all__ = ["DEFAULT_PAUSE", "FIELDS", "HELPERS", "MAX_NAME_CHARACTERS", "MODEL_PROVIDERS",
-           "NETWORK_MODES", "Field", "Policy", "PolicyArgvError", "helper_argv", "is_name",
-           "is_secret_name", "option_of", "parse_helper_argv", "parse_pause", "split_argv"]
+           "NEEDS_A_WIRE", "NETWORK_MODES", "Field", "Policy", "PolicyArgvError",
+           "helper_argv", "is_name", "is_secret_name", "option_of", "parse_helper_argv",
+           "parse_pause", "split_argv"]
 
 
 class PolicyArgvError(Exception):
@@ -293,11 +294,14 @@ def _hosts_need_the_proxy(policy: Policy) -> str:
     return "--host needs --network proxy" if policy.hosts and policy.network != "proxy" else ""
 
 
+# The fields that need the sandbox's own network and its wire: refused with network
+# "host" (here, and by the spec loader at their spec keys, in this order).
+NEEDS_A_WIRE = ("models", "secrets", "tools", "open_pages", "endpoints", "lan",
+                "localhost_ports", "local_models", "calls_per_minute")
+
+
 def _host_network_has_no_wire(policy: Policy) -> str:
-    if policy.network == "host" and (
-            policy.endpoints or policy.lan or policy.localhost_ports or policy.models
-            or policy.secrets or policy.local_models or policy.tools or policy.open_pages
-            or policy.calls_per_minute):
+    if policy.network == "host" and any(getattr(policy, name) for name in NEEDS_A_WIRE):
         return ("--network host has no wire: no verb, endpoint, [lan], [localhost] port or "
                 "calls a minute")
     return ""

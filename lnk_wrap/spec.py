@@ -23,6 +23,7 @@ from lnk_common.policy import (
     FIELDS,
     MAX_NAME_CHARACTERS,
     MODEL_PROVIDERS,
+    NEEDS_A_WIRE,
     SECRET_NAME_CHARACTERS,
     Policy,
     is_name,
@@ -592,10 +593,16 @@ def _commands(context: _Context, section: dict[str, Any] | None, write: tuple[st
 _AS_WRITTEN = ("secrets", "tools", "open_pages", "calls_per_minute", "server_tools")
 
 
+def _spec_key(name: str) -> str:
+    """The spec key of the Policy's field `name` (its row of lnk_common.policy.FIELDS)."""
+    return next(field.spec_key for field in FIELDS if field.name == name)
+
+
 def _as_written(document: dict[str, Any], name: str) -> object:
-    field = next(field for field in FIELDS if field.name == name)
-    section, _, key = field.spec_key.partition(".")
-    return (document.get(section) or {}).get(key, field.default)
+    """The field `name` as the spec wrote it at its key, or the field's default."""
+    section, _, key = _spec_key(name).partition(".")
+    default = next(field.default for field in FIELDS if field.name == name)
+    return (document.get(section) or {}).get(key, default)
 
 
 def _ways_out(context: _Context, document: dict[str, Any]) -> dict[str, object]:
@@ -634,13 +641,7 @@ def _check_host(context: _Context, document: dict[str, Any]) -> None:
     """`mode = "host"` is this machine's network as it is, with no wire: whatever needs
     the sandbox's own network and its proxy is refused, naming the key, rather than
     quietly doing nothing."""
-    def get(section: str, key: str) -> object:
-        return (document.get(section) or {}).get(key)
-
-    needs_wire = [(f"{section}.{key}", get(section, key)) for section, key in (
-        ("verbs", "model"), ("verbs", "secrets"), ("verbs", "tools"), ("verbs", "open"),
-        ("tcp", "endpoints"), ("lan", "hosts"), ("localhost", "ports"),
-        ("localhost", "models"), ("network", "calls_per_minute"))]
+    needs_wire = [(_spec_key(name), _as_written(document, name)) for name in NEEDS_A_WIRE]
     needs_wire.append(("pause", document.get("pause")))
     for key, value in needs_wire:
         if value:

@@ -556,3 +556,11 @@ def test_a_helpers_fields_are_checked_by_their_rows(helper: str) -> None:
                 field.option, "1", field.option, "1"]
             with pytest.raises(PolicyArgvError, match="given twice"):
                 parse_helper_argv(helper, twice)
+
+
+def test_network_host_refuses_every_field_that_needs_a_wire() -> None:
+    from lnk_common.policy import NEEDS_A_WIRE
+
+    for name in NEEDS_A_WIRE:
+        with pytest.raises(PolicyArgvError, match=r"^--network host has no wire"):
+            Policy(settings="/s", network="host", **{name: NOT_DEFAULT[name]})

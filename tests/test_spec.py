@@ -1280,3 +1280,39 @@ def test_lan_keeps_a_machine_of_the_local_network(
 ) -> None:
     spec = write_spec(f'[lan]\nhosts = ["{entry}"]\n')
     assert load_spec(spec, env).lan == (entry,)
+
+
+_NEEDS_A_WIRE_CASES = [
+    ("models", '[verbs]\nmodel = "anthropic"\n'),
+    ("secrets", '[verbs]\nsecrets = ["telegram"]\n'),
+    ("tools", '[verbs]\ntools = ["github"]\n'),
+    ("open_pages", "[verbs]\nopen = true\n"),
+    ("endpoints", '[tcp]\nendpoints = ["db.example.com:5432"]\n'),
+    ("lan", '[lan]\nhosts = ["10.0.0.9"]\n'),
+    ("localhost_ports", "[localhost]\nports = [5432]\n"),
+    ("local_models", "[localhost]\nmodels = [11434]\n"),
+    ("calls_per_minute", ""),
+]
+
+
+@pytest.mark.parametrize(("name", "toml"), _NEEDS_A_WIRE_CASES)
+def test_host_mode_refuses_every_field_that_needs_a_wire_at_its_key(
+    write_spec: WriteSpec, env: dict[str, str], name: str, toml: str
+) -> None:
+    """The fields the Policy refuses with network "host" (NEEDS_A_WIRE), each refused by
+    the loader at its own spec key."""
+    from lnk_common.policy import FIELDS, NEEDS_A_WIRE
+
+    assert name in NEEDS_A_WIRE
+    key = next(field.spec_key for field in FIELDS if field.name == name)
+    network = '[network]\nmode = "host"\n' + ("calls_per_minute = 5\n" if not toml else "")
+    spec = write_spec(network + toml)
+    _file, refused, reason = _error(spec, env)
+    assert (refused, reason.split(",")[0]) == (key, "needs the sandbox's own network and its wire")
+
+
+def test_host_mode_list_is_every_field_that_needs_a_wire() -> None:
+    """The parametrisation above names each of NEEDS_A_WIRE once."""
+    from lnk_common.policy import NEEDS_A_WIRE
+
+    assert sorted(name for name, _toml in _NEEDS_A_WIRE_CASES) == sorted(NEEDS_A_WIRE)
