@@ -18,7 +18,7 @@ that must not be, and anything else is a PolicyArgvError. It is written by our o
 step, but a person may type it too, so it is checked like any input.
 
 A plain table of slotted rows, not dataclasses or an enum: the launcher imports this at
-every sandbox start, and those modules cost 11-21 ms each to import here
+every sandbox start, and `dataclasses` alone cost 11-21 ms to import here
 (docs/decisions/0003-start-up-cost.md).
 """
 
