@@ -1,8 +1,12 @@
 """lnk-sandbox-exec-watch: outside the sandbox, the other end of its seccomp filter.
 
     lnk-sandbox-exec-watch --socket-fd N --settings DIR [--spec FILE] [--learn FILE]
-                           [--commands] [--run PATH]… [--loader PATH]… [--written PATH]…
-                           [--host-network]
+                           [--command PATH]… [--loader PATH]… [--write PATH]…
+                           [--network MODE]
+
+The options that carry the policy (all but --socket-fd and --loader) are its fields'
+own, spelt and checked as the launcher's are (lnk_common.policy.FIELDS). Programs are
+judged against [commands] when any --command is given (and not --learn).
 
 Started by the launcher for every sandbox (a fork of it, `lnk-watch`), before the
 sandbox. The init, first thing inside, installs the filter ("sockets", or "programs"
@@ -662,20 +666,13 @@ def _receive_listener(socket_fd: int) -> tuple[int, int] | None:
 
 
 def _parse(argv: list[str]) -> dict[str, list[str]]:
-    options: dict[str, list[str]] = {name: [] for name in (
-        "--socket-fd", "--settings", "--spec", "--learn", "--run", "--loader", "--written",
-        "--commands", "--host-network")}
-    index = 0
-    while index < len(argv):
-        option = argv[index]
-        if option in ("--commands", "--host-network"):
-            options[option].append("yes")
-            index += 1
-            continue
-        if option not in options or index + 1 >= len(argv):
-            raise ValueError(f"unknown option or missing value: {option!r}")
-        options[option].append(argv[index + 1])
-        index += 2
+    """The watch's options by the policy's table (its fields') and its own two."""
+    from lnk_common.policy import PolicyArgvError, parse_helper_argv
+
+    try:
+        options = parse_helper_argv("watch", argv, ("--socket-fd", "--loader"))
+    except PolicyArgvError as error:
+        raise ValueError(str(error)) from None
     for single in ("--socket-fd", "--settings"):
         if len(options[single]) != 1:
             raise ValueError(f"{single} is required, once")
@@ -694,8 +691,8 @@ def main(argv: list[str] | None = None, received: tuple[int, int] | None = None)
         sys.exit(2)
     prctl(_PR_SET_PDEATHSIG, _SIGKILL)
     settings = options["--settings"][0]
-    commands = (Commands(tuple(options["--run"]), tuple(options["--loader"]))
-                if options["--commands"] else None)
+    commands = (Commands(tuple(options["--command"]), tuple(options["--loader"]))
+                if options["--command"] and not options["--learn"] else None)
 
     def say(message: str) -> None:
         os.write(2, (message + "\n").encode("utf-8", "surrogateescape"))
@@ -710,8 +707,8 @@ def main(argv: list[str] | None = None, received: tuple[int, int] | None = None)
         listener, diag = received
         Watch(listener, commands, diag=diag, spec=spec, log=log,
               learn=(options["--learn"] or [""])[0], say=say,
-              written=tuple(options["--written"]),
-              host_network=bool(options["--host-network"])).serve()
+              written=tuple(options["--write"]),
+              host_network=options["--network"] == ["host"]).serve()
     except Exception as error:  # whatever stops the watch is said
         # This process ends, its listener closes, and every call the filter hands over
         # fails with ENOSYS from now on: closed. The person is told, once, here and in

@@ -43,7 +43,7 @@ from __future__ import annotations
 import os
 import sys
 
-from lnk_common.policy import Policy, PolicyArgvError, split_argv
+from lnk_common.policy import Policy, PolicyArgvError, helper_argv, split_argv
 from lnk_wrap import bwrap as bwrap_plan
 from lnk_wrap import placeholders
 from lnk_wrap.outside import OUTSIDE_FOLDER, without_loader_variables
@@ -792,23 +792,12 @@ def _start_watch(policy: Policy, loaders: tuple[str, ...], outside: Outside
 
     watch_end, init_end = (end.detach() for end in
                            _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM))
-    argv = ["--socket-fd", str(watch_end), "--settings", policy.settings]
-    if policy.network == "host":
-        argv.append("--host-network")
-    if policy.spec:
-        argv += ["--spec", policy.spec]
-    for path in policy.write:
-        argv += ["--written", path]
-    if policy.learn:
-        argv += ["--learn", policy.learn]
-    elif policy.commands:
-        argv.append("--commands")
-        for path in policy.commands:
-            argv += ["--run", path]
+    argv = ["--socket-fd", str(watch_end), *helper_argv(policy, "watch")]
+    if policy.commands and not policy.learn:  # `learn` records every program instead
         if policy.open_pages:  # the sandbox's browser runs whatever [commands] lists
             from lnk_wrap.bwrap import BROWSER_FOLDER_INSIDE
 
-            argv += ["--run", BROWSER_FOLDER_INSIDE]
+            argv += ["--command", BROWSER_FOLDER_INSIDE]
         for path in loaders:
             argv += ["--loader", path]
     try:
@@ -921,29 +910,9 @@ def _start_wire(policy: Policy, outside: Outside, proxy_given: Mapping[str, str]
     wire.plan = plan
     wire.lan_addresses = endpoints.lan_addresses(entries)
     name = wire.name = policy.name or _own_wire()
-    common = ["--settings", policy.settings, "--wire", name]
-    if policy.calls_per_minute:
-        common += ["--calls-per-minute", str(policy.calls_per_minute)]
-    common += ["--pause", ",".join(str(value) for value in policy.pause)]
     try:
         if policy.needs_proxy():
-            options = list(common)
-            for option, texts in (("--host", policy.hosts), ("--endpoint", policy.endpoints),
-                                  ("--lan", policy.lan)):
-                for text in texts:
-                    options += [option, text]
-            for provider in policy.models:
-                options += ["--model", provider]
-            if policy.server_tools:
-                options += ["--server-tools", "yes"]
-            for secret in policy.secrets:
-                options += ["--secret", secret]
-            for port in policy.local_models:
-                options += ["--local-model", str(port)]
-            for tool in policy.tools:
-                options += ["--tool", tool]
-            if policy.open_pages:
-                options += ["--open", "yes"]
+            options = ["--wire", name, *helper_argv(policy, "proxy")]
             if outside.guest:  # its questions name the guest
                 options += ["--guest", outside.guest]
             # The placeholders and the URL secret: in its environment, never an argument.
@@ -953,11 +922,7 @@ def _start_wire(policy: Policy, outside: Outside, proxy_given: Mapping[str, str]
             wire.pids.append(pid)
             wire.channels["proxy"] = channel
         if policy.localhost_ports or policy.local_models:
-            relay_options = list(common)
-            for port in policy.local_models:  # read as HTTP, through the inference filter
-                relay_options += ["--model-port", str(port)]
-            if policy.server_tools and policy.local_models:
-                relay_options += ["--server-tools", "yes"]
+            relay_options = ["--wire", name, *helper_argv(policy, "relay")]
             pid, channel = _start_served("relay", policy, relay_options, outside.env,
                                          outside.own_session)
             wire.pids.append(pid)
