@@ -83,12 +83,15 @@ EDITED_TOKENS: dict[str, str] = {
         "edited at the split: the section it pointed to is record 0002 now",
     "`../shared/design/ARCHITECTURE.md`":
         "a file outside the repository; the facts are in docs/facts/ (record 0040)",
+    "└─ exec /usr/bin/python3.11 -I -S …/lnk_wrap/_start.py --kept-line 1:3.11 launch":
+        "the kept line's format is 2 since the policy's fields table (record 0037)",
+    "[--read P]… [--write P]… [--hide P]… [--reopen P]… [--write-dot-files P]…":
+        "one spelling per field: --write-dot-file, given once per folder (record 0037)",
 }
 
 # Records the plan links to that other branches of issue 30 write (docs/decisions/0035).
 PENDING_RECORDS = {
     "0036-one-request-path.md",
-    "0037-policy-fields-table.md",
     "0038-ci-each-test-once.md",
     "0039-the-start-back.md",
 }
