@@ -4,12 +4,14 @@
                            [--commands] [--run PATH]… [--loader PATH]… [--written PATH]…
                            [--host-network]
 
-Started by the launcher for every sandbox (a fork of it, `lnk-watch`), before the
-sandbox. The init, first thing inside, installs the filter ("sockets", or "programs"
+Started by the launcher for every sandbox (a fork of it, `lnk-watch`), right after
+bubblewrap. The init, first thing inside, installs the filter ("sockets", or "programs"
 where [commands] lists programs and for `learn`) and sends its listener and a sock_diag
 socket of the sandbox's network over the inherited socket N; this watch acknowledges
 with one byte (the init runs nothing before it has it) and then answers every
-notification until the sandbox is gone (the listener hangs up):
+notification until the sandbox is gone (the listener hangs up). Where only sockets are
+handed over, the launcher's fork imports this module at the first call (a call waits in
+the kernel meanwhile): a sandbox that makes none ends without it.
 
 - connect, and sendto with an address: lnk_execwatch.sockets (a unix socket by path
   only when made inside this sandbox; the call done here, on the socket taken).
