@@ -54,7 +54,7 @@ import time
 
 from lnk_common.arch import number
 from lnk_common.boundedlog import FOLD_SECONDS, BoundedLog, Folds, clip, printable
-from lnk_common.fdpass import take_numbered
+from lnk_common.fdpass import receive_fds
 from lnk_common.syscalls import libc
 from lnk_execwatch import notify, sockets
 from lnk_execwatch.judge import (
@@ -656,7 +656,7 @@ def _receive_listener(socket_fd: int) -> tuple[int, int] | None:
     """The listener and the sandbox's sock_diag socket the init sends first thing,
     acknowledged with one byte; None when none come (the sandbox was never made, and the
     init, unacknowledged, runs nothing)."""
-    received = take_numbered(socket_fd, 2)
+    received = receive_fds(socket_fd, 2)
     if received is not None:
         os.write(socket_fd, b"+")
     os.close(socket_fd)

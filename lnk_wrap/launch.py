@@ -968,17 +968,19 @@ def _become_the_watch(outside: Outside, kept: tuple[int, int]) -> None:
 
 def _watch(argv: list[str], watch_end: int, ready: int, launcher: int, *,
            at_once: bool) -> int:
-    """Take the init's listener and acknowledge it (the init waits for that), tell the
-    launcher, then serve: at once, or (`at_once` false) from the first call handed
-    over; returns at once when the sandbox ends, or the launcher, before any call."""
+    """Receive the init's listener and acknowledge it (the init waits for that), tell
+    the launcher, then serve: at once, or (`at_once` false) from the first call handed
+    over; returns at once when the sandbox ends, or the launcher, before any call.
+    Nothing here imports ctypes before a call comes (the init sends the descriptors
+    with SCM_RIGHTS: lnk_wrap.init._HandOver)."""
     # Until the watch proper asks the kernel to kill it with the launcher (PDEATHSIG,
     # which needs ctypes), the launcher's end is watched here.
     launcher_gone = os.pidfd_open(launcher)
     if os.getppid() != launcher:  # the launcher ended before its pidfd was open
         return 1
-    from lnk_common.fdpass import take_numbered
+    from lnk_common.fdpass import receive_fds
 
-    received = take_numbered(watch_end, 2)
+    received = receive_fds(watch_end, 2)
     if received is None:  # the sandbox was never made: the init runs nothing
         return 0
     os.write(watch_end, b"+")
