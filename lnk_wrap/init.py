@@ -155,11 +155,14 @@ class _HandOver:
     (de_thread) before the program runs: no code of the sandbox's own ever runs
     unfiltered. Landlock, applied after, binds the init's own thread, which execs."""
 
-    __slots__ = ("diag", "installed", "listener", "sent", "sent_all", "watch_fd")
+    __slots__ = ("diag", "installed", "listener", "send_fds", "sent", "sent_all", "watch_fd")
 
     def __init__(self, watch_fd: int, diag: int) -> None:
         import _thread
 
+        from lnk_common.fdpass import send_fds
+
+        self.send_fds = send_fds  # imported here: the thread itself only sends
         self.watch_fd = watch_fd
         self.diag = diag
         self.listener: int | None = None
@@ -175,12 +178,10 @@ class _HandOver:
                             f"the watch: {error}") from None
 
     def _run(self) -> None:
-        from lnk_common.fdpass import send_fds
-
         self.installed.acquire()  # until the filter is installed, or failed
         try:
             if self.listener is not None:
-                send_fds(self.watch_fd, (self.listener, self.diag))
+                self.send_fds(self.watch_fd, (self.listener, self.diag))
                 self.sent_all = True
         except OSError:
             pass  # sent_all stays false: the init refuses to run the program
