@@ -8,12 +8,14 @@ The options that carry the policy (all but --socket-fd and --loader) are its fie
 own, spelt and checked as the launcher's are (lnk_common.policy.FIELDS). Programs are
 judged against [commands] when any --command is given (and not --learn).
 
-Started by the launcher for every sandbox (a fork of it, `lnk-watch`), before the
-sandbox. The init, first thing inside, installs the filter ("sockets", or "programs"
+Started by the launcher for every sandbox (a fork of it, `lnk-watch`), right after
+bubblewrap. The init, first thing inside, installs the filter ("sockets", or "programs"
 where [commands] lists programs and for `learn`) and sends its listener and a sock_diag
 socket of the sandbox's network over the inherited socket N; this watch acknowledges
 with one byte (the init runs nothing before it has it) and then answers every
-notification until the sandbox is gone (the listener hangs up):
+notification until the sandbox is gone (the listener hangs up). Where only sockets are
+handed over, the launcher's fork imports this module at the first call (a call waits in
+the kernel meanwhile): a sandbox that makes none ends without it.
 
 - connect, and sendto with an address: lnk_execwatch.sockets (a unix socket by path
   only when made inside this sandbox; the call done here, on the socket taken).
@@ -56,7 +58,7 @@ import time
 
 from lnk_common.arch import number
 from lnk_common.boundedlog import FOLD_SECONDS, BoundedLog, Folds, clip, printable
-from lnk_common.fdpass import take_numbered
+from lnk_common.fdpass import receive_fds
 from lnk_common.syscalls import libc
 from lnk_execwatch import notify, sockets
 from lnk_execwatch.judge import (
@@ -658,7 +660,7 @@ def _receive_listener(socket_fd: int) -> tuple[int, int] | None:
     """The listener and the sandbox's sock_diag socket the init sends first thing,
     acknowledged with one byte; None when none come (the sandbox was never made, and the
     init, unacknowledged, runs nothing)."""
-    received = take_numbered(socket_fd, 2)
+    received = receive_fds(socket_fd, 2)
     if received is not None:
         os.write(socket_fd, b"+")
     os.close(socket_fd)
