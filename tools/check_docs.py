@@ -93,7 +93,6 @@ EDITED_TOKENS: dict[str, str] = {
 PENDING_RECORDS = {
     "0036-one-request-path.md",
     "0038-ci-each-test-once.md",
-    "0039-the-start-back.md",
 }
 
 
