@@ -279,7 +279,7 @@ def osascript_argv(title: str, question: str, seconds: int) -> list[str]:
     """macOS: `display dialog` with Deny as the default and cancel button (Enter and
     Escape are no; Tab and Space reach Allow only with the system's keyboard navigation
     on). Generated and golden-tested here; not run on a Mac yet
-    (docs/ARCHITECTURE.md, "Stated gaps")."""
+    (docs/components/README.md, "Stated gaps")."""
     script = (f"display dialog {_applescript_string(question)} "
               f"with title {_applescript_string(title)} "
               f'buttons {{"{DENY_LABEL}", "{ALLOW_LABEL}"}} default button "{DENY_LABEL}" '

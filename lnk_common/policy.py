@@ -5,38 +5,52 @@ what the emitted command line carries: `wrap` writes it as options of the launch
 (`to_argv`) and the launcher reads it back (`from_argv`), so a line kept by a harness
 runs what the spec said when it was wrapped, not what the file says later.
 
+Every field is one row of FIELDS: its name, its kind of value, the spec key it comes
+from, its check, and the helpers that take it. The Policy's slots, its checks, its argv
+both ways and each helper's options (`helper_argv`, `parse_helper_argv`) are made from
+that table, so a field is added in one row (and one annotation, for mypy; a test holds
+the two equal). One spelling: a field's option is its name with `-` for `_`, and a
+field of several values, given once per value, drops its final `s` (`hosts` → `--host`,
+`commands` → `--command`, `open_pages` → `--open-pages`): `option_of`, held by a test.
+
 The argv form is strict: every option is known, every path absolute, nothing repeated
 that must not be, and anything else is a PolicyArgvError. It is written by our own wrap
 step, but a person may type it too, so it is checked like any input.
+
+A plain table of slotted rows, not dataclasses or an enum: the launcher imports this at
+every sandbox start, and `dataclasses` alone cost 11-21 ms to import here
+(docs/decisions/0003-start-up-cost.md).
 """
 
 from __future__ import annotations
 
 import posixpath
 
-__all__ = ["DEFAULT_PAUSE", "MAX_NAME_CHARACTERS", "MODEL_PROVIDERS", "Policy",
-           "PolicyArgvError", "is_name", "parse_pause", "split_argv"]
+TYPE_CHECKING = False  # the typing module costs an import at every start
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["DEFAULT_PAUSE", "FIELDS", "HELPERS", "MAX_NAME_CHARACTERS", "MODEL_PROVIDERS",
+           "NEEDS_A_WIRE", "NETWORK_MODES", "Field", "Policy", "PolicyArgvError",
+           "helper_argv", "is_name", "is_secret_name", "option_of", "parse_helper_argv",
+           "parse_pause", "split_argv"]
 
 
 class PolicyArgvError(Exception):
     """The launcher's options do not describe a policy."""
 
 
-_PATH_OPTIONS = ("--read", "--write", "--hide", "--reopen", "--write-dot-files", "--run")
-_VALUE_OPTIONS = ("--settings", "--settings-via", "--name", "--agent", "--spec", "--learn",
-                  "--home",
-                  "--network", "--site-packages", "--calls-per-minute", "--pause")
-_TEXT_LIST_OPTIONS = ("--host", "--endpoint", "--lan", "--localhost-port", "--model",
-                      "--secret", "--local-model", "--tool")
 NETWORK_MODES = ("none", "proxy", "host")
 # The seed's loose thresholds for pausing a wire (docs/SPEC.md [pause]): refusals and
 # distinct refused targets within a window of seconds. Patterns no normal work makes.
 DEFAULT_PAUSE = (30, 20, 60)
-_FLAG_OPTIONS = ("--keep-session", "--server-tools", "--open-pages")
 # The hosted models `[verbs] model` may name: each is `/_link/model/<provider>/` on the
 # proxy, its key the secret of the same name (lnk_common.secrets). The proxy's rules
 # (lnk_proxy.model_rules.PROVIDER_HOSTS) know exactly these; a test holds them equal.
 MODEL_PROVIDERS = ("anthropic", "openai", "gemini", "openrouter")
+# A count (calls a minute, a pause's thresholds) is at most 9 digits on a line: past
+# that it is no limit at all (the spec's own bound is lower).
+MAX_COUNT_DIGITS = 9
 
 
 # Names become file names in Link's settings (wires, agents): letters, digits, . _ -,
@@ -51,6 +65,262 @@ def is_name(text: str) -> bool:
     """Whether `text` may name a wire or an agent (a file name in Link's settings)."""
     return (0 < len(text) <= MAX_NAME_CHARACTERS and text[0] in _NAME_FIRST
             and all(character in _NAME_REST for character in text))
+
+
+
+# The kinds of value a field holds: each has its default, its one reading from the words
+# of a line and its one writing back, and its check (_check_kind).
+PATH = "path"  # one absolute, normalised path; "" for none
+PATHS = "paths"  # absolute, normalised paths, in order
+WORD = "word"  # one word (a name, a mode); "" for none
+WORDS = "words"  # words (hosts, providers, names), in order
+PORTS = "ports"  # TCP ports, 1 to 65535, in order
+COUNT = "count"  # a whole number; 0 for none
+FLAG = "flag"  # on when given, written without a value
+PAUSE = "pause"  # (refusals, targets, window seconds), `R,T,W` on a line
+_SEVERAL = (PATHS, WORDS, PORTS)
+_DEFAULTS: dict[str, object] = {PATH: "", PATHS: (), WORD: "", WORDS: (), PORTS: (), COUNT: 0,
+                                FLAG: False, PAUSE: DEFAULT_PAUSE}
+# The helpers that take fields of the policy as options (the launcher takes them all:
+# its line is the whole policy). Each parses exactly its fields' options, by this table.
+HELPERS = ("proxy", "relay", "watch", "dns")
+MAX_PORT = 65535
+
+
+def option_of(name: str, kind: str) -> str:
+    """The one spelling: the field's name with `-` for `_`, and a field of
+    several values, whose option is given once per value, without its final `s`."""
+    return "--" + (name.removesuffix("s") if kind in _SEVERAL else name).replace("_", "-")
+
+
+class Field:
+    """One row of the policy's table. `spec_key`: the spec's key it comes from ("" for
+    what the wrap step finds, not the spec). `check`: what the value must be beyond its
+    kind (a PolicyArgvError in one line). `helpers`: which of HELPERS take it.
+    `written`: when it is on a line ("" when not its default; "wire" when the policy has
+    a wire)."""
+
+    __slots__ = ("check", "default", "helpers", "kind", "name", "option", "spec_key",
+                 "written")
+
+    def __init__(self, name: str, kind: str, spec_key: str, helpers: tuple[str, ...] = (),
+                 check: Callable[[Field, object], None] | None = None, *,
+                 default: object = None, written: str = "") -> None:
+        self.name = name
+        self.kind = kind
+        self.spec_key = spec_key
+        self.helpers = helpers
+        self.check = check
+        self.default = _DEFAULTS[kind] if default is None else default
+        self.option = option_of(name, kind)
+        self.written = written
+
+    def __repr__(self) -> str:
+        return f"Field({self.name!r}, {self.kind!r}, {self.spec_key!r})"
+
+
+# -- the fields' own checks (each sees its value, already of its kind) ------------------
+
+
+def _not_an_option(field: Field, value: object) -> None:
+    """A word that could not split back from the command after `--` on the line."""
+    assert isinstance(value, str)
+    if value.startswith("-"):
+        raise PolicyArgvError(f"a name or spec may not start with '-': {value!r}")
+
+
+def _agent_name(field: Field, value: object) -> None:
+    _not_an_option(field, value)
+    assert isinstance(value, str)
+    if value and not is_name(value):
+        raise PolicyArgvError(f"{field.option} {value!r}: use letters, digits, '.', '_' and '-'")
+
+
+def _network_mode(field: Field, value: object) -> None:
+    if value not in NETWORK_MODES:
+        raise PolicyArgvError(f"{field.option} {value!r}: one of {', '.join(NETWORK_MODES)}")
+
+
+def _host_words(field: Field, value: object) -> None:
+    """A host, endpoint or [lan] entry: a word the proxy's rules read (lnk_proxy.decide);
+    the spec loader has checked its shape and its addresses already."""
+    assert isinstance(value, tuple)
+    for host in value:
+        if not host or host.startswith("-") or any(c.isspace() for c in host):
+            raise PolicyArgvError(f"not a host: {host!r}")
+
+
+def _each_once(noun: str) -> Callable[[Field, object], None]:
+    def check(field: Field, value: object) -> None:
+        assert isinstance(value, tuple)
+        if len(set(value)) != len(value):
+            raise PolicyArgvError(f"{field.option} names a {noun} twice")
+    return check
+
+
+def _store_names(noun: str) -> Callable[[Field, object], None]:
+    """`[verbs] secrets` and `tools`: names of files of Link's store, each once."""
+    twice = _each_once(noun)
+
+    def check(field: Field, value: object) -> None:
+        assert isinstance(value, tuple)
+        for name in value:
+            if not is_secret_name(name):
+                raise PolicyArgvError(f"{field.option} {name!r}: a {noun}'s name is ASCII "
+                                      "letters, digits, '-' and '_'")
+        twice(field, value)
+    return check
+
+
+def _providers(field: Field, value: object) -> None:
+    assert isinstance(value, tuple)
+    for provider in value:
+        if provider not in MODEL_PROVIDERS:
+            raise PolicyArgvError(
+                f"{field.option} {provider!r}: one of {', '.join(MODEL_PROVIDERS)}")
+    _each_once("provider")(field, value)
+
+
+def _required(field: Field, value: object) -> None:
+    """Link's settings folder, hidden in every sandbox: never none."""
+    if not value:
+        raise PolicyArgvError(f"not an absolute path: {value!r}")
+
+
+# The table. Its order is the order of a line's options.
+FIELDS = (
+    Field("settings", PATH, "", ("proxy", "relay", "watch"), _required),
+    Field("settings_via", PATH, ""),
+    Field("name", WORD, "name", check=_not_an_option),
+    Field("agent", WORD, "agent.name", check=_agent_name),
+    Field("spec", WORD, "", ("watch",), _not_an_option),
+    Field("learn", PATH, "", ("watch",)),
+    Field("home", PATH, "files.home"),
+    Field("network", WORD, "network.mode", ("watch", "dns"), _network_mode, default="none"),
+    Field("hosts", WORDS, "network.hosts", ("proxy",), _host_words),
+    Field("endpoints", WORDS, "tcp.endpoints", ("proxy", "dns"), _host_words),
+    Field("lan", WORDS, "lan.hosts", ("proxy", "dns"), _host_words),
+    Field("localhost_ports", PORTS, "localhost.ports", ("dns",)),
+    Field("models", WORDS, "verbs.model", ("proxy",), _providers),
+    Field("secrets", WORDS, "verbs.secrets", ("proxy",), _store_names("secret")),
+    Field("local_models", PORTS, "localhost.models", ("proxy", "relay"), _each_once("port")),
+    Field("tools", WORDS, "verbs.tools", ("proxy",), _store_names("tool")),
+    Field("site_packages", PATH, ""),
+    Field("calls_per_minute", COUNT, "network.calls_per_minute", ("proxy", "relay")),
+    Field("pause", PAUSE, "pause", ("proxy", "relay"), written="wire"),
+    Field("server_tools", FLAG, "network.server_tools", ("proxy", "relay")),
+    Field("open_pages", FLAG, "verbs.open", ("proxy",)),
+    Field("keep_session", FLAG, ""),
+    Field("read", PATHS, "files.read"),
+    Field("write", PATHS, "files.write", ("watch",)),
+    Field("hide", PATHS, "files.hide"),
+    Field("reopen", PATHS, "files.reopen"),
+    Field("write_dot_files", PATHS, "files.write_dot_files"),
+    Field("commands", PATHS, "commands.run", ("watch",)),
+)
+_BY_NAME = {field.name: field for field in FIELDS}
+_BY_OPTION = {field.option: field for field in FIELDS}
+
+
+def _check_kind(field: Field, value: object) -> object:
+    """`value` as the field holds it (a list becomes a tuple), or PolicyArgvError; a
+    value of another type is a bug of the caller's (TypeError), never a policy."""
+    kind = field.kind
+    if kind in _SEVERAL:
+        if not isinstance(value, (tuple, list)):
+            raise TypeError(f"Policy.{field.name} is a tuple, not {type(value).__name__}")
+        items = tuple(value)
+        for item in items:
+            _check_one(field, kind, item)
+        return items
+    if kind == FLAG:
+        if not isinstance(value, bool):
+            raise TypeError(f"Policy.{field.name} is a bool, not {type(value).__name__}")
+        return value
+    if kind == PAUSE:
+        if not (isinstance(value, tuple) and len(value) == 3
+                and all(type(part) is int for part in value)):
+            raise TypeError(f"Policy.{field.name} is three whole numbers, not {value!r}")
+        if min(value) < 1:
+            raise PolicyArgvError("calls a minute and a pause's thresholds are positive")
+        return value
+    _check_one(field, kind, value)
+    return value
+
+
+def _check_one(field: Field, kind: str, value: object) -> None:
+    if kind in (PORTS, COUNT):
+        if type(value) is not int:
+            raise TypeError(f"Policy.{field.name} holds whole numbers, not {value!r}")
+        if kind == PORTS and not 1 <= value <= MAX_PORT:
+            raise PolicyArgvError(f"{field.option} {value}: 1 to {MAX_PORT}")
+        if kind == COUNT and value < 0:
+            raise PolicyArgvError("calls a minute and a pause's thresholds are positive")
+        return
+    if not isinstance(value, str):
+        raise TypeError(f"Policy.{field.name} holds text, not {type(value).__name__}")
+    if kind == PATHS or (kind == PATH and value):  # a PATH of "" is none, as its default
+        if not value.startswith("/") or value.startswith("//") or "\0" in value:
+            raise PolicyArgvError(f"not an absolute path: {value!r}")
+        if _normalised(value) != value:
+            raise PolicyArgvError(f"not a normalised path: {value!r}")
+
+
+def _checked(field: Field, value: object) -> object:
+    value = _check_kind(field, value)
+    if field.check is not None:
+        field.check(field, value)
+    return value
+
+
+# -- the relations between fields (each a reason in one line, or "") ---------------------
+
+
+def _dot_files_written(policy: Policy) -> str:
+    outside = [path for path in policy.write_dot_files if path not in policy.write]
+    return (f"--write-dot-file {outside[0]} is not a written folder (--write)"
+            if outside else "")
+
+
+def _home_written(policy: Policy) -> str:
+    home = policy.home
+    if home and (home not in policy.write or home not in policy.write_dot_files):
+        return (f"--home {home} is not a written folder with its dot files "
+                "(--write, --write-dot-file)")
+    return ""
+
+
+def _hosts_need_the_proxy(policy: Policy) -> str:
+    return "--host needs --network proxy" if policy.hosts and policy.network != "proxy" else ""
+
+
+# The fields that need the sandbox's own network and its wire: refused with network
+# "host" (here, and by the spec loader at their spec keys, in this order).
+NEEDS_A_WIRE = ("models", "secrets", "tools", "open_pages", "endpoints", "lan",
+                "localhost_ports", "local_models", "calls_per_minute")
+
+
+def _host_network_has_no_wire(policy: Policy) -> str:
+    if policy.network == "host" and any(getattr(policy, name) for name in NEEDS_A_WIRE):
+        return ("--network host has no wire: no verb, endpoint, [lan], [localhost] port or "
+                "calls a minute")
+    return ""
+
+
+def _model_ports_apart(policy: Policy) -> str:
+    if set(policy.local_models) & set(policy.localhost_ports):
+        return "--local-model names a port twice, or one of --localhost-port"
+    return ""
+
+
+def _server_tools_need_a_model(policy: Policy) -> str:
+    if policy.server_tools and not policy.models:
+        return "--server-tools needs --model: it keeps a hosted model's server-side tools"
+    return ""
+
+
+_RELATIONS = (_dot_files_written, _home_written, _hosts_need_the_proxy,
+              _host_network_has_no_wire, _model_ports_apart, _server_tools_need_a_model)
 
 
 class Policy:
@@ -105,145 +375,56 @@ class Policy:
     runtimes, relayed in through the inference filter (and reached as
     `/_link/s/<secret>/local/<port>` too).
 
-    A plain slotted class rather than a dataclass: the launcher imports this at every
-    sandbox start, and `dataclasses` alone cost 11-21 ms to import here. Its fields are
-    __slots__, and every copy (`replace`, `with_name`, equality) goes over __slots__, so
-    a field added there cannot be dropped by a copy (tests/test_policy.py holds that
-    __init__ takes exactly the slots and that every one survives the argv form).
+    Made from FIELDS: __slots__, the constructor's checks, equality, `replace` and the
+    argv form all go over the table, so a field added there cannot be dropped by a copy
+    (tests/test_policy.py holds that every row survives spec → Policy → argv → Policy).
+    The annotations below are the fields' types for mypy, held equal to the table.
     """
 
-    __slots__ = ("agent", "calls_per_minute", "commands", "endpoints", "hide", "home", "hosts",
-                 "keep_session", "lan", "learn", "local_models", "localhost_ports", "models",
-                 "name", "network", "open_pages", "pause", "read", "reopen", "secrets",
-                 "server_tools",
-                 "settings", "settings_via", "site_packages", "spec", "tools", "write",
-                 "write_dot_files")
+    __slots__ = tuple(field.name for field in FIELDS)
+    settings: str
+    settings_via: str
+    name: str
+    agent: str
+    spec: str
+    learn: str
+    home: str
+    network: str
+    hosts: tuple[str, ...]
+    endpoints: tuple[str, ...]
+    lan: tuple[str, ...]
+    localhost_ports: tuple[int, ...]
+    models: tuple[str, ...]
+    secrets: tuple[str, ...]
+    local_models: tuple[int, ...]
+    tools: tuple[str, ...]
+    site_packages: str
+    calls_per_minute: int
+    pause: tuple[int, int, int]
+    server_tools: bool
+    open_pages: bool
+    keep_session: bool
+    read: tuple[str, ...]
+    write: tuple[str, ...]
+    hide: tuple[str, ...]
+    reopen: tuple[str, ...]
+    write_dot_files: tuple[str, ...]
+    commands: tuple[str, ...]
 
-    def __init__(
-        self,
-        *,
-        settings: str,
-        settings_via: str = "",
-        read: tuple[str, ...] = (),
-        write: tuple[str, ...] = (),
-        hide: tuple[str, ...] = (),
-        reopen: tuple[str, ...] = (),
-        write_dot_files: tuple[str, ...] = (),
-        commands: tuple[str, ...] = (),
-        learn: str = "",
-        network: str = "none",
-        hosts: tuple[str, ...] = (),
-        endpoints: tuple[str, ...] = (),
-        lan: tuple[str, ...] = (),
-        localhost_ports: tuple[int, ...] = (),
-        site_packages: str = "",
-        calls_per_minute: int = 0,
-        pause: tuple[int, int, int] = DEFAULT_PAUSE,
-        name: str = "",
-        spec: str = "",
-        keep_session: bool = False,
-        models: tuple[str, ...] = (),
-        server_tools: bool = False,
-        agent: str = "",
-        secrets: tuple[str, ...] = (),
-        local_models: tuple[int, ...] = (),
-        tools: tuple[str, ...] = (),
-        open_pages: bool = False,
-        home: str = "",
-    ) -> None:
-        for path in (settings, *((settings_via,) if settings_via else ()), *read, *write,
-                     *hide, *reopen, *write_dot_files, *commands,
-                     *((learn,) if learn else ()), *((site_packages,) if site_packages else ()),
-                     *((home,) if home else ())):
-            if not path.startswith("/") or path.startswith("//") or "\0" in path:
-                raise PolicyArgvError(f"not an absolute path: {path!r}")
-            if _normalised(path) != path:
-                raise PolicyArgvError(f"not a normalised path: {path!r}")
-        for path in write_dot_files:
-            if path not in write:
-                raise PolicyArgvError(
-                    f"--write-dot-files {path} is not a written folder (--write)"
-                )
-        if home and (home not in write or home not in write_dot_files):
-            raise PolicyArgvError(f"--home {home} is not a written folder with its dot files "
-                                  "(--write, --write-dot-files)")
-        if network not in NETWORK_MODES:
-            raise PolicyArgvError(f"--network {network!r}: one of {', '.join(NETWORK_MODES)}")
-        if hosts and network != "proxy":
-            raise PolicyArgvError("--host needs --network proxy")
-        if network == "host" and (endpoints or lan or localhost_ports or models or secrets
-                                  or local_models or tools or open_pages or calls_per_minute):
-            raise PolicyArgvError("--network host has no wire: no verb, endpoint, [lan], "
-                                  "[localhost] port or calls a minute")
-        for host in (*hosts, *endpoints, *lan):
-            if not host or host.startswith("-") or any(c.isspace() for c in host):
-                raise PolicyArgvError(f"not a host: {host!r}")
-        for port in localhost_ports:
-            if not 1 <= port <= 65535:
-                raise PolicyArgvError(f"--localhost-port {port}: 1 to 65535")
-        for port in local_models:
-            if not 1 <= port <= 65535:
-                raise PolicyArgvError(f"--local-model {port}: 1 to 65535")
-        if len(set(local_models)) != len(local_models) or set(local_models) & set(
-                localhost_ports):
-            raise PolicyArgvError("--local-model names a port twice, or one of "
-                                  "--localhost-port")
-        for secret in secrets:
-            if not is_secret_name(secret):
-                raise PolicyArgvError(f"--secret {secret!r}: a secret's name is ASCII "
-                                      "letters, digits, '-' and '_'")
-        if len(set(secrets)) != len(secrets):
-            raise PolicyArgvError("--secret names a secret twice")
-        for tool in tools:
-            if not is_secret_name(tool):
-                raise PolicyArgvError(f"--tool {tool!r}: a tool's name is ASCII letters, "
-                                      "digits, '-' and '_'")
-        if len(set(tools)) != len(tools):
-            raise PolicyArgvError("--tool names a tool twice")
-        for provider in models:
-            if provider not in MODEL_PROVIDERS:
-                raise PolicyArgvError(
-                    f"--model {provider!r}: one of {', '.join(MODEL_PROVIDERS)}")
-        if len(set(models)) != len(models):
-            raise PolicyArgvError("--model names a provider twice")
-        if server_tools and not models:
-            raise PolicyArgvError("--server-tools needs --model: it keeps a hosted model's "
-                                  "server-side tools")
-        if name.startswith("-") or spec.startswith("-") or agent.startswith("-"):
-            raise PolicyArgvError(
-                f"a name or spec may not start with '-': {name or spec or agent!r}")
-        if agent and not is_name(agent):
-            raise PolicyArgvError(f"--agent {agent!r}: use letters, digits, '.', '_' and '-'")
-        self.settings = settings
-        self.settings_via = settings_via
-        self.read = tuple(read)
-        self.write = tuple(write)
-        self.hide = tuple(hide)
-        self.reopen = tuple(reopen)
-        self.write_dot_files = tuple(write_dot_files)
-        self.commands = tuple(commands)
-        self.learn = learn
-        self.network = network
-        self.hosts = tuple(hosts)
-        self.endpoints = tuple(endpoints)
-        self.lan = tuple(lan)
-        self.localhost_ports = tuple(localhost_ports)
-        self.site_packages = site_packages
-        if calls_per_minute < 0 or min(pause) < 1 or len(pause) != 3:
-            raise PolicyArgvError("calls a minute and a pause's thresholds are positive")
-        self.calls_per_minute = calls_per_minute
-        self.pause = pause
-        self.name = name
-        self.spec = spec
-        self.keep_session = keep_session
-        self.models = tuple(models)
-        self.server_tools = server_tools
-        self.agent = agent
-        self.secrets = tuple(secrets)
-        self.local_models = tuple(local_models)
-        self.tools = tuple(tools)
-        self.open_pages = bool(open_pages)
-        self.home = home
+    def __init__(self, **values: object) -> None:
+        """Every field by name (`settings` is required, every other has its default),
+        each checked by its row, then the relations between them."""
+        unknown = values.keys() - _BY_NAME.keys()
+        if unknown:
+            raise TypeError(f"Policy has no field {', '.join(sorted(unknown))}")
+        if "settings" not in values:
+            raise TypeError("Policy needs settings: Link's settings folder")
+        for field in FIELDS:
+            setattr(self, field.name, _checked(field, values.get(field.name, field.default)))
+        for relation in _RELATIONS:
+            problem = relation(self)
+            if problem:
+                raise PolicyArgvError(problem)
 
     def _fields(self) -> tuple[object, ...]:
         return tuple(getattr(self, field) for field in self.__slots__)
@@ -260,12 +441,9 @@ class Policy:
 
     def replace(self, **changes: object) -> Policy:
         """A copy with `changes`, checked as any new Policy is; every other field kept."""
-        unknown = changes.keys() - set(self.__slots__)
-        if unknown:
-            raise TypeError(f"Policy has no field {', '.join(sorted(unknown))}")
         fields: dict[str, object] = {field: getattr(self, field) for field in self.__slots__}
         fields.update(changes)
-        return Policy(**fields)  # type: ignore[arg-type]
+        return Policy(**fields)
 
     def with_name(self, name: str) -> Policy:
         return self.replace(name=name)
@@ -294,126 +472,110 @@ class Policy:
         return self.replace(site_packages=folder)
 
     def to_argv(self) -> list[str]:
-        argv = ["--settings", self.settings]
-        if self.settings_via:
-            argv += ["--settings-via", self.settings_via]
-        if self.name:
-            argv += ["--name", self.name]
-        if self.agent:
-            argv += ["--agent", self.agent]
-        if self.spec:
-            argv += ["--spec", self.spec]
-        if self.learn:
-            argv += ["--learn", self.learn]
-        if self.home:
-            argv += ["--home", self.home]
-        if self.network != "none":
-            argv += ["--network", self.network]
-        for option, texts in (("--host", self.hosts), ("--endpoint", self.endpoints),
-                              ("--lan", self.lan),
-                              ("--localhost-port", tuple(map(str, self.localhost_ports))),
-                              ("--model", self.models), ("--secret", self.secrets),
-                              ("--local-model", tuple(map(str, self.local_models))),
-                              ("--tool", self.tools)):
-            for text in texts:
-                argv += [option, text]
-        if self.site_packages:
-            argv += ["--site-packages", self.site_packages]
-        if self.calls_per_minute:
-            argv += ["--calls-per-minute", str(self.calls_per_minute)]
-        if self.has_wire():
-            argv += ["--pause", ",".join(str(value) for value in self.pause)]
-        if self.server_tools:
-            argv.append("--server-tools")
-        if self.open_pages:
-            argv.append("--open-pages")
-        if self.keep_session:
-            argv.append("--keep-session")
-        for option, paths in (
-            ("--read", self.read),
-            ("--write", self.write),
-            ("--hide", self.hide),
-            ("--reopen", self.reopen),
-            ("--write-dot-files", self.write_dot_files),
-            ("--run", self.commands),
-        ):
-            for path in paths:
-                argv += [option, path]
-        return argv
+        """The launcher's options: every field not at its default, in the table's order."""
+        return _written(self, FIELDS)
 
     @classmethod
     def from_argv(cls, argv: list[str]) -> Policy:
-        lists: dict[str, list[str]] = {option: [] for option in
-                                       (*_PATH_OPTIONS, *_TEXT_LIST_OPTIONS)}
-        values: dict[str, str] = {}
-        flags: set[str] = set()
-        index = 0
-        while index < len(argv):
-            option = argv[index]
-            if option in _FLAG_OPTIONS:
-                if option in flags:
-                    raise PolicyArgvError(f"{option} given twice")
-                flags.add(option)
-                index += 1
-                continue
-            if option not in (*_PATH_OPTIONS, *_VALUE_OPTIONS, *_TEXT_LIST_OPTIONS):
-                raise PolicyArgvError(f"unknown option {option!r}")
-            if index + 1 >= len(argv):
-                raise PolicyArgvError(f"{option} needs a value")
-            value = argv[index + 1]
-            if option in lists:
-                lists[option].append(value)
-            elif option in values:
-                raise PolicyArgvError(f"{option} given twice")
-            else:
-                values[option] = value
-            index += 2
-        if "--settings" not in values:
+        words = _words(argv, FIELDS)
+        if not words["--settings"]:
             raise PolicyArgvError(
-                "--settings is required: Link's settings folder is hidden in every sandbox"
-            )
-        return cls(
-            settings=values["--settings"],
-            settings_via=values.get("--settings-via", ""),
-            name=values.get("--name", ""),
-            spec=values.get("--spec", ""),
-            keep_session="--keep-session" in flags,
-            agent=values.get("--agent", ""),
-            models=tuple(lists["--model"]),
-            secrets=tuple(lists["--secret"]),
-            tools=tuple(lists["--tool"]),
-            local_models=tuple(_port(text, "--local-model") for text in lists["--local-model"]),
-            server_tools="--server-tools" in flags,
-            open_pages="--open-pages" in flags,
-            read=tuple(lists["--read"]),
-            write=tuple(lists["--write"]),
-            hide=tuple(lists["--hide"]),
-            reopen=tuple(lists["--reopen"]),
-            write_dot_files=tuple(lists["--write-dot-files"]),
-            commands=tuple(lists["--run"]),
-            learn=values.get("--learn", ""),
-            home=values.get("--home", ""),
-            network=values.get("--network", "none"),
-            hosts=tuple(lists["--host"]),
-            endpoints=tuple(lists["--endpoint"]),
-            lan=tuple(lists["--lan"]),
-            localhost_ports=tuple(_port(text, "--localhost-port")
-                                  for text in lists["--localhost-port"]),
-            site_packages=values.get("--site-packages", ""),
-            calls_per_minute=_number(values.get("--calls-per-minute", "0")),
-            pause=parse_pause(values["--pause"]) if "--pause" in values else DEFAULT_PAUSE,
-        )
+                "--settings is required: Link's settings folder is hidden in every sandbox")
+        return cls(**{field.name: _typed(field, words[field.option]) for field in FIELDS})
+
+
+# -- the argv form, both ways, for the launcher and for each helper ----------------------
+
+
+def _written(policy: Policy, fields: tuple[Field, ...]) -> list[str]:
+    argv: list[str] = []
+    for field in fields:
+        value = getattr(policy, field.name)
+        if not (policy.has_wire() if field.written == "wire" else value != field.default):
+            continue
+        if field.kind == FLAG:
+            argv.append(field.option)
+        elif field.kind in _SEVERAL:
+            for item in value:
+                argv += [field.option, str(item)]
+        elif field.kind == PAUSE:
+            argv += [field.option, ",".join(str(part) for part in value)]
+        else:
+            argv += [field.option, str(value)]
+    return argv
+
+
+def _words(argv: list[str], fields: tuple[Field, ...], own: tuple[str, ...] = ()
+           ) -> dict[str, list[str]]:
+    """Each option's words, in order (a flag given is ["yes"]): an unknown option, a
+    missing value, a flag or single value given twice is a PolicyArgvError."""
+    by_option = {field.option: field for field in fields}
+    found: dict[str, list[str]] = {option: [] for option in (*by_option, *own)}
+    index = 0
+    while index < len(argv):
+        option = argv[index]
+        if option not in found:
+            raise PolicyArgvError(f"unknown option {option!r}")
+        field = by_option.get(option)
+        single = field is not None and field.kind not in _SEVERAL
+        if single and found[option]:
+            raise PolicyArgvError(f"{option} given twice")
+        if field is not None and field.kind == FLAG:
+            found[option].append("yes")
+            index += 1
+            continue
+        if index + 1 >= len(argv):
+            raise PolicyArgvError(f"{option} needs a value")
+        found[option].append(argv[index + 1])
+        index += 2
+    return found
+
+
+def _typed(field: Field, words: list[str]) -> object:
+    """A field's value from its words on a line (none: its default)."""
+    if not words:
+        return field.default
+    kind = field.kind
+    if kind == FLAG:
+        return True
+    if kind == PORTS:
+        return tuple(_port(word, field.option) for word in words)
+    if kind in _SEVERAL:
+        return tuple(words)
+    if kind == COUNT:
+        return _number(words[0])
+    if kind == PAUSE:
+        return parse_pause(words[0])
+    return words[0]
+
+
+def helper_argv(policy: Policy, helper: str) -> list[str]:
+    """The options of `helper` (one of HELPERS) that carry its fields of `policy`."""
+    return _written(policy, tuple(field for field in FIELDS if helper in field.helpers))
+
+
+def parse_helper_argv(helper: str, argv: list[str], own: tuple[str, ...] = ()
+                      ) -> dict[str, list[str]]:
+    """A helper's options: exactly its fields' (each read and checked by its row) and
+    its `own` (each takes a value and may repeat; the helper checks them), by option;
+    anything else is a PolicyArgvError."""
+    fields = tuple(field for field in FIELDS if helper in field.helpers)
+    words = _words(argv, fields, own)
+    for field in fields:
+        if words[field.option]:
+            _checked(field, _typed(field, words[field.option]))
+    return words
 
 
 def _number(text: str) -> int:
-    if not text.isdigit() or len(text) > 9:
+    if not text.isascii() or not text.isdigit() or len(text) > MAX_COUNT_DIGITS:
         raise PolicyArgvError(f"not a count: {text!r}")
     return int(text)
 
 
 def _port(text: str, option: str) -> int:
-    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= 65535:
-        raise PolicyArgvError(f"{option} {text!r}: a port, 1 to 65535")
+    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= MAX_PORT:
+        raise PolicyArgvError(f"{option} {text!r}: a port, 1 to {MAX_PORT}")
     return int(text)
 
 

@@ -32,26 +32,27 @@ DRAIN_SECONDS = 1.0
 # second while one is open; four times a second keeps every close well under a second
 # (a stat of two files, a few microseconds each time).
 SWITCH_SECONDS = 0.25
-_COMMON = ("--settings", "--wire", "--socket-fd", "--listen", "--calls-per-minute", "--pause")
+# The options both serving helpers take besides their fields of the policy.
+_OWN = ("--wire", "--socket-fd", "--listen")
 
 
-def parse_options(program: str, argv: list[str] | None,
-                  extra: tuple[str, ...]) -> dict[str, list[str]]:
-    """`--option value` pairs (each option may repeat), or exit 2 with one line."""
+def parse_options(program: str, argv: list[str] | None, helper: str,
+                  own: tuple[str, ...] = ()) -> dict[str, list[str]]:
+    """The helper's options, by option: its fields of the policy, spelt and checked as
+    the policy's table says (lnk_common.policy.parse_helper_argv; a flag given is
+    ["yes"]), and its `own` and _OWN (each takes a value and may repeat), or exit 2 with
+    one line."""
+    from lnk_common.policy import PolicyArgvError, parse_helper_argv
+
     arguments = sys.argv[1:] if argv is None else argv
-    options: dict[str, list[str]] = {name: [] for name in (*_COMMON, *extra)}
     try:
-        for index in range(0, len(arguments), 2):
-            option = arguments[index]
-            if option not in options or index + 1 >= len(arguments):
-                raise ValueError(f"unknown option or missing value: {option!r}")
-            options[option].append(arguments[index + 1])
+        options = parse_helper_argv(helper, arguments, (*_OWN, *own))
         for single in ("--settings", "--wire"):
             if len(options[single]) != 1:
-                raise ValueError(f"{single} is required, once")
+                raise PolicyArgvError(f"{single} is required, once")
         if len(options["--socket-fd"]) + len(options["--listen"]) != 1:
-            raise ValueError("one of --socket-fd or --listen is required")
-    except ValueError as error:
+            raise PolicyArgvError("one of --socket-fd or --listen is required")
+    except PolicyArgvError as error:
         print(f"{program}: {error}", file=sys.stderr)
         sys.exit(2)
     return options

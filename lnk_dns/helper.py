@@ -17,7 +17,9 @@ exits, and only then does the launcher give the init inside its go-ahead (the in
 
 The launcher does not run this program: it calls `make_sockets` in a fork of its own,
 which saves starting a Python (some 20 ms) at every sandbox start. The console script is
-the same code for an administrator or a test, given a sandbox's pid.
+the same code for an administrator or a test, given a sandbox's pid. Its options that
+carry the policy are its fields', spelt and checked as the launcher's are
+(lnk_common.policy.FIELDS).
 
 setns into a user namespace needs a single-threaded process: `make_sockets` forks first.
 The network joined must be the one bubblewrap named (`net-namespace` of its --info-fd),
@@ -221,13 +223,15 @@ def add_addresses(addresses: list[str]) -> None:
 
 
 def _options(argv: list[str]) -> dict[str, list[str]]:
-    options: dict[str, list[str]] = {name: [] for name in (
-        "--pid", "--net-namespace", "--proxy-fd", "--relay-fd", "--network", "--endpoint",
-        "--lan", "--localhost-port")}
-    for index in range(0, len(argv), 2):
-        if argv[index] not in options or index + 1 >= len(argv):
-            raise ValueError(f"unknown option or missing value: {argv[index]!r}")
-        options[argv[index]].append(argv[index + 1])
+    """Its fields of the policy (--network, --endpoint, --lan, --localhost-port), read
+    and checked by the policy's table, and its own descriptors and pid."""
+    from lnk_common.policy import PolicyArgvError, parse_helper_argv
+
+    try:
+        options = parse_helper_argv("dns", argv, (
+            "--pid", "--net-namespace", "--proxy-fd", "--relay-fd"))
+    except PolicyArgvError as error:
+        raise ValueError(str(error)) from None
     for single in ("--pid", "--net-namespace", "--proxy-fd"):
         if len(options[single]) != 1 or not options[single][0].isdigit():
             raise ValueError(f"{single} N is required, once")

@@ -1,15 +1,21 @@
 """lnk-sandbox-exec-watch: outside the sandbox, the other end of its seccomp filter.
 
     lnk-sandbox-exec-watch --socket-fd N --settings DIR [--spec FILE] [--learn FILE]
-                           [--commands] [--run PATH]… [--loader PATH]… [--written PATH]…
-                           [--host-network]
+                           [--command PATH]… [--loader PATH]… [--write PATH]…
+                           [--network MODE]
 
-Started by the launcher for every sandbox (a fork of it, `lnk-watch`), before the
-sandbox. The init, first thing inside, installs the filter ("sockets", or "programs"
+The options that carry the policy (all but --socket-fd and --loader) are its fields'
+own, spelt and checked as the launcher's are (lnk_common.policy.FIELDS). Programs are
+judged against [commands] when any --command is given (and not --learn).
+
+Started by the launcher for every sandbox (a fork of it, `lnk-watch`), right after
+bubblewrap. The init, first thing inside, installs the filter ("sockets", or "programs"
 where [commands] lists programs and for `learn`) and sends its listener and a sock_diag
 socket of the sandbox's network over the inherited socket N; this watch acknowledges
 with one byte (the init runs nothing before it has it) and then answers every
-notification until the sandbox is gone (the listener hangs up):
+notification until the sandbox is gone (the listener hangs up). Where only sockets are
+handed over, the launcher's fork imports this module at the first call (a call waits in
+the kernel meanwhile): a sandbox that makes none ends without it.
 
 - connect, and sendto with an address: lnk_execwatch.sockets (a unix socket by path
   only when made inside this sandbox; the call done here, on the socket taken).
@@ -52,7 +58,7 @@ import time
 
 from lnk_common.arch import number
 from lnk_common.boundedlog import FOLD_SECONDS, BoundedLog, Folds, clip, printable
-from lnk_common.fdpass import take_numbered
+from lnk_common.fdpass import receive_fds
 from lnk_common.syscalls import libc
 from lnk_execwatch import notify, sockets
 from lnk_execwatch.judge import (
@@ -654,7 +660,7 @@ def _receive_listener(socket_fd: int) -> tuple[int, int] | None:
     """The listener and the sandbox's sock_diag socket the init sends first thing,
     acknowledged with one byte; None when none come (the sandbox was never made, and the
     init, unacknowledged, runs nothing)."""
-    received = take_numbered(socket_fd, 2)
+    received = receive_fds(socket_fd, 2)
     if received is not None:
         os.write(socket_fd, b"+")
     os.close(socket_fd)
@@ -662,20 +668,13 @@ def _receive_listener(socket_fd: int) -> tuple[int, int] | None:
 
 
 def _parse(argv: list[str]) -> dict[str, list[str]]:
-    options: dict[str, list[str]] = {name: [] for name in (
-        "--socket-fd", "--settings", "--spec", "--learn", "--run", "--loader", "--written",
-        "--commands", "--host-network")}
-    index = 0
-    while index < len(argv):
-        option = argv[index]
-        if option in ("--commands", "--host-network"):
-            options[option].append("yes")
-            index += 1
-            continue
-        if option not in options or index + 1 >= len(argv):
-            raise ValueError(f"unknown option or missing value: {option!r}")
-        options[option].append(argv[index + 1])
-        index += 2
+    """The watch's options by the policy's table (its fields') and its own two."""
+    from lnk_common.policy import PolicyArgvError, parse_helper_argv
+
+    try:
+        options = parse_helper_argv("watch", argv, ("--socket-fd", "--loader"))
+    except PolicyArgvError as error:
+        raise ValueError(str(error)) from None
     for single in ("--socket-fd", "--settings"):
         if len(options[single]) != 1:
             raise ValueError(f"{single} is required, once")
@@ -694,8 +693,8 @@ def main(argv: list[str] | None = None, received: tuple[int, int] | None = None)
         sys.exit(2)
     prctl(_PR_SET_PDEATHSIG, _SIGKILL)
     settings = options["--settings"][0]
-    commands = (Commands(tuple(options["--run"]), tuple(options["--loader"]))
-                if options["--commands"] else None)
+    commands = (Commands(tuple(options["--command"]), tuple(options["--loader"]))
+                if options["--command"] and not options["--learn"] else None)
 
     def say(message: str) -> None:
         os.write(2, (message + "\n").encode("utf-8", "surrogateescape"))
@@ -710,8 +709,8 @@ def main(argv: list[str] | None = None, received: tuple[int, int] | None = None)
         listener, diag = received
         Watch(listener, commands, diag=diag, spec=spec, log=log,
               learn=(options["--learn"] or [""])[0], say=say,
-              written=tuple(options["--written"]),
-              host_network=bool(options["--host-network"])).serve()
+              written=tuple(options["--write"]),
+              host_network=options["--network"] == ["host"]).serve()
     except Exception as error:  # whatever stops the watch is said
         # This process ends, its listener closes, and every call the filter hands over
         # fails with ENOSYS from now on: closed. The person is told, once, here and in

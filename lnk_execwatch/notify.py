@@ -1,7 +1,7 @@
 """The seccomp user-notification protocol, through ioctls (libseccomp 2.5 lacks ADDFD).
 
 Sizes and numbers as the kernel gives them (SECCOMP_GET_NOTIF_SIZES here: 80/24/64;
-VERIFIED-FACTS.md). A notification is received into a zeroed buffer (RECV), its target
+docs/facts/kernel.md). A notification is received into a zeroed buffer (RECV), its target
 checked to be still the one blocked in the call after reading its memory (ID_VALID),
 and answered once: let the call go on (SEND with FLAG_CONTINUE), fail it with an errno
 (SEND), or put a file descriptor into the target as the call's result (ADDFD with

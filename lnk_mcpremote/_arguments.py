@@ -48,7 +48,7 @@ MAX_HEADER_VALUE_BYTES = 8192
 # Browsers and servers cap a request target near 8 KiB; an endpoint is far shorter.
 MAX_URL_BYTES = 4096
 
-# mcp-remote's rule for a header's name (PROVIDERS.md §6.3), narrower than RFC 9110's token.
+# mcp-remote's rule for a header's name (docs/facts/providers.md §6.3), narrower than RFC 9110's.
 _HEADER_NAME = re.compile(r"[A-Za-z0-9_-]+")
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # What a value may hold once filled: visible ASCII, space and tab (no obs-text: a

@@ -1,7 +1,7 @@
 """MCP over Streamable HTTP, the decisions without the I/O (sans-IO): what one line from
 the client is, which headers its POST carries under which revision, and the SSE reader.
 
-Two revisions (PROVIDERS.md §6.1, §6.2), chosen by the client inside, never by us:
+Two revisions (docs/facts/providers.md §6.1, §6.2), chosen by the client inside, never by us:
 - 2025-11-25: `initialize` first; the `MCP-Session-Id` of its answer is sent on every
   later message, with `MCP-Protocol-Version` set to the version the InitializeResult
   names; a 404 on a message that carried the session means it expired.

@@ -5,7 +5,9 @@ and what was found about this machine (lnk_proxy.machine). Order, default deny: 
 wire's controls (kill switch, pause, calls a minute: lnk_common.controls) → the name,
 before any lookup, so a name not listed costs no DNS query and leaks nothing to a
 resolver → the lookup (not here) → every address checked → the connection goes to the
-very address checked.
+very address checked. What is never a host on any machine (metadata services, loopback,
+the reserved ranges) is lnk_common.addresses', which the spec loader reads too; here it
+is joined by what is this machine's own.
 """
 
 from __future__ import annotations
@@ -13,25 +15,11 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 
+from lnk_common.addresses import METADATA_ADDRESSES, Address, embedded_ipv4, never_a_host
 from lnk_common.endpoints import split_host_port
 
-__all__ = ["METADATA_ADDRESSES", "HostRule", "address_refusal", "matching_rule", "name_allowed",
-           "parse_hosts"]
-
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-# The cloud metadata services (instance credentials are one GET away): AWS (and its
-# IPv6), GCP and Azure (the link-local one), AWS ECS, Alibaba, Oracle's legacy one,
-# OpenStack (the link-local one again), DigitalOcean (same), Hetzner (same).
-METADATA_ADDRESSES = frozenset(ipaddress.ip_address(text) for text in (
-    "169.254.169.254", "169.254.170.2", "169.254.169.123", "100.100.100.200",
-    "192.0.0.192", "fd00:ec2::254", "fd00:ec2::23",
-))
-# Never this machine's nor anyone's: these ranges have no host a sandbox may reach.
-_REFUSED_RANGES = tuple(ipaddress.ip_network(text) for text in (
-    "0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/4", "240.0.0.0/4",
-    "255.255.255.255/32", "::/128", "::1/128", "fe80::/10", "ff00::/8",
-))
+__all__ = ["METADATA_ADDRESSES", "Address", "HostRule", "address_refusal", "matching_rule",
+           "name_allowed", "parse_hosts"]
 
 
 class HostRule:
@@ -96,35 +84,17 @@ class MachineFacts:
         raise NotImplementedError
 
 
-def _embedded_ipv4(address: Address) -> ipaddress.IPv4Address | None:
-    if isinstance(address, ipaddress.IPv4Address):
-        return None
-    if address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    if address in ipaddress.ip_network("64:ff9b::/96"):  # NAT64
-        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-    if address.sixtofour is not None:
-        return address.sixtofour
-    return None
-
-
 def address_refusal(address: Address, machine: MachineFacts, *,
                     lan: bool = False) -> str | None:
     """Why `address` may not be reached, in one line, or None. `lan`: for a [lan] host,
     this machine's own networks are allowed (this machine itself never is)."""
-    inner = _embedded_ipv4(address)
-    if inner is not None:
+    why = never_a_host(address)
+    if why:
+        return why
+    inner = embedded_ipv4(address)
+    if inner is not None:  # this machine by another name: judged as the address inside
         why = address_refusal(inner, machine, lan=lan)
         return f"{why} (as {address})" if why else None
-    if address in METADATA_ADDRESSES:
-        return f"{address} is a cloud metadata service"
-    if address.is_loopback or address.is_unspecified:
-        return f"{address} is this machine (loopback)"
-    if address.is_link_local:
-        return f"{address} is link-local"
-    if any(address in network for network in _REFUSED_RANGES
-           if network.version == address.version):
-        return f"{address} is in a range no host of a sandbox's is in"
     if machine.is_local(address):
         return f"{address} is this machine"
     if machine.on_network(address) and not lan:

@@ -6,7 +6,7 @@ bare CR or LF (Go's and Node's servers end a line at a bare LF), any other contr
 character, obs-fold, Content-Length with Transfer-Encoding, a second Content-Length,
 a Transfer-Encoding that is not exactly `chunked`, whitespace before a colon. Each is
 refused, not cleaned: real clients end lines with CRLF, and cleaning would be one more
-parser to get right. h11 alone accepts several of these (VERIFIED-FACTS.md), so it only
+parser to get right. h11 alone accepts several of these (docs/facts/http-tls.md), so it only
 ever sees heads this module admitted.
 
 HeadError is the only exception that leaves this module.

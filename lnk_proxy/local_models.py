@@ -14,7 +14,7 @@ torch.load, request templates, audio and video URLs), and re-serialised.
 
 Trust: the request comes from the sandboxed program and is hostile; the runtime is this
 machine's, the user's, and may be any of Ollama, llama.cpp's llama-server, vLLM or LM Studio
-(facts in ../shared/design/PROVIDERS.md §7). The port's runtime is not known in advance, so
+(facts in docs/facts/providers.md §7). The port's runtime is not known in advance, so
 the union of the families' inference routes is allowed on every models port. That is sound
 because each route in the union is inference or a read-only listing on every runtime that
 serves it, and a runtime that does not serve one answers 404: no route of one family is an
@@ -153,7 +153,7 @@ class LocalRoute:
 
 # The exact paths: (method, path) -> (body shape, why it is allowed, the families that
 # serve it). HEAD is allowed wherever GET is (a GET without its body). Anything absent is
-# refused. Sources: PROVIDERS.md §7.1 (Ollama server/routes.go), §7.2 (llama.cpp
+# refused. Sources: docs/facts/providers.md §7.1 (Ollama server/routes.go), §7.2 (llama.cpp
 # tools/server/server.cpp), §7.3 (vLLM docs/usage/security.md), §7.4 (LM Studio's docs).
 ALLOWED_ROUTES: dict[tuple[str, str], tuple[str, str, tuple[str, ...]]] = {
     # Ollama's native API.
@@ -401,7 +401,7 @@ _DROPPED = frozenset({b"connection", b"proxy-connection", b"keep-alive", b"te", 
                       b"upgrade", b"proxy-authorization", b"content-length",
                       b"transfer-encoding", b"expect", b"content-encoding"})
 # Content codings this filter can read: none. A compressed body (Ollama decodes zstd,
-# PROVIDERS.md §7.1) cannot be checked for server tools, URLs or cloud models: 415.
+# docs/facts/providers.md §7.1) cannot be checked for server tools, URLs or cloud models: 415.
 _READABLE_CODINGS = frozenset({b"identity"})
 
 
@@ -633,7 +633,7 @@ def _refuse_folded_keys(body: dict[str, Any]) -> None:
 
 # Fields a local runtime acts on with this machine's code or network, refused wherever they
 # are in a body (400), with the reason. model_rules' rewrite knows the hosted providers'
-# forms; these are the runtimes' own (PROVIDERS.md §7.3 and vLLM's docs).
+# forms; these are the runtimes' own (docs/facts/providers.md §7.3 and vLLM's docs).
 REFUSED_FIELDS: dict[str, str] = {
     "prompt_embeds": "vLLM loads it with torch.load (a crafted tensor corrupted the "
                      "runtime's memory before 0.11.1)",

@@ -1,19 +1,22 @@
 """lnk-sandbox-proxy: a sandbox's one way out, outside it, in the host's network.
 
     lnk-sandbox-proxy --settings DIR --wire NAME [--host H]… [--endpoint E]… [--lan L]…
-                      [--model PROVIDER]… [--server-tools yes] [--secret NAME]…
-                      [--local-model PORT]… [--tool NAME]… [--open yes] [--guest NAME]
+                      [--model PROVIDER]… [--server-tools] [--secret NAME]…
+                      [--local-model PORT]… [--tool NAME]… [--open-pages] [--guest NAME]
                       [--calls-per-minute N] [--pause R,T,W] (--socket-fd N | --listen IP:PORT)
+
+The options that carry the policy (all but --wire, --guest, --socket-fd and --listen)
+are its fields' own, spelt and checked as the launcher's are (lnk_common.policy.FIELDS).
 
 --model: the model verb for that provider (anthropic, openai, gemini, openrouter), its key
 read from Link's secrets at each call; the placeholder the program holds comes in this
-process's environment as LNK_PLACEHOLDER (never an argument). --server-tools yes: keep a
+process's environment as LNK_PLACEHOLDER (never an argument). --server-tools: keep a
 hosted model's server-side tools ([network] server_tools = true).
 --secret: the secret verb for that secret of Link's store (its rule kept with it); the
 program's placeholder for each comes in LNK_SECRET_PLACEHOLDERS, one `NAME=PLACEHOLDER`
 a line. --local-model: a [localhost] models port, reached as
 `/_link/s/<URL secret>/local/<port>/…` through the inference filter; the URL secret comes in
-LNK_URL_SECRET. --open yes: `/_link/s/<URL secret>/open`, a page opened in the person's
+LNK_URL_SECRET. --open-pages: `/_link/s/<URL secret>/open`, a page opened in the person's
 browser outside (asked every time), and login callbacks passed in over the sockets
 labelled `callback` (lnk_proxy.open_verb). --guest: the sandbox is a guest's session
 (lnk_wrap.enter): every question names the guest. The launcher starts a guest's proxy in
@@ -41,7 +44,7 @@ if TYPE_CHECKING:
     from lnk_proxy.verb_call import Verb
 
 __all__ = ["PLACEHOLDER_VARIABLE", "SECRET_PLACEHOLDERS_VARIABLE", "URL_SECRET_VARIABLE", "main",
-           "secret_placeholders"]
+           "parse_options", "secret_placeholders"]
 
 # Where the placeholder the sandbox's program holds comes from: this process's environment
 # (set by the launcher), never its arguments.
@@ -61,10 +64,7 @@ def secret_placeholders(text: str) -> dict[str, bytes]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    options = serving.parse_options("lnk-sandbox-proxy", argv,
-                                    ("--host", "--endpoint", "--lan", "--model",
-                                     "--server-tools", "--secret", "--local-model",
-                                     "--tool", "--open", "--guest"))
+    options = parse_options(argv)
     _check_verbs(options)
     serving.start_helper()
     listeners = serving.receive_listeners(options, "proxy tcp")
@@ -78,40 +78,30 @@ def main(argv: list[str] | None = None) -> None:
     serve(listeners, options)
 
 
+def parse_options(argv: list[str] | None) -> dict[str, list[str]]:
+    """The proxy's options (its fields of the policy's table, and --guest), or exit 2."""
+    return serving.parse_options("lnk-sandbox-proxy", argv, "proxy", ("--guest",))
+
+
 def _check_verbs(options: dict[str, list[str]]) -> None:
-    """Refuse to start on verb options that could not be served (nothing fails open)."""
+    """Refuse to start on verb options that could not be served (nothing fails open):
+    what each verb needs from this process's environment, and --guest. (The verbs'
+    options themselves were checked by the policy's table.)"""
     import os
     import sys
 
     from lnk_common.policy import is_name
-    from lnk_proxy.model_rules import PROVIDERS
 
     problem = ""
-    models = options["--model"]
-    if any(model not in PROVIDERS for model in models):
-        problem = f"--model takes {', '.join(sorted(PROVIDERS))}"
-    elif len(set(models)) != len(models):
-        problem = "--model names a provider twice"
-    elif options["--server-tools"] not in ([], ["yes"]):
-        problem = "--server-tools takes yes, once"
-    elif models and not os.environ.get(PLACEHOLDER_VARIABLE):
+    if options["--model"] and not os.environ.get(PLACEHOLDER_VARIABLE):
         problem = f"--model needs the sandbox's placeholder in {PLACEHOLDER_VARIABLE}"
-    elif len(set(options["--secret"])) != len(options["--secret"]):
-        problem = "--secret names a secret twice"
     elif any(not secret_placeholders(os.environ.get(SECRET_PLACEHOLDERS_VARIABLE, "")).get(name)
              for name in options["--secret"]):
         problem = f"--secret needs each secret's placeholder in {SECRET_PLACEHOLDERS_VARIABLE}"
-    elif any(not (port.isascii() and port.isdigit() and port[0] != "0"
-                  and int(port) <= 65535) for port in options["--local-model"]):
-        problem = "--local-model takes a port, 1 to 65535"
-    elif options["--open"] not in ([], ["yes"]):
-        problem = "--open takes yes, once"
-    elif (options["--local-model"] or options["--tool"] or options["--open"]) and len(
+    elif (options["--local-model"] or options["--tool"] or options["--open-pages"]) and len(
             os.environ.get(URL_SECRET_VARIABLE, "")) < 32:
-        problem = (f"--local-model, --tool and --open need the sandbox's URL secret in "
+        problem = (f"--local-model, --tool and --open-pages need the sandbox's URL secret in "
                    f"{URL_SECRET_VARIABLE}")
-    elif len(set(options["--tool"])) != len(options["--tool"]):
-        problem = "--tool names a tool twice"
     elif len(options["--guest"]) > 1 or not all(map(is_name, options["--guest"])):
         problem = "--guest takes a guest's name, once"
     if problem:
@@ -178,7 +168,7 @@ def _verbs(options: dict[str, list[str]], listeners: list[tuple[int, str]],
 
         parts["mcp"] = McpVerb(tools, ask=_asker(settings, wire, guest), settings=settings,
                                wire=wire)
-    if options["--open"]:
+    if options["--open-pages"]:
         from lnk_proxy.open_verb import CallbackSockets, OpenVerb
 
         callbacks = CallbackSockets([socket.socket(fileno=fd) for fd, label in listeners

@@ -5,10 +5,10 @@ method, path and query are one of the provider's inference calls (`route`), (2) 
 headers are credentials to remove and what form the real key takes (`strip_credentials`,
 `check_placeholder`, `key_header`), (3) what the JSON body becomes (`rewrite_body`): server-side
 tools and fields removed unless `[network] server_tools`, any URL the provider would fetch
-refused, models that search by nature refused by name. Not wired into the proxy yet.
+refused, models that search by nature refused by name. Called by lnk_proxy.model_verb.
 
 Trust: everything here comes from the sandboxed program and is hostile. The provider lists in
-../shared/design/PROVIDERS.md go stale, so every rule is an allow-list: an unknown path, query
+docs/facts/providers.md go stale, so every rule is an allow-list: an unknown path, query
 key, tool type or tool_choice form is refused or removed, never passed.
 
 Order of operations (the shell's): route -> strip_credentials -> drop_receiver_overrides
@@ -80,7 +80,7 @@ class ModelRequestError(StatusError):
 
 
 # ---------------------------------------------------------------------------------------------
-# Providers and their hosts (the verb's upstreams; PROVIDERS.md §1.4, §2, §3, §4)
+# Providers and their hosts (the verb's upstreams; docs/facts/providers.md §1.4, §2, §3, §4)
 
 PROVIDER_HOSTS: dict[str, str] = {
     "anthropic": "api.anthropic.com",
@@ -137,7 +137,7 @@ _EXACT_ROUTES: dict[str, dict[tuple[str, str], tuple[str, str, str]]] = {
         ("GET", "/v1/models"): ("models.list", "none", "model listing"),
     },
     "openrouter": {
-        # OpenRouter's base is https://openrouter.ai/api/v1 (PROVIDERS.md §4).
+        # OpenRouter's base is https://openrouter.ai/api/v1 (docs/facts/providers.md §4).
         ("POST", "/api/v1/chat/completions"): ("chat.completions", "chat", "inference"),
         ("POST", "/api/v1/responses"): ("responses", "responses", "inference"),
         ("POST", "/api/v1/messages"): ("messages", "anthropic", "inference, Anthropic form"),
@@ -419,7 +419,7 @@ def check_placeholder(carried: list[bytes], placeholder: bytes) -> None:
                                      "placeholder")
 
 
-# The real key's form per provider (PROVIDERS.md §1.4, §2, §3, §4).
+# The real key's form per provider (docs/facts/providers.md §1.4, §2, §3, §4).
 _KEY_FORMS: dict[str, tuple[bytes, bytes]] = {
     "anthropic": (b"x-api-key", b""),
     "openai": (b"authorization", b"Bearer "),
@@ -607,7 +607,7 @@ def _check_models(provider: str, admitted: Route, body: dict[str, Any],
 
 def _refuse_openrouter_names(body: dict[str, Any], names: list[str]) -> None:
     """OpenRouter's model names that bring search or the account's settings, always refused
-    (egress by the provider, as a URL source is; PROVIDERS.md §4)."""
+    (egress by the provider, as a URL source is; docs/facts/providers.md §4)."""
     if "preset" in body:
         raise ModelRequestError(400, "an OpenRouter preset is refused: it carries the "
                                      "account's plugins (web search among them)")
@@ -627,7 +627,7 @@ def _refuse_openrouter_names(body: dict[str, Any], names: list[str]) -> None:
 
 # --- tools ---
 
-# Anthropic tool types the program runs itself (PROVIDERS.md §1.1): kept. Everything else
+# Anthropic tool types the program runs itself (docs/facts/providers.md §1.1): kept. Everything else
 # (web_search_*, web_fetch_*, code_execution_*, tool_search_*, advisor_*, mcp_toolset, and
 # any type not yet known) is server-side and removed.
 _ANTHROPIC_CLIENT_TOOLS: dict[str, str] = {
@@ -643,13 +643,13 @@ _ANTHROPIC_CLIENT_TOOLS: dict[str, str] = {
     "computer_20251124": "computer use, run by the program",
     "memory_20250818": "memory, files kept by the program",
 }
-# OpenAI Chat Completions and OpenRouter: functions only (PROVIDERS.md §2.1, §4; OpenRouter
+# OpenAI Chat Completions, OpenRouter: functions only (docs/facts/providers.md §2.1, §4; OpenRouter
 # hoists any other type, even a bare web_search, to its own server tool).
 _CHAT_CLIENT_TOOLS: dict[str, str] = {
     "function": "a function the program runs",
     "custom": "a free-form tool the program runs",
 }
-# OpenAI Responses (PROVIDERS.md §2.2). `shell` is kept only with environment.type "local";
+# OpenAI Responses (docs/facts/providers.md §2.2). `shell` kept only with environment.type "local";
 # `namespace` only with function/custom inside (both checked below).
 _RESPONSES_CLIENT_TOOLS: dict[str, str] = {
     "function": "a function the program runs",
@@ -873,7 +873,7 @@ def _responses(provider: str, body: dict[str, Any], server_tools: bool) -> None:
     _drop_server_fields("responses", body, provider)
     if "prompt" in body:
         # A stored prompt lives at OpenAI and may carry its own hosted tools (UNCONFIRMED,
-        # PROVIDERS.md §2.2): what we cannot see, we refuse.
+        # docs/facts/providers.md §2.2): what we cannot see, we refuse.
         raise ModelRequestError(400, "a stored prompt (prompt) is refused: it may carry "
                                      "server-side tools this verb cannot see")
     tools = _tool_list(body)
@@ -962,7 +962,7 @@ _GEMINI_FILES_URI = re.compile(
 # shape: a node that says `"type": "tool_use"` at the top of a Responses body is the
 # conversation (`input`), not a replayed call (issue 27, item 2). The places, per body shape,
 # as paths of keys from the root; `*` is every entry of a list, `=v` a dict whose `type` is v
-# (PROVIDERS.md §1-§3). Walking more than this costs only a false refusal, never a pass.
+# (docs/facts/providers.md §1-§3). Walking more than this costs only a false refusal, never a pass.
 _CALL_BLOCK_TYPES = ("tool_use", "server_tool_use", "mcp_tool_use")
 _SCHEMA_KEYS = ("parameters", "parametersJsonSchema", "parameters_json_schema", "response",
                 "responseJsonSchema", "response_json_schema")
@@ -1098,7 +1098,7 @@ def _refuse_stored_file_in(node: dict[str, Any]) -> None:
                                      "at the provider by id; send the item itself")
 
 
-# Inline file data in the forms the providers document (PROVIDERS.md §2.1, §4): a base64
+# Inline file data in the forms the providers document (docs/facts/providers.md §2.1, §4): a base64
 # data: URL (`data:application/pdf;base64,...`) or bare base64. Nothing else: a WHATWG URL
 # parser reads `https:evil/f`, `https:/evil/f` and `https:\\evil/f` as https://evil/f, so a
 # deny-list of URL shapes cannot be complete (issue 27, item 3). Neither form holds a ':'

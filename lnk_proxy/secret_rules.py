@@ -126,7 +126,7 @@ UPSTREAM_PORT = 443
 # Methods a call may use unless the rule narrows them ("methods"). CONNECT, TRACE, OPTIONS
 # and anything unknown never reach a service through a secret.
 ALLOWED_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"})
-# Telegram's Bot API takes GET and POST (PROVIDERS.md §5); a rule without "methods" gets these.
+# Telegram's Bot API takes GET and POST (docs/facts/providers.md §5): a rule's default "methods".
 DEFAULT_METHODS = frozenset({"GET", "POST"})
 # The headers a rule may put a secret in: the credential headers services document. A rule
 # cannot make the proxy set Host, Cookie, a hop-by-hop field or anything that changes how
@@ -144,7 +144,7 @@ INBOUND_CREDENTIAL_HEADERS = frozenset({b"authorization", b"proxy-authorization"
 PLACEHOLDER_SHAPES = frozenset({"{random}", "{id}:{random}"})
 # A parameter naming a method, refused in a query or a body whatever its case: Telegram
 # answers a webhook's reply carrying `method` as a call, and a method must be in the path,
-# where the rule checks it (PROVIDERS.md §5).
+# where the rule checks it (docs/facts/providers.md §5).
 _METHOD_PARAMETER = "method"
 
 _RULE_KEYS = frozenset({"host", "paths", "header", "refuse", "placeholder", "methods",

@@ -1,7 +1,7 @@
 """The name a TLS ClientHello asks for, read with Python's own TLS (no hand parser).
 
 A server SSLContext with an sni_callback reads the ClientHello from a MemoryBIO; the
-callback records the name and the handshake is then abandoned. VERIFIED-FACTS.md:
+callback records the name and the handshake is then abandoned. docs/facts/http-tls.md:
 records split in two work; truncated input raises SSLWantReadError (keep buffering); a
 NUL in the name is refused by OpenSSL; a non-UTF-8 name never reaches the callback, so
 "no name seen" is a refusal. A hand parser returned a name with a NUL in it.

@@ -1,7 +1,7 @@
 """Where a request goes: the CONNECT target and the absolute-form URL, parsed strictly.
 
 Sans IO. h11 does not validate a CONNECT target (`/`, `a:b`, `a:99999`, `user@a:1`, `*`
-all pass it: VERIFIED-FACTS.md), so this is the proxy's own. A name is kept as the
+all pass it: docs/facts/http-tls.md), so this is the proxy's own. A name is kept as the
 client wrote it, lower-cased and without a trailing dot; an IP literal is kept as an
 address (IPv6 in brackets), and is checked like any resolved address later. Userinfo
 is refused: it has no place in a proxy request, and `http://allowed@other/` is a

@@ -30,7 +30,9 @@ ASK_WRAP_AGAIN = "; ask `lnk-sandbox wrap` again for a new line"
 # (an option renamed or gone, a value read another way): the older line then stops with
 # one line saying so, not with whatever the new reading makes of it. An upgrade that
 # keeps the format keeps every kept line working (tests/test_kept_lines.py's golden line).
-KEPT_LINE_FORMAT = 1
+# 2: the policy's options from one table, one spelling (lnk_common.policy.option_of):
+# `--run` became `--command`, `--write-dot-files` became `--write-dot-file`.
+KEPT_LINE_FORMAT = 2
 # The line's first word: POSIX puts a shell there, and nothing of ours or of Python's
 # can be gone from it, so even a line whose Python was removed ends in our one line.
 KEPT_LINE_SHELL = "/bin/sh"

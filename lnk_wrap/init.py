@@ -7,10 +7,13 @@ Order of operations, each checked, any failure refusing to run the program (exit
 1. Read the options (ACCESS is one of lnk_wrap.bwrap.Access).
 2. Open a sock_diag netlink socket: it belongs to the sandbox's network namespace, so
    the watch outside can list the unix sockets bound in it (made inside this sandbox).
-   Install the seccomp filter (lnk_wrap.seccomp_filter says what it refuses and what
-   it hands over), the first thing inside, and check it took effect. Send its listener
-   and the netlink socket to the watch over the inherited socket N, wait for the
-   watch's one-byte acknowledgement (so nothing runs unwatched), close all three.
+   Start the thread that will send the filter's listener (_HandOver: it is not under
+   the filter, which binds only the thread that installs it). Install the seccomp
+   filter (lnk_wrap.seccomp_filter says what it refuses and what it hands over), the
+   first thing inside, and check it took effect. The thread sends its listener and the
+   netlink socket to the watch over the inherited socket N (SCM_RIGHTS) and ends; wait
+   for the watch's one-byte acknowledgement (so nothing runs unwatched), close all
+   three.
    With --go-fd N (every sandbox the launcher makes): wait for the launcher's go-ahead,
    one byte "x" on N, sent once the sandbox's ways out exist (lnk_dns.helper made its
    sockets) and no stop signal came to the launcher first. Anything else, the end of
@@ -102,7 +105,7 @@ def parse(argv: list[str]) -> Options:
 
 def install_filter(options: Options) -> None:
     """The seccomp filter, first; its listener and the sandbox's sock_diag socket handed
-    to the watch."""
+    to the watch, which acknowledges them (nothing runs unwatched)."""
     import _socket
 
     arch = os.uname().machine
@@ -115,27 +118,83 @@ def install_filter(options: Options) -> None:
     except OSError as error:
         raise InitError(f"cannot open the sandbox's sock_diag socket: {error.strerror}"
                         ) from None
+    hand_over = _HandOver(options.watch_fd, diag.fileno())
+    listener = None
     try:
         with open(os.path.join(_FILTER_FOLDER, f"{arch}-{options.filter}.bpf"), "rb") as handle:
             program = handle.read(seccomp.MAX_INSTRUCTIONS * 8 + 1)
         listener = seccomp.install(program, listener=True)
+        if listener is None:
+            raise InitError("the seccomp filter gave no listener")
     except seccomp.SeccompError as error:
-        diag.close()
         raise InitError(str(error)) from None
-    if listener is None:
-        raise InitError("the seccomp filter gave no listener")
-    from lnk_common.fdpass import send_numbers
-
-    # Said by number, taken by the watch (pidfd_getfd): the filter hands sendmsg to the
-    # watch, which has no listener yet, so SCM_RIGHTS would wait forever.
+    finally:
+        sent = hand_over.send(listener)
+        diag.close()
+        if listener is not None:
+            os.close(listener)
     try:
-        send_numbers(options.watch_fd, (listener, diag.fileno()))
+        if not sent:
+            raise InitError("the filter's listener could not be sent to the sandbox's watch")
         if os.read(options.watch_fd, 1) != b"+":
             raise InitError("the sandbox's watch is not there to take the filter's listener")
     finally:
         os.close(options.watch_fd)
-        os.close(listener)
-        diag.close()
+
+
+class _HandOver:
+    """Sends the filter's listener and the sock_diag socket to the watch (SCM_RIGHTS)
+    from a thread started before the filter is installed, so not under it: a filter
+    binds the thread that installs it (and those it starts after), and under it this
+    sendmsg would be handed to the watch itself, which has no listener yet. (Before, the
+    numbers were written and the watch took the descriptors with pidfd_getfd, which
+    needs ctypes in the watch: some 3 ms of CPU at every start.)
+
+    The thread runs nothing but the send. The init waits for it to have sent before it
+    goes on, and its exec of the program ends every other thread of the process
+    (de_thread) before the program runs: no code of the sandbox's own ever runs
+    unfiltered. Landlock, applied after, binds the init's own thread, which execs."""
+
+    __slots__ = ("diag", "installed", "listener", "send_fds", "sent", "sent_all", "watch_fd")
+
+    def __init__(self, watch_fd: int, diag: int) -> None:
+        import _thread
+
+        from lnk_common.fdpass import send_fds
+
+        self.send_fds = send_fds  # imported here: the thread itself only sends
+        self.watch_fd = watch_fd
+        self.diag = diag
+        self.listener: int | None = None
+        self.sent_all = False
+        self.installed = _thread.allocate_lock()
+        self.sent = _thread.allocate_lock()
+        self.installed.acquire()
+        self.sent.acquire()
+        try:
+            _thread.start_new_thread(self._run, ())
+        except RuntimeError as error:
+            raise InitError(f"cannot start the thread that hands the filter's listener to "
+                            f"the watch: {error}") from None
+
+    def _run(self) -> None:
+        self.installed.acquire()  # until the filter is installed, or failed
+        try:
+            if self.listener is not None:
+                self.send_fds(self.watch_fd, (self.listener, self.diag))
+                self.sent_all = True
+        except OSError:
+            pass  # sent_all stays false: the init refuses to run the program
+        finally:
+            self.sent.release()
+
+    def send(self, listener: int | None) -> bool:
+        """Send `listener` (None: the filter failed, nothing is sent) and wait until the
+        thread has; whether it sent both descriptors."""
+        self.listener = listener
+        self.installed.release()
+        self.sent.acquire()
+        return self.sent_all
 
 
 def wait_for_go(fd: int) -> None:

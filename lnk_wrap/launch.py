@@ -25,8 +25,10 @@ Order of operations:
    (lnk_wrap.placeholders). A spec whose write_dot_files opens folders says so on its
    first run.
 4. Build bubblewrap's argv from typed options (lnk_wrap.bwrap.plan) and the init's.
-5. Start bubblewrap, learn the sandbox's pid from --info-fd, give the init its
-   go-ahead, pass on the signals it is sent (bubblewrap itself does not), and exit
+5. Start bubblewrap, then fork the sandbox's watch (lnk_execwatch.main) while
+   bubblewrap makes the sandbox; learn the sandbox's pid from --info-fd, wait for the
+   watch's word that it holds the init's listener (so the init exists), give the init
+   its go-ahead, pass on the signals it is sent (bubblewrap itself does not), and exit
    with the program's status. A TERM, INT, HUP or QUIT that arrives before the
    go-ahead (recorded from this launcher's first moment) means the program never
    starts: the sandbox is killed and the exit status is 128+N.
@@ -41,9 +43,10 @@ Exit status: the program's own; 128+N when it died of signal N (as a shell repor
 from __future__ import annotations
 
 import os
+import select
 import sys
 
-from lnk_common.policy import Policy, PolicyArgvError, split_argv
+from lnk_common.policy import Policy, PolicyArgvError, helper_argv, split_argv
 from lnk_wrap import bwrap as bwrap_plan
 from lnk_wrap import placeholders
 from lnk_wrap.outside import OUTSIDE_FOLDER, without_loader_variables
@@ -289,25 +292,33 @@ def _on_signal(signum: int, _frame: object) -> None:
         state.stop = signum
 
 
-# How often the launcher looks for the sandbox's init before its go-ahead: bubblewrap
-# reports its pid before it has made the mounts and started the init (some ms), and the
-# init's own interpreter start (some 8 ms) hides this wait.
-INIT_POLL_SECONDS = 0.0002
+# How long the launcher's wait for the sandbox's init sleeps before it looks again at the
+# stop signals (a handler runs during the wait, but the wait itself goes on: PEP 475). A
+# stop signal ends the wait at most this late; the init and bubblewrap end it at once.
+STOP_LOOK_MS = 20
 
 
-def _wait_for_init(sandbox_pid: int | None, child: int) -> None:
-    """Until the sandbox's init exists (bubblewrap's first process inside has its
-    child), a stop signal came, or bubblewrap ended. The go-ahead is given only then: a
-    signal passed on before the init exists would find no one to take it, and the
-    program would start after it was dropped."""
+def _wait_for_init(sandbox_pid: int | None, child: int, ready: int) -> None:
+    """Until the sandbox's init exists, a stop signal came, or bubblewrap ended. The
+    go-ahead is given only then: a signal passed on before the init exists would find no
+    one to take it, and the program would start after it was dropped. The watch says
+    when (a byte, or the end of its pipe `ready`): it writes once it holds the filter's
+    listener, which the init itself sent it, from inside. Blocking, not looking at /proc
+    in a loop: the launcher takes no CPU from bubblewrap and the init meanwhile."""
     if sandbox_pid is None:
         return
-    import time
-
-    while not _SIGNALS.stop and _program_pid(sandbox_pid) is None:
-        if os.waitid(os.P_PID, child, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
-            return
-        time.sleep(INIT_POLL_SECONDS)
+    try:
+        ended = os.pidfd_open(child)
+    except ProcessLookupError:
+        return
+    try:
+        poller = select.poll()
+        poller.register(ready, select.POLLIN)
+        poller.register(ended, select.POLLIN)
+        while not _SIGNALS.stop and not poller.poll(STOP_LOOK_MS):
+            pass
+    finally:
+        os.close(ended)
 
 
 def _go_ahead_unless_stopped(go_write: int, sandbox_pid: int | None) -> int:
@@ -548,7 +559,9 @@ def check_code(policy: Policy, writable: Callable[[str], bool], bwrap: str) -> N
 def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[str, str],
                  cwd: str, held: tuple[str, ...], outside: Outside, home: homes.Choice,
                  on_run: Callable[[Run], None] | None = None) -> int:
-    from lnk_common.chain import helper_argv, package_root
+    """Make the sandbox and run `command` in it: what bubblewrap is told (the host's
+    facts), the program's environment and HOME, then the start and the wait."""
+    from lnk_common.chain import helper_argv
     from lnk_wrap.home import environment as home_environment
 
     # The program's HOME (lnk_wrap.home); the helpers outside keep the caller's.
@@ -558,7 +571,21 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
         return 128 + _SIGNALS.stop
     init = helper_argv("init", inside=bwrap_plan.PACKAGES_INSIDE)
     info_read, info_write = os.pipe()
-    facts = gather(policy, cwd=cwd, info_fd=info_write, runtime=runtime_paths(init[0]),
+    facts = _host_facts(policy, cwd, info_write, init[0], held, home)
+    env, proxy_given = _program_environment(policy, env, facts, held)
+    _make_home(policy, home)
+    sandbox = _start_sandbox(bwrap, policy, (init, command), env, facts, outside,
+                             proxy_given)
+    return _wait_for_program(sandbox, policy, info_read, on_run)
+
+
+def _host_facts(policy: Policy, cwd: str, info_fd: int, python: str, held: tuple[str, ...],
+                home: homes.Choice) -> bwrap_plan.HostFacts:
+    """What the mount plan needs of this machine; the working folder is / when the
+    sandbox cannot see `cwd`, and every [commands] program must be seen."""
+    from lnk_common.chain import package_root
+
+    facts = gather(policy, cwd=cwd, info_fd=info_fd, runtime=runtime_paths(python),
                    packages=package_root()).with_held(held).with_temporary_home(
                        home.path if home.temporary else "")
     if bwrap_plan.access_at(policy, facts, cwd) is None:
@@ -575,26 +602,17 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
                 f"{path} is in [commands] of {policy.spec or 'the policy'} but the sandbox "
                 "cannot see it; grant a folder that holds it in [files] read"
             )
+    return facts
+
+
+def _program_environment(policy: Policy, env: dict[str, str], facts: bwrap_plan.HostFacts,
+                         held: tuple[str, ...]) -> tuple[dict[str, str], dict[str, str]]:
+    """The program's environment (the verbs' variables in, the placeholders' variable
+    and every tool's out, an unreadable trust file's variable out) and what the proxy
+    is given in its own."""
     placeholder = ""
     if policy.models:
-        # The program's environment points each named provider's SDK at the verb, with the
-        # placeholder for its key, and holds no provider's key (lnk_wrap.model_env); the
-        # proxy gets the placeholder in its own environment, never an argument.
-        from lnk_common.endpoints import PROXY_ADDRESS, PROXY_PORT
-        from lnk_wrap import model_env
-
-        try:
-            placeholder = model_env.placeholder_for(policy)
-        except model_env.ModelEnvError as error:
-            raise LaunchError(str(error)) from None
-        env, notes = model_env.sandbox_environment(
-            env, policy.models, placeholder, proxy_address=PROXY_ADDRESS, proxy_port=PROXY_PORT)
-        for note in notes:
-            _say(note)
-        for provider in model_env.keys_not_set(policy.settings, policy.models):
-            _say(f"the model verb has no key for {provider} yet: its calls are refused until "
-                 f"you set one (its value on standard input: lnk-sandbox secret set "
-                 f"{provider})")
+        env, placeholder = _model_environment(policy, env)
     # Never the placeholder's variable in the sandbox, whatever the caller's environment
     # held: the program's is its SDK's key variable. Nor any variable a tool's definition
     # names (its token's: lnk_wrap.verb_env), said when the caller's environment held one.
@@ -609,47 +627,112 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
     env = {name: value for name, value in env.items() if name != PLACEHOLDER_VARIABLE}
     proxy_given: dict[str, str] = {PLACEHOLDER_VARIABLE: placeholder} if placeholder else {}
     if policy.secrets or policy.has_url_secret():
-        # Each named secret's placeholder (of its rule's shape) and base URL, and the URL
-        # secret for `/_link/s/…`, in the program's environment; the proxy gets them in its
-        # own (lnk_wrap.verb_env).
-        from lnk_common.endpoints import PROXY_ADDRESS, PROXY_PORT
-        from lnk_wrap import verb_env
-
-        try:
-            secret_placeholders = verb_env.secret_placeholders(policy)
-            verb_env.check_tools(policy, _writable_with(policy, held))
-            url_secret = verb_env.url_secret_for(policy) if policy.has_url_secret() else ""
-            env = verb_env.sandbox_environment(
-                env, placeholders=secret_placeholders, url_secret=url_secret,
-                proxy_address=PROXY_ADDRESS, proxy_port=PROXY_PORT)
-        except verb_env.VerbEnvError as error:
-            raise LaunchError(str(error)) from None
-        proxy_given.update(verb_env.proxy_environment(secret_placeholders, url_secret))
+        env = _secret_environment(policy, env, held, proxy_given)
     if policy.open_pages:
-        # $BROWSER is ours, and so are the openers programs look for on PATH
-        # (lnk_wrap/browser): each asks the proxy to open the page outside.
-        opener = os.path.join(package_root(), "lnk_wrap", "browser", "lnk-open")
-        if not os.access(opener, os.X_OK):
-            raise LaunchError(
-                f"[verbs] open of {policy.spec or 'the policy'} needs the sandbox's browser, "
-                f"{opener}, which is not built: run bin/setup (it needs a C compiler: "
-                "apt-get install gcc libc6-dev)")
-        env = {**env, "BROWSER": bwrap_plan.BROWSER_INSIDE,
-               "PATH": bwrap_plan.BROWSER_FOLDER_INSIDE + ":"
-                       + env.get("PATH", "/usr/local/bin:/usr/bin:/bin")}
+        env = _browser_environment(policy, env)
     # After the secrets' check: a run refused for a secret not set says that one line, not
     # a note about a trust variable first.
-    env = _unreachable_trust_dropped(env, policy, facts)
+    return _unreachable_trust_dropped(env, policy, facts), proxy_given
+
+
+def _model_environment(policy: Policy, env: dict[str, str]) -> tuple[dict[str, str], str]:
+    """The program's environment points each named provider's SDK at the verb, with the
+    placeholder for its key, and holds no provider's key (lnk_wrap.model_env); the proxy
+    gets the placeholder in its own environment, never an argument."""
+    from lnk_common.endpoints import PROXY_ADDRESS, PROXY_PORT
+    from lnk_wrap import model_env
+
+    try:
+        placeholder = model_env.placeholder_for(policy)
+    except model_env.ModelEnvError as error:
+        raise LaunchError(str(error)) from None
+    env, notes = model_env.sandbox_environment(
+        env, policy.models, placeholder, proxy_address=PROXY_ADDRESS, proxy_port=PROXY_PORT)
+    for note in notes:
+        _say(note)
+    for provider in model_env.keys_not_set(policy.settings, policy.models):
+        _say(f"the model verb has no key for {provider} yet: its calls are refused until "
+             f"you set one (its value on standard input: lnk-sandbox secret set "
+             f"{provider})")
+    return env, placeholder
+
+
+def _secret_environment(policy: Policy, env: dict[str, str], held: tuple[str, ...],
+                        proxy_given: dict[str, str]) -> dict[str, str]:
+    """Each named secret's placeholder (of its rule's shape) and base URL, and the URL
+    secret for `/_link/s/…`, in the program's environment; the proxy gets them in its
+    own (lnk_wrap.verb_env), added to `proxy_given`."""
+    from lnk_common.endpoints import PROXY_ADDRESS, PROXY_PORT
+    from lnk_wrap import verb_env
+
+    try:
+        secret_placeholders = verb_env.secret_placeholders(policy)
+        verb_env.check_tools(policy, _writable_with(policy, held))
+        url_secret = verb_env.url_secret_for(policy) if policy.has_url_secret() else ""
+        env = verb_env.sandbox_environment(
+            env, placeholders=secret_placeholders, url_secret=url_secret,
+            proxy_address=PROXY_ADDRESS, proxy_port=PROXY_PORT)
+    except verb_env.VerbEnvError as error:
+        raise LaunchError(str(error)) from None
+    proxy_given.update(verb_env.proxy_environment(secret_placeholders, url_secret))
+    return env
+
+
+def _browser_environment(policy: Policy, env: dict[str, str]) -> dict[str, str]:
+    """$BROWSER is ours, and so are the openers programs look for on PATH
+    (lnk_wrap/browser): each asks the proxy to open the page outside."""
+    from lnk_common.chain import package_root
+
+    opener = os.path.join(package_root(), "lnk_wrap", "browser", "lnk-open")
+    if not os.access(opener, os.X_OK):
+        raise LaunchError(
+            f"[verbs] open of {policy.spec or 'the policy'} needs the sandbox's browser, "
+            f"{opener}, which is not built: run bin/setup (it needs a C compiler: "
+            "apt-get install gcc libc6-dev)")
+    return {**env, "BROWSER": bwrap_plan.BROWSER_INSIDE,
+            "PATH": bwrap_plan.BROWSER_FOLDER_INSIDE + ":"
+                    + env.get("PATH", "/usr/local/bin:/usr/bin:/bin")}
+
+
+def _make_home(policy: Policy, home: homes.Choice) -> None:
+    """HOME made once the run is sure to start (not before a refusal), and said."""
     from lnk_wrap.home import HomeError
 
-    try:  # made once the run is sure to start (not before a refusal), and said
+    try:
         made = home.make()
     except HomeError as error:
         raise LaunchError(str(error)) from None
     if made:
         _say(f"HOME is {home.path}, the wire {policy.name}'s own (made now, "
              "kept across its runs; `lnk-sandbox check` shows it)")
-    watch, init_end = _start_watch(policy, facts.loaders, outside)
+
+
+class _Sandbox:
+    """A started sandbox: bubblewrap's pid, its watch's, its ways out (if any), and the
+    launcher's ends of the go-ahead's pipe and of the watch's word that the init is
+    there."""
+
+    __slots__ = ("child", "go_write", "ready", "watch", "wire")
+
+    def __init__(self, child: int, watch: int, wire: _Wire | None, go_write: int,
+                 ready: int) -> None:
+        self.child = child
+        self.watch = watch
+        self.wire = wire
+        self.go_write = go_write
+        self.ready = ready
+
+
+def _start_sandbox(bwrap: str, policy: Policy, inside: tuple[list[str], list[str]],
+                   env: Mapping[str, str], facts: bwrap_plan.HostFacts, outside: Outside,
+                   proxy_given: Mapping[str, str]) -> _Sandbox:
+    """Start the ways out (if any), bubblewrap with `inside` (the init's argv and the
+    command), and then the watch: bubblewrap makes the sandbox while the
+    watch starts, and the init runs nothing before the watch has its listener."""
+    import _socket
+
+    watch_end, init_end = (end.detach() for end in
+                           _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM))
     facts = facts.with_watch(init_end)
     wire: _Wire | None = None
     if policy.has_wire():
@@ -664,57 +747,65 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
         go_read, go_write = os.pipe()
     facts = facts.with_block(go_read)
     planned = bwrap_plan.plan(policy, facts)
-    argv = [*planned.bwrap_argv(bwrap), "--", *init, *planned.init_args(),
-            "--", *command]
+    init, command = inside
+    argv = [*planned.bwrap_argv(bwrap), "--", *init, *planned.init_args(), "--", *command]
+    child = _spawn_bubblewrap(argv, env, facts)
+    ready, ready_write = os.pipe()
+    try:
+        watch = _start_watch(policy, facts.loaders, outside, watch_end, ready_write)
+    except OSError:
+        # No watch, so the init (its end of the socket closed under it) runs nothing;
+        # bubblewrap is ended here all the same.
+        _kill_sandbox(None, child)
+        os.waitpid(child, 0)
+        if wire is not None:
+            wire.end()
+        raise
+    finally:
+        os.close(watch_end)
+        os.close(ready_write)
+    return _Sandbox(child, watch, wire, go_write, ready)
 
-    os.set_inheritable(info_write, True)
-    if facts.watch_fd is not None:
-        os.set_inheritable(facts.watch_fd, True)
-    for fd in (facts.block_fd, *(fd for fd, _ in facts.data_files)):
-        if fd is not None:
-            os.set_inheritable(fd, True)
+
+def _spawn_bubblewrap(argv: list[str], env: Mapping[str, str],
+                      facts: bwrap_plan.HostFacts) -> int:
+    """Start bubblewrap with the descriptors the plan names (inherited only by it,
+    closed here after)."""
+    given = [fd for fd in (facts.info_fd, facts.watch_fd, facts.block_fd,
+                           *(fd for fd, _ in facts.data_files)) if fd is not None]
+    for fd in given:
+        os.set_inheritable(fd, True)
     try:
         # Bubblewrap is outside until it has made the sandbox: never a loader variable.
-        child = os.posix_spawn(argv[0], argv, without_loader_variables(env))
+        return os.posix_spawn(argv[0], argv, without_loader_variables(env))
     finally:
-        os.close(info_write)
-        if facts.watch_fd is not None:
-            os.close(facts.watch_fd)
-        for fd in (facts.block_fd, *(fd for fd, _ in facts.data_files)):
-            if fd is not None:
-                os.close(fd)
+        for fd in given:
+            os.close(fd)
+
+
+def _wait_for_program(sandbox: _Sandbox, policy: Policy, info_read: int,
+                      on_run: Callable[[Run], None] | None) -> int:
+    """Make the ways out inside, give the go-ahead once the init is there (unless a stop
+    signal came first), pass on the signals until bubblewrap ends, end the helpers, and
+    return the program's exit status."""
     info = _read_info(info_read)
     sandbox_pid = info.get("child-pid")
-    if wire is not None:
-        from lnk_dns.helper import HelperError, make_sockets
-
-        try:
-            if sandbox_pid is not None:
-                make_sockets(sandbox_pid, info.get("net-namespace", 0), wire.plan,
-                             wire.lan_addresses, wire.channels)
-        except HelperError as error:
-            # Never let the program start without its wire: the sandbox's own first
-            # process first (bubblewrap's inside one outlives an outer one killed), and
-            # the init, which waits for the go-ahead, refuses at the end of its pipe.
-            _kill_sandbox(sandbox_pid, child)
-            os.waitpid(child, 0)
-            os.close(go_write)
-            wire.end()
-            raise LaunchError(str(error)) from None
-        finally:
-            for channel in wire.channels.values():
-                os.close(channel)
+    child, wire = sandbox.child, sandbox.wire
     run = None
-    if wire is not None:  # the run's first line on its wire's log (lnk_wrap.runs)
-        from lnk_wrap.runs import Run
+    if wire is not None:
+        _make_ways_out(sandbox, wire, sandbox_pid, info.get("net-namespace", 0))
+        from lnk_wrap.runs import Run  # the run's first line on its wire's log
 
         run = Run(policy.settings, wire.name)
         run.start()
         if on_run is not None:
             on_run(run)
     # The program may start: its ways out exist (else no one reads it: a broken pipe).
-    _wait_for_init(sandbox_pid, child)
-    stopped = _go_ahead_unless_stopped(go_write, sandbox_pid)
+    try:
+        _wait_for_init(sandbox_pid, child, sandbox.ready)
+    finally:
+        os.close(sandbox.ready)
+    stopped = _go_ahead_unless_stopped(sandbox.go_write, sandbox_pid)
     if stopped:
         _kill_sandbox(sandbox_pid, child)
     elif policy.network == "host":
@@ -722,13 +813,37 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
         os.waitid(os.P_PID, child, os.WEXITED | os.WNOWAIT)  # ended, not yet reaped
         finish()  # so no pid it might kill is reused
     _, status = os.waitpid(child, 0)
-    _end_helper(watch, None)
+    _end_helper(sandbox.watch, None)
     if wire is not None:
         wire.end()
     code = _exit_status(stopped, sandbox_pid, status)
     if run is not None:  # after the helpers' last ended lines
         run.end(code)
     return code
+
+
+def _make_ways_out(sandbox: _Sandbox, wire: _Wire, sandbox_pid: int | None,
+                   net_namespace: int) -> None:
+    """The wire's sockets, made inside the sandbox's network (lnk_dns.helper). Never
+    let the program start without them: on a failure the sandbox's own first process
+    first (bubblewrap's inside one outlives an outer one killed), and the init, which
+    waits for the go-ahead, refuses at the end of its pipe."""
+    from lnk_dns.helper import HelperError, make_sockets
+
+    try:
+        if sandbox_pid is not None:
+            make_sockets(sandbox_pid, net_namespace, wire.plan, wire.lan_addresses,
+                         wire.channels)
+    except HelperError as error:
+        _kill_sandbox(sandbox_pid, sandbox.child)
+        os.waitpid(sandbox.child, 0)
+        os.close(sandbox.go_write)
+        os.close(sandbox.ready)
+        wire.end()
+        raise LaunchError(str(error)) from None
+    finally:
+        for channel in wire.channels.values():
+            os.close(channel)
 
 
 def _exit_status(stopped: int, sandbox_pid: int | None, status: int) -> int:
@@ -751,7 +866,6 @@ WATCH_EXIT_SECONDS = 2.0
 
 # The watch's name in ps, top and /proc/PID/comm (at most 15 bytes).
 WATCH_PROCESS_NAME = b"lnk-watch"
-_PR_SET_NAME = 15
 _PR_SET_PDEATHSIG = 1
 
 
@@ -778,89 +892,114 @@ def _unreachable_trust_dropped(env: dict[str, str], policy: Policy,
     return {name: value for name, value in env.items() if name not in dropped}
 
 
-def _start_watch(policy: Policy, loaders: tuple[str, ...], outside: Outside
-                 ) -> tuple[int, int]:
-    """Start the sandbox's watch (lnk_execwatch.main says what it does) on one end of a
-    socket pair; return its pid and the other end, for the init.
+def _start_watch(policy: Policy, loaders: tuple[str, ...], outside: Outside, watch_end: int,
+                 ready: int) -> int:
+    """Start the sandbox's watch (lnk_execwatch.main says what it does) on `watch_end`,
+    one end of a socket pair whose other the init has; it says on `ready` when it holds
+    the init's listener. Return its pid.
 
     Every sandbox has one: it judges unix sockets, and with [commands] programs too. It
     is this launcher forked, not a new interpreter (lnk-sandbox-exec-watch is the same
     code for an administrator): a Python start is some 10 ms at every sandbox start, a
-    fork well under one, and the watch's imports happen while bubblewrap makes the
-    sandbox."""
-    import _socket
-
-    watch_end, init_end = (end.detach() for end in
-                           _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM))
-    argv = ["--socket-fd", str(watch_end), "--settings", policy.settings]
-    if policy.network == "host":
-        argv.append("--host-network")
-    if policy.spec:
-        argv += ["--spec", policy.spec]
-    for path in policy.write:
-        argv += ["--written", path]
-    if policy.learn:
-        argv += ["--learn", policy.learn]
-    elif policy.commands:
-        argv.append("--commands")
-        for path in policy.commands:
-            argv += ["--run", path]
+    fork well under one. It is forked once bubblewrap is started, so that bubblewrap
+    makes the sandbox meanwhile: the init, whatever comes first, runs nothing before
+    the watch has taken its listener and said so."""
+    argv = ["--socket-fd", str(watch_end), *helper_argv(policy, "watch")]
+    if policy.commands and not policy.learn:  # `learn` records every program instead
         if policy.open_pages:  # the sandbox's browser runs whatever [commands] lists
             from lnk_wrap.bwrap import BROWSER_FOLDER_INSIDE
 
-            argv += ["--run", BROWSER_FOLDER_INSIDE]
+            argv += ["--command", BROWSER_FOLDER_INSIDE]
         for path in loaders:
             argv += ["--loader", path]
-    try:
-        pid = os.fork()
-    except OSError:
-        os.close(watch_end)
-        os.close(init_end)
-        raise
+    # Where execs are handed over, the first call (the init's exec of the program) comes
+    # at once, and with a wire the program is there to call out: the watch readies itself
+    # right away, while the init goes on. Else it imports what judges a call only when
+    # one comes (which waits in the kernel meanwhile): a program that makes none, a
+    # build's compiler or a test run without a network, never pays for it.
+    at_once = bool(policy.learn or policy.commands or policy.has_wire())
+    launcher = os.getpid()
+    pid = os.fork()
     if pid == 0:  # the watch: it never returns into the launcher's code
         code = 1
         try:
-            # The terminal's signals are the program's (the launcher passes them on);
-            # the watch ends with the sandbox, or with the launcher (PDEATHSIG).
-            for signum in FORWARDED_SIGNALS:
-                ignored = signum not in (signal.SIGWINCH, signal.SIGCONT)
-                signal.signal(signum, signal.SIG_IGN if ignored else signal.SIG_DFL)
-            if outside.own_session:  # a guest's terminal is not the watch's
-                os.setsid()
-            os.environ.clear()
-            os.environ.update(outside.env)
-            from lnk_common.syscalls import libc
-
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            libc.prctl(_PR_SET_NAME, WATCH_PROCESS_NAME, 0, 0, 0)  # for ps and a person
-            os.close(init_end)
-            os.closerange(3, watch_end)
-            os.closerange(watch_end + 1, 1 << 16)
-            # Take the listener first, then import the watch: the init goes on (and
-            # the program's calls wait in the kernel) while the imports happen.
-            from lnk_common.fdpass import take_numbered
-
-            received = take_numbered(watch_end, 2)
-            if received is not None:
-                os.write(watch_end, b"+")
-                from lnk_execwatch.main import main as watch_main
-
-                watch_main(argv, (received[0], received[1]))
-            code = 0
+            _become_the_watch(outside, (watch_end, ready))
+            code = _watch(argv, watch_end, ready, launcher, at_once=at_once)
         except SystemExit as done:
             code = done.code if isinstance(done.code, int) else 1
         finally:
             os._exit(code)
+    return pid
+
+
+def _become_the_watch(outside: Outside, kept: tuple[int, int]) -> None:
+    """The fork's own setting: its signals, session, environment, name and descriptors."""
+    # The terminal's signals are the program's (the launcher passes them on); the watch
+    # ends with the sandbox, or with the launcher.
+    for signum in FORWARDED_SIGNALS:
+        ignored = signum not in (signal.SIGWINCH, signal.SIGCONT)
+        signal.signal(signum, signal.SIG_IGN if ignored else signal.SIG_DFL)
+    if outside.own_session:  # a guest's terminal is not the watch's
+        os.setsid()
+    os.environ.clear()
+    os.environ.update(outside.env)
+    # Its name for ps and a person: /proc rather than prctl, which needs ctypes (3 ms).
+    name = os.open("/proc/self/comm", os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(name, WATCH_PROCESS_NAME)
+    finally:
+        os.close(name)
+    low, high = sorted(kept)
+    os.closerange(3, low)
+    os.closerange(low + 1, high)
+    os.closerange(high + 1, 1 << 16)
+
+
+def _watch(argv: list[str], watch_end: int, ready: int, launcher: int, *,
+           at_once: bool) -> int:
+    """Receive the init's listener and acknowledge it (the init waits for that), tell
+    the launcher, then serve: at once, or (`at_once` false) from the first call handed
+    over; returns at once when the sandbox ends, or the launcher, before any call.
+    Nothing here imports ctypes before a call comes (the init sends the descriptors
+    with SCM_RIGHTS: lnk_wrap.init._HandOver)."""
+    # Until the watch proper asks the kernel to kill it with the launcher (PDEATHSIG,
+    # which needs ctypes), the launcher's end is watched here.
+    launcher_gone = os.pidfd_open(launcher)
+    if os.getppid() != launcher:  # the launcher ended before its pidfd was open
+        return 1
+    from lnk_common.fdpass import receive_fds
+
+    received = receive_fds(watch_end, 2)
+    if received is None:  # the sandbox was never made: the init runs nothing
+        return 0
+    os.write(watch_end, b"+")
     os.close(watch_end)
-    return pid, init_end
+    os.write(ready, b"+")  # the init exists (it sent these): the launcher's go-ahead may come
+    os.close(ready)
+    listener = received[0]
+    if not at_once:
+        poller = select.poll()
+        poller.register(listener, select.POLLIN)
+        poller.register(launcher_gone, select.POLLIN)
+        events = dict(poller.poll())
+        if events.get(launcher_gone) or events.get(listener, 0) & select.POLLHUP:
+            return 0  # the launcher, or every process of the sandbox, is gone
+    from lnk_common.syscalls import prctl
+
+    prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != launcher:  # the launcher ended before PDEATHSIG was set
+        return 1
+    os.close(launcher_gone)
+    from lnk_execwatch.main import main as watch_main
+
+    watch_main(argv, (received[0], received[1]))
+    return 0
 
 
 def _end_helper(pid: int, first: int | None) -> None:
     """Wait for a helper to end (sending it `first`, if any), killing it if it takes
     longer than WATCH_EXIT_SECONDS. Waited on through a pidfd: woken the moment it ends,
     not at the next look (every sandbox's end waits for its watch)."""
-    import select
-
     if first is not None:
         try:  # noqa: SIM105
             os.kill(pid, first)
@@ -921,29 +1060,9 @@ def _start_wire(policy: Policy, outside: Outside, proxy_given: Mapping[str, str]
     wire.plan = plan
     wire.lan_addresses = endpoints.lan_addresses(entries)
     name = wire.name = policy.name or _own_wire()
-    common = ["--settings", policy.settings, "--wire", name]
-    if policy.calls_per_minute:
-        common += ["--calls-per-minute", str(policy.calls_per_minute)]
-    common += ["--pause", ",".join(str(value) for value in policy.pause)]
     try:
         if policy.needs_proxy():
-            options = list(common)
-            for option, texts in (("--host", policy.hosts), ("--endpoint", policy.endpoints),
-                                  ("--lan", policy.lan)):
-                for text in texts:
-                    options += [option, text]
-            for provider in policy.models:
-                options += ["--model", provider]
-            if policy.server_tools:
-                options += ["--server-tools", "yes"]
-            for secret in policy.secrets:
-                options += ["--secret", secret]
-            for port in policy.local_models:
-                options += ["--local-model", str(port)]
-            for tool in policy.tools:
-                options += ["--tool", tool]
-            if policy.open_pages:
-                options += ["--open", "yes"]
+            options = ["--wire", name, *helper_argv(policy, "proxy")]
             if outside.guest:  # its questions name the guest
                 options += ["--guest", outside.guest]
             # The placeholders and the URL secret: in its environment, never an argument.
@@ -953,11 +1072,7 @@ def _start_wire(policy: Policy, outside: Outside, proxy_given: Mapping[str, str]
             wire.pids.append(pid)
             wire.channels["proxy"] = channel
         if policy.localhost_ports or policy.local_models:
-            relay_options = list(common)
-            for port in policy.local_models:  # read as HTTP, through the inference filter
-                relay_options += ["--model-port", str(port)]
-            if policy.server_tools and policy.local_models:
-                relay_options += ["--server-tools", "yes"]
+            relay_options = ["--wire", name, *helper_argv(policy, "relay")]
             pid, channel = _start_served("relay", policy, relay_options, outside.env,
                                          outside.own_session)
             wire.pids.append(pid)
@@ -1076,7 +1191,20 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as error:
         print(f"lnk-sandbox: cannot start the sandbox: {error}", file=sys.stderr)
         code = EXIT_SANDBOX_FAILED
-    sys.exit(code)
+    _exit_at_once(code)
+
+
+def _exit_at_once(code: int) -> None:
+    """End this process without the interpreter's finalization: tearing down its modules
+    took some 2 ms of CPU at every sandbox's end, which the harness waits for, and this
+    launcher leaves nothing that needs it (its helpers are ended, its files closed or
+    removed). What it printed is flushed first."""
+    for stream in (sys.stdout, sys.stderr):
+        try:  # noqa: SIM105 (contextlib is one more import at every start)
+            stream.flush()
+        except (OSError, ValueError):
+            pass  # a closed or broken stream: nothing more can be said on it
+    os._exit(code)
 
 
 if __name__ == "__main__":

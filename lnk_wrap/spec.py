@@ -20,8 +20,10 @@ import pwd
 from lnk_common import endpoints as endpoint_plan
 from lnk_common.policy import (
     DEFAULT_PAUSE,
+    FIELDS,
     MAX_NAME_CHARACTERS,
     MODEL_PROVIDERS,
+    NEEDS_A_WIRE,
     SECRET_NAME_CHARACTERS,
     Policy,
     is_name,
@@ -433,89 +435,58 @@ def _refuse_settings(context: _Context, key: str, path: str, settings_root: str)
 
 
 def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
+    """The spec's keys as one Policy: the files, then the programs, then the ways out,
+    each part checked against the ones before it, then the ways out planned together."""
     try:
         settings = settings_folder(context.env)
     except SettingsError as error:
         raise SpecError(context.file, "", str(error)) from None
-    settings_root = settings.root
-
     name = document.get("name", "")
     if name and not is_name(name):
         raise SpecError(context.file, "name", f"{name!r}: use letters, digits, '.', '_' and '-'")
+    agent: dict[str, Any] | None = document.get("agent")
+    files = _files(context, document.get("files", {}), agent, settings.root)
+    write = files["write"]
+    assert isinstance(write, tuple)
+    commands = _commands(context, document.get("commands"), write, settings.root)
+    ways_out = _ways_out(context, document)
+    agent_name = agent["name"] if agent is not None else ""
+    policy = Policy(
+        settings=settings.root,
+        # The path the verbs name it by, when links lie on it: the launcher judges each.
+        settings_via=settings.named if settings.links else "",
+        name=name or agent_name, spec=context.file, agent=agent_name, commands=commands,
+        **files, **ways_out)
+    _check_wire(context, policy)
+    return policy
 
-    files: dict[str, Any] = document.get("files", {})
+
+def _files(context: _Context, files: dict[str, Any], agent: dict[str, Any] | None,
+           settings_root: str) -> dict[str, object]:
+    """[files] and [agent]: the Policy's read, write, hide, reopen, write_dot_files and
+    home, every path canonical and the relations between them checked."""
     read = _paths(context, files, "files", "read")
     write = _paths(context, files, "files", "write")
     hide = _paths(context, files, "files", "hide", must_exist=False)
     reopen = _paths(context, files, "files", "reopen")
     write_dot_files = _paths(context, files, "files", "write_dot_files")
-
     # Checked before the agent's own folder joins the grants: only that one folder,
     # exactly agents/NAME, may lie in Link's settings.
     for key, paths in (("files.read", read), ("files.write", write), ("files.reopen", reopen)):
         for path in paths:
             _refuse_settings(context, key, path, settings_root)
-
     home = ""
     if "home" in files:
         home = _own_home(context, "files.home", files["home"], settings_root)
         write.append(home)
         if home not in write_dot_files:
             write_dot_files.append(home)
-    agent: dict[str, Any] | None = document.get("agent")
     if agent is not None and home:
         raise SpecError(context.file, "files.home",
                         "an [agent]'s HOME is its own folder ([agent] home): name it there")
     if agent is not None:
-        agent_name = agent.get("name", "")
-        if not agent_name:
-            raise SpecError(context.file, "agent.name", "an [agent] needs a name")
-        if not is_name(agent_name):
-            raise SpecError(
-                context.file, "agent.name", f"{agent_name!r}: use letters, digits, '.', '_' and '-'"
-            )
-        # Every agent's folder is hidden, so an agent made later is hidden too; the
-        # agent's own folder is reopened, writable (nothing of the person's runs there).
-        agents = os.path.join(settings_root, "agents")
-        hide.append(agents)
-        if "home" in agent:
-            agent_home = _canonical(context, "agent.home", agent["home"], must_exist=True)
-            _refuse_settings(context, "agent.home", agent_home, settings_root)
-        else:
-            default_home = os.path.join(agents, agent_name)
-            if not os.path.lexists(default_home):
-                raise SpecError(
-                    context.file, "agent.name", f"the agent's folder {default_home} does not exist"
-                )
-            if os.path.islink(default_home) or os.path.realpath(default_home) != default_home:
-                raise SpecError(context.file, "agent.name",
-                                f"the agent's folder {default_home} is a link; refusing")
-            if not os.path.isdir(default_home):
-                raise SpecError(context.file, "agent.name",
-                                f"the agent's folder {default_home} is not a folder")
-            agent_home = default_home
-        write.append(agent_home)
-        # Its own folder holds only what its harness keeps, and a harness may commit a
-        # workspace there: nothing of the person's runs from it, so its dot files are open.
-        if agent_home not in write_dot_files:
-            write_dot_files.append(agent_home)
-        if "files" in agent:
-            files_folder = _canonical(context, "agent.files", agent["files"], must_exist=True)
-            _refuse_settings(context, "agent.files", files_folder, settings_root)
-            # The files folder is the person's: they open it and may run git in it, so an
-            # agent commits in a repository it makes inside, never at its top.
-            if files_folder in write_dot_files:
-                raise SpecError(
-                    context.file, "files.write_dot_files",
-                    f"{files_folder} is the agent's files folder, which is yours: its dot "
-                    "files stay read only (an agent commits in a repository it makes in a "
-                    "folder inside it)",
-                )
-            write.append(files_folder)
-        if not name:
-            name = agent_name
-        home = agent_home
-
+        home = _agent_folders(context, agent, settings_root, hide=hide, write=write,
+                              write_dot_files=write_dot_files)
     read = [path for path in read if path not in write]
     for path in write_dot_files:
         if path not in write:
@@ -533,100 +504,144 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
                 context.file, "files.reopen",
                 f"{path}: no read or write grant covers it, so reopening gives nothing back",
             )
+    return {"read": tuple(read), "write": tuple(dict.fromkeys(write)),
+            "hide": tuple(dict.fromkeys(hide)), "reopen": tuple(reopen),
+            "write_dot_files": tuple(write_dot_files), "home": home}
 
-    commands_section: dict[str, Any] | None = document.get("commands")
-    commands: list[str] = []
-    if commands_section is not None:
-        if "run" not in commands_section or not commands_section["run"]:
+
+def _agent_folders(context: _Context, agent: dict[str, Any], settings_root: str, *,
+                   hide: list[str], write: list[str], write_dot_files: list[str]) -> str:
+    """[agent]: every agent's folder hidden, its own written with its dot files (and its
+    files folder written, its dot files held); returns its HOME, its own folder."""
+    agent_name = agent.get("name", "")
+    if not agent_name:
+        raise SpecError(context.file, "agent.name", "an [agent] needs a name")
+    if not is_name(agent_name):
+        raise SpecError(
+            context.file, "agent.name", f"{agent_name!r}: use letters, digits, '.', '_' and '-'"
+        )
+    # Every agent's folder is hidden, so an agent made later is hidden too; the
+    # agent's own folder is reopened, writable (nothing of the person's runs there).
+    agents = os.path.join(settings_root, "agents")
+    hide.append(agents)
+    if "home" in agent:
+        agent_home = _canonical(context, "agent.home", agent["home"], must_exist=True)
+        _refuse_settings(context, "agent.home", agent_home, settings_root)
+    else:
+        agent_home = _agent_own_folder(context, os.path.join(agents, agent_name))
+    write.append(agent_home)
+    # Its own folder holds only what its harness keeps, and a harness may commit a
+    # workspace there: nothing of the person's runs from it, so its dot files are open.
+    if agent_home not in write_dot_files:
+        write_dot_files.append(agent_home)
+    if "files" in agent:
+        files_folder = _canonical(context, "agent.files", agent["files"], must_exist=True)
+        _refuse_settings(context, "agent.files", files_folder, settings_root)
+        # The files folder is the person's: they open it and may run git in it, so an
+        # agent commits in a repository it makes inside, never at its top.
+        if files_folder in write_dot_files:
+            raise SpecError(
+                context.file, "files.write_dot_files",
+                f"{files_folder} is the agent's files folder, which is yours: its dot "
+                "files stay read only (an agent commits in a repository it makes in a "
+                "folder inside it)",
+            )
+        write.append(files_folder)
+    return agent_home
+
+
+def _agent_own_folder(context: _Context, folder: str) -> str:
+    """agents/NAME in Link's settings: there, a folder, and not a link."""
+    if not os.path.lexists(folder):
+        raise SpecError(context.file, "agent.name", f"the agent's folder {folder} does not exist")
+    if os.path.islink(folder) or os.path.realpath(folder) != folder:
+        raise SpecError(context.file, "agent.name",
+                        f"the agent's folder {folder} is a link; refusing")
+    if not os.path.isdir(folder):
+        raise SpecError(context.file, "agent.name",
+                        f"the agent's folder {folder} is not a folder")
+    return folder
+
+
+def _commands(context: _Context, section: dict[str, Any] | None, write: tuple[str, ...],
+              settings_root: str) -> tuple[str, ...]:
+    """[commands] run: the programs that may start, none in a written folder."""
+    if section is None:
+        return ()
+    if "run" not in section or not section["run"]:
+        raise SpecError(
+            context.file, "commands.run",
+            "an empty list lets nothing start, not even the command; name the programs "
+            "(files or folders), or drop [commands] to let any readable program start",
+        )
+    commands = _paths(context, section, "commands", "run")
+    for path in commands:
+        _refuse_settings(context, "commands.run", path, settings_root)
+        holder = next((folder for folder in write if _inside(path, folder)), None)
+        if holder is not None:
             raise SpecError(
                 context.file, "commands.run",
-                "an empty list lets nothing start, not even the command; name the programs "
-                "(files or folders), or drop [commands] to let any readable program start",
+                f"{path} lies in {holder}, which the sandbox writes: it could replace "
+                "the program, so listing it would let anything run; list a copy "
+                "outside the written folders",
             )
-        commands = _paths(context, commands_section, "commands", "run")
-        for path in commands:
-            _refuse_settings(context, "commands.run", path, settings_root)
-            holder = next((folder for folder in write if _inside(path, folder)), None)
-            if holder is not None:
-                raise SpecError(
-                    context.file, "commands.run",
-                    f"{path} lies in {holder}, which the sandbox writes: it could replace "
-                    "the program, so listing it would let anything run; list a copy "
-                    "outside the written folders",
-                )
+    return tuple(commands)
 
+
+# Fields whose value is the spec's key as written (its type checked by the schema): each
+# read at its row's spec key (lnk_common.policy.FIELDS).
+_AS_WRITTEN = ("secrets", "tools", "open_pages", "calls_per_minute", "server_tools")
+
+
+def _spec_key(name: str) -> str:
+    """The spec key of the Policy's field `name` (its row of lnk_common.policy.FIELDS)."""
+    return next(field.spec_key for field in FIELDS if field.name == name)
+
+
+def _as_written(document: dict[str, Any], name: str) -> object:
+    """The field `name` as the spec wrote it at its key, or the field's default."""
+    section, _, key = _spec_key(name).partition(".")
+    default = next(field.default for field in FIELDS if field.name == name)
+    return (document.get(section) or {}).get(key, default)
+
+
+def _ways_out(context: _Context, document: dict[str, Any]) -> dict[str, object]:
+    """[network], [tcp], [lan], [localhost], [verbs] and [pause]: the Policy's network,
+    its hosts, endpoints and ports, its verbs and the wire's controls."""
     network, hosts = _network(context, document.get("network"))
     model = (document.get("verbs") or {}).get("model", [])
     models = (model,) if isinstance(model, str) else tuple(model)
-    network_section = document.get("network") or {}
     endpoints = _entries(context, "tcp.endpoints",
                          (document.get("tcp") or {}).get("endpoints", []), lan=False)
     lan = _entries(context, "lan.hosts", (document.get("lan") or {}).get("hosts", []),
                    lan=True)
-    localhost_ports = tuple(dict.fromkeys((document.get("localhost") or {}).get("ports", [])))
-    local_models = tuple(dict.fromkeys((document.get("localhost") or {}).get("models", [])))
-    for index, port in enumerate((document.get("localhost") or {}).get("models", [])):
+    localhost = document.get("localhost") or {}
+    localhost_ports = tuple(dict.fromkeys(localhost.get("ports", [])))
+    local_models = tuple(dict.fromkeys(localhost.get("models", [])))
+    for index, port in enumerate(localhost.get("models", [])):
         if port in localhost_ports:
             raise SpecError(context.file, f"localhost.models[{index}]",
                             f"port {port} is in [localhost] ports too: a models port is "
                             "relayed through the inference filter, a plain port is not; "
                             "name it once")
-    secrets = tuple((document.get("verbs") or {}).get("secrets", []))
-    tools = tuple((document.get("verbs") or {}).get("tools", []))
-    open_pages = (document.get("verbs") or {}).get("open", False)
-    calls_per_minute = network_section.get("calls_per_minute", 0)
+    values = {name: _as_written(document, name) for name in _AS_WRITTEN}
     pause = _pause(context, document.get("pause"))
-    server_tools = network_section.get("server_tools", False)
-    if server_tools and not models:
+    if values["server_tools"] and not models:
         raise SpecError(context.file, "network.server_tools",
                         "keeps a hosted model's server-side tools, and no model verb is on: "
                         "name one in [verbs] model, or drop the key")
-
     if network == "host":
         _check_host(context, document)
-    policy = Policy(
-        settings=settings_root,
-        # The path the verbs name it by, when links lie on it: the launcher judges each.
-        settings_via=settings.named if settings.links else "",
-        name=name,
-        spec=context.file,
-        read=tuple(read),
-        write=tuple(dict.fromkeys(write)),
-        hide=tuple(dict.fromkeys(hide)),
-        reopen=tuple(reopen),
-        write_dot_files=tuple(write_dot_files),
-        commands=tuple(commands),
-        network=network,
-        hosts=hosts,
-        endpoints=endpoints,
-        lan=lan,
-        localhost_ports=localhost_ports,
-        calls_per_minute=calls_per_minute,
-        pause=pause,
-        models=models,
-        server_tools=server_tools,
-        agent=agent["name"] if agent is not None else "",
-        secrets=secrets,
-        local_models=local_models,
-        tools=tools,
-        open_pages=open_pages,
-        home=home,
-    )
-    _check_wire(context, policy)
-    return policy
+    return {"network": network, "hosts": hosts, "endpoints": endpoints, "lan": lan,
+            "localhost_ports": localhost_ports, "local_models": local_models,
+            "models": models, "pause": pause, **values}
 
 
 def _check_host(context: _Context, document: dict[str, Any]) -> None:
     """`mode = "host"` is this machine's network as it is, with no wire: whatever needs
     the sandbox's own network and its proxy is refused, naming the key, rather than
     quietly doing nothing."""
-    def get(section: str, key: str) -> object:
-        return (document.get(section) or {}).get(key)
-
-    needs_wire = [(f"{section}.{key}", get(section, key)) for section, key in (
-        ("verbs", "model"), ("verbs", "secrets"), ("verbs", "tools"), ("verbs", "open"),
-        ("tcp", "endpoints"), ("lan", "hosts"), ("localhost", "ports"),
-        ("localhost", "models"), ("network", "calls_per_minute"))]
+    needs_wire = [(_spec_key(name), _as_written(document, name)) for name in NEEDS_A_WIRE]
     needs_wire.append(("pause", document.get("pause")))
     for key, value in needs_wire:
         if value:
@@ -723,14 +738,6 @@ def _network(context: _Context, section: dict[str, Any] | None) -> tuple[str, tu
     return mode, tuple(hosts)
 
 
-# A [lan] address that is never a machine of the local network.
-_NOT_LAN = (
-    ("loopback", "this machine"), ("unspecified", "this machine"),
-    ("link_local", "link-local (a cloud's metadata service lives there)"),
-    ("multicast", "multicast, not a machine"),
-)
-
-
 def _entries(context: _Context, key: str, raw: object, *, lan: bool) -> tuple[str, ...]:
     """[tcp] endpoints (`name:port`, `*.domain:port`) or [lan] hosts (`address[:port]`,
     `[v6][:port]`, `name[:port]`), normalised; `*` refused, as in [network] hosts."""
@@ -738,7 +745,7 @@ def _entries(context: _Context, key: str, raw: object, *, lan: bool) -> tuple[st
         return ()  # and no import of ipaddress (with lnk_proxy.decide, 2 ms) at every start
     import ipaddress
 
-    from lnk_proxy.decide import METADATA_ADDRESSES
+    from lnk_common.addresses import never_a_host
 
     assert isinstance(raw, list)
     found: list[str] = []
@@ -767,13 +774,12 @@ def _entries(context: _Context, key: str, raw: object, *, lan: bool) -> tuple[st
                 raise SpecError(context.file, where,
                                 f"{entry!r}: an endpoint is a name (it gets DNS); a machine of "
                                 "the local network by address goes in [lan] hosts")
-            if address in METADATA_ADDRESSES:
+            # The proxy's own rule (lnk_proxy.decide.address_refusal refuses it at the
+            # call too): refused here, at load, with the key.
+            why = never_a_host(address)
+            if why:
                 raise SpecError(context.file, where,
-                                f"{address} is a cloud metadata service, never reached")
-            for attribute, why in _NOT_LAN:
-                if getattr(address, f"is_{attribute}"):
-                    raise SpecError(context.file, where, f"{address} is {why}, not a "
-                                    "machine of the local network")
+                                f"{why}, not a machine of the local network")
             host = str(address)
             normal = (f"[{host}]" if address.version == 6 else host) + (f":{int(port)}"
                                                                          if port else "")

@@ -178,7 +178,7 @@ def test_notify_argv_golden() -> None:
 
 
 def test_osascript_argv_golden() -> None:
-    """Generated here; not run on a Mac yet (docs/ARCHITECTURE.md, "Stated gaps", says so)."""
+    """Generated here; not run on a Mac yet (docs/components/README.md, "Stated gaps", says so)."""
     assert osascript_argv('T "x"', 'say \\ "hi"', 60) == [
         "/usr/bin/osascript", "-e",
         'display dialog "say \\\\ \\"hi\\"" with title "T \\"x\\"" buttons {"Deny", "Allow"} '

@@ -206,7 +206,7 @@ def test_a_watch_that_stops_says_so_on_stderr_and_in_the_log(tmp_path: Path) -> 
     (tmp_path / "sandbox").mkdir()
     code = ("from lnk_execwatch.main import main; "
             f"main(['--socket-fd', '0', '--settings', {str(tmp_path)!r}, '--spec', 's.toml', "
-            "'--commands'], (900, 901))")
+            "'--command', '/usr/bin/true'], (900, 901))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=False, timeout=60)
     assert done.returncode == 1, done

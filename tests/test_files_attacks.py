@@ -4,7 +4,7 @@ Every test here starts the real `lnk-sandbox` (real bubblewrap, real kernel, rea
 Landlock) and tries, as a program inside would, to get past what it was given:
 reading beside a grant, writing into a read grant, following planted links, walking
 `..`, hard-linking, renaming, reaching Link's settings folder, the host's processes,
-its sysctls. The invariant attacked is in each test's name (docs: INVARIANTS.md).
+its sysctls. The invariant attacked is in each test's name (docs/facts/invariants.md).
 
 Most tests send one shell script of named attempts; each attempt prints OPEN:name when
 the command succeeded and SHUT:name when it failed, so a failure names the way in.

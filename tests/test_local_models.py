@@ -1,7 +1,7 @@
 """The local model's inference filter (`[localhost] models`): the sans-IO core
 (lnk_proxy.local_models) by table, with the exact reason of each refusal, and fuzzed
 (nothing outside the allow-list passes; nothing but LocalModelError escapes); then the real
-relay process (`lnk-sandbox-relay --listen … --model-port PORT`) in front of a fake runtime
+relay process (`lnk-sandbox-relay --listen … --local-model PORT`) in front of a fake runtime
 on 127.0.0.1 that records what reached it, with the `ollama` client and the `openai` SDK
 as a program uses them, each refused path of the acceptance script (never reaching the
 runtime), and streams that arrive piece by piece.
@@ -450,7 +450,7 @@ def test_a_body_at_the_limit_is_read_and_one_byte_over_is_refused() -> None:
 
 
 def test_server_tools_are_removed_where_a_runtime_speaks_a_providers_api() -> None:
-    """Ollama runs web_search_20250305 itself on /v1/messages (PROVIDERS.md §7.1);
+    """Ollama runs web_search_20250305 itself on /v1/messages (docs/facts/providers.md §7.1);
     vLLM's and LM Studio's responses take hosted and mcp tools."""
     function = {"name": "f", "input_schema": {"type": "object"}}
     out = orjson.loads(lm.check_body(MESSAGES, orjson.dumps({
@@ -951,7 +951,7 @@ def relay(tmp_path: Path) -> Iterator[RunningRelay]:
     settings.mkdir()
     process = subprocess.Popen(
         [RELAY, "--settings", str(settings), "--wire", WIRE, "--to-port", str(runtime.port),
-         "--model-port", str(runtime.port), "--listen", f"127.0.0.1:{port}"],
+         "--local-model", str(runtime.port), "--listen", f"127.0.0.1:{port}"],
         stderr=subprocess.PIPE)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -1202,12 +1202,13 @@ def test_a_client_that_goes_away_ends_the_runtimes_call(relay: RunningRelay) -> 
     assert ended.split("\t")[1] == "ended" and ended.endswith(" error=client-gone")
 
 
-def test_the_relay_refuses_bad_model_port_options(tmp_path: Path) -> None:
-    for options, said in ((["--model-port", "x"], "--model-port takes a port (1-65535), not 'x'"),
-                          (["--model-port", "0"], "--model-port takes a port (1-65535), not '0'"),
-                          (["--model-port", "5", "--model-port", "5"],
-                           "--model-port names a port twice"),
-                          (["--server-tools", "no"], "--server-tools takes yes, once")):
+def test_the_relay_refuses_bad_local_model_options(tmp_path: Path) -> None:
+    for options, said in ((["--local-model", "x"], "--local-model 'x': a port, 1 to 65535"),
+                          (["--local-model", "0"], "--local-model '0': a port, 1 to 65535"),
+                          (["--local-model", "5", "--local-model", "5"],
+                           "--local-model names a port twice"),
+                          (["--server-tools", "--server-tools"], "--server-tools given twice"),
+                          (["--to-port", "0"], "--to-port takes a port (1-65535), not '0'")):
         done = subprocess.run([RELAY, "--settings", str(tmp_path), "--wire", WIRE, *options,
                                "--listen", "127.0.0.1:0"], capture_output=True, timeout=10)
         assert done.returncode == 2

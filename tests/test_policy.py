@@ -3,7 +3,6 @@ one PolicyArgvError, never another exception and never a policy that opens more.
 
 from __future__ import annotations
 
-import inspect
 import re
 
 import pytest
@@ -11,7 +10,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lnk_common import policy as policy_module
-from lnk_common.policy import MODEL_PROVIDERS, Policy, PolicyArgvError, split_argv
+from lnk_common.policy import (
+    FIELDS,
+    HELPERS,
+    MODEL_PROVIDERS,
+    Policy,
+    PolicyArgvError,
+    helper_argv,
+    option_of,
+    parse_helper_argv,
+    split_argv,
+)
 
 SAFE = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
 
@@ -290,9 +299,9 @@ def test_split_argv_command_may_be_an_empty_word() -> None:
 
 def test_write_dot_files_must_name_a_written_folder() -> None:
     with pytest.raises(PolicyArgvError) as caught:
-        Policy.from_argv(["--settings", "/s", "--write", "/a", "--write-dot-files", "/b"])
-    assert str(caught.value) == "--write-dot-files /b is not a written folder (--write)"
-    policy = Policy.from_argv(["--settings", "/s", "--write", "/a", "--write-dot-files", "/a"])
+        Policy.from_argv(["--settings", "/s", "--write", "/a", "--write-dot-file", "/b"])
+    assert str(caught.value) == "--write-dot-file /b is not a written folder (--write)"
+    policy = Policy.from_argv(["--settings", "/s", "--write", "/a", "--write-dot-file", "/a"])
     assert policy.write_dot_files == ("/a",)
 
 
@@ -341,13 +350,13 @@ NOT_DEFAULT: dict[str, object] = {
 }
 
 
-def test_every_field_has_a_value_here_and_init_takes_exactly_the_fields() -> None:
-    parameters = set(inspect.signature(Policy.__init__).parameters) - {"self"}
-    assert parameters == set(Policy.__slots__) == set(NOT_DEFAULT)
+def test_every_field_has_a_value_here_and_the_slots_are_the_table() -> None:
+    assert tuple(Policy.__slots__) == tuple(field.name for field in FIELDS)
+    assert set(Policy.__slots__) == set(NOT_DEFAULT)
 
 
 def test_every_field_survives_with_name_replace_and_the_argv_form() -> None:
-    policy = Policy(**NOT_DEFAULT)  # type: ignore[arg-type]
+    policy = Policy(**NOT_DEFAULT)
     default = Policy(settings="/s")
     for field in Policy.__slots__:
         if field != "settings":
@@ -453,3 +462,105 @@ def test_secrets_and_local_models_need_the_proxy_and_a_wire() -> None:
     for policy in (Policy(settings="/s", secrets=("t",)),
                    Policy(settings="/s", local_models=(11434,))):
         assert policy.needs_proxy() and policy.has_wire()
+
+
+# --- the table: one row a field, one spelling, each helper's options from it ------------
+
+# The type each kind of value is for mypy (the Policy's annotations).
+_KIND_TYPES = {"path": "str", "word": "str", "paths": "tuple[str, ...]",
+               "words": "tuple[str, ...]", "ports": "tuple[int, ...]", "count": "int",
+               "flag": "bool", "pause": "tuple[int, int, int]"}
+
+
+def test_the_annotations_are_the_tables_kinds() -> None:
+    """The one other place a field is written (for mypy), held equal to its row."""
+    assert Policy.__annotations__ == {field.name: _KIND_TYPES[field.kind] for field in FIELDS}
+
+
+def test_one_spelling_the_option_is_the_fields_name() -> None:
+    """The rule (lnk_common.policy.option_of): `-` for `_`, and a field of several
+    values, given once per value, without its final `s`."""
+    several = {"paths", "words", "ports"}
+    for field in FIELDS:
+        word = field.name.removesuffix("s") if field.kind in several else field.name
+        assert field.option == option_of(field.name, field.kind) == "--" + word.replace("_", "-")
+    assert len({field.option for field in FIELDS}) == len(FIELDS)
+    assert {field.name: field.option for field in FIELDS}["open_pages"] == "--open-pages"
+    assert {field.name: field.option for field in FIELDS}["commands"] == "--command"
+
+
+def test_every_helper_named_by_a_row_is_a_helper() -> None:
+    assert {helper for field in FIELDS for helper in field.helpers} == set(HELPERS)
+
+
+def _helper_parsers() -> dict[str, tuple[object, tuple[str, ...]]]:
+    """Each helper's own parser, as its program calls it, and its options that are not
+    the policy's: what a test gives it so that the parser is satisfied."""
+    from lnk_dns.helper import _options as dns_options
+    from lnk_execwatch.main import _parse as watch_options
+    from lnk_proxy.main import parse_options as proxy_options
+    from lnk_relay.main import parse_options as relay_options
+
+    served = ("--wire", "w", "--listen", "127.0.0.1:1")
+    return {"proxy": (proxy_options, served), "relay": (relay_options, served),
+            "watch": (watch_options, ("--socket-fd", "3")),
+            "dns": (dns_options, ("--pid", "1", "--net-namespace", "2", "--proxy-fd", "3"))}
+
+
+def _parsed(helper: str, argv: list[str]) -> dict[str, list[str]] | str:
+    """What the helper's parser makes of `argv`, or the one line it refuses it with."""
+    parser, own = _helper_parsers()[helper]
+    assert callable(parser)
+    try:
+        return parser([*own, *argv])  # type: ignore[no-any-return]
+    except ValueError as error:
+        return str(error)
+    except SystemExit:
+        return "exit 2"
+
+
+@pytest.mark.parametrize("helper", HELPERS)
+def test_every_helper_takes_exactly_its_fields_options(helper: str) -> None:
+    """Each helper's parser accepts the options the table gives it, read back to the
+    same words, and refuses every other field's option."""
+    policy = Policy(**{**NOT_DEFAULT, "network": "proxy"})
+    given = helper_argv(policy, helper)
+    mine = [field for field in FIELDS if helper in field.helpers]
+    assert {word for word in given if word.startswith("--")} == {
+        field.option for field in mine}
+    parsed = _parsed(helper, given)
+    assert isinstance(parsed, dict), parsed
+    for field in mine:
+        words = [given[index + 1] for index, word in enumerate(given)
+                 if word == field.option and field.kind != "flag"]
+        assert parsed[field.option] == (words or ["yes"]), field.name
+    for field in FIELDS:
+        if helper not in field.helpers:
+            value = "yes" if field.kind == "flag" else "/x"
+            other = [field.option] if field.kind == "flag" else [field.option, value]
+            assert isinstance(_parsed(helper, [*given, *other]), str), field.name
+
+
+@pytest.mark.parametrize("helper", HELPERS)
+def test_a_helpers_fields_are_checked_by_their_rows(helper: str) -> None:
+    """A value the table refuses is refused by the helper too, in the table's words."""
+    bad = {"ports": "0", "count": "x", "pause": "1,2", "words": "-x", "path": "rel",
+           "paths": "rel", "word": "-x"}
+    for field in FIELDS:
+        if helper in field.helpers and field.kind in bad:
+            with pytest.raises(PolicyArgvError):
+                parse_helper_argv(helper, [field.option, bad[field.kind]])
+            assert isinstance(_parsed(helper, [field.option, bad[field.kind]]), str)
+        if helper in field.helpers and field.kind in ("flag", "word", "path", "count"):
+            twice = [field.option] * 2 if field.kind == "flag" else [
+                field.option, "1", field.option, "1"]
+            with pytest.raises(PolicyArgvError, match="given twice"):
+                parse_helper_argv(helper, twice)
+
+
+def test_network_host_refuses_every_field_that_needs_a_wire() -> None:
+    from lnk_common.policy import NEEDS_A_WIRE
+
+    for name in NEEDS_A_WIRE:
+        with pytest.raises(PolicyArgvError, match=r"^--network host has no wire"):
+            Policy(settings="/s", network="host", **{name: NOT_DEFAULT[name]})

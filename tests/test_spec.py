@@ -1190,3 +1190,129 @@ def test_verbs_secrets_tools_and_local_models_refusals(
     assert found[:2] == (str(spec), key), found
     if reason is not None:
         assert found[2] == reason, found
+
+
+# --- the policy's table: every field from its spec key, through the line and back -------
+
+
+def test_every_field_of_the_table_round_trips_spec_policy_argv_policy(
+    write_spec: WriteSpec, env: dict[str, str], lnk_home: Path, tmp: Path
+) -> None:
+    """Two specs that between them set every key a row of the table names (an [agent]'s
+    HOME and [files] home exclude each other): each field read from its key is not its
+    default, and the policy comes back whole from its line (the launcher's argv)."""
+    from lnk_common.policy import FIELDS
+    from lnk_wrap.spec import _SCHEMA, _TOP_LEVEL
+
+    settings = lnk_home.resolve()
+    _folder(settings / "agents" / "bob")
+    work, app, hidden = _folder(tmp / "work"), _folder(tmp / "app"), _folder(tmp / "hidden")
+    inner = _folder(hidden / "inner")
+    program = tmp / "tool"
+    program.write_text("")
+    network = ('[network]\nmode = "proxy"\nhosts = ["example.com"]\ncalls_per_minute = 60\n'
+               'server_tools = true\n[tcp]\nendpoints = ["db.example.com:5432"]\n'
+               '[lan]\nhosts = ["192.168.1.20:8123"]\n[localhost]\nports = [5432]\n'
+               'models = [11434]\n[verbs]\nmodel = ["openai"]\nsecrets = ["telegram"]\n'
+               'tools = ["github"]\nopen = true\n[pause]\nrefusals = 3\ntargets = 2\n'
+               'window = "10s"\n')
+    with_agent = write_spec(f'name = "wire"\n[agent]\nname = "bob"\n'
+                            f'[files]\nread = {toml_list(tmp)}\nwrite = {toml_list(work)}\n'
+                            f'hide = {toml_list(hidden)}\nreopen = {toml_list(inner)}\n'
+                            f'write_dot_files = {toml_list(work)}\n'
+                            f'[commands]\nrun = {toml_list(program)}\n' + network)
+    with_home = write_spec(f'[files]\nhome = "{app}"\n')
+    policies = [load_spec(with_agent, env), load_spec(with_home, env)]
+    known = {*_TOP_LEVEL, *_SCHEMA, *(f"{section}.{key}" for section, keys in _SCHEMA.items()
+                                      if isinstance(keys, dict) for key in keys)}
+    for field in FIELDS:
+        if field.spec_key:
+            assert field.spec_key in known, field.spec_key
+            assert any(getattr(policy, field.name) != field.default for policy in policies), (
+                field.name)
+    for policy in policies:
+        assert Policy.from_argv(policy.to_argv()) == policy
+
+
+# --- addresses that are never a host: refused at load, as the proxy refuses them ---------
+
+
+@pytest.mark.parametrize(("entry", "reason"), [
+    ("[::ffff:169.254.169.254]", "169.254.169.254 is a cloud metadata service "
+                                 "(as ::ffff:a9fe:a9fe)"),
+    ("[64:ff9b::7f00:1]", "127.0.0.1 is this machine (loopback) (as 64:ff9b::7f00:1)"),
+    ("240.0.0.1", "240.0.0.1 is in a range no host of a sandbox's is in"),
+    ("0.0.0.1", "0.0.0.1 is in a range no host of a sandbox's is in"),
+    ("169.254.169.254:80", "169.254.169.254 is a cloud metadata service"),
+    ("127.0.0.1:22", "127.0.0.1 is this machine (loopback)"),
+    ("[fe80::1]:22", "fe80::1 is link-local"),
+    ("224.0.0.1", "224.0.0.1 is in a range no host of a sandbox's is in"),
+])
+def test_lan_refuses_at_load_what_the_proxy_refuses_at_the_call(
+    write_spec: WriteSpec, env: dict[str, str], entry: str, reason: str
+) -> None:
+    """The spec's rule and the proxy's are one (lnk_common.addresses): what the proxy
+    would refuse at the call is refused at load, with the file, the key and why."""
+    import ipaddress
+
+    from lnk_proxy.decide import MachineFacts, address_refusal
+
+    spec = write_spec(f'[lan]\nhosts = ["{entry}"]\n')
+    assert _error(spec, env) == (str(spec), "lan.hosts[0]",
+                                 f"{reason}, not a machine of the local network")
+
+    class _Nowhere(MachineFacts):
+        def is_local(self, address: object) -> bool:
+            return False
+
+        def on_network(self, address: object) -> bool:
+            return False
+
+    from lnk_common.endpoints import split_host_port
+
+    address = ipaddress.ip_address(split_host_port(entry)[0])
+    assert address_refusal(address, _Nowhere(), lan=True) == reason
+
+
+@pytest.mark.parametrize("entry", ["10.0.0.9:80", "[fd00:211::9]:22", "192.168.1.20"])
+def test_lan_keeps_a_machine_of_the_local_network(
+    write_spec: WriteSpec, env: dict[str, str], entry: str
+) -> None:
+    spec = write_spec(f'[lan]\nhosts = ["{entry}"]\n')
+    assert load_spec(spec, env).lan == (entry,)
+
+
+_NEEDS_A_WIRE_CASES = [
+    ("models", '[verbs]\nmodel = "anthropic"\n'),
+    ("secrets", '[verbs]\nsecrets = ["telegram"]\n'),
+    ("tools", '[verbs]\ntools = ["github"]\n'),
+    ("open_pages", "[verbs]\nopen = true\n"),
+    ("endpoints", '[tcp]\nendpoints = ["db.example.com:5432"]\n'),
+    ("lan", '[lan]\nhosts = ["10.0.0.9"]\n'),
+    ("localhost_ports", "[localhost]\nports = [5432]\n"),
+    ("local_models", "[localhost]\nmodels = [11434]\n"),
+    ("calls_per_minute", ""),
+]
+
+
+@pytest.mark.parametrize(("name", "toml"), _NEEDS_A_WIRE_CASES)
+def test_host_mode_refuses_every_field_that_needs_a_wire_at_its_key(
+    write_spec: WriteSpec, env: dict[str, str], name: str, toml: str
+) -> None:
+    """The fields the Policy refuses with network "host" (NEEDS_A_WIRE), each refused by
+    the loader at its own spec key."""
+    from lnk_common.policy import FIELDS, NEEDS_A_WIRE
+
+    assert name in NEEDS_A_WIRE
+    key = next(field.spec_key for field in FIELDS if field.name == name)
+    network = '[network]\nmode = "host"\n' + ("calls_per_minute = 5\n" if not toml else "")
+    spec = write_spec(network + toml)
+    _file, refused, reason = _error(spec, env)
+    assert (refused, reason.split(",")[0]) == (key, "needs the sandbox's own network and its wire")
+
+
+def test_host_mode_list_is_every_field_that_needs_a_wire() -> None:
+    """The parametrisation above names each of NEEDS_A_WIRE once."""
+    from lnk_common.policy import NEEDS_A_WIRE
+
+    assert sorted(name for name, _toml in _NEEDS_A_WIRE_CASES) == sorted(NEEDS_A_WIRE)

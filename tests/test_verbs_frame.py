@@ -324,9 +324,10 @@ def test_the_proxy_will_not_start_a_model_verb_without_a_placeholder(tmp_path: P
     for options, said in (
         (["--model", "anthropic"], "--model needs the sandbox's placeholder in "
                                    "LNK_PLACEHOLDER"),
-        (["--model", "claude"], "--model takes anthropic, gemini, openai, openrouter"),
+        (["--model", "claude"], "--model 'claude': one of anthropic, openai, gemini, openrouter"),
         (["--model", "openai", "--model", "openai"], "--model names a provider twice"),
-        (["--server-tools", "no"], "--server-tools takes yes, once"),
+        (["--server-tools", "--server-tools"], "--server-tools given twice"),
+        (["--server-tools", "no"], "unknown option 'no'"),
     ):
         result = subprocess.run(
             [PROXY, "--settings", str(tmp_path), "--wire", WIRE, *options, "--listen",

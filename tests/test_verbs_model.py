@@ -84,7 +84,7 @@ claude = anthropic.Anthropic(max_retries=0)
 gpt = openai.OpenAI(max_retries=0)
 router = openai.OpenAI(base_url=ENV["OPENROUTER_BASE_URL"], api_key=ENV["OPENROUTER_API_KEY"],
                        max_retries=0)
-# google-genai 3.x calls /v1/ unless told; the verb's table names /v1beta/ (PROVIDERS.md §3).
+# google-genai 3.x calls /v1/ unless told; the verb takes /v1beta/ (docs/facts/providers.md §3).
 gemini = genai.Client(http_options=gtypes.HttpOptions(api_version="v1beta"))
 USER = [{"role": "user", "content": "hi"}]
 out = {}
