@@ -12,7 +12,7 @@ do; nothing here reads a socket, sleeps or logs. The order of a request's checks
 3. a CONNECT: its target (lnk_proxy.target.parse_connect), never inside a tunnel;
 4. h11's reading of a head that is not plain (lnk_proxy.plain): refused if h11
    refuses what the guard admitted, before anything is sent on;
-5. where it goes (`route`): the verbs' namespace on the proxy's own address, an
+5. where it goes (`_route`): the verbs' namespace on the proxy's own address, an
    absolute-form target, or a port-80 tunnel's own host; its Host the very host.
 
 The shell (lnk_proxy.server) goes on from the command, in this order: the wire's gate

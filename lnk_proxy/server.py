@@ -19,8 +19,9 @@ checks is written once:
 Every refusal is a status and one line, in the response and in the wire's log.
 
 A kept-alive plain request to the host of the last one is served in the protocols'
-callbacks by the connection's lane (lnk_proxy.lane), through the same functions (the
-machine's `read_head` and `route`, then `check_name`), while this task is parked.
+callbacks by the connection's lane (lnk_proxy.lane) while this task is parked: the lane
+gives the head to the same machine and carries out only its plain request to the kept
+upstream's host, after the same `check_name`; any other command it hands back here.
 """
 
 from __future__ import annotations
