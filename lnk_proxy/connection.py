@@ -262,10 +262,6 @@ class ClientConnection:
         self.tunnel = target
         self.state = _State.IDLE
 
-    def close(self) -> None:
-        """The shell ends the connection (a refusal of its own, a failed exchange)."""
-        self.state = _State.DONE
-
     # -- commands out -----------------------------------------------------------------
 
     def next_command(self) -> Command:
