@@ -1,6 +1,7 @@
 """The secret verb's shell: `/_link/secret/<name>/…` with secret_rules' decisions, the
 placeholder this sandbox was given for each secret, and the secret and its rule from Link's
-secrets. The proxy's server (lnk_proxy.server) calls it for every `/_link/secret/` request.
+secrets. The proxy's verbs' registry (lnk_proxy.verb_call, service_call) calls it for
+every `/_link/secret/` request.
 
 It is a ServiceVerb, as the model verb is (lnk_proxy.verb_call.service_call runs both:
 the gate, `place`, `admit_at`, the body, `request`, the upstream from `pool_at`). Its

@@ -732,7 +732,7 @@ def test_dialog_answered_from_the_queue_closes(display: str, sandbox_env: dict[s
 
 # -- a page's question in the dialog: the whole URL, scrolling, at the limits ---------------
 
-# The longest URL the open verb accepts, as it asks about it (lnk_proxy.server _open_call):
+# The longest URL the open verb accepts, as it asks about it (lnk_proxy.open_verb, OpenVerb.call):
 # 16 KiB once escaped, with a login's callback line after.
 LONGEST_URL = "https://docs.example.org/authorize?redirect_uri=http%3A%2F%2Flocalhost%3A8080&d="
 LONGEST_URL += "x" * (MAX_URL_BYTES - len(LONGEST_URL))
