@@ -35,6 +35,7 @@ from lnk_proxy.exchange import (
 from lnk_proxy.lane import Handoff
 from lnk_proxy.plain import client_closes
 from lnk_proxy.upstream import Upstream
+from lnk_proxy.verb_call import linger
 
 if TYPE_CHECKING:
     from lnk_proxy.server import Proxy
@@ -64,6 +65,7 @@ async def forward(proxy: Proxy, request: Forward, reader: asyncio.StreamReader,
         if previous is not None:
             previous.close()
         await proxy.refuse(writer, target.authority, refusal)
+        await linger(reader, writer)  # the refusal read, not reset away
         return False, b""
     client: h11.Connection | None
     if request.parsed is None:

@@ -77,6 +77,7 @@ from lnk_proxy.verb_call import (
     Keep,
     Verb,
     VerbCall,
+    linger,
 )
 from lnk_proxy.verbs import VerbError, split_verb, verb_refusal_body
 
@@ -172,7 +173,7 @@ class Proxy(Wire):
                         async with asyncio.timeout_at(deadline):
                             connection.receive_data(await reader.read(_READ_BYTES))
                     except TimeoutError:
-                        await self._refuse_as(writer, connection.head_timed_out())
+                        await self._refuse_as(reader, writer, connection.head_timed_out())
                         return
                     continue
                 went_on = await self._between_requests(reader, writer, kept, connection, lane)
@@ -186,7 +187,7 @@ class Proxy(Wire):
                 return
             self.asked()  # a call from here: the switches close it (the gate first)
             if isinstance(command, Refuse):
-                await self._refuse_as(writer, command)
+                await self._refuse_as(reader, writer, command)
                 return
             if isinstance(command, OpenTunnel):
                 if not await tunnel.connect(self, command, reader, writer, kept):
@@ -255,8 +256,12 @@ class Proxy(Wire):
 
     # -- refusals -----------------------------------------------------------------------
 
-    async def _refuse_as(self, writer: asyncio.StreamWriter, command: Refuse) -> None:
+    async def _refuse_as(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                         command: Refuse) -> None:
+        """The machine's refusal, which ends the connection, read by the program rather
+        than reset away (lnk_proxy.verb_call.linger)."""
         await self.refuse(writer, command.where, command.refusal)
+        await linger(reader, writer)
 
     async def refuse(self, writer: asyncio.StreamWriter, target: str, refusal: Refused, *,
                      verb: bool = False) -> None:

@@ -29,6 +29,7 @@ from lnk_proxy import sni
 from lnk_proxy.connection import ClientConnection, OpenTunnel
 from lnk_proxy.target import Target
 from lnk_proxy.upstream import Upstream
+from lnk_proxy.verb_call import linger
 
 if TYPE_CHECKING:
     from lnk_proxy.server import Proxy
@@ -61,6 +62,7 @@ async def connect(proxy: Proxy, command: OpenTunnel, reader: asyncio.StreamReade
             upstream = await proxy.open_tunnel(target)
     except Refused as refusal:
         await proxy.refuse(writer, target.authority, refusal)
+        await linger(reader, writer)  # the refusal read, not reset away
         return False
     try:
         writer.write(_ESTABLISHED)

@@ -7,7 +7,7 @@ The proxy has checked the request's head and route (lnk_proxy.connection) before
 is called; the verb's own checks come next, in the verb's module, and the call's I/O is
 a `VerbCall`'s: the wire's gate, the body read whole within a limit and within the
 proxy's MAX_HELD_BODY_BYTES, a refusal in the JSON shape the providers' SDKs read (then
-what the program still sends dropped for VERB_LINGER_SECONDS, so the refusal is read,
+what the program still sends dropped for LINGER_SECONDS, so the refusal is read,
 not reset away), an answer of the verb's own, or an exchange with an upstream.
 
 The model and secret verbs are one path (`service_call`, a `ServiceVerb`): the gate,
@@ -36,9 +36,20 @@ from lnk_proxy.verbs import asked_line
 if TYPE_CHECKING:
     from lnk_proxy.server import Proxy
 
-__all__ = ["BODY_IDLE_SECONDS", "BODY_STALLED", "HELD_BODIES_FULL", "MAX_HELD_BODY_BYTES",
-           "UNREADABLE_BODY", "VERB_LINGER_SECONDS", "Keep", "ServiceVerb", "Verb",
-           "VerbCall", "service_call"]
+__all__ = [
+    "BODY_IDLE_SECONDS",
+    "BODY_STALLED",
+    "HELD_BODIES_FULL",
+    "LINGER_SECONDS",
+    "MAX_HELD_BODY_BYTES",
+    "UNREADABLE_BODY",
+    "Keep",
+    "ServiceVerb",
+    "Verb",
+    "VerbCall",
+    "linger",
+    "service_call",
+]
 
 # A verb's body is held whole until its call ends (read, checked, rewritten, and kept
 # for the one retry on a new connection): each call up to its limit, 16 to 50 MiB. These
@@ -58,7 +69,7 @@ BODY_IDLE_SECONDS = 60.0
 # resets, and the program's side drops the refusal unread (Python's http.client, which
 # sends a whole body before it reads, saw a reset, not its 403, for an 8 MiB body to a
 # refused local path). The relay's LINGER_SECONDS, for the same reason.
-VERB_LINGER_SECONDS = 2.0
+LINGER_SECONDS = 2.0
 
 # The reasons of refusals whose cause is h11's reading of the program's bytes: fixed
 # text, never h11's message (which quotes the bytes it refused). The program learns the
@@ -162,7 +173,7 @@ class VerbCall:
 
     async def refuse(self, where: str, refusal: Refused, *, echo: bool = True) -> Keep:
         """A verb's refusal (JSON), then what the program still sends dropped until it
-        closes, for at most VERB_LINGER_SECONDS; the connection ends. With `echo`, a 404
+        closes, for at most LINGER_SECONDS; the connection ends. With `echo`, a 404
         or 405 tells the program the method and path it sent (the log keeps the reason
         only: no path)."""
         if echo and refusal.status in (404, 405):
@@ -171,10 +182,7 @@ class VerbCall:
                               counts=refusal.counts, logged=refusal.logged,
                               ordinary=refusal.ordinary, final=refusal.final)
         await self.proxy.refuse(self.writer, where, refusal, verb=True)
-        with contextlib.suppress(OSError, TimeoutError):
-            if self.writer.can_write_eof():
-                self.writer.write_eof()
-            await asyncio.wait_for(_drop_until_closed(self.reader), VERB_LINGER_SECONDS)
+        await linger(self.reader, self.writer)
         return _ENDS
 
     async def respond(self, status: int, headers: list[tuple[bytes, bytes]],
@@ -205,6 +213,18 @@ class VerbCall:
 
     def next_cycle(self, outcome: Outcome) -> Keep:
         return next_cycle(self.client, outcome)
+
+
+async def linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """After a refusal that ends the connection: our side closed for writing, then what
+    the program still sends dropped until it closes, for at most LINGER_SECONDS. A
+    client still sending (a head over the limit, a body the refusal came before) then
+    reads its refusal: a socket closed with bytes unread is reset by the kernel, and a
+    reset can arrive before the refusal is read."""
+    with contextlib.suppress(OSError, TimeoutError):
+        if writer.can_write_eof():
+            writer.write_eof()
+        await asyncio.wait_for(_drop_until_closed(reader), LINGER_SECONDS)
 
 
 async def _drop_until_closed(reader: asyncio.StreamReader) -> None:
