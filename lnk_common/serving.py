@@ -208,6 +208,8 @@ def _report_loop_error(wire: Wire, context: dict[str, object]) -> None:
     """asyncio's report of what no task handled: a cancelled or severed call is
     ordinary work and says nothing; anything else is one line, folded (asyncio's
     own handler printed some 20 lines of traceback for each)."""
+    # Both loaded already (the loop runs; the wire is a Wire): no file is opened here,
+    # which matters when the error is that none can be.
     import asyncio
 
     from lnk_common.wire import is_out_of_descriptors

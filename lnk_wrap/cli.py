@@ -571,6 +571,7 @@ def _check(arguments: Mapping[str, object], env: Mapping[str, str], command: lis
 
 # Each verb's handler, by the key docopt sets for it (default deny: a verb in no row is
 # a usage mistake). A handler takes docopt's answer, the environment and the command.
+# mcp-remote has no row: main hands its argv to its own parser before docopt reads any.
 _VERBS: dict[str, _Handler] = {
     "wrap": _wrap,
     "run": _run,
