@@ -452,6 +452,9 @@ def _queue_only(ident: str, seconds: int) -> str:
 def _wait(queue: AskQueue, ident: str, wire: str, shown: _Shown, started: float,
           deadline: float, env: Mapping[str, str], platform: str, terminal_path: str,
           tell: Callable[[str], None] | None) -> tuple[str, str]:
+    """Ask on the dialog and the terminal at once (the queue holds the question already)
+    and wait, a turn at a time, for the first answer, decided in the queue; none by
+    `deadline` is no. The dialog and the terminal are closed however the wait ends."""
     seconds = max(1, round(deadline - started))
     # The wire is part of the text a dialog shows (never of its window's title, which
     # the person does not always see): which sandbox asks is half the question; what a
@@ -464,25 +467,8 @@ def _wait(queue: AskQueue, ident: str, wire: str, shown: _Shown, started: float,
                               screen=screen)
     process = _start_dialog(dialog, env) if dialog else None
     terminal = _open_terminal(terminal_path) if terminal_path else None
-
-    def render(columns: int, rows: int) -> str | None:
-        left = max(1, round(deadline - time.monotonic()))
-        assert terminal is not None
-        return ways.terminal_prompt(shown.title, shown.kept, shown.allows, wire, ident,
-                                    terminal.code, left, columns, rows)
-
-    told = False
-    # Said only where there never was a terminal: a terminal that drops out may be the
-    # one standard error is on, its output stopped, where a line would block.
-    no_terminal = terminal is None
-
-    def queue_only() -> None:
-        nonlocal told
-        if tell is not None and not told and process is None and no_terminal:
-            told = True
-            tell(_queue_only(ident, max(1, round(deadline - time.monotonic()))))
-
-    queue_only()
+    waiting = _Waiting(queue, ident, wire, shown, deadline, dialog, process, terminal, tell)
+    waiting.tell_queue_only()
     # Job control: reading the terminal from the background must fail (EIO), not stop
     # this process; a blocked SIGTTIN counts as ignored for that, and blocking is per
     # thread, so this holds in any thread of a caller.
@@ -490,63 +476,131 @@ def _wait(queue: AskQueue, ident: str, wire: str, shown: _Shown, started: float,
     decided: tuple[str, str] | None = None
     try:
         while decided is None:
-            now = time.monotonic()
-            if now >= deadline:
-                decided = queue.decide(ident, "no", "timeout")
-                break
-            given = queue.answered(ident)
-            if given is not None:
-                decided = given
-                break
-            if process is not None and dialog is not None and process.poll() is not None:
-                out, err = process.communicate()
-                verdict = dialog.verdict(process.returncode, out.decode("utf-8", "replace"),
-                                         err.decode("utf-8", "replace"))
-                process = None
-                if verdict is not None:
-                    decided = queue.decide(ident, verdict, "dialog")
-                    break
-                queue_only()
-            if terminal is not None and not terminal.shown:
-                try:
-                    terminal.try_show(queue, ident, render)
-                except OSError:  # this terminal cannot ask it: the other ways go on
-                    terminal.close()
-                    terminal = None
-                    queue_only()
-            # Only while in the foreground: a terminal readable by a job in the
-            # background would wake this loop at once, again and again.
-            waiting = ([terminal.fd] if terminal is not None and terminal.shown
-                       and terminal.foreground() else [])
-            timeout = max(0.0, min(POLL_SECONDS, deadline - now))
-            if waiting:
-                readable, _, _ = select.select(waiting, [], [], timeout)
-                if readable and terminal is not None:
-                    try:
-                        verdict = terminal.feed()
-                    except OSError:
-                        terminal.close()
-                        terminal = None
-                        verdict = None
-                        queue_only()
-                    if verdict is not None:
-                        decided = queue.decide(ident, verdict, "terminal")
-            else:
-                time.sleep(timeout)
+            decided = waiting.turn()
         return decided
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, masked)
-        if process is not None:
+        waiting.close(decided)
+
+
+class _Waiting:
+    """One question's ways while it waits: the dialog (a child process, None once it has
+    ended), the terminal (None once it dropped out), and the queue, where the answer is
+    decided whichever way it came."""
+
+    __slots__ = ("deadline", "dialog", "ident", "no_terminal", "process", "queue", "shown",
+                 "tell", "terminal", "told", "wire")
+
+    def __init__(self, queue: AskQueue, ident: str, wire: str, shown: _Shown,
+                 deadline: float, dialog: ways.Dialog | None,
+                 process: subprocess.Popen[bytes] | None, terminal: _Terminal | None,
+                 tell: Callable[[str], None] | None) -> None:
+        self.queue = queue
+        self.ident = ident
+        self.wire = wire
+        self.shown = shown
+        self.deadline = deadline
+        self.dialog = dialog
+        self.process = process
+        self.terminal = terminal
+        self.tell = tell
+        self.told = False
+        # Said only where there never was a terminal: a terminal that drops out may be
+        # the one standard error is on, its output stopped, where a line would block.
+        self.no_terminal = terminal is None
+
+    def tell_queue_only(self) -> None:
+        """Tell the caller, once, when only the queue is left to answer on."""
+        if (self.tell is not None and not self.told and self.process is None
+                and self.no_terminal):
+            self.told = True
+            self.tell(_queue_only(self.ident, max(1, round(self.deadline - time.monotonic()))))
+
+    def turn(self) -> tuple[str, str] | None:
+        """One turn of the wait (at most POLL_SECONDS): the answer decided, or None."""
+        now = time.monotonic()
+        if now >= self.deadline:
+            return self.queue.decide(self.ident, "no", "timeout")
+        given = self.queue.answered(self.ident)
+        if given is not None:
+            return given
+        decided = self._dialog_answer()
+        if decided is not None:
+            return decided
+        self._show_on_terminal()
+        return self._terminal_answer(now)
+
+    def _dialog_answer(self) -> tuple[str, str] | None:
+        """The dialog's answer once it has ended; a dialog that ended without one drops
+        out."""
+        if self.process is None or self.dialog is None or self.process.poll() is None:
+            return None
+        out, err = self.process.communicate()
+        verdict = self.dialog.verdict(self.process.returncode, out.decode("utf-8", "replace"),
+                                      err.decode("utf-8", "replace"))
+        self.process = None
+        if verdict is not None:
+            return self.queue.decide(self.ident, verdict, "dialog")
+        self.tell_queue_only()
+        return None
+
+    def _show_on_terminal(self) -> None:
+        if self.terminal is None or self.terminal.shown:
+            return
+        try:
+            self.terminal.try_show(self.queue, self.ident, self._render)
+        except OSError:  # this terminal cannot ask it: the other ways go on
+            self.terminal.close()
+            self.terminal = None
+            self.tell_queue_only()
+
+    def _render(self, columns: int, rows: int) -> str | None:
+        left = max(1, round(self.deadline - time.monotonic()))
+        assert self.terminal is not None
+        return ways.terminal_prompt(self.shown.title, self.shown.kept, self.shown.allows,
+                                    self.wire, self.ident, self.terminal.code, left, columns,
+                                    rows)
+
+    def _terminal_answer(self, now: float) -> tuple[str, str] | None:
+        """What was typed on the terminal, waiting for it until the turn's end (a mere
+        sleep where no terminal shows the question)."""
+        terminal = self.terminal
+        # Only while in the foreground: a terminal readable by a job in the
+        # background would wake this loop at once, again and again.
+        waiting = ([terminal.fd] if terminal is not None and terminal.shown
+                   and terminal.foreground() else [])
+        timeout = max(0.0, min(POLL_SECONDS, self.deadline - now))
+        if not waiting:
+            time.sleep(timeout)
+            return None
+        readable, _, _ = select.select(waiting, [], [], timeout)
+        if not readable or terminal is None:
+            return None
+        try:
+            verdict = terminal.feed()
+        except OSError:
+            terminal.close()
+            self.terminal = None
+            self.tell_queue_only()
+            return None
+        if verdict is None:
+            return None
+        return self.queue.decide(self.ident, verdict, "terminal")
+
+    def close(self, decided: tuple[str, str] | None) -> None:
+        """End the dialog (it is asked to end, then made to) and the terminal, saying
+        there how the question ended."""
+        if self.process is not None:
             with contextlib.suppress(OSError):
-                process.terminate()
+                self.process.terminate()
             try:
-                process.communicate(timeout=2)
+                self.process.communicate(timeout=2)
             except subprocess.TimeoutExpired:
-                process.kill()
-                process.communicate()
-        if terminal is not None:
+                self.process.kill()
+                self.process.communicate()
+        if self.terminal is not None:
             outcome = (f"{decided[0]} ({decided[1]})" if decided else "no (ended)")
-            terminal.close(outcome)
+            self.terminal.close(outcome)
 
 
 def command(settings_root: str, wire: str, title: str,

@@ -13,6 +13,8 @@ import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import asyncio
+    import threading
     from collections.abc import Awaitable, Callable
 
     from lnk_common.controls import SharedControls
@@ -138,80 +140,11 @@ def run_wire(wire: Wire, start: Callable[[], Awaitable[Closer]]) -> None:
     end when the kill switch or a pause says so; at the end they get DRAIN_SECONDS to
     write their ended lines. Never returns."""
     import asyncio
-    import contextlib
     import threading
-    import time
 
-    from lnk_common.wire import is_out_of_descriptors
-
-    def watch_switches(loop: asyncio.AbstractEventLoop) -> None:
-        """A thread of its own, not a task: the event loop may wait long for the GIL
-        among hundreds of busy splice threads; this shuts the tunnels down itself, then
-        has the loop cancel every open call."""
-        while True:
-            time.sleep(SWITCH_SECONDS)
-            # The log's folded counts are written by the loop (which writes every line),
-            # once their window has ended even if no line follows.
-            try:
-                loop.call_soon_threadsafe(wire.log.flush_due)
-            except RuntimeError:
-                return  # the loop has ended: the process is ending
-            wire.flush_reports()
-            if not wire.open:
-                wire.log.closing = ""  # every call it closed has its ended line
-                continue
-            try:
-                closing = wire.closing_reason()
-            except Exception as error:  # fails closed, and says so
-                wire.report_error("the switches could not be read, open calls closed",
-                                  error)
-                closing = "switches-unreadable"
-            wire.log.closing = closing
-            if closing:
-                wire.sever()
-                with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(wire.close_all)
-
-    def on_loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
-        """asyncio's report of what no task handled: a cancelled or severed call is
-        ordinary work and says nothing; anything else is one line, folded (asyncio's
-        own handler printed some 20 lines of traceback for each)."""
-        error = context.get("exception")
-        if isinstance(error, (asyncio.CancelledError, ConnectionError)):
-            return
-        if isinstance(error, OSError) and is_out_of_descriptors(error):
-            wire.report("out of descriptors", "out of descriptors: a connection waits in "
-                        "the listening queue until one is free (the open-file limit is "
-                        "reached)")
-            return
-        message = str(context.get("message", "error"))
-        if isinstance(error, BaseException):
-            wire.report_error(message, error)
-        else:
-            wire.report(message[:80], message[:300].replace("\n", " "))
-
-    def on_thread_error(hook: threading.ExceptHookArgs) -> None:
-        if hook.exc_value is None or isinstance(hook.exc_value, ConnectionError):
-            return
-        name = hook.thread.name if hook.thread is not None else "a thread"
-        wire.report_error(f"{name.split(' ')[0]} ended on an error", hook.exc_value)
-
-    async def run() -> None:
-        import signal
-
-        loop = asyncio.get_running_loop()
-        loop.set_exception_handler(on_loop_error)
-        stop_serving = await start()
-        stopping = asyncio.Event()
-        loop.add_signal_handler(signal.SIGTERM, stopping.set)
-        threading.Thread(target=watch_switches, args=(loop,), daemon=True).start()
-        await stopping.wait()
-        stop_serving()
-        await wire.drain(DRAIN_SECONDS)
-
-    threading.excepthook = on_thread_error
+    threading.excepthook = lambda hook: _report_thread_error(wire, hook)
     try:
-        asyncio.run(run())
+        asyncio.run(_serve(wire, start))
     except KeyboardInterrupt:
         pass
     finally:
@@ -220,3 +153,87 @@ def run_wire(wire: Wire, start: Callable[[], Awaitable[Closer]]) -> None:
             wire.log.close()  # writes the counts still held: nothing folded goes unsaid
         finally:
             os._exit(0)
+
+
+async def _serve(wire: Wire, start: Callable[[], Awaitable[Closer]]) -> None:
+    """Serve, with the switches watched, until SIGTERM; then stop and drain."""
+    import asyncio
+    import signal
+    import threading
+
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(
+        lambda loop, context: _report_loop_error(wire, context))
+    stop_serving = await start()
+    stopping = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stopping.set)
+    threading.Thread(target=_watch_switches, args=(wire, loop), daemon=True).start()
+    await stopping.wait()
+    stop_serving()
+    await wire.drain(DRAIN_SECONDS)
+
+
+def _watch_switches(wire: Wire, loop: asyncio.AbstractEventLoop) -> None:
+    """A thread of its own, not a task: the event loop may wait long for the GIL
+    among hundreds of busy splice threads; this shuts the tunnels down itself, then
+    has the loop cancel every open call."""
+    import contextlib
+    import time
+
+    while True:
+        time.sleep(SWITCH_SECONDS)
+        # The log's folded counts are written by the loop (which writes every line),
+        # once their window has ended even if no line follows.
+        try:
+            loop.call_soon_threadsafe(wire.log.flush_due)
+        except RuntimeError:
+            return  # the loop has ended: the process is ending
+        wire.flush_reports()
+        if not wire.open:
+            wire.log.closing = ""  # every call it closed has its ended line
+            continue
+        try:
+            closing = wire.closing_reason()
+        except Exception as error:  # fails closed, and says so
+            wire.report_error("the switches could not be read, open calls closed",
+                              error)
+            closing = "switches-unreadable"
+        wire.log.closing = closing
+        if closing:
+            wire.sever()
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(wire.close_all)
+
+
+def _report_loop_error(wire: Wire, context: dict[str, object]) -> None:
+    """asyncio's report of what no task handled: a cancelled or severed call is
+    ordinary work and says nothing; anything else is one line, folded (asyncio's
+    own handler printed some 20 lines of traceback for each)."""
+    # Both loaded already (the loop runs; the wire is a Wire): no file is opened here,
+    # which matters when the error is that none can be.
+    import asyncio
+
+    from lnk_common.wire import is_out_of_descriptors
+
+    error = context.get("exception")
+    if isinstance(error, (asyncio.CancelledError, ConnectionError)):
+        return
+    if isinstance(error, OSError) and is_out_of_descriptors(error):
+        wire.report("out of descriptors", "out of descriptors: a connection waits in "
+                    "the listening queue until one is free (the open-file limit is "
+                    "reached)")
+        return
+    message = str(context.get("message", "error"))
+    if isinstance(error, BaseException):
+        wire.report_error(message, error)
+    else:
+        wire.report(message[:80], message[:300].replace("\n", " "))
+
+
+def _report_thread_error(wire: Wire, hook: threading.ExceptHookArgs) -> None:
+    """A thread's error no one caught (a tunnel's splice thread): one line on the wire,
+    but for a connection ended by its other side."""
+    if hook.exc_value is None or isinstance(hook.exc_value, ConnectionError):
+        return
+    name = hook.thread.name if hook.thread is not None else "a thread"
+    wire.report_error(f"{name.split(' ')[0]} ended on an error", hook.exc_value)

@@ -356,6 +356,23 @@ def _visible(policy: Policy, facts: HostFacts, path: str) -> bool:
 
 
 def plan(policy: Policy, facts: HostFacts) -> Plan:
+    """The sandbox of `policy` on this machine, in the order the module's docstring
+    gives: the namespaces and the environment, the system, the policy's tree (parents
+    first), the read-only remounts; with the init's Landlock rules and its filter's."""
+    mounts: list[Option] = []
+    staged, read_only_at_end = _staged_mounts(policy, facts)
+    for _, _, _, options in sorted(staged, key=lambda item: (item[0], item[1], item[2])):
+        mounts += options
+    tail: list[Option] = [Value("remount-ro", path) for path in read_only_at_end]
+    tail += [Value("remount-ro", "/"), Value("chdir", facts.cwd)]
+    go_args = ("--go-fd", str(facts.block_fd)) if facts.block_fd is not None else ()
+    return Plan(options=(*_head(policy, facts), *_system(facts), *mounts, *tail),
+                rules=tuple(_rules(policy, facts)), filter_args=_filter_args(policy, facts),
+                go_args=go_args)
+
+
+def _head(policy: Policy, facts: HostFacts) -> list[Option]:
+    """The namespaces, the capabilities, the session, and the proxy's variables."""
     head: list[Option] = [
         Flag("unshare-user"),
         Flag("unshare-pid"),
@@ -383,7 +400,12 @@ def plan(policy: Policy, facts: HostFacts) -> Plan:
         head += [Pair("setenv", name, proxy_url) for name in PROXY_VARIABLES]
         head.append(Pair("setenv", *NODE_PROXY_SWITCH))
         head += [Pair("setenv", name, NO_PROXY_LOOPBACK) for name in ("NO_PROXY", "no_proxy")]
+    return head
 
+
+def _system(facts: HostFacts) -> list[Option]:
+    """Step 1: the system folders read-only, /dev, /proc, the private temp folders, the
+    files made from the launcher's data, and a HOME made inside."""
     system: list[Option] = [Pair("ro-bind", path, path) for path in facts.system_dirs]
     system += [Pair("symlink", target, path) for path, target in facts.system_links]
     system += [
@@ -396,25 +418,36 @@ def plan(policy: Policy, facts: HostFacts) -> Plan:
     ]
     if facts.temporary_home:  # lnk_wrap.home: in the private /tmp, the program's own
         system += [Value("perms", "0700"), Value("dir", facts.temporary_home)]
-    rules = [InitRule(Access.READ, path) for path in facts.system_dirs]
-    rules += [
-        InitRule(Access.DEVICES, "/dev"),
-        InitRule(_temp_access(policy, "/dev/shm"), "/dev/shm"),
-        InitRule(Access.PROC, "/proc"),
-        *(InitRule(_temp_access(policy, path), path) for path in _PRIVATE_TMP),
-        *(InitRule(Access.READ, path) for _, path in facts.data_files),
-    ]
+    return system
 
-    # (depth, order within a depth, path, options): parents first; at one path a grant
-    # comes before the hide that closes it.
-    staged: list[tuple[int, int, str, list[Option]]] = []
+
+# One mount of the policy's tree: (depth, order within a depth, path, options). Sorted
+# so that parents come first and, at one path, a grant (0) comes before the hide (1)
+# that closes it, the reopen (2) after, then a held dot file (3), then what the init
+# needs (4).
+_Staged = tuple[int, int, str, list[Option]]
+
+
+def _staged_mounts(policy: Policy, facts: HostFacts) -> tuple[list[_Staged], list[str]]:
+    """Step 2: every mount of the policy's tree, unsorted, and the hidden folders to
+    make read-only at the very end."""
+    staged: list[_Staged] = [(_depth(path), 0, path, [Pair("ro-bind", path, path)])
+                             for path in policy.read]
+    staged += [(_depth(path), 0, path, [Pair("bind", path, path)]) for path in policy.write]
+    hides, read_only_at_end = _hide_mounts(policy, facts)
+    staged += hides
+    staged += _reopen_mounts(policy, facts)
+    staged += _held_mounts(policy, facts)
+    staged += _init_mounts(policy, facts)
+    staged += _pin_mounts(policy, facts, staged)
+    return staged, read_only_at_end
+
+
+def _hide_mounts(policy: Policy, facts: HostFacts) -> tuple[list[_Staged], list[str]]:
+    """Each hide over something visible: a folder an empty tmpfs no one may list (made
+    read-only at the end), a file /dev/null. Step 3: a hide of nothing is skipped."""
+    staged: list[_Staged] = []
     read_only_at_end: list[str] = []
-    for path in policy.read:
-        staged.append((_depth(path), 0, path, [Pair("ro-bind", path, path)]))
-        rules.append(InitRule(Access.READ, path))
-    for path in policy.write:
-        staged.append((_depth(path), 0, path, [Pair("bind", path, path)]))
-        rules.append(InitRule(Access.WRITE, path))
     hidden = [*policy.hide, policy.settings, *facts.system_hidden]
     for path in dict.fromkeys(hidden):
         kind = facts.hide_kinds.get(path, "file" if path in facts.system_hidden else "missing")
@@ -426,21 +459,33 @@ def plan(policy: Policy, facts: HostFacts) -> Plan:
             read_only_at_end.append(path)
         else:
             staged.append((_depth(path), 1, path, [Pair("ro-bind", "/dev/null", path)]))
+    return staged, read_only_at_end
+
+
+def _reopen_mounts(policy: Policy, facts: HostFacts) -> list[_Staged]:
+    """Each reopen, with what the grants give there (none: nothing to reopen)."""
+    staged: list[_Staged] = []
     for path in policy.reopen:
         access = _granted(policy, facts, path)
         if access is None:
             continue
         bind = "bind" if access == Access.WRITE else "ro-bind"
         staged.append((_depth(path), 2, path, [Pair(bind, path, path)]))
-        rules.append(InitRule(access, path))
-    for path in facts.held:
-        # Read only over what the program could write; a dot file it cannot write (read
-        # only, or hidden) needs no mount. After the reopen of the same path, if any.
-        if access_at(policy, facts, path) == Access.WRITE:
-            staged.append((_depth(path), 3, path, [Pair("ro-bind", path, path)]))
-    for path in facts.runtime:
-        if not _visible(policy, facts, path):
-            staged.append((_depth(path), 4, path, [Pair("ro-bind", path, path)]))
+    return staged
+
+
+def _held_mounts(policy: Policy, facts: HostFacts) -> list[_Staged]:
+    """Read only over what the program could write; a dot file it cannot write (read
+    only, or hidden) needs no mount. After the reopen of the same path, if any."""
+    return [(_depth(path), 3, path, [Pair("ro-bind", path, path)]) for path in facts.held
+            if access_at(policy, facts, path) == Access.WRITE]
+
+
+def _init_mounts(policy: Policy, facts: HostFacts) -> list[_Staged]:
+    """What the init's interpreter needs and the program is not given (Landlock closes
+    it to the program), and our packages."""
+    staged: list[_Staged] = [(_depth(path), 4, path, [Pair("ro-bind", path, path)])
+                             for path in facts.runtime if not _visible(policy, facts, path)]
     if facts.packages:
         # Our packages at a fixed place on the sandbox's root, which no rule grants: were
         # they bound where they live, a checkout under /tmp would sit beneath the private
@@ -449,9 +494,16 @@ def plan(policy: Policy, facts: HostFacts) -> Plan:
             dest = f"{PACKAGES_INSIDE}/{package}"
             staged.append((_depth(dest), 4, dest,
                            [Pair("ro-bind", f"{facts.packages}/{package}", dest)]))
+    return staged
+
+
+def _pin_mounts(policy: Policy, facts: HostFacts, staged: list[_Staged]) -> list[_Staged]:
+    """The folders between a written folder and what is narrowed inside it, each bound
+    onto itself with the access it has (_folders_to_pin says why); none mounted twice."""
     narrowed = [path for _, order, path, _ in staged if order in (1, 2, 3)]
     narrowed += [path for path in policy.read if _written_above(policy, path)]
     mounted = {path for _, _, path, _ in staged}
+    pins: list[_Staged] = []
     for folder in _folders_to_pin(policy, narrowed):
         if folder in mounted:
             continue
@@ -460,25 +512,44 @@ def plan(policy: Policy, facts: HostFacts) -> Plan:
             continue
         mounted.add(folder)
         bind = "bind" if access == Access.WRITE else "ro-bind"
-        staged.append((_depth(folder), 0, folder, [Pair(bind, folder, folder)]))
+        pins.append((_depth(folder), 0, folder, [Pair(bind, folder, folder)]))
+    return pins
 
-    mounts: list[Option] = []
-    for _, _, _, options in sorted(staged, key=lambda item: (item[0], item[1], item[2])):
-        mounts += options
-    tail: list[Option] = [Value("remount-ro", path) for path in read_only_at_end]
-    tail += [Value("remount-ro", "/"), Value("chdir", facts.cwd)]
+
+def _rules(policy: Policy, facts: HostFacts) -> list[InitRule]:
+    """The init's Landlock rules: the system's, the grants' and the reopens' (what the
+    grants give there); with [commands], no grant runs what it holds, and only the
+    listed programs and the loaders run; with [verbs] open, the sandbox's browser."""
+    rules = [InitRule(Access.READ, path) for path in facts.system_dirs]
+    rules += [
+        InitRule(Access.DEVICES, "/dev"),
+        InitRule(_temp_access(policy, "/dev/shm"), "/dev/shm"),
+        InitRule(Access.PROC, "/proc"),
+        *(InitRule(_temp_access(policy, path), path) for path in _PRIVATE_TMP),
+        *(InitRule(Access.READ, path) for _, path in facts.data_files),
+    ]
+    rules += [InitRule(Access.READ, path) for path in policy.read]
+    rules += [InitRule(Access.WRITE, path) for path in policy.write]
+    for path in policy.reopen:
+        access = _granted(policy, facts, path)
+        if access is not None:
+            rules.append(InitRule(access, path))
     if policy.commands:
         rules = [_without_execute(rule) for rule in rules]
         rules += [InitRule(Access.RUN, path) for path in (*policy.commands, *facts.loaders)]
     if policy.open_pages and facts.packages:
         rules.append(InitRule(Access.RUN, BROWSER_FOLDER_INSIDE))
+    return rules
+
+
+def _filter_args(policy: Policy, facts: HostFacts) -> tuple[str, ...]:
+    """The init's seccomp filter (with [commands] or learn, the one that watches
+    programs) and its end of the watch's socket."""
     variant = "programs" if policy.commands or policy.learn else "sockets"
     filter_args: tuple[str, ...] = ("--filter", variant)
     if facts.watch_fd is not None:
         filter_args += ("--watch-fd", str(facts.watch_fd))
-    go_args = ("--go-fd", str(facts.block_fd)) if facts.block_fd is not None else ()
-    return Plan(options=(*head, *system, *mounts, *tail), rules=tuple(rules),
-                filter_args=filter_args, go_args=go_args)
+    return filter_args
 
 
 def _temp_access(policy: Policy, temp: str) -> str:

@@ -147,12 +147,64 @@ def _socket_families() -> str:
 
 
 def report(env: Mapping[str, str], policy: Policy | None = None) -> dict[str, Any]:
+    """What this machine gives, each found by trying it, the protections therefore in
+    force, the stated gaps, the placeholders now in place, and with a spec what it opens
+    and which of its verbs can run (`check`, `check --json`)."""
     bubblewrap = _bubblewrap(env)
     abi = landlock.abi_version()
     namespaces = bool(bubblewrap.get("user_namespaces"))
     seccomp = _seccomp()
     memfd_noexec = _memfd_noexec()
     in_force = [
+        *_sandbox_protections(namespaces, abi, seccomp),
+        *_network_protections(namespaces),
+        _memory_files_protection(namespaces, seccomp, memfd_noexec),
+        *_verb_protections(namespaces),
+        *NOT_YET_BUILT,
+    ]
+    settings = _settings_or_none(env)
+    return {
+        "ready": (namespaces and abi >= 1 and seccomp["user_notification"]
+                  and arch.supported()),
+        "kernel": os.uname().release,
+        "architecture": {"machine": arch.MACHINE, "filter_built": arch.supported(),
+                         "built_for": list(arch.ARCHITECTURES)},
+        "bubblewrap": bubblewrap,
+        "landlock_abi": abi,
+        "seccomp": seccomp,
+        "memfd_noexec": memfd_noexec,
+        "protections": in_force,
+        "gaps": list(STATED_GAPS),
+        "placeholders": _placeholders_in_place(settings),
+        "home": _home(env, policy),
+        "network": _network(policy),
+        "model_verb": _model_verb(settings, policy),
+        "secret_verb": _secret_verb(settings, policy),
+    }
+
+
+def _settings_or_none(env: Mapping[str, str]) -> str | None:
+    """Link's settings folder, or None where there is none to report on."""
+    try:
+        return settings_folder(env).root
+    except SettingsError:
+        return None
+
+
+def _placeholders_in_place(settings: str | None) -> list[dict[str, Any]]:
+    """The dot files' placeholders that runs hold now (none listed: an empty list)."""
+    try:
+        return [{"path": path, "kind": kind, "runs": runs} for path, kind, runs
+                in placeholders.index_entries(settings)] if settings else []
+    except OSError:
+        return []
+
+
+def _sandbox_protections(namespaces: bool, abi: int,
+                         seccomp: dict[str, Any]) -> list[dict[str, Any]]:
+    """What the sandbox itself closes: mounts, Landlock, namespaces, the seccomp filter,
+    the programs and the unix sockets."""
+    return [
         {"protection": "files: mounts (bubblewrap)", "in_force": namespaces},
         {"protection": "files: Landlock", "in_force": abi >= 1, "abi": abi},
         {"protection": "signals and abstract sockets scoped (Landlock ABI 6)",
@@ -175,6 +227,12 @@ def report(env: Mapping[str, str], policy: Policy | None = None) -> dict[str, An
                        "on stderr and in the watch's log (Landlock ABI 6 scopes abstract "
                        "ones)",
          "in_force": namespaces and seccomp["user_notification"]},
+    ]
+
+
+def _network_protections(namespaces: bool) -> list[dict[str, Any]]:
+    """What the network's one way out closes: the proxy, its DNS, the wire's controls."""
+    return [
         {"protection": "network: none at all, or the filtering proxy as the one way out "
                        "(or, where a spec says mode = \"host\", this machine's network as "
                        "it is) "
@@ -188,10 +246,21 @@ def report(env: Mapping[str, str], policy: Policy | None = None) -> dict[str, An
                        "never \"*\"", "in_force": namespaces},
         {"protection": "wire controls: calls a minute, the kill switch (lnk-sandbox stop), "
                        "pause on anomaly (paused, resume)", "in_force": namespaces},
-        {"protection": "memory files made non-executable where [commands] lists programs",
-         "in_force": namespaces and memfd_noexec and seccomp["user_notification"],
-         **({} if memfd_noexec else {"why": "Linux before 6.3: only running a descriptor "
-                                            "(execveat) is refused"})},
+    ]
+
+
+def _memory_files_protection(namespaces: bool, seccomp: dict[str, Any],
+                             memfd_noexec: bool) -> dict[str, Any]:
+    return {"protection": "memory files made non-executable where [commands] lists programs",
+            "in_force": namespaces and memfd_noexec and seccomp["user_notification"],
+            **({} if memfd_noexec else {"why": "Linux before 6.3: only running a descriptor "
+                                               "(execveat) is refused"})}
+
+
+def _verb_protections(namespaces: bool) -> list[dict[str, Any]]:
+    """What each verb holds back: the keys, the secrets, asking first, the local models,
+    the pages, the guests."""
+    return [
         {"protection": "the model verb (/_link/model/<provider>), off unless [verbs] model "
                        "names the provider: the key is a secret of Link's settings added at "
                        "the proxy at each call; the sandbox holds a placeholder and no "
@@ -226,35 +295,7 @@ def report(env: Mapping[str, str], policy: Policy | None = None) -> dict[str, An
                        "sftp in the guest's own sandbox, the kept spec checked again at each "
                        "session (a folder become a link is refused)",
          "in_force": namespaces},
-        *NOT_YET_BUILT,
     ]
-    try:
-        settings: str | None = settings_folder(env).root
-    except SettingsError:
-        settings = None
-    try:
-        listed = [{"path": path, "kind": kind, "runs": runs} for path, kind, runs
-                  in placeholders.index_entries(settings)] if settings else []
-    except OSError:
-        listed = []
-    return {
-        "ready": (namespaces and abi >= 1 and seccomp["user_notification"]
-                  and arch.supported()),
-        "kernel": os.uname().release,
-        "architecture": {"machine": arch.MACHINE, "filter_built": arch.supported(),
-                         "built_for": list(arch.ARCHITECTURES)},
-        "bubblewrap": bubblewrap,
-        "landlock_abi": abi,
-        "seccomp": seccomp,
-        "memfd_noexec": memfd_noexec,
-        "protections": in_force,
-        "gaps": list(STATED_GAPS),
-        "placeholders": listed,
-        "home": _home(env, policy),
-        "network": _network(policy),
-        "model_verb": _model_verb(settings, policy),
-        "secret_verb": _secret_verb(settings, policy),
-    }
 
 
 HOST_NETWORK_OPENS = (

@@ -149,9 +149,11 @@ import sys
 
 TYPE_CHECKING = False  # the typing module costs an import at every start
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from lnk_common.policy import Policy
+
+    _Handler = Callable[[Mapping[str, object], Mapping[str, str], list[str]], int]
 
 __all__ = ["VERSION", "enter_arguments", "main", "run_arguments"]
 
@@ -359,174 +361,235 @@ def _parsed(words: list[str]) -> Mapping[str, object]:
 
 
 def _dispatch(arguments: Mapping[str, object], env: Mapping[str, str]) -> int:
+    """Do the verb docopt (or run_arguments) found, by its handler in _VERBS; a verb
+    that is in no row is a usage mistake."""
     raw_command = arguments["COMMAND"]
     command = [str(word) for word in raw_command] if isinstance(raw_command, list) else []
-    if arguments["wrap"]:
-        line = wrap_line(_policy(arguments, env), command)
-        if arguments["--json"]:
-            import orjson
-
-            sys.stdout.buffer.write(orjson.dumps(line) + b"\n")
-        else:
-            import shlex
-
-            print(shlex.join(line))
-        return 0
-    if arguments["run"]:
-        from lnk_wrap.launch import LaunchError, launch, record_signals
-
-        record_signals()  # a stop signal from here on means the program never starts
-        policy = _policy(arguments, env)
-        given = arguments["--summary"]
-        if not isinstance(given, str):
-            try:
-                return launch(policy, command, env)
-            except (LaunchError, OSError) as error:
-                raise CliError(str(error)) from None
-        from lnk_wrap.runs import Run, summary
-
-        summary_fd = _open_summary(given)
-        seen: list[Run] = []
-        try:
-            try:
-                code = launch(policy, command, env, on_run=seen.append)
-            except (LaunchError, OSError) as error:
-                _write_summary(summary_fd, summary(None, EXIT_SANDBOX_FAILED,
-                                                   settings=policy.settings))
-                raise CliError(str(error)) from None
-            _write_summary(summary_fd, summary(seen[0] if seen else None, code,
-                                               settings=policy.settings))
-        finally:
-            os.close(summary_fd)
-        return code
-    if arguments["learn"]:
-        from lnk_wrap.launch import LaunchError
-        from lnk_wrap.learn import format_commands, learn
-
-        policy = _policy(arguments, env)
-        try:
-            status, offered, refused = learn(policy, command, env)
-        except (LaunchError, OSError) as error:
-            raise CliError(str(error)) from None
-        print(f"# lnk-sandbox learn: the programs the command ran under {policy.spec} "
-              "(nothing was written)")
-        from lnk_wrap.spec import commands_as_written
-
-        print(format_commands(policy.commands, offered,
-                              commands_as_written(policy.spec, env) if policy.spec else None))
-        for path, why in refused:
-            print(f"lnk-sandbox: not offered: {path}: {why}", file=sys.stderr)
-        if status != 0:
-            print(f"lnk-sandbox: the command exited with status {status}; a run that stops "
-                  "early may not have started every program it needs", file=sys.stderr)
-        return status
-    if arguments["stop"] or arguments["on-stop"] or arguments["paused"] or arguments["resume"]:
-        from lnk_common.settings import SettingsError, settings_folder
-        from lnk_wrap.controls_view import controls
-
-        try:
-            settings = settings_folder(env).root
-        except SettingsError as error:
-            raise CliError(str(error)) from None
-        return controls(settings, arguments, command)
-    if arguments["log"]:
-        from lnk_common.settings import SettingsError, settings_folder
-        from lnk_wrap.wirelog_view import show_log
-
-        try:
-            settings = settings_folder(env).root
-        except SettingsError as error:
-            raise CliError(str(error)) from None
-        wire = arguments["WIRE"]
-        since, last = arguments["--since"], arguments["-n"]
-        return show_log(settings, wire if isinstance(wire, str) else None,
-                        follow=bool(arguments["--follow"]), as_json=bool(arguments["--json"]),
-                        since=since if isinstance(since, str) else None,
-                        last=last if isinstance(last, str) else None,
-                        refused=bool(arguments["--refused"]))
-    if arguments["secret"]:
-        from lnk_common.secrets import SecretError
-        from lnk_common.settings import SettingsError, settings_folder
-        from lnk_wrap.secrets_view import secrets
-
-        try:
-            return secrets(settings_folder(env).root, arguments)
-        except (SecretError, SettingsError) as error:
-            raise CliError(str(error)) from None
-    if arguments["tool"]:
-        from lnk_common.settings import SettingsError, settings_folder
-        from lnk_proxy.tools import ToolError
-        from lnk_wrap.tools_view import tools
-
-        try:
-            return tools(settings_folder(env).root, arguments)
-        except (ToolError, SettingsError) as error:
-            raise CliError(str(error)) from None
-    if arguments["guest"]:
-        from lnk_common.settings import SettingsError, settings_folder
-        from lnk_wrap.guests import GuestError
-        from lnk_wrap.guests_view import guests
-
-        try:
-            return guests(settings_folder(env).root, arguments, env)
-        except (GuestError, SettingsError) as error:
-            raise CliError(str(error)) from None
-        except OSError as error:
-            raise CliError(f"{error.filename or 'a guest file'}: {error.strerror}") from None
-    if arguments["enter"]:
-        from lnk_wrap.enter import enter
-        from lnk_wrap.guests import GuestError
-        from lnk_wrap.launch import LaunchError
-
-        given = arguments["--settings"]
-        try:
-            return enter(given if isinstance(given, str) else None,
-                         str(arguments["NAME"]), env)
-        except (GuestError, LaunchError) as error:
-            raise CliError(str(error)) from None
-        except OSError as error:
-            raise CliError(f"cannot start the guest's session: {error}") from None
-    if arguments["asks"] or arguments["answer"]:
-        from lnk_common.settings import SettingsError, settings_folder
-        from lnk_wrap.asks_view import answer, asks, wait_for_asks
-
-        try:
-            settings = settings_folder(env).root
-        except SettingsError as error:
-            raise CliError(str(error)) from None
-        if arguments["asks"]:
-            shown, timeout = arguments["--show"], arguments["--timeout"]
-            if arguments["--wait"]:
-                return wait_for_asks(settings, as_json=bool(arguments["--json"]),
-                                     timeout=timeout if isinstance(timeout, str) else None)
-            return asks(settings, as_json=bool(arguments["--json"]),
-                        show=shown if isinstance(shown, str) else None)
-        return answer(settings, str(arguments["ID"]), str(arguments["ANSWER"]))
-    if arguments["url"]:
-        from lnk_common.settings import SettingsError, settings_folder
-        from lnk_wrap.urls_view import UrlsError, show_urls
-
-        agent = arguments["--agent"]
-        try:
-            spec = _policy(arguments, env) if arguments["--spec"] else None
-            return show_urls(settings_folder(env).root if spec is None else spec.settings,
-                             agent if isinstance(agent, str) else None, spec,
-                             as_json=bool(arguments["--json"]))
-        except (SettingsError, UrlsError) as error:
-            raise CliError(str(error)) from None
-    if arguments["check"]:
-        from lnk_wrap.check import report, show, verdict
-
-        found = report(env, _policy(arguments, env) if arguments["--spec"] else None)
-        found["verdict"] = verdict(found)
-        if arguments["--json"]:
-            import orjson
-
-            sys.stdout.buffer.write(orjson.dumps(found, option=orjson.OPT_INDENT_2) + b"\n")
-        else:
-            print(show(found))
-        return 0 if found["ready"] else EXIT_SANDBOX_FAILED
+    for verb, handler in _VERBS.items():
+        if arguments[verb]:
+            return handler(arguments, env, command)
     return EXIT_USAGE
+
+
+def _settings_root(env: Mapping[str, str]) -> str:
+    """Link's settings folder, or CliError saying why there is none."""
+    from lnk_common.settings import SettingsError, settings_folder
+
+    try:
+        return settings_folder(env).root
+    except SettingsError as error:
+        raise CliError(str(error)) from None
+
+
+def _wrap(arguments: Mapping[str, object], env: Mapping[str, str], command: list[str]) -> int:
+    line = wrap_line(_policy(arguments, env), command)
+    if arguments["--json"]:
+        import orjson
+
+        sys.stdout.buffer.write(orjson.dumps(line) + b"\n")
+    else:
+        import shlex
+
+        print(shlex.join(line))
+    return 0
+
+
+def _run(arguments: Mapping[str, object], env: Mapping[str, str], command: list[str]) -> int:
+    from lnk_wrap.launch import LaunchError, launch, record_signals
+
+    record_signals()  # a stop signal from here on means the program never starts
+    policy = _policy(arguments, env)
+    given = arguments["--summary"]
+    if isinstance(given, str):
+        return _run_with_summary(policy, command, env, given)
+    try:
+        return launch(policy, command, env)
+    except (LaunchError, OSError) as error:
+        raise CliError(str(error)) from None
+
+
+def _run_with_summary(policy: Policy, command: list[str], env: Mapping[str, str],
+                      path: str) -> int:
+    """`run --summary=FILE`: the run, then its summary written to FILE (opened before
+    the sandbox exists), a run that could not start included."""
+    from lnk_wrap.launch import LaunchError, launch
+    from lnk_wrap.runs import Run, summary
+
+    summary_fd = _open_summary(path)
+    seen: list[Run] = []
+    try:
+        try:
+            code = launch(policy, command, env, on_run=seen.append)
+        except (LaunchError, OSError) as error:
+            _write_summary(summary_fd, summary(None, EXIT_SANDBOX_FAILED,
+                                               settings=policy.settings))
+            raise CliError(str(error)) from None
+        _write_summary(summary_fd, summary(seen[0] if seen else None, code,
+                                           settings=policy.settings))
+    finally:
+        os.close(summary_fd)
+    return code
+
+
+def _learn(arguments: Mapping[str, object], env: Mapping[str, str], command: list[str]) -> int:
+    from lnk_wrap.launch import LaunchError
+    from lnk_wrap.learn import format_commands, learn
+
+    policy = _policy(arguments, env)
+    try:
+        status, offered, refused = learn(policy, command, env)
+    except (LaunchError, OSError) as error:
+        raise CliError(str(error)) from None
+    print(f"# lnk-sandbox learn: the programs the command ran under {policy.spec} "
+          "(nothing was written)")
+    from lnk_wrap.spec import commands_as_written
+
+    print(format_commands(policy.commands, offered,
+                          commands_as_written(policy.spec, env) if policy.spec else None))
+    for path, why in refused:
+        print(f"lnk-sandbox: not offered: {path}: {why}", file=sys.stderr)
+    if status != 0:
+        print(f"lnk-sandbox: the command exited with status {status}; a run that stops "
+              "early may not have started every program it needs", file=sys.stderr)
+    return status
+
+
+def _controls(arguments: Mapping[str, object], env: Mapping[str, str],
+              command: list[str]) -> int:
+    """stop, on-stop, paused, resume: the kill switch and the pauses."""
+    from lnk_wrap.controls_view import controls
+
+    return controls(_settings_root(env), arguments, command)
+
+
+def _log(arguments: Mapping[str, object], env: Mapping[str, str], command: list[str]) -> int:
+    from lnk_wrap.wirelog_view import show_log
+
+    settings = _settings_root(env)
+    wire = arguments["WIRE"]
+    since, last = arguments["--since"], arguments["-n"]
+    return show_log(settings, wire if isinstance(wire, str) else None,
+                    follow=bool(arguments["--follow"]), as_json=bool(arguments["--json"]),
+                    since=since if isinstance(since, str) else None,
+                    last=last if isinstance(last, str) else None,
+                    refused=bool(arguments["--refused"]))
+
+
+def _secret(arguments: Mapping[str, object], env: Mapping[str, str],
+            command: list[str]) -> int:
+    from lnk_common.secrets import SecretError
+    from lnk_common.settings import SettingsError, settings_folder
+    from lnk_wrap.secrets_view import secrets
+
+    try:
+        return secrets(settings_folder(env).root, arguments)
+    except (SecretError, SettingsError) as error:
+        raise CliError(str(error)) from None
+
+
+def _tool(arguments: Mapping[str, object], env: Mapping[str, str], command: list[str]) -> int:
+    from lnk_common.settings import SettingsError, settings_folder
+    from lnk_proxy.tools import ToolError
+    from lnk_wrap.tools_view import tools
+
+    try:
+        return tools(settings_folder(env).root, arguments)
+    except (ToolError, SettingsError) as error:
+        raise CliError(str(error)) from None
+
+
+def _guest(arguments: Mapping[str, object], env: Mapping[str, str], command: list[str]) -> int:
+    from lnk_common.settings import SettingsError, settings_folder
+    from lnk_wrap.guests import GuestError
+    from lnk_wrap.guests_view import guests
+
+    try:
+        return guests(settings_folder(env).root, arguments, env)
+    except (GuestError, SettingsError) as error:
+        raise CliError(str(error)) from None
+    except OSError as error:
+        raise CliError(f"{error.filename or 'a guest file'}: {error.strerror}") from None
+
+
+def _enter(arguments: Mapping[str, object], env: Mapping[str, str], command: list[str]) -> int:
+    from lnk_wrap.enter import enter
+    from lnk_wrap.guests import GuestError
+    from lnk_wrap.launch import LaunchError
+
+    given = arguments["--settings"]
+    try:
+        return enter(given if isinstance(given, str) else None,
+                     str(arguments["NAME"]), env)
+    except (GuestError, LaunchError) as error:
+        raise CliError(str(error)) from None
+    except OSError as error:
+        raise CliError(f"cannot start the guest's session: {error}") from None
+
+
+def _asks(arguments: Mapping[str, object], env: Mapping[str, str], command: list[str]) -> int:
+    """asks (the waiting questions, one whole, or the next to come) and answer."""
+    from lnk_wrap.asks_view import answer, asks, wait_for_asks
+
+    settings = _settings_root(env)
+    if not arguments["asks"]:
+        return answer(settings, str(arguments["ID"]), str(arguments["ANSWER"]))
+    shown, timeout = arguments["--show"], arguments["--timeout"]
+    if arguments["--wait"]:
+        return wait_for_asks(settings, as_json=bool(arguments["--json"]),
+                             timeout=timeout if isinstance(timeout, str) else None)
+    return asks(settings, as_json=bool(arguments["--json"]),
+                show=shown if isinstance(shown, str) else None)
+
+
+def _url(arguments: Mapping[str, object], env: Mapping[str, str], command: list[str]) -> int:
+    from lnk_common.settings import SettingsError, settings_folder
+    from lnk_wrap.urls_view import UrlsError, show_urls
+
+    agent = arguments["--agent"]
+    try:
+        spec = _policy(arguments, env) if arguments["--spec"] else None
+        return show_urls(settings_folder(env).root if spec is None else spec.settings,
+                         agent if isinstance(agent, str) else None, spec,
+                         as_json=bool(arguments["--json"]))
+    except (SettingsError, UrlsError) as error:
+        raise CliError(str(error)) from None
+
+
+def _check(arguments: Mapping[str, object], env: Mapping[str, str], command: list[str]) -> int:
+    from lnk_wrap.check import report, show, verdict
+
+    found = report(env, _policy(arguments, env) if arguments["--spec"] else None)
+    found["verdict"] = verdict(found)
+    if arguments["--json"]:
+        import orjson
+
+        sys.stdout.buffer.write(orjson.dumps(found, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        print(show(found))
+    return 0 if found["ready"] else EXIT_SANDBOX_FAILED
+
+
+# Each verb's handler, by the key docopt sets for it (default deny: a verb in no row is
+# a usage mistake). A handler takes docopt's answer, the environment and the command.
+# mcp-remote has no row: main hands its argv to its own parser before docopt reads any.
+_VERBS: dict[str, _Handler] = {
+    "wrap": _wrap,
+    "run": _run,
+    "learn": _learn,
+    "stop": _controls,
+    "on-stop": _controls,
+    "paused": _controls,
+    "resume": _controls,
+    "log": _log,
+    "secret": _secret,
+    "tool": _tool,
+    "guest": _guest,
+    "enter": _enter,
+    "asks": _asks,
+    "answer": _asks,
+    "url": _url,
+    "check": _check,
+}
 
 
 if __name__ == "__main__":

@@ -546,11 +546,36 @@ def _ask(settings: str, name: str, key: core.PublicKey, opens: list[str]) -> Non
 
 def add(settings: str, name: str, spec_file: str, key_file: str, env: Mapping[str, str],
         argv0: str) -> int:
-    from lnk_wrap.spec import SpecError, load_spec, parse_document
-
+    """`guest add`, in the order the module's docstring gives: nothing is written before
+    the person's yes, and nothing is kept when a write fails."""
     problem = core.name_problem(name)
     if problem:
         raise GuestError(f"{name!r}: {problem}; nothing was kept")
+    policy = _guest_policy(spec_file, env)
+    program = own_program(argv0)
+    refuse_written_outside(policy, env, program, f"{policy.spec}: ")
+    key = _read_key(key_file)
+    line = core.forced_line(core.forced_command(program, settings, name), key, name)
+    keys_path = authorized_keys_path(env)
+    home = guest_home(settings, name)
+    with _locked(settings):
+        kept = read_guests(settings)
+        current = _refuse_taken(kept, name, key, keys_path)
+        guest = _guest_kept(settings, name, key, line, policy, env)
+        opens = core.describe(policy, home)
+        _show_opens(name, key, policy, opens)
+        _ask(settings, name, key, opens)
+        _write_guest(settings, [*kept.values(), guest], home, keys_path, current, line)
+    print(f"guest {name} added: {shown(keys_path)} lets the key in, into a sandbox only "
+          f"(wire {core.wire_name(name)}; own folder {shown(home)})")
+    return 0
+
+
+def _guest_policy(spec_file: str, env: Mapping[str, str]) -> Policy:
+    """The guest's spec, read as `run` reads it; refused when it has an [agent] or opens
+    pages (in the owner's browser)."""
+    from lnk_wrap.spec import SpecError, load_spec
+
     try:
         policy = load_spec(spec_file, env)
     except SpecError as error:
@@ -562,91 +587,113 @@ def add(settings: str, name: str, spec_file: str, key_file: str, env: Mapping[st
         raise GuestError(f"{policy.spec}: verbs.open: a guest's pages would open in your "
                          "browser, logged in as you, and a login's callback would hand what "
                          "your accounts give into the guest's sandbox; nothing was kept")
-    program = own_program(argv0)
-    refuse_written_outside(policy, env, program, f"{policy.spec}: ")
+    return policy
+
+
+def _read_key(key_file: str) -> core.PublicKey:
     key_path = os.path.abspath(key_file)
     key_data = _read_limited(key_path, core.MAX_KEY_FILE_BYTES, "the key file",
                              missing_ok=False)
     assert key_data is not None
-    key = core.parse_public_key(key_data, key_path)
-    command = core.forced_command(program, settings, name)
-    line = core.forced_line(command, key, name)
-    keys_path = authorized_keys_path(env)
-    with _locked(settings):
-        kept = read_guests(settings)
-        if name in kept:
-            raise GuestError(f"a guest named {name} is kept already (lnk-sandbox guest remove "
-                             f"{name} first); nothing was kept")
-        for other in kept.values():
-            if other.key == key:
-                raise GuestError(f"this key is guest {other.name}'s already; nothing was kept")
-        current = _read_limited(keys_path, core.MAX_AUTHORIZED_KEYS_BYTES,
-                                "authorized_keys", missing_ok=True)
-        number = core.lets_in(current or b"", key)
-        if number is not None:
-            raise GuestError(
-                f"{keys_path}: line {number} already lets this key in ({key.fingerprint()}), "
-                "and sshd uses the first line that matches, so a guest's line after it would "
-                "never apply; remove that line or give the guest another key; nothing was "
-                "kept")
-        home = guest_home(settings, name)
-        document = core.guest_document(policy)
-        guest = Guest(name, key, line, policy.spec, document)
-        # The kept form must mean exactly what was read: read it back now.
-        try:
-            again = parse_document(document, file=guests_path(settings),
-                                   env={**env, "LNK_HOME": settings})
-        except SpecError as error:
-            raise GuestError(f"the spec kept for {name} does not read back ({error}); "
+    return core.parse_public_key(key_data, key_path)
+
+
+def _refuse_taken(kept: dict[str, Guest], name: str, key: core.PublicKey,
+                  keys_path: str) -> bytes | None:
+    """Refuse a name or a key kept already, or a key a line of authorized_keys already
+    lets in; else authorized_keys as it is now (None: there is none)."""
+    if name in kept:
+        raise GuestError(f"a guest named {name} is kept already (lnk-sandbox guest remove "
+                         f"{name} first); nothing was kept")
+    for other in kept.values():
+        if other.key == key:
+            raise GuestError(f"this key is guest {other.name}'s already; nothing was kept")
+    current = _read_limited(keys_path, core.MAX_AUTHORIZED_KEYS_BYTES,
+                            "authorized_keys", missing_ok=True)
+    number = core.lets_in(current or b"", key)
+    if number is not None:
+        raise GuestError(
+            f"{keys_path}: line {number} already lets this key in ({key.fingerprint()}), "
+            "and sshd uses the first line that matches, so a guest's line after it would "
+            "never apply; remove that line or give the guest another key; nothing was "
+            "kept")
+    return current
+
+
+def _guest_kept(settings: str, name: str, key: core.PublicKey, line: str, policy: Policy,
+                env: Mapping[str, str]) -> Guest:
+    """The guest as guests.toml will keep it, its spec read back now: the kept form must
+    mean exactly what was read."""
+    from lnk_wrap.spec import SpecError, parse_document
+
+    document = core.guest_document(policy)
+    guest = Guest(name, key, line, policy.spec, document)
+    try:
+        again = parse_document(document, file=guests_path(settings),
+                               env={**env, "LNK_HOME": settings})
+    except SpecError as error:
+        raise GuestError(f"the spec kept for {name} does not read back ({error}); "
+                         "nothing was kept") from None
+    if again.replace(spec="", name="") != policy.replace(spec="", name="",
+                                                          site_packages=""):
+        raise GuestError(f"the spec kept for {name} would not mean what {policy.spec} "
+                         "says; nothing was kept")
+    return guest
+
+
+def _show_opens(name: str, key: core.PublicKey, policy: Policy, opens: list[str]) -> None:
+    """What the guest's sessions open, on the terminal, before the question."""
+    print(f"guest {name}, key {key.kind} {key.fingerprint()}, from {shown(policy.spec)}:")
+    for item in opens:
+        print(f"  {shown(item)}")
+    if key.comment:
+        print(f"  the key's comment (the guest's own words): {shown(comment_words(key))}")
+    sys.stdout.flush()
+
+
+def _write_guest(settings: str, everyone: list[Guest], home: str, keys_path: str,
+                 current: bytes | None, line: str) -> None:
+    """The guest's folder, guests.toml, then authorized_keys; if the last cannot be
+    written, the first two are put back as they were."""
+    _private_folder(os.path.join(settings, GUESTS_FOLDER))
+    made_home = not os.path.lexists(home)
+    _private_folder(home)
+    guests_file = guests_path(settings)
+    before = _read_limited(guests_file, core.MAX_GUESTS_BYTES, "guests.toml",
+                           missing_ok=True)
+    write_atomic(guests_file, core.render_guests(everyone).encode(), 0o600)
+    try:
+        _write_authorized_keys(keys_path, current, line)
+    except BaseException as error:
+        if made_home:
+            with contextlib.suppress(OSError):
+                os.rmdir(home)  # only if still empty
+        if before is None:
+            with contextlib.suppress(OSError):
+                os.unlink(guests_file)
+        else:
+            write_atomic(guests_file, before, 0o600)
+        if isinstance(error, OSError):
+            raise GuestError(f"{keys_path}: cannot be written ({error.strerror}); "
                              "nothing was kept") from None
-        if again.replace(spec="", name="") != policy.replace(spec="", name="",
-                                                              site_packages=""):
-            raise GuestError(f"the spec kept for {name} would not mean what {policy.spec} "
-                             "says; nothing was kept")
-        opens = core.describe(policy, home)
-        print(f"guest {name}, key {key.kind} {key.fingerprint()}, from {shown(policy.spec)}:")
-        for item in opens:
-            print(f"  {shown(item)}")
-        if key.comment:
-            print(f"  the key's comment (the guest's own words): {shown(comment_words(key))}")
-        sys.stdout.flush()
-        _ask(settings, name, key, opens)
-        _private_folder(os.path.join(settings, GUESTS_FOLDER))
-        made_home = not os.path.lexists(home)
-        _private_folder(home)
-        guests_file = guests_path(settings)
-        before = _read_limited(guests_file, core.MAX_GUESTS_BYTES, "guests.toml",
-                               missing_ok=True)
-        write_atomic(guests_file, core.render_guests([*kept.values(), guest]).encode(), 0o600)
-        try:
-            ssh_folder = os.path.dirname(keys_path)
-            if not os.path.lexists(ssh_folder):
-                os.mkdir(ssh_folder, 0o700)
-            mode = 0o600
-            if current is not None:
-                mode = stat.S_IMODE(os.lstat(keys_path).st_mode)
-                again_bytes = _read_limited(keys_path, core.MAX_AUTHORIZED_KEYS_BYTES,
-                                            "authorized_keys", missing_ok=True)
-                if again_bytes != current:
-                    raise GuestError(f"{keys_path} changed while you were asked; nothing "
-                                     "was kept (run guest add again)")
-            write_atomic(keys_path, core.add_line(current or b"", line), mode)
-        except BaseException as error:
-            if made_home:
-                with contextlib.suppress(OSError):
-                    os.rmdir(home)  # only if still empty
-            if before is None:
-                with contextlib.suppress(OSError):
-                    os.unlink(guests_file)
-            else:
-                write_atomic(guests_file, before, 0o600)
-            if isinstance(error, OSError):
-                raise GuestError(f"{keys_path}: cannot be written ({error.strerror}); "
-                                 "nothing was kept") from None
-            raise
-    print(f"guest {name} added: {shown(keys_path)} lets the key in, into a sandbox only "
-          f"(wire {core.wire_name(name)}; own folder {shown(home)})")
-    return 0
+        raise
+
+
+def _write_authorized_keys(keys_path: str, current: bytes | None, line: str) -> None:
+    """The guest's line added to authorized_keys, unless the file changed while the
+    person was asked (an existing file keeps its mode)."""
+    ssh_folder = os.path.dirname(keys_path)
+    if not os.path.lexists(ssh_folder):
+        os.mkdir(ssh_folder, 0o700)
+    mode = 0o600
+    if current is not None:
+        mode = stat.S_IMODE(os.lstat(keys_path).st_mode)
+        again_bytes = _read_limited(keys_path, core.MAX_AUTHORIZED_KEYS_BYTES,
+                                    "authorized_keys", missing_ok=True)
+        if again_bytes != current:
+            raise GuestError(f"{keys_path} changed while you were asked; nothing "
+                             "was kept (run guest add again)")
+    write_atomic(keys_path, core.add_line(current or b"", line), mode)
 
 
 def remove(settings: str, name: str, env: Mapping[str, str]) -> int:

@@ -172,7 +172,8 @@ ON_STANDARD_INPUT = (
 
 def diagnose(doc: str, words: list[str]) -> Verdict:
     """The first thing wrong with `words` (an argv docopt refused, or one that asks for
-    help), against the usage in `doc`."""
+    help), against the usage in `doc`: the verb, its sub-verb, each word after them,
+    then what is missing or too much once all are read."""
     known = verbs(doc)
     if not words:
         return Verdict("no verb given")
@@ -183,108 +184,169 @@ def diagnose(doc: str, words: list[str]) -> Verdict:
         what = "option" if verb.startswith("-") else "verb"
         return Verdict(f"unknown {what} {_shown(verb)}")
     chosen = [form for form in forms(doc) if form.verb == verb]
-    secret = verb == "secret"
-    rest = words[1:]
-    shown = verb
+    found = _subverb(verb, chosen, words[1:])
+    if isinstance(found, Verdict):
+        return found
+    subverb, rest = found
+    reading = _Reading(doc, verb, subverb,
+                       [form for form in chosen if not subverb or form.subverb == subverb])
+    return _read_words(reading, rest) or _after_words(reading)
+
+
+def _subverb(verb: str, chosen: list[Form], rest: list[str]) -> Verdict | tuple[str, list[str]]:
+    """The sub-verb the words name (`secret set`), "" for a verb without, and the words
+    after it; or what is wrong (never repeating a word of `secret`)."""
     subverbs = list(dict.fromkeys(form.subverb for form in chosen if form.subverb))
-    subverb = ""
-    if subverbs:
-        if rest[:1] and rest[0] in _HELP:
-            return Verdict("", verb, asked_help=True)
-        if not rest or rest[0] not in subverbs:
-            other = (f" {_shown(rest[0])}" if rest and not rest[0].startswith("-")
-                     and not secret else "")
-            return Verdict(f"{verb} needs one of {', '.join(subverbs)}"
-                           + (f", not{other}" if other else ""), verb)
-        subverb = rest[0]
-        chosen = [form for form in chosen if form.subverb == subverb]
-        rest = rest[1:]
-        shown = f"{verb} {subverb}"
-    table = options(doc)
-    allowed = {name for form in chosen for name in form.options} | set(_HELP)
-    commanded = [form for form in chosen if form.command]
-    before_command = max((len(form.arguments) for form in commanded), default=0)
-    arguments: list[str] = []
-    command: list[str] = []
-    given: list[str] = []
-    flag_before = ""  # the option without a value just before a word, if any
+    if not subverbs:
+        return "", rest
+    if rest[:1] and rest[0] in _HELP:
+        return Verdict("", verb, asked_help=True)
+    if not rest or rest[0] not in subverbs:
+        other = (f" {_shown(rest[0])}" if rest and not rest[0].startswith("-")
+                 and verb != "secret" else "")
+        return Verdict(f"{verb} needs one of {', '.join(subverbs)}"
+                       + (f", not{other}" if other else ""), verb)
+    return rest[0], rest[1:]
+
+
+class _Reading:
+    """What `diagnose` knows while it reads the words after the verb: the forms the verb
+    (and sub-verb) may take, and the arguments, command and options read so far."""
+
+    __slots__ = ("allowed", "arguments", "before_command", "chosen", "command", "commanded",
+                 "flag_before", "given", "secret", "shown", "subverb", "table", "verb")
+
+    def __init__(self, doc: str, verb: str, subverb: str, chosen: list[Form]) -> None:
+        self.verb = verb
+        self.subverb = subverb
+        self.chosen = chosen
+        self.secret = verb == "secret"
+        self.shown = f"{verb} {subverb}" if subverb else verb
+        self.table = options(doc)
+        self.allowed = {name for form in chosen for name in form.options} | set(_HELP)
+        self.commanded = [form for form in chosen if form.command]
+        self.before_command = max((len(form.arguments) for form in self.commanded),
+                                  default=0)
+        self.arguments: list[str] = []
+        self.command: list[str] = []
+        self.given: list[str] = []
+        self.flag_before = ""  # the option without a value just before a word, if any
+
+    def verdict(self, message: str) -> Verdict:
+        return Verdict(message, self.verb, self.subverb)
+
+
+def _read_words(reading: _Reading, rest: list[str]) -> Verdict | None:
+    """Each word in turn, up to the command: None when all of them fit."""
     index = 0
     while index < len(rest):
         word = rest[index]
         if word == "--":
-            command = rest[index + 1:]
-            break
-        if commanded and len(arguments) >= before_command and not word.startswith("-"):
-            command = rest[index:]
-            later = next((other for other in command[1:] if other.startswith("-")), None)
-            if later is not None:
-                return Verdict(f"missing `--` before the command: {_shown(later)} is read as "
-                               f"an option of {PROGRAM} {shown}; put -- before "
-                               f"{_shown(command[0])}", verb, subverb)
-            break
+            reading.command = rest[index + 1:]
+            return None
+        if (reading.commanded and len(reading.arguments) >= reading.before_command
+                and not word.startswith("-")):
+            reading.command = rest[index:]
+            return _option_in_command(reading)
         if word.startswith("-") and word != "-":
-            long = word.startswith("--")
-            name, equals, _ = word.partition("=") if long else (word[:2], "", "")
-            resolved = _resolve(name, table)
-            if resolved is None and secret:
-                return Verdict(ON_STANDARD_INPUT if subverb == "set" else
-                               "unknown option (not repeated here)", verb, subverb)
-            if resolved is None:
-                return Verdict(f"unknown option {_shown(name)}", verb, subverb)
-            if resolved in _HELP:
-                return Verdict("", verb, asked_help=True)
-            if resolved not in allowed:
-                return Verdict(f"{resolved} is not an option of {PROGRAM} {shown}", verb,
-                               subverb)
-            value_name = table[resolved]
-            if value_name:
-                inline = equals if long else word[2:]
-                if not inline:
-                    if index + 1 == len(rest):
-                        return Verdict(f"{resolved} needs a value ({resolved} {value_name})",
-                                       verb, subverb)
-                    index += 1
-                flag_before = ""
-            else:
-                if equals or (not long and len(word) > 2):
-                    return Verdict(f"{resolved} takes no value", verb, subverb)
-                flag_before = resolved
-            given.append(resolved)
+            used = _read_option(reading, word, has_next=index + 1 < len(rest))
+            if isinstance(used, Verdict):
+                return used
+            index += used
         else:
-            if secret and subverb == "set" and arguments:
-                return Verdict(ON_STANDARD_INPUT, verb, subverb)
-            expected = max((len(form.arguments) for form in chosen), default=0)
-            if len(arguments) >= expected and not commanded:
-                what = "a word" if secret else _shown(word)
-                where = f" ({flag_before} takes no value)" if flag_before else ""
-                return Verdict(f"unexpected {what}{where}", verb, subverb)
-            arguments.append(word)
-            flag_before = ""
-        index += 1
-    if command and not commanded:
-        if secret and subverb == "set":
-            return Verdict(ON_STANDARD_INPUT, verb, subverb)
-        return Verdict(f"{PROGRAM} {shown} runs no command: unexpected words after --",
-                       verb, subverb)
-    if commanded and len(arguments) < before_command:
-        return Verdict(f"missing {commanded[0].arguments[len(arguments)]}", verb, subverb)
+            found = _read_argument(reading, word)
+            if found is not None:
+                return found
+            index += 1
+    return None
+
+
+def _option_in_command(reading: _Reading) -> Verdict | None:
+    """A command without `--` before it whose words include an option: docopt read that
+    as one of ours."""
+    command = reading.command
+    later = next((other for other in command[1:] if other.startswith("-")), None)
+    if later is None:
+        return None
+    return reading.verdict(f"missing `--` before the command: {_shown(later)} is read as "
+                           f"an option of {PROGRAM} {reading.shown}; put -- before "
+                           f"{_shown(command[0])}")
+
+
+def _read_option(reading: _Reading, word: str, *, has_next: bool) -> Verdict | int:
+    """An option: what is wrong with it, or how many words it takes (2: its value is
+    the next word)."""
+    long = word.startswith("--")
+    name, equals, _ = word.partition("=") if long else (word[:2], "", "")
+    resolved = _resolve(name, reading.table)
+    if resolved is None and reading.secret:
+        return reading.verdict(ON_STANDARD_INPUT if reading.subverb == "set" else
+                               "unknown option (not repeated here)")
+    if resolved is None:
+        return reading.verdict(f"unknown option {_shown(name)}")
+    if resolved in _HELP:
+        return Verdict("", reading.verb, asked_help=True)
+    if resolved not in reading.allowed:
+        return reading.verdict(f"{resolved} is not an option of {PROGRAM} {reading.shown}")
+    used = 1
+    value_name = reading.table[resolved]
+    if value_name:
+        inline = equals if long else word[2:]
+        if not inline:
+            if not has_next:
+                return reading.verdict(f"{resolved} needs a value ({resolved} {value_name})")
+            used = 2
+        reading.flag_before = ""
+    else:
+        if equals or (not long and len(word) > 2):
+            return reading.verdict(f"{resolved} takes no value")
+        reading.flag_before = resolved
+    reading.given.append(resolved)
+    return used
+
+
+def _read_argument(reading: _Reading, word: str) -> Verdict | None:
+    """A word that is no option, before any command: one of the verb's arguments, or a
+    word too many (a word of `secret set` past its NAME is a value typed there)."""
+    if reading.secret and reading.subverb == "set" and reading.arguments:
+        return reading.verdict(ON_STANDARD_INPUT)
+    expected = max((len(form.arguments) for form in reading.chosen), default=0)
+    if len(reading.arguments) >= expected and not reading.commanded:
+        what = "a word" if reading.secret else _shown(word)
+        where = f" ({reading.flag_before} takes no value)" if reading.flag_before else ""
+        return reading.verdict(f"unexpected {what}{where}")
+    reading.arguments.append(word)
+    reading.flag_before = ""
+    return None
+
+
+def _after_words(reading: _Reading) -> Verdict:
+    """Every word fitted on its own: what is missing or too much among them."""
+    chosen, commanded, shown = reading.chosen, reading.commanded, reading.shown
+    arguments, given, table = reading.arguments, reading.given, reading.table
+    if reading.command and not commanded:
+        if reading.secret and reading.subverb == "set":
+            return reading.verdict(ON_STANDARD_INPUT)
+        return reading.verdict(f"{PROGRAM} {shown} runs no command: unexpected words "
+                               "after --")
+    if commanded and len(arguments) < reading.before_command:
+        return reading.verdict(f"missing {commanded[0].arguments[len(arguments)]}")
     for name in sorted(set.intersection(*(set(form.required) for form in chosen)),
                        key=lambda option: chosen[0].line.index(option)):
         if name not in given:
-            return Verdict(f"{shown} needs {name} {table.get(name, '')}".rstrip(),
-                           verb, subverb)
+            return reading.verdict(f"{shown} needs {name} {table.get(name, '')}".rstrip())
     others = {name for form in chosen if not form.command for name in form.options}
-    if commanded and not command and not (others & set(given)) - set(commanded[0].options):
-        return Verdict(f"no command given: {PROGRAM} {shown} runs the command after --",
-                       verb, subverb)
+    if (commanded and not reading.command
+            and not (others & set(given)) - set(commanded[0].options)):
+        return reading.verdict(f"no command given: {PROGRAM} {shown} runs the command "
+                               "after --")
     needed = min((len(form.arguments) - form.optional_arguments for form in chosen),
                  default=0)
     if len(arguments) < needed:
-        return Verdict(f"missing {chosen[0].arguments[len(arguments)]}", verb, subverb)
+        return reading.verdict(f"missing {chosen[0].arguments[len(arguments)]}")
     if len(set(given)) < len(given):
         twice = next(name for name in given if given.count(name) > 1)
-        return Verdict(f"{twice} is given twice", verb, subverb)
+        return reading.verdict(f"{twice} is given twice")
     if len(given) > 1:
-        return Verdict(f"{', '.join(given)} do not go together in {PROGRAM} {shown}", verb,
-                       subverb)
-    return Verdict(f"these words make no {PROGRAM} {shown} command", verb, subverb)
+        return reading.verdict(f"{', '.join(given)} do not go together in {PROGRAM} {shown}")
+    return reading.verdict(f"these words make no {PROGRAM} {shown} command")
