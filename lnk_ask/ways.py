@@ -53,6 +53,7 @@ __all__ = [
     "MIN_TERMINAL_COLUMNS",
     "MIN_TERMINAL_ROWS",
     "PROGRAM_GUTTER",
+    "ZENITY_NO_DISPLAY",
     "Dialog",
     "checkbox_label",
     "code_matches",
@@ -127,6 +128,11 @@ MIN_TERMINAL_ROWS = 6
 FALLBACK_TERMINAL_SIZE = (80, 24)
 
 
+# What GTK says on stderr, before any window, when it cannot reach the display it was
+# given (an X server gone or not yet up); zenity then exits 1, Deny's status.
+ZENITY_NO_DISPLAY = "cannot open display"
+
+
 class Dialog:
     """A dialog to start: `kind` (zenity, notify-send, osascript), its argv, and what
     it is given on its standard input (zenity's text)."""
@@ -140,8 +146,12 @@ class Dialog:
 
     def verdict(self, status: int, out: str, err: str) -> str | None:
         """What its end means (dialog_verdict), from its status and its output: zenity
-        prints its text on Allow (stdout only: GTK warns on stderr)."""
+        prints its text on Allow (stdout only: GTK warns on stderr). A zenity that could
+        not open its display exits 1, as Deny does: that is no answer (the question stays
+        open on the terminal and in the queue), not the person's no."""
         if self.kind == "zenity":
+            if status == 1 and ZENITY_NO_DISPLAY in err:
+                return None
             return dialog_verdict(self.kind, status, out, shown=self.stdin)
         return dialog_verdict(self.kind, status, out + err)
 

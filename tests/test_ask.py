@@ -37,6 +37,8 @@ from lnk_ask.ways import (
     CHECKBOX_LINES,
     DIALOG_HEIGHT,
     DIALOG_WIDTH,
+    ZENITY_NO_DISPLAY,
+    Dialog,
     checkbox_label,
     code_matches,
     dialog_environment,
@@ -206,6 +208,23 @@ def test_zenity_verdicts(status: int, output: str, verdict: str | None) -> None:
     """Allow is yes only with the text as shown: a key that landed in it is no."""
     assert dialog_verdict("zenity", status, output, shown="T\n\nQ\n") == verdict
     assert dialog_verdict("zenity", 0, "", shown="") == "no"  # nothing shown: never yes
+
+
+def test_a_zenity_that_cannot_open_its_display_is_no_answer_not_a_no() -> None:
+    """zenity exits 1 both for Deny and when GTK cannot open the display: only the first is
+    the person's no; the second leaves the question open on the other ways. The message
+    is the one real zenity prints (DISPLAY naming no server: the status and text below
+    are read from it)."""
+    import subprocess
+
+    done = subprocess.run(["zenity", "--question", "--text", "q"], env={
+        "PATH": "/usr/bin:/bin", "DISPLAY": ":77"}, capture_output=True, text=True,
+        timeout=30, check=False)
+    assert done.returncode == 1 and ZENITY_NO_DISPLAY in done.stderr, done
+    dialog = Dialog("zenity", ["zenity"], "T\n\nQ\n")
+    assert dialog.verdict(done.returncode, done.stdout, done.stderr) is None
+    assert dialog.verdict(1, "", "") == "no"
+    assert dialog.verdict(1, "", "(zenity:1): Gtk-WARNING **: something else") == "no"
 
 
 def test_no_screen_no_dialog_and_programs_only_from_system_folders(tmp_path: Path) -> None:
