@@ -106,13 +106,56 @@ def _splice_thread(loop: asyncio.AbstractEventLoop, done: asyncio.Future[int], s
         pass  # a socket shut down or reset: the normal end of a tunnel
     finally:
         _SHUTDOWN(sink, socket.SHUT_WR)  # no descriptor needed, even when none is left
-        with contextlib.suppress(RuntimeError):  # the loop has ended: the process is ending
-            loop.call_soon_threadsafe(_settle, done, total)
+        _ENDED.put(loop, done, total)
 
 
 def _settle(done: asyncio.Future[int], total: int) -> None:
     if not done.done():
         done.set_result(total)
+
+
+class _Ended:
+    """Splice threads' ends, handed to their loop in batches: one wake-up of the loop
+    for all the ends that come while it is busy, not one each.
+
+    `call_soon_threadsafe` writes a byte to the loop's self-pipe, which is also the
+    signal wake-up descriptor. A pause or the kill switch ends every tunnel at once
+    (two threads each: 2,000 for 1,000 calls), and a unix socket's buffer counts each
+    one-byte write at its full buffer cost, so a few hundred fill it. A signal's byte
+    (SIGTERM, the end) is then dropped (Python prints "Exception ignored when trying to
+    write to the signal wakeup fd"), and the helper would not stop when told."""
+
+    __slots__ = ("lock", "waiting")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        # Per loop: the ends not yet settled; a loop is in it while a wake-up is due.
+        self.waiting: dict[asyncio.AbstractEventLoop,
+                           list[tuple[asyncio.Future[int], int]]] = {}
+
+    def put(self, loop: asyncio.AbstractEventLoop, done: asyncio.Future[int],
+            total: int) -> None:
+        with self.lock:
+            batch = self.waiting.get(loop)
+            if batch is not None:  # a wake-up is already due: it takes this one too
+                batch.append((done, total))
+                return
+            self.waiting[loop] = [(done, total)]
+        try:
+            loop.call_soon_threadsafe(self.settle_all, loop)
+        except RuntimeError:  # the loop has ended: the process is ending
+            with self.lock:
+                self.waiting.pop(loop, None)
+
+    def settle_all(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the loop: every end handed over since its wake-up was asked for."""
+        with self.lock:
+            batch = self.waiting.pop(loop, [])
+        for done, total in batch:
+            _settle(done, total)
+
+
+_ENDED = _Ended()
 
 
 def _splice(source: int, sink: int, pipe: tuple[int, int]) -> int:
