@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from lnk_ask import Answer, ask, ask_async, plain
@@ -52,7 +52,7 @@ from lnk_ask.ways import (
 )
 from lnk_common.chain import helper_argv
 from lnk_proxy.open_rules import MAX_URL_BYTES
-from tests.conftest import LNK_SANDBOX, WriteSpec, toml_list
+from tests.conftest import LNK_SANDBOX, WriteSpec, fuzz, toml_list
 
 ASK = str(Path(sys.executable).parent / "lnk-sandbox-ask")
 EXIT_REFUSED = 125
@@ -93,7 +93,7 @@ def printable_ascii(text: str) -> bool:
     return all(0x20 <= ord(char) <= 0x7E for char in text)
 
 
-@settings(max_examples=500, deadline=None)
+@fuzz(5)
 @given(st.text(alphabet=st.characters(codec=None), max_size=300))
 def test_plain_is_printable_ascii_and_reads_back(text: str) -> None:
     shown = plain(text)
@@ -101,14 +101,14 @@ def test_plain_is_printable_ascii_and_reads_back(text: str) -> None:
     assert unplain(shown) == text
 
 
-@settings(max_examples=300, deadline=None)
+@fuzz(3)
 @given(st.text(max_size=80), st.text(max_size=80))
 def test_plain_keeps_distinct_texts_distinct(first: str, second: str) -> None:
     if first != second:
         assert plain(first) != plain(second)
 
 
-@settings(max_examples=200, deadline=None)
+@fuzz(2)
 @given(st.text(min_size=1, max_size=50), st.integers(min_value=0, max_value=40))
 def test_plain_bounds_long_texts_and_tells_them_apart(tail: str, extra: int) -> None:
     head = "\u202e" * (MAX_QUESTION_CHARS // 6 + 1 + extra)  # each escape: 6 characters
@@ -161,7 +161,7 @@ def test_dialog_size_and_text() -> None:
                     + "x" * 76 + "\n" + "x" * 76 + "\n" + "x" * 48 + "\n")
 
 
-@settings(max_examples=300, deadline=None)
+@fuzz(3)
 @given(st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=400),
        st.integers(min_value=1, max_value=120))
 def test_dialog_lines_keep_every_character(text: str, width: int) -> None:
@@ -1660,7 +1660,7 @@ def test_attack_a_sandbox_stopping_the_terminals_output_holds_no_question_back(
         (work / "release").touch()
 
 
-@settings(max_examples=300, deadline=None)
+@fuzz(3)
 @given(st.text(max_size=3000), st.text(max_size=300), st.text(max_size=100),
        st.integers(min_value=70, max_value=300), st.integers(min_value=6, max_value=120))
 def test_the_terminal_prompt_holds_for_any_text(question: str, allows: str, title: str,

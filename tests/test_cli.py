@@ -13,10 +13,17 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
-from tests.conftest import LNK_SANDBOX, SANDBOX_TIMEOUT_SECONDS, RunSandbox, WriteSpec, toml_list
+from tests.conftest import (
+    LNK_SANDBOX,
+    SANDBOX_TIMEOUT_SECONDS,
+    RunSandbox,
+    WriteSpec,
+    fuzz,
+    toml_list,
+)
 
 
 def _wrap(spec: Path, env: dict[str, str], *command: str, json_form: bool = True) -> str:
@@ -373,7 +380,7 @@ _words = st.lists(st.sampled_from(
      "s.toml", "w", "ls", "-l", "a b", "--x=", "=", "run=x"]), max_size=9)
 
 
-@settings(max_examples=1500, deadline=None)
+@fuzz(15)
 @given(_words)
 @example(["run", "--spec", "s", "--", "ls", "-l"])
 @example(["run", "--wire=w", "--spec=s", "ls"])
@@ -423,7 +430,7 @@ _enter_words = st.lists(st.sampled_from(
      "-", "--", "-h", "--json", "run", "guest"]), max_size=5)
 
 
-@settings(max_examples=800, deadline=None)
+@fuzz(8)
 @given(_enter_words)
 @example(["enter", "ann", "--settings=/s"])
 @example(["enter", "ann", "--settings", "/s"])
