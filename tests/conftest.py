@@ -58,7 +58,7 @@ def fuzz(weight: int = 1) -> settings:
 WAIT_EVERY_SECONDS = 0.02  # how often a condition is looked at: short beside any wait here
 
 
-def wait_until(condition: Callable[[], T], what: str,
+def wait_until(condition: Callable[[], T | None], what: str,
                timeout: float = SANDBOX_TIMEOUT_SECONDS) -> T:
     """Look at `condition` until it holds (is truthy) and return what it gave; fail after
     `timeout` seconds saying what was waited for. A busy machine makes a wait longer, never
@@ -71,6 +71,17 @@ def wait_until(condition: Callable[[], T], what: str,
         if time.monotonic() > deadline:
             raise AssertionError(f"waited {timeout:g} s for {what}")
         time.sleep(WAIT_EVERY_SECONDS)
+
+
+def ended(pid: int) -> bool:
+    """Whether process `pid` has ended (gone, or a zombie its parent has not reaped yet):
+    what a test waits for after killing one."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            state = stat.read().rpartition(b")")[2].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return True
+    return state in (b"Z", b"X")
 
 
 # -- which tests depend on the user --------------------------------------------------------
