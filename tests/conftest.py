@@ -55,7 +55,10 @@ def fuzz(weight: int = 1) -> settings:
 
 # -- waiting: poll the condition, never sleep in its stead ---------------------------------
 
-WAIT_EVERY_SECONDS = 0.02  # how often a condition is looked at: short beside any wait here
+# How often a condition is looked at: at once, then ever less often up to a tenth of a
+# second (a look may itself start a process: `lnk-sandbox asks --json`, tmux).
+WAIT_FIRST_PAUSE_SECONDS = 0.005
+WAIT_LONGEST_PAUSE_SECONDS = 0.1
 
 
 def wait_until(condition: Callable[[], T | None], what: str,
@@ -64,13 +67,15 @@ def wait_until(condition: Callable[[], T | None], what: str,
     `timeout` seconds saying what was waited for. A busy machine makes a wait longer, never
     a test wrong, as a fixed sleep would."""
     deadline = time.monotonic() + timeout
+    pause = WAIT_FIRST_PAUSE_SECONDS
     while True:
         held = condition()
         if held:
             return held
         if time.monotonic() > deadline:
             raise AssertionError(f"waited {timeout:g} s for {what}")
-        time.sleep(WAIT_EVERY_SECONDS)
+        time.sleep(pause)
+        pause = min(2 * pause, WAIT_LONGEST_PAUSE_SECONDS)
 
 
 def ended(pid: int) -> bool:
