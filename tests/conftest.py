@@ -202,6 +202,10 @@ def testnet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     if os.geteuid() != 0:
         pytest.fail("the wire's tests make network namespaces for their test hosts: run them "
                     "as root, or with LNK_TEST_NET from `.ci/run`")
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.fail("under pytest-xdist each worker would make the test hosts again, on the "
+                    "same addresses: make them once (`python -m tests.testnet up DIR`, as "
+                    ".ci/run does) and name them in LNK_TEST_NET")
     from tests import testnet as network
 
     state = tmp_path_factory.mktemp("testnet")
