@@ -571,10 +571,10 @@ def window(display: str, title: str) -> dict[str, int]:
         values = dict(line.split("=", 1) for line in shell.split())
         return {key: int(value) for key, value in values.items()}
 
-    found = wait_until(geometry, f"the dialog {title!r}")
-    assert isinstance(found, dict)
+    wait_until(geometry, f"the dialog {title!r}")
     time.sleep(0.5)  # drawn, not only mapped, before it is photographed and clicked
-    return found
+    # Read again: on a loaded machine a window may be mapped before it is laid out.
+    return wait_until(geometry, f"the dialog {title!r}")
 
 
 def dialog_shown(display: str, title: str) -> bool:
