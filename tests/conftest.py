@@ -3,6 +3,8 @@
 Every sandbox test runs the real thing: the installed `lnk-sandbox` beside this
 interpreter (or the checkout's bin/), real bubblewrap, the real kernel. Nothing here
 skips: a missing bubblewrap or Landlock fails the run (`test_machine.py` says which).
+Also here: the one fuzz profile (`fuzz`), polling for a condition (`wait_until`), and
+which modules depend on the user (the `depends_on_user` marker; docs/decisions/0038).
 """
 
 from __future__ import annotations
