@@ -3,6 +3,8 @@
 Every sandbox test runs the real thing: the installed `lnk-sandbox` beside this
 interpreter (or the checkout's bin/), real bubblewrap, the real kernel. Nothing here
 skips: a missing bubblewrap or Landlock fails the run (`test_machine.py` says which).
+Also here: the one fuzz profile (`fuzz`), polling for a condition (`wait_until`), and
+which modules depend on the user (the `depends_on_user` marker; docs/decisions/0038).
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 ROOT = Path(__file__).resolve().parent.parent
 _BESIDE = Path(sys.executable).parent / "lnk-sandbox"
@@ -23,6 +27,110 @@ LNK_SANDBOX = str(_BESIDE) if _BESIDE.exists() else str(ROOT / "bin" / "lnk-sand
 
 # A sandboxed command in a test that takes longer than this is hung, not slow.
 SANDBOX_TIMEOUT_SECONDS = 30
+
+T = TypeVar("T")
+
+# -- fuzzing: one set of Hypothesis settings for every property ---------------------------
+#
+# The profile is chosen by LNK_FUZZ: "ci" (the default: bin/test and .ci/run), "dev" (a
+# quick look while editing) or "deep" (a machine with time: `LNK_FUZZ=deep bin/test -k
+# fuzz`). A profile sets the examples per unit of weight; a property that explores a larger
+# space asks for more units with `@fuzz(weight)`, never for other settings.
+# No deadline: an example that takes long on a busy machine is not a bug (test_guests's
+# took 524 ms against Hypothesis's 200 ms while other work ran), and a hang is caught by the
+# timeouts the tests already have. For the same reason too_slow is no failure.
+FUZZ_EXAMPLES = {"dev": 25, "ci": 100, "deep": 2000}
+for _name, _examples in FUZZ_EXAMPLES.items():
+    settings.register_profile(_name, max_examples=_examples, deadline=None, print_blob=True,
+                              suppress_health_check=[HealthCheck.too_slow])
+FUZZ_PROFILE = os.environ.get("LNK_FUZZ") or "ci"
+if FUZZ_PROFILE not in FUZZ_EXAMPLES:
+    raise pytest.UsageError(f"LNK_FUZZ={FUZZ_PROFILE}: not one of {', '.join(FUZZ_EXAMPLES)}")
+settings.load_profile(FUZZ_PROFILE)
+
+
+def fuzz(weight: int = 1) -> settings:
+    """The profile's settings with `weight` times its examples (a property over a larger
+    space of inputs asks for more); everything else is the profile's."""
+    return settings(max_examples=weight * FUZZ_EXAMPLES[FUZZ_PROFILE])
+
+
+# -- waiting: poll the condition, never sleep in its stead ---------------------------------
+
+# How often a condition is looked at: at once, then ever less often up to a tenth of a
+# second (a look may itself start a process: `lnk-sandbox asks --json`, tmux).
+WAIT_FIRST_PAUSE_SECONDS = 0.005
+WAIT_LONGEST_PAUSE_SECONDS = 0.1
+
+
+def wait_until(condition: Callable[[], T | None], what: str,
+               timeout: float = SANDBOX_TIMEOUT_SECONDS) -> T:
+    """Look at `condition` until it holds (is truthy) and return what it gave; fail after
+    `timeout` seconds saying what was waited for. A busy machine makes a wait longer, never
+    a test wrong, as a fixed sleep would."""
+    deadline = time.monotonic() + timeout
+    pause = WAIT_FIRST_PAUSE_SECONDS
+    while True:
+        held = condition()
+        if held:
+            return held
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout:g} s for {what}")
+        time.sleep(pause)
+        pause = min(2 * pause, WAIT_LONGEST_PAUSE_SECONDS)
+
+
+def ended(pid: int) -> bool:
+    """Whether process `pid` has ended (gone, or a zombie its parent has not reaped yet):
+    what a test waits for after killing one."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            state = stat.read().rpartition(b")")[2].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return True
+    return state in (b"Z", b"X")
+
+
+# -- which tests depend on the user --------------------------------------------------------
+#
+# .ci/run runs every test once as root, and runs again, as an ordinary user, only those
+# marked `depends_on_user`: what behaves otherwise for root and for an ordinary user (a
+# sandbox's start: bubblewrap, user and network namespaces, Landlock, seccomp as loaded;
+# files whose modes or owners decide: the settings folder, secrets, guests; the test
+# network's sockets from inside a sandbox). The rule is by module and default-deny: every
+# module is marked but those listed here, which test pure code or processes on loopback
+# that start no sandbox and decide nothing by a file's owner or mode. A new module is
+# therefore run as both users until someone lists it here with its reason.
+NOT_USER_DEPENDENT = {
+    "test_bwrap": "bubblewrap's argv planned from typed values (golden); no bwrap runs",
+    "test_dns_core": "the DNS core: pure, fuzzed",
+    "test_endpoint_plan": "the endpoints' plan: pure",
+    "test_gitconfig": "the gitconfig reader: pure, fuzzed",
+    "test_gitdiscovery": "git's discovery read on folders in tmp; no sandbox",
+    "test_imports": "the packages' layers (import-linter)",
+    "test_lane": "the proxy's lane in this process, against hosts on loopback",
+    "test_local_models": "the local-model filter (pure) and its relay on loopback",
+    "test_messages": "the messages' table: pure",
+    "test_model_rules": "the model verb's rules: pure, fuzzed",
+    "test_open_callback": "the sign-in callback's relay on loopback",
+    "test_open_rules": "the open verb's rules: pure, fuzzed",
+    "test_placeholders": "the dot files' stand-ins: pure",
+    "test_policy": "the policy and its argv: pure",
+    "test_proxy_parsers": "the proxy's parsers: pure, fuzzed",
+    "test_proxy_parsers_reference": "the proxy's parsers against reference parsers: pure",
+    "test_seccomp": "the seccomp filter's table and BPF, evaluated here; none is loaded",
+    "test_secret_rules": "the secret verb's rules: pure, fuzzed",
+    "test_secret_rules_clients": "the secret rules against real client libraries' requests",
+    "test_secret_rules_telegram_reading": "the Telegram reading rules: pure, fuzzed",
+    "test_vendor": "the vendored tomllib against its upstream",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is None or module.__name__.rpartition(".")[2] not in NOT_USER_DEPENDENT:
+            item.add_marker(pytest.mark.depends_on_user)
 
 
 @pytest.fixture
@@ -96,6 +204,10 @@ def testnet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     if os.geteuid() != 0:
         pytest.fail("the wire's tests make network namespaces for their test hosts: run them "
                     "as root, or with LNK_TEST_NET from `.ci/run`")
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.fail("under pytest-xdist each worker would make the test hosts again, on the "
+                    "same addresses: make them once (`python -m tests.testnet up DIR`, as "
+                    ".ci/run does) and name them in LNK_TEST_NET")
     from tests import testnet as network
 
     state = tmp_path_factory.mktemp("testnet")

@@ -21,11 +21,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from lnk_ask import Answer, ask, ask_async, plain
@@ -54,22 +54,12 @@ from lnk_ask.ways import (
 )
 from lnk_common.chain import helper_argv
 from lnk_proxy.open_rules import MAX_URL_BYTES
-from tests.conftest import LNK_SANDBOX, WriteSpec, toml_list
+from tests.conftest import LNK_SANDBOX, WriteSpec, fuzz, toml_list, wait_until
 
 ASK = str(Path(sys.executable).parent / "lnk-sandbox-ask")
 EXIT_REFUSED = 125
 # A step a test waits for (a question queued, a window shown) that takes longer is hung.
 WAIT_SECONDS = 30.0
-
-
-def wait_for(found: Callable[[], object], what: str, seconds: float = WAIT_SECONDS) -> object:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        value = found()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 # -- plain(): what the person reads -------------------------------------------------------
@@ -95,7 +85,7 @@ def printable_ascii(text: str) -> bool:
     return all(0x20 <= ord(char) <= 0x7E for char in text)
 
 
-@settings(max_examples=500, deadline=None)
+@fuzz(5)
 @given(st.text(alphabet=st.characters(codec=None), max_size=300))
 def test_plain_is_printable_ascii_and_reads_back(text: str) -> None:
     shown = plain(text)
@@ -103,14 +93,14 @@ def test_plain_is_printable_ascii_and_reads_back(text: str) -> None:
     assert unplain(shown) == text
 
 
-@settings(max_examples=300, deadline=None)
+@fuzz(3)
 @given(st.text(max_size=80), st.text(max_size=80))
 def test_plain_keeps_distinct_texts_distinct(first: str, second: str) -> None:
     if first != second:
         assert plain(first) != plain(second)
 
 
-@settings(max_examples=200, deadline=None)
+@fuzz(2)
 @given(st.text(min_size=1, max_size=50), st.integers(min_value=0, max_value=40))
 def test_plain_bounds_long_texts_and_tells_them_apart(tail: str, extra: int) -> None:
     head = "\u202e" * (MAX_QUESTION_CHARS // 6 + 1 + extra)  # each escape: 6 characters
@@ -163,7 +153,7 @@ def test_dialog_size_and_text() -> None:
                     + "x" * 76 + "\n" + "x" * 76 + "\n" + "x" * 48 + "\n")
 
 
-@settings(max_examples=300, deadline=None)
+@fuzz(3)
 @given(st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=400),
        st.integers(min_value=1, max_value=120))
 def test_dialog_lines_keep_every_character(text: str, width: int) -> None:
@@ -325,7 +315,7 @@ def test_queue_answered_yes_by_another_process(sandbox_env: dict[str, str],
     asker = start_ask(sandbox_env, "--title", "Tool call: demo", "--question",
                       "wipe {\"all\": true}\nnow\u202e?", "--wire", "w1")
     try:
-        entries = wait_for(lambda: waiting(sandbox_env), "the question in asks")
+        entries = wait_until(lambda: waiting(sandbox_env), "the question in asks")
         assert isinstance(entries, list) and len(entries) == 1
         entry = entries[0]
         assert set(entry) == {"id", "wire", "title", "question", "allows", "since"}
@@ -361,7 +351,7 @@ def test_queue_answered_yes_by_another_process(sandbox_env: dict[str, str],
 def test_queue_answered_no(sandbox_env: dict[str, str]) -> None:
     asker = start_ask(sandbox_env, "--title", "T", "--question", "Q")
     try:
-        entries = wait_for(lambda: waiting(sandbox_env), "the question")
+        entries = wait_until(lambda: waiting(sandbox_env), "the question")
         assert isinstance(entries, list)
         ident = str(entries[0]["id"])
         assert cli(sandbox_env, "answer", ident, "no").returncode == 0
@@ -404,7 +394,7 @@ def test_python_api_in_a_thread_and_async(sandbox_env: dict[str, str], lnk_home:
     thread = threading.Thread(target=lambda: result.append(
         ask(str(lnk_home), "api", "T", "Q", 30, env=env, terminal="")))
     thread.start()
-    entries = wait_for(lambda: waiting(sandbox_env, "api"), "the API's question")
+    entries = wait_until(lambda: waiting(sandbox_env, "api"), "the API's question")
     assert isinstance(entries, list)
     assert cli(sandbox_env, "answer", str(entries[0]["id"]), "yes").returncode == 0
     thread.join(WAIT_SECONDS)
@@ -416,7 +406,7 @@ def test_python_api_in_a_thread_and_async(sandbox_env: dict[str, str], lnk_home:
     answers: list[Answer] = []
     runner = threading.Thread(target=lambda: answers.append(asyncio.run(asked())))
     runner.start()
-    entries = wait_for(lambda: waiting(sandbox_env, "api2"), "the async question")
+    entries = wait_until(lambda: waiting(sandbox_env, "api2"), "the async question")
     assert isinstance(entries, list)
     assert cli(sandbox_env, "answer", str(entries[0]["id"]), "no").returncode == 0
     runner.join(WAIT_SECONDS)
@@ -495,7 +485,7 @@ QUESTION_SHOWN = re.compile(r"\[lnk\] asks \(([0-9a-f]{12}), wire [^)]*\)[\s\S]*
 
 
 def shown_code(tmux: Tmux) -> tuple[str, str]:
-    match = wait_for(lambda: QUESTION_SHOWN.search(tmux.screen()), "the question on the terminal")
+    match = wait_until(lambda: QUESTION_SHOWN.search(tmux.screen()), "the question on the terminal")
     assert isinstance(match, re.Match)
     return match.group(1), match.group(2)
 
@@ -508,7 +498,7 @@ def ask_in_pane(tmux: Tmux, out: Path, before: str = "", wire: str = "term") -> 
 
 
 def answer_in(out: Path) -> dict[str, str]:
-    text = wait_for(lambda: out.exists() and out.read_text().strip(), "the asker's answer")
+    text = wait_until(lambda: out.exists() and out.read_text().strip(), "the asker's answer")
     assert isinstance(text, str)
     found: dict[str, str] = json.loads(text)
     return found
@@ -522,7 +512,7 @@ def test_terminal_code_typed_back_is_yes(tmux: Tmux, tmp_path: Path) -> None:
     assert "  | wipe everything?" in tmux.screen()
     tmux.send(code, "Enter")
     assert answer_in(out) == {"answer": "yes", "how": "terminal", "id": ident}
-    wait_for(lambda: "[lnk] yes (terminal)" in tmux.screen(), "the outcome shown")
+    wait_until(lambda: "[lnk] yes (terminal)" in tmux.screen(), "the outcome shown")
 
 
 def test_terminal_wrong_code_is_no(tmux: Tmux, tmp_path: Path) -> None:
@@ -549,7 +539,7 @@ def test_terminal_keys_typed_before_the_question_are_not_an_answer(
     assert not out.read_text().strip() if out.exists() else True
     assert cli(sandbox_env, "answer", ident, "no").returncode == 0
     assert answer_in(out) == {"answer": "no", "how": "queue", "id": ident}
-    wait_for(lambda: "[lnk] no (queue)" in tmux.screen(), "the outcome shown")
+    wait_until(lambda: "[lnk] no (queue)" in tmux.screen(), "the outcome shown")
 
 
 # -- the dialog: zenity on Xvfb, clicked with xdotool -----------------------------------------
@@ -600,10 +590,10 @@ def window(display: str, title: str) -> dict[str, int]:
         values = dict(line.split("=", 1) for line in shell.split())
         return {key: int(value) for key, value in values.items()}
 
-    found = wait_for(geometry, f"the dialog {title!r}")
-    assert isinstance(found, dict)
+    wait_until(geometry, f"the dialog {title!r}")
     time.sleep(0.5)  # drawn, not only mapped, before it is photographed and clicked
-    return found
+    # Read again: on a loaded machine a window may be mapped before it is laid out.
+    return wait_until(geometry, f"the dialog {title!r}")
 
 
 def dialog_shown(display: str, title: str) -> bool:
@@ -621,7 +611,7 @@ def click(display: str, title: str, button: str) -> None:
         y = where["Y"] + where["HEIGHT"] - 25
         xdotool(display, "mousemove", str(x), str(y), "click", "1")
         try:
-            wait_for(lambda: not dialog_shown(display, title), "the dialog to close", 3)
+            wait_until(lambda: not dialog_shown(display, title), "the dialog to close", 3)
             return
         except AssertionError:
             continue
@@ -728,7 +718,7 @@ def test_dialog_left_alone_is_no_after_the_timeout(display: str, sandbox_env: di
     assert time.monotonic() - started >= 3
     assert (status, found["answer"], found["how"]) == (1, "no", "timeout")
     # The dialog is gone with the question.
-    wait_for(lambda: not xdotool(display, "search", "--name", f"^{title}$").split(),
+    wait_until(lambda: not xdotool(display, "search", "--name", f"^{title}$").split(),
              "the dialog to close")
 
 
@@ -742,7 +732,7 @@ def test_dialog_answered_from_the_queue_closes(display: str, sandbox_env: dict[s
         assert cli(sandbox_env, "answer", str(entries[0]["id"]), "yes").returncode == 0
         status, found, _ = finish(asker)
         assert (status, found["how"]) == (0, "queue")
-        wait_for(lambda: not xdotool(display, "search", "--name", f"^{title}$").split(),
+        wait_until(lambda: not xdotool(display, "search", "--name", f"^{title}$").split(),
                  "the dialog to close")
     finally:
         asker.kill()
@@ -1003,7 +993,7 @@ def test_attack_terminal_fake_question_and_tiocsti(
     ask_in_pane(tmux, out, before=sandboxed)
     ident, code = shown_code(tmux)
     (work / "go").touch()
-    wait_for(lambda: (work / "done").exists(), "the attacker to finish")
+    wait_until(lambda: (work / "done").exists(), "the attacker to finish")
     probe = json.loads((work / "probe.json").read_text())
     screen = tmux.screen()
     assert "type 111111" in screen and f"Type {code}" in screen  # both on the terminal
@@ -1034,8 +1024,8 @@ def test_attack_queue_and_another_wires_question(
     first = start_ask(sandbox_env, "--title", "T", "--question", "a?", "--wire", "a")
     second = start_ask(sandbox_env, "--title", "T", "--question", "b?", "--wire", "b")
     try:
-        of_a = wait_for(lambda: waiting(sandbox_env, "a"), "a's question")
-        of_b = wait_for(lambda: waiting(sandbox_env, "b"), "b's question")
+        of_a = wait_until(lambda: waiting(sandbox_env, "a"), "a's question")
+        of_b = wait_until(lambda: waiting(sandbox_env, "b"), "b's question")
         assert isinstance(of_a, list) and isinstance(of_b, list)
         ident_a, ident_b = str(of_a[0]["id"]), str(of_b[0]["id"])
         work = tmp_path / "work"
@@ -1072,7 +1062,7 @@ def test_attack_queue_and_another_wires_question(
 def test_sigterm_is_no_and_cleans_up(sandbox_env: dict[str, str], lnk_home: Path) -> None:
     asker = start_ask(sandbox_env, "--title", "T", "--question", "Q", "--wire", "term")
     try:
-        entries = wait_for(lambda: waiting(sandbox_env, "term"), "the question")
+        entries = wait_until(lambda: waiting(sandbox_env, "term"), "the question")
         assert isinstance(entries, list)
         asker.terminate()
         status, found, err = finish(asker)
@@ -1095,7 +1085,7 @@ def test_question_from_standard_input(sandbox_env: dict[str, str]) -> None:
         assert asker.stdin is not None
         asker.stdin.write("line one\nline two \u202e".encode())
         asker.stdin.close()
-        entries = wait_for(lambda: waiting(sandbox_env, "stdin"), "the question")
+        entries = wait_until(lambda: waiting(sandbox_env, "stdin"), "the question")
         assert isinstance(entries, list)
         assert entries[0]["question"] == "line one\\x0aline two \\u202e"
         assert cli(sandbox_env, "answer", str(entries[0]["id"]), "yes").returncode == 0
@@ -1144,7 +1134,7 @@ def test_terminal_in_the_background_is_left_alone(
     the queue answers it."""
     out = tmp_path / "answer.json"
     ask_in_pane(tmux, out, before="timeout 50 ", wire="bg")
-    entries = wait_for(lambda: waiting(sandbox_env, "bg"), "the question")
+    entries = wait_until(lambda: waiting(sandbox_env, "bg"), "the question")
     assert isinstance(entries, list)
     time.sleep(1)
     assert "lnk-sandbox asks" not in tmux.screen()
@@ -1161,7 +1151,7 @@ def test_ask_async_cancelled_ends_the_child(sandbox_env: dict[str, str],
 
     async def cancelled() -> None:
         task = asyncio.create_task(ask_async(str(lnk_home), "gone", "T", "Q", 60, env=env))
-        await asyncio.to_thread(wait_for, lambda: waiting(sandbox_env, "gone"), "the question")
+        await asyncio.to_thread(wait_until, lambda: waiting(sandbox_env, "gone"), "the question")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -1255,9 +1245,12 @@ def small_screen(tmux: Tmux) -> list[str]:
 def code_line(tmux: Tmux) -> tuple[str, str, str]:
     """(the question's id, its code, the code's line) once the question is on screen."""
     ident, code = shown_code(tmux)
-    time.sleep(0.5)  # the whole prompt drawn
-    [line] = [line for line in small_screen(tmux) if f"Type {code} to allow: " in line]
-    return ident, code, line
+
+    def drawn() -> str | None:
+        lines = [line for line in small_screen(tmux) if f"Type {code} to allow: " in line]
+        return lines[0] if len(lines) == 1 else None
+
+    return ident, code, wait_until(drawn, "the whole prompt drawn")
 
 
 def assert_fits_and_marked(lines: list[str], ident: str, code: str) -> None:
@@ -1325,7 +1318,7 @@ def test_terminal_mcp_question_fits_and_its_code_line_names_tool_server_and_wire
     assert (unknown.returncode, unknown.stderr) == (
         EXIT_REFUSED, "lnk-sandbox: no question 0123456789ab waits (see lnk-sandbox asks)\n")
     tmux.send(code, "Enter")
-    assert wait_for(lambda: out.exists() and "did delete_repo" in out.read_text(),
+    assert wait_until(lambda: out.exists() and "did delete_repo" in out.read_text(),
                     "the call to run")
 
 
@@ -1371,7 +1364,7 @@ def test_attack_a_tool_calls_dialog_takes_no_stray_key_for_a_yes(
             else:
                 keys(display, where, *stray)
             with contextlib.suppress(AssertionError):  # the keys alone: no, or none yet
-                wait_for(lambda: not dialog_shown(display, TOOL_TITLE), "an answer", 1)
+                wait_until(lambda: not dialog_shown(display, TOOL_TITLE), "an answer", 1)
             if dialog_shown(display, TOOL_TITLE):
                 tick_and_allow(display, TOOL_TITLE)
         out, err = run.communicate(timeout=WAIT_SECONDS * 2)
@@ -1421,7 +1414,7 @@ def test_terminal_page_question_fits_and_its_code_line_names_the_host(
     assert shown.returncode == 0, shown
     assert json.loads(shown.stdout)["question"].endswith(f"in your browser: {url}")
     tmux.send(code, "Enter")
-    assert wait_for(lambda: opened.exists() and opened.read_text() == url + "\n",
+    assert wait_until(lambda: opened.exists() and opened.read_text() == url + "\n",
                     "the page to open")
 
 
@@ -1432,7 +1425,7 @@ def test_terminal_too_small_says_so_and_the_queue_answers(
     command = (f"{shlex.quote(ASK)} --title T --question Q --wire tiny --timeout 60 --json "
                f"> {shlex.quote(str(out))}")
     tmux.start(f"sh -c {shlex.quote(command + '; sleep 60')}", 50, 10)
-    wait_for(lambda: "this terminal is too small" in tmux.screen(), "the notice")
+    wait_until(lambda: "this terminal is too small" in tmux.screen(), "the notice")
     assert "Type " not in tmux.screen()
     [entry] = waiting(sandbox_env, "tiny")
     assert cli(sandbox_env, "answer", str(entry["id"]), "yes").returncode == 0
@@ -1528,7 +1521,7 @@ def test_attack_a_sandbox_locking_the_terminal_holds_no_question_back(
     out = tmp_path / "answer.json"
     try:
         ask_in_pane(tmux, out, before=before)
-        wait_for(lambda: (work / "locked").exists(), "the program to lock the terminal")
+        wait_until(lambda: (work / "locked").exists(), "the program to lock the terminal")
         probe = json.loads((work / "probe.json").read_text())
         assert probe["/dev/tty"] == "locked" and probe["fd 0"] == "locked", probe
         ident, code = shown_code(tmux)
@@ -1554,15 +1547,15 @@ def test_terminal_keys_typed_before_the_question_are_given_back(
     tmux.start(f"sh -c {shlex.quote(command + '; sleep 60')}")
     tmux.send("hello there", "Enter")
     tmux.send("part")  # a line begun, not ended
-    wait_for(lambda: "part" in tmux.screen(), "the keys echoed")
+    wait_until(lambda: "part" in tmux.screen(), "the keys echoed")
     go.touch()
     ident, _ = shown_code(tmux)
     assert AskQueue(str(sandbox_env["LNK_HOME"])).answered(ident) is None
     assert cli(sandbox_env, "answer", ident, "no").returncode == 0
     assert answer_in(out) == {"answer": "no", "how": "queue", "id": ident}
-    wait_for(lambda: "GOT[hello there]" in tmux.screen(), "the whole line given back")
+    wait_until(lambda: "GOT[hello there]" in tmux.screen(), "the whole line given back")
     tmux.send("ial", "Enter")
-    wait_for(lambda: "GOT2[partial]" in tmux.screen(), "the line begun given back")
+    wait_until(lambda: "GOT2[partial]" in tmux.screen(), "the line begun given back")
 
 
 def test_no_screen_and_no_terminal_says_at_once_where_the_question_waits(
@@ -1619,7 +1612,7 @@ def test_a_tool_calls_arguments_are_escaped_once_and_links_cut_is_ascii(
                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        entries = wait_for(lambda: waiting(sandbox_env, "dots"), "the tool call's question")
+        entries = wait_until(lambda: waiting(sandbox_env, "dots"), "the tool call's question")
         assert isinstance(entries, list)
         [entry] = entries
         question = str(entry["question"])
@@ -1671,7 +1664,7 @@ def test_attack_a_sandbox_stopping_the_terminals_output_holds_no_question_back(
     out = tmp_path / "answer.json"
     try:
         ask_in_pane(tmux, out, before=before, wire="stopped")
-        entries = wait_for(lambda: waiting(sandbox_env, "stopped"), "the question")
+        entries = wait_until(lambda: waiting(sandbox_env, "stopped"), "the question")
         assert isinstance(entries, list)
         assert cli(sandbox_env, "answer", str(entries[0]["id"]), "yes").returncode == 0
         assert answer_in(out) == {"answer": "yes", "how": "queue", "id": entries[0]["id"]}
@@ -1679,7 +1672,7 @@ def test_attack_a_sandbox_stopping_the_terminals_output_holds_no_question_back(
         (work / "release").touch()
 
 
-@settings(max_examples=300, deadline=None)
+@fuzz(3)
 @given(st.text(max_size=3000), st.text(max_size=300), st.text(max_size=100),
        st.integers(min_value=70, max_value=300), st.integers(min_value=6, max_value=120))
 def test_the_terminal_prompt_holds_for_any_text(question: str, allows: str, title: str,

@@ -21,6 +21,7 @@ from tests.conftest import (
     WriteSpec,
     end_run,
     toml_list,
+    wait_until,
     wire_log_of,
 )
 
@@ -246,8 +247,10 @@ def test_asks_wait_returns_with_the_question_once_one_comes(
                               text=True)
     asker = None
     try:
-        time.sleep(0.5)  # the waiter is waiting (and has found nothing) before the question
-        assert waiter.poll() is None
+        # The waiter has looked, found nothing, and sleeps until its next look.
+        wait_until(lambda: waiter.poll() is not None or _sleeping(waiter.pid),
+                   "the waiter to wait")
+        assert waiter.poll() is None, waiter.communicate()
         asker = subprocess.Popen(
             [str(Path(LNK_SANDBOX).with_name("lnk-sandbox-ask")), "--title", "Wait test",
              "--question", "May it?", "--allows", "nothing", "--timeout", "20", "--wire", "w"],
@@ -266,6 +269,15 @@ def test_asks_wait_returns_with_the_question_once_one_comes(
             if process is not None and process.poll() is None:
                 process.kill()
                 process.communicate()
+
+
+def _sleeping(pid: int) -> bool:
+    """Whether `pid` sleeps in nanosleep (what `asks --wait` does between two looks)."""
+    try:
+        with open(f"/proc/{pid}/wchan") as handle:
+            return handle.read() in ("hrtimer_nanosleep", "do_nanosleep")
+    except OSError:
+        return False
 
 
 # -- url -----------------------------------------------------------------------------------------

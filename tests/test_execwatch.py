@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from lnk_common.syscalls import syscall
@@ -43,11 +43,9 @@ from lnk_execwatch.sockets import (
     thread_group,
 )
 from lnk_wrap import check
+from tests.conftest import fuzz
 
 DASH = os.path.realpath("/bin/sh")
-FUZZ = settings(max_examples=int(os.environ.get("LNK_FUZZ_EXAMPLES", "300")), deadline=None,
-                suppress_health_check=[HealthCheck.too_slow])
-
 
 def _reached(path: str) -> tuple[str, tuple[int, int], tuple[tuple[int, int], ...]] | None:
     reached = open_inside(os.getpid(), path)
@@ -153,7 +151,7 @@ def test_interpreter_of_reads_the_shebang_as_the_kernel_does() -> None:
         assert interpreter_of(head) == expected, head
 
 
-@FUZZ
+@fuzz(3)
 @given(st.binary(max_size=SHEBANG_BYTES + 40).map(lambda tail: b"#!" + tail))
 @example(b"#!/bin/\0sh\n")
 def test_interpreter_of_never_raises_and_never_names_a_nul_or_blank(head: bytes) -> None:
@@ -163,7 +161,7 @@ def test_interpreter_of_never_raises_and_never_names_a_nul_or_blank(head: bytes)
         assert head.startswith(b"#!") and len(found) <= SHEBANG_BYTES - 3
 
 
-@FUZZ
+@fuzz(3)
 @given(st.binary(max_size=SHEBANG_BYTES * 2))
 def test_interpreter_of_never_raises_on_any_bytes(head: bytes) -> None:
     interpreter_of(head)

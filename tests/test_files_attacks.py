@@ -21,13 +21,19 @@ import signal
 import socket
 import stat
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import LNK_SANDBOX, SANDBOX_TIMEOUT_SECONDS, RunSandbox, WriteSpec, toml_list
+from tests.conftest import (
+    LNK_SANDBOX,
+    SANDBOX_TIMEOUT_SECONDS,
+    RunSandbox,
+    WriteSpec,
+    toml_list,
+    wait_until,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 EXIT_SANDBOX_FAILED = 125
@@ -1178,12 +1184,9 @@ def test_sigterm_to_launcher_reaches_program(
         text=True,
     )
     try:
-        deadline = time.monotonic() + SANDBOX_TIMEOUT_SECONDS
-        while not ready.exists():
-            assert process.poll() is None, process.communicate()
-            assert time.monotonic() < deadline, "the program never started"
-            time.sleep(0.05)
-        time.sleep(0.3)  # let the launcher finish reading the sandbox's pid
+        # At once: the launcher passes a TERM on from the moment the program may start.
+        wait_until(lambda: ready.exists() or process.poll() is not None, "the program")
+        assert process.poll() is None, process.communicate()
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
         assert marker.exists(), stderr

@@ -7,10 +7,11 @@ import os
 import subprocess
 import tempfile
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from lnk_wrap.gitconfig import MAX_CONFIG_BYTES, Entry, GitConfigError, named_paths, parse
+from tests.conftest import fuzz
 
 
 def _git_list(data: bytes) -> list[tuple[str, str | None]] | None:
@@ -51,7 +52,7 @@ _PIECES = st.sampled_from([
 ])
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@fuzz(4)
 @given(st.lists(_PIECES, max_size=14))
 def test_parses_as_git_does(pieces: list[str]) -> None:
     data = "".join(pieces).encode("utf-8", "surrogatepass")
@@ -71,14 +72,14 @@ _LINES = st.one_of(
 )
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@fuzz(4)
 @given(st.lists(_LINES, max_size=10), st.sampled_from(["\n", "\r\n"]))
 def test_parses_line_shaped_files_as_git_does(lines: list[str], newline: str) -> None:
     data = newline.join(lines).encode()
     assert _ours(data) == _git_list(data)
 
 
-@settings(max_examples=200, deadline=None)
+@fuzz(2)
 @given(st.binary(max_size=200))
 def test_any_bytes_parse_or_raise_its_own_error(data: bytes) -> None:
     with contextlib.suppress(GitConfigError):

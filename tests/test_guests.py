@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from lnk_common.policy import Policy
@@ -21,7 +21,7 @@ from lnk_wrap import guests as core
 from lnk_wrap.enter import session_command
 from lnk_wrap.guests import GuestError
 from lnk_wrap.spec import load_spec, parse_document
-from tests.conftest import LNK_SANDBOX, toml_list
+from tests.conftest import LNK_SANDBOX, fuzz, toml_list
 
 ED = ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFxiD6pgn5k8cxMeIO/Do3AqkEeo3UnpIVxEFqOOF5T9 one")
 ED_FINGERPRINT = "SHA256:hV3UW38adwd5ULZrqLfGDRknYwuymyZcwWzKlUwGUE8"
@@ -208,7 +208,7 @@ _CONTENT = st.lists(_LINE, max_size=8).flatmap(
         lambda end: "\n".join(lines) + (end if lines else "")))
 
 
-@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@fuzz(4)
 @given(_CONTENT)
 def test_our_line_goes_in_and_out_and_every_other_byte_stays(text: str) -> None:
     content = text.encode("utf-8")
@@ -222,7 +222,7 @@ def test_our_line_goes_in_and_out_and_every_other_byte_stays(text: str) -> None:
         1] in text
 
 
-@settings(max_examples=400)
+@fuzz(4)
 @given(st.binary(max_size=300))
 def test_any_bytes_are_read_without_error(content: bytes) -> None:
     for line in core.key_lines(content):
@@ -232,7 +232,7 @@ def test_any_bytes_are_read_without_error(content: bytes) -> None:
         assert found is None
 
 
-@settings(max_examples=300)
+@fuzz(3)
 @given(st.lists(_LINE, max_size=6), st.sampled_from([ED, "ssh-ed25519 " + BLOB,
                                                      'no-pty,command="a b" ' + ED]))
 def test_a_line_naming_the_key_is_always_found_at_or_before_it(before: list[str],
@@ -747,7 +747,6 @@ def test_guests_toml_and_the_line_golden() -> None:
     assert kept_line.strip('"').replace('\\"', '"') == OURS
 
 
-@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.text())
 def test_what_is_shown_is_printable_ascii_and_json_reads_back(text: str) -> None:
     """`shown` (a line on the terminal) and `json_shown` (guest list --json) hold only

@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 
 from lnk_wrap.outside import GUEST_LOCALE, GUEST_PATH, Account, outside_environment
-from tests.conftest import LNK_SANDBOX, ROOT, VENV_PYTHON, toml_list
-from tests.test_guests_ssh import CLIENT_OPTIONS, USER, WAIT_SECONDS, Tmux, World, wait_for
+from tests.conftest import LNK_SANDBOX, ROOT, VENV_PYTHON, toml_list, wait_until
+from tests.test_guests_ssh import CLIENT_OPTIONS, USER, WAIT_SECONDS, Tmux, World
 
 SYSTEM_PYTHON = "/usr/bin/python3"  # not a venv's: it reads the user site under HOME
 
@@ -245,13 +245,13 @@ def test_a_guests_question_is_never_on_its_terminal_and_waits_in_the_owners_queu
     try:
         tmux.tmux("new-session", "-d", "-x", "100", "-y", "30", "-s", "t", session)
         tmux.wait("ANSWER-40")
-        wait_for(lambda: len(_asks(world)) == 1, "the guest's question in the owner's "
+        wait_until(lambda: len(_asks(world)) == 1, "the guest's question in the owner's "
                  f"queue; the guest's terminal:\n{tmux.screen()}")
         question = _asks(world)[0]
         # The asker, once it asks: with no controlling terminal (it cannot open one), or
         # (before the fix) with its prompt on the guest's screen.
         asker = _asker_of("guest-ann")
-        wait_for(lambda: "To allow" in tmux.screen() or _terminal_of(asker) == 0,
+        wait_until(lambda: "To allow" in tmux.screen() or _terminal_of(asker) == 0,
                  "the asker to ask")
         screen = tmux.screen()
         # What the guest types on its terminal is no answer: the code, were one shown.
@@ -367,7 +367,7 @@ def test_the_launcher_and_its_helpers_work_in_the_root_folder(
             assert run.poll() is None, run.communicate()
             return marker.exists() and bool(marker.read_text())
 
-        wait_for(started, "the program to start")
+        wait_until(started, "the program to start")
         assert marker.read_text() == f"{work}\n"
         proxies = [pid for pid in _children(run.pid)
                    if _cmdline(pid)[1:3] == [b"-I", b"-S"] and b"proxy" in _cmdline(pid)]

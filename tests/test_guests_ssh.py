@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import LNK_SANDBOX, toml_list
+from tests.conftest import LNK_SANDBOX, toml_list, wait_until
 
 SSHD = "/usr/sbin/sshd"
 # A step that takes longer than this is hung, not slow.
@@ -41,16 +41,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def wait_for(check: object, what: str, seconds: float = WAIT_SECONDS) -> None:
-    assert callable(check)
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class World:
@@ -109,7 +99,7 @@ class World:
                 return False
             return True
 
-        wait_for(listening, "sshd to listen")
+        wait_until(listening, "sshd to listen")
 
     def stop(self) -> None:
         if self.sshd is not None and self.sshd.poll() is None:
@@ -358,7 +348,7 @@ def test_local_forwarding_carries_nothing(world: World) -> None:
             env=world.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE)
         try:
-            wait_for(lambda: _connects(forwarded), "ssh -L to listen")
+            wait_until(lambda: _connects(forwarded), "ssh -L to listen")
             with socket.create_connection(("127.0.0.1", forwarded), timeout=5) as probe:
                 probe.sendall(b"hello\n")
                 probe.settimeout(5)
@@ -404,7 +394,7 @@ def test_dynamic_forwarding_carries_nothing(world: World) -> None:
             env=world.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE)
         try:
-            wait_for(lambda: _connects(socks), "ssh -D to listen")
+            wait_until(lambda: _connects(socks), "ssh -D to listen")
             with socket.create_connection(("127.0.0.1", socks), timeout=5) as probe:
                 probe.settimeout(10)
                 probe.sendall(b"\x05\x01\x00")
@@ -428,7 +418,7 @@ def test_agent_forwarding_is_refused(world: World, tmp_path: Path) -> None:
     agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(agent_socket)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_for(agent_socket.exists, "ssh-agent")
+        wait_until(agent_socket.exists, "ssh-agent")
         env = {**world.env, "SSH_AUTH_SOCK": str(agent_socket)}
         subprocess.run(["ssh-add", str(world.base / "cid")], env=env, check=True,
                        capture_output=True, timeout=WAIT_SECONDS)
@@ -477,7 +467,7 @@ class Tmux:
         self.tmux("send-keys", "-t", "t", *keys)
 
     def wait(self, text: str) -> None:
-        wait_for(lambda: text in self.screen(), f"{text!r} on the guest's terminal\n"
+        wait_until(lambda: text in self.screen(), f"{text!r} on the guest's terminal\n"
                  f"{self.screen()}")
 
     def stop(self) -> None:
@@ -673,7 +663,7 @@ def test_attack_guest_adds_dialog_takes_no_stray_key_for_a_yes(
             else:
                 keys(display, where, *keys_typed)
                 with contextlib.suppress(AssertionError):  # the keys alone: no, or none yet
-                    wait_for(lambda: not dialog_shown(display, title), "an answer", 1)
+                    wait_until(lambda: not dialog_shown(display, title), "an answer", 1)
             if dialog_shown(display, title):
                 tick_and_allow(display, title)
             out, err = adding.communicate(timeout=WAIT_SECONDS * 2)

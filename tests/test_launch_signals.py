@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import LNK_SANDBOX, SANDBOX_TIMEOUT_SECONDS, WriteSpec, end_run
+from tests.conftest import LNK_SANDBOX, SANDBOX_TIMEOUT_SECONDS, WriteSpec, end_run, wait_until
 from tests.test_dotfiles import listing
 from tests.test_files_attacks import Q, files_spec
 
@@ -161,6 +161,16 @@ def _waits_on_lock(pid: int, lock: Path) -> bool:
     return str(lock) in opened and waiting
 
 
+def _signal_taken(pid: int, signum: int) -> bool:
+    """Whether `signum`, sent to `pid`, is pending no more, for its threads or the
+    process (/proc/PID/status, SigPnd and ShdPnd): its handler has been entered."""
+    bit = 1 << (signum - 1)
+    with open(f"/proc/{pid}/status") as handle:
+        pending = [int(line.split()[1], 16) for line in handle
+                   if line.startswith(("SigPnd:", "ShdPnd:"))]
+    return len(pending) == 2 and not any(mask & bit for mask in pending)
+
+
 def test_a_stop_signal_while_the_launcher_holds_dot_files_means_the_program_never_runs(
     tmp_path: Path, write_spec: WriteSpec, sandbox_env: dict[str, str],
 ) -> None:
@@ -176,13 +186,14 @@ def test_a_stop_signal_while_the_launcher_holds_dot_files_means_the_program_neve
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         run = _run(spec, sandbox_env, marker)
-        deadline = time.monotonic() + SANDBOX_TIMEOUT_SECONDS
-        while not _waits_on_lock(run.pid, lock_folder / "lock"):
-            assert run.poll() is None, run.communicate()
-            assert time.monotonic() < deadline, "the launcher never waited on the index"
-            time.sleep(0.01)
+        launcher = run
+        wait_until(lambda: launcher.poll() is not None
+                   or _waits_on_lock(launcher.pid, lock_folder / "lock"),
+                   "the launcher to wait on the index")
+        assert run.poll() is None, run.communicate()
         run.send_signal(signal.SIGTERM)
-        time.sleep(0.1)
+        wait_until(lambda: _signal_taken(launcher.pid, signal.SIGTERM),
+                   "the launcher to take the TERM")
         fcntl.flock(lock, fcntl.LOCK_UN)
         _, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
     finally:

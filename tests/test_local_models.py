@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import http.server
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -26,16 +25,15 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from lnk_common import wirestate
 from lnk_proxy import local_models as lm
 from lnk_proxy import model_rules
 from lnk_proxy.local_models import LocalModelError
+from tests.conftest import fuzz
 
-DEEP = os.environ.get("LNK_FUZZ") == "deep"
-EXAMPLES = 2000 if DEEP else 200
 RELAY = str(Path(sys.executable).parent / "lnk-sandbox-relay")
 WIRE = "models"
 
@@ -197,7 +195,7 @@ def _admitted_exactly(method: str, target: str, admitted: lm.LocalRoute) -> bool
             and "/" not in path[len("/v1/models/"):]))
 
 
-@settings(max_examples=EXAMPLES * 5, suppress_health_check=[HealthCheck.too_slow])
+@fuzz(10)
 @given(method=st.sampled_from(["GET", "HEAD", "POST", "DELETE", "PUT", "get", "OPTIONS"]),
        target=st.text(alphabet=_PATH_ALPHABET, max_size=40)
        | st.lists(st.sampled_from(_SEGMENTS), max_size=5).map(lambda parts: "/" + "/".join(parts))
@@ -217,7 +215,7 @@ def test_fuzzed_targets_pass_only_the_allow_list(method: str, target: str) -> No
     assert not any(part in (".", "..") for part in target.partition("?")[0].split("/"))
 
 
-@settings(max_examples=EXAMPLES, suppress_health_check=[HealthCheck.too_slow])
+@fuzz(2)
 @given(method=st.binary(max_size=8), target=st.binary(max_size=64))
 def test_fuzzed_bytes_raise_only_the_filters_error(method: bytes, target: bytes) -> None:
     try:
@@ -521,7 +519,7 @@ def _runtime_fields(node: Any) -> bool:
     return False
 
 
-@settings(max_examples=EXAMPLES, suppress_health_check=[HealthCheck.too_slow])
+@fuzz(2)
 @given(where=st.sampled_from([path for (method, path), (body, _, _) in lm.ALLOWED_ROUTES.items()
                               if method == "POST"]),
        body=st.dictionaries(st.sampled_from(["model", "name", "models", "fallbacks", "tools",
@@ -546,7 +544,7 @@ def test_fuzzed_bodies_pass_no_cloud_model_and_raise_only_the_filters_error(
                    for tool in parsed.get("tools", []))
 
 
-@settings(max_examples=EXAMPLES, suppress_health_check=[HealthCheck.too_slow])
+@fuzz(2)
 @given(where=st.sampled_from(sorted(lm.ALLOWED_ROUTES)), raw=st.binary(max_size=64))
 def test_fuzzed_raw_bodies_raise_only_the_filters_error(where: tuple[str, str],
                                                          raw: bytes) -> None:
@@ -728,7 +726,7 @@ _go_keys = (st.sampled_from(sorted(lm.KNOWN_FIELDS))
 _go_values = st.integers(0, 3) | st.sampled_from(["lnkmodel7b", "x:cloud", "s"])
 
 
-@settings(max_examples=EXAMPLES * 2, suppress_health_check=[HealthCheck.too_slow])
+@fuzz(4)
 @given(where=st.sampled_from(["/api/chat", "/api/generate", "/v1/chat/completions",
                               "/v1/messages", "/v1/responses", "/api/embed"]),
        top=st.lists(st.tuples(_go_keys, _go_values), max_size=5),

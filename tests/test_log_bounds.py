@@ -17,7 +17,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,7 @@ from tests.conftest import (
     WriteSpec,
     end_run,
     toml_list,
+    wait_until,
 )
 from tests.floods import CONNECT, DNS, EXEC, folded, settings_bytes
 from tests.test_endpoints import net  # noqa: F401  (a fixture)
@@ -438,10 +438,9 @@ def test_N11_a_fold_count_is_written_when_its_window_ends_while_the_sandbox_runs
         assert "flooded" in run.stdout.readline()
         programs = lnk_home / "sandbox" / "programs.log"
         wire = lnk_home / "sandbox" / "wires" / "ep" / "log"
-        while not (folded(_lines(programs)) and folded(_lines(wire))):
-            assert run.poll() is None, run.communicate()
-            time.sleep(0.2)
-        assert run.poll() is None  # written by the window's end, not by the exit
+        wait_until(lambda: run.poll() is not None
+                   or (folded(_lines(programs)) and folded(_lines(wire))), "the folded lines")
+        assert run.poll() is None, run.communicate()  # written by the window's end, not the exit
         named = [line for line in _lines(programs) if "\trefused to run /tmp/flood/" in line]
         assert len(named) + folded(_lines(programs)) == 100
         refused = [line for line in _lines(wire) if "\trefused\t" in line

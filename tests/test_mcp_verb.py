@@ -17,7 +17,6 @@ import json
 import os
 import pwd
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -31,6 +30,7 @@ from tests.conftest import (
     WriteSpec,
     answer_next,
     toml_list,
+    wait_until,
 )
 
 PYTHON = VENV_PYTHON  # inside and outside
@@ -182,14 +182,8 @@ def test_the_tools_process_ends_with_the_sandbox(
     marker = folder / "tool.py"
     _tool(sandbox_env, "add", "demo", "--ask", "none", "--", PYTHON, str(marker))
     run_sandbox(spec, PYTHON, str(folder / "client.py"), "demo")
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        alive = subprocess.run(["pgrep", "-f", str(marker)], capture_output=True, text=True,
-                               check=False).stdout.split()
-        if not alive:
-            break
-        time.sleep(0.2)
-    assert not alive, alive
+    wait_until(lambda: not subprocess.run(["pgrep", "-f", str(marker)], capture_output=True,
+                                          check=False).stdout, "the tool's process to end", 10)
 
 
 AUTO_CLIENT = '''

@@ -31,7 +31,7 @@ import anyio
 import pytest
 import trustme
 import uvicorn
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from mcp import Client, ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -54,14 +54,11 @@ from lnk_mcpremote._protocol import (
     parse_message,
     routing_headers,
 )
+from tests.conftest import fuzz
 
 # The `note` tool logs through the SDK's Context, which 2026-07-28 deprecates (SEP-2577)
 # while 2025-11-25 clients, the ones this test's logging is for, still read it.
 pytestmark = pytest.mark.filterwarnings("ignore:The logging capability is deprecated")
-
-settings.register_profile("fast", max_examples=300, deadline=None)
-settings.register_profile("deep", max_examples=20000, deadline=None)
-PROFILE = "deep" if os.environ.get("LNK_FUZZ") == "deep" else "fast"
 
 _BESIDE = Path(sys.executable).parent / "lnk-sandbox-mcp-remote"
 MCP_REMOTE = str(_BESIDE)
@@ -666,7 +663,7 @@ def test_a_message_at_the_limit_is_taken_and_one_byte_more_is_not() -> None:
         parse_message(message(MAX_MESSAGE_BYTES + 1))
 
 
-@settings(settings.get_profile(PROFILE))
+@fuzz(3)
 @given(st.one_of(st.binary(max_size=300), st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
@@ -755,7 +752,7 @@ def test_an_sse_event_over_the_limit_is_cut() -> None:
         SseReader(max_event_bytes=100).feed(b"data: " + b"x" * 200)  # no line end yet
 
 
-@settings(settings.get_profile(PROFILE))
+@fuzz(3)
 @given(st.binary(max_size=600), st.integers(min_value=1, max_value=64))
 def test_sse_parses_or_raises_its_own_error(data: bytes, cut: int) -> None:
     reader = SseReader(max_event_bytes=256)
@@ -766,7 +763,7 @@ def test_sse_parses_or_raises_its_own_error(data: bytes, cut: int) -> None:
         pass
 
 
-@settings(settings.get_profile(PROFILE))
+@fuzz(3)
 @given(st.text(max_size=200), st.lists(st.text(max_size=40), max_size=3))
 def test_arguments_parse_or_raise_their_own_error(url: str, headers: list[str]) -> None:
     argv = [url]

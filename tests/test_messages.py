@@ -9,7 +9,7 @@ import socket
 import struct
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from lnk_execwatch.messages import (
@@ -80,7 +80,6 @@ def test_control_data_the_kernel_refuses_is_einval(raw: bytes) -> None:
     assert refused.value.code == errno.EINVAL
 
 
-@settings(deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 300), st.integers(0, 5), st.binary(max_size=40)),
                 max_size=6))
 def test_built_control_data_reads_back_the_same(
@@ -92,7 +91,6 @@ def test_built_control_data_reads_back_the_same(
         (c.level, c.kind, c.data) for c in controls]
 
 
-@settings(deadline=None)
 @given(st.binary(max_size=200))
 def test_any_control_bytes_are_read_or_refused_never_raise_otherwise(raw: bytes) -> None:
     with contextlib.suppress(MessageError):

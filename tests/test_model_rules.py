@@ -6,22 +6,20 @@ and of the path attacks, and Hypothesis over random tool lists, nested content a
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from lnk_proxy import model_rules as m
 from lnk_proxy.model_rules import ModelRequestError
+from tests.conftest import fuzz
 
 GOLDEN = Path(__file__).parent / "golden"
 SEARCH = m.read_search_models()
-DEEP = os.environ.get("LNK_FUZZ") == "deep"
-EXAMPLES = 2000 if DEEP else 200
 
 
 def _route(provider: str, method: str, target: str) -> m.Route:
@@ -217,8 +215,7 @@ def test_route_target_at_the_limit() -> None:
     assert _refusal(lambda: _route("openai", "GET", long_target)).status == 414
 
 
-@settings(max_examples=EXAMPLES * 5, suppress_health_check=[HealthCheck.too_slow],
-          deadline=None)
+@fuzz(10)
 @given(provider=st.sampled_from([*sorted(m.PROVIDERS), "Gemini", "x"]),
        method=st.binary(max_size=8) | st.sampled_from([b"GET", b"POST"]),
        target=st.binary(max_size=80) | st.builds(
@@ -718,8 +715,7 @@ _TARGETS = [("anthropic", MSG), ("openai", CHAT), ("openai", RESP), ("gemini", G
             ("openrouter", "/api/v1/responses")]
 
 
-@settings(max_examples=EXAMPLES, suppress_health_check=[HealthCheck.too_slow],
-          deadline=None)
+@fuzz(2)
 @given(where=st.sampled_from(_TARGETS), tools=st.lists(_tool, max_size=8),
        gemini_tools=st.lists(_gemini_tool, max_size=4), content=_content,
        extra=st.dictionaries(st.sampled_from(["mcp_servers", "container", "web_search_options",
@@ -754,8 +750,7 @@ def test_rewrite_never_passes_a_server_tool_or_a_url(
     assert not (isinstance(model, str) and SEARCH.refuses(model))
 
 
-@settings(max_examples=EXAMPLES, suppress_health_check=[HealthCheck.too_slow],
-          deadline=None)
+@fuzz(2)
 @given(where=st.sampled_from(_TARGETS), raw=st.binary(max_size=200) | st.builds(
     orjson.dumps, st.dictionaries(st.text(max_size=6), _content, max_size=4)))
 def test_rewrite_body_fuzzed_raises_only_its_error(where: tuple[str, str], raw: bytes) -> None:
@@ -882,8 +877,7 @@ _URLISH = st.lists(st.sampled_from(
     max_size=12).map("".join)
 
 
-@settings(max_examples=EXAMPLES * 5, suppress_health_check=[HealthCheck.too_slow],
-          deadline=None)
+@fuzz(10)
 @given(where=st.sampled_from(FILE_DATA_WHERE), data=st.text(max_size=40) | _URLISH)
 def test_file_data_accepted_only_if_inline_by_construction(where: tuple[str, str, Any],
                                                            data: str) -> None:

@@ -3,10 +3,8 @@ ASCII form shown and opened, a login's callback port. Sans IO: no proxy, no open
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from lnk_proxy.open_rules import (
@@ -17,9 +15,7 @@ from lnk_proxy.open_rules import (
     check_url,
     display,
 )
-
-DEEP = os.environ.get("LNK_FUZZ") == "deep"
-EXAMPLES = 3000 if DEEP else 300
+from tests.conftest import fuzz
 
 NOT_HTTP = "only http and https URLs are opened"
 RELATIVE = "a relative URL is refused: http:// or https:// only"
@@ -240,7 +236,7 @@ def _shown_is_opened(url: OpenUrl) -> None:
     assert len(shown) <= MAX_URL_BYTES
 
 
-@settings(max_examples=EXAMPLES * 3, deadline=None)
+@fuzz(9)
 @given(st.binary(max_size=200))
 def test_any_bytes_check_or_refuse(raw: bytes) -> None:
     try:
@@ -255,7 +251,7 @@ _HOST_LABEL = st.text(alphabet=_LETTERS, min_size=1, max_size=12).filter(
     lambda label: not label.lower().startswith("xn--"))
 
 
-@settings(max_examples=EXAMPLES * 3, deadline=None)
+@fuzz(9)
 @given(st.lists(_HOST_LABEL, min_size=1, max_size=3), st.text(max_size=80))
 def test_any_tail_is_shown_as_printable_ascii(labels: list[str], tail: str) -> None:
     raw = ("https://" + ".".join(labels) + ".example/" + tail).encode("utf-8", "surrogatepass")
@@ -266,7 +262,7 @@ def test_any_tail_is_shown_as_printable_ascii(labels: list[str], tail: str) -> N
     _shown_is_opened(url)
 
 
-@settings(max_examples=EXAMPLES * 3, deadline=None)
+@fuzz(9)
 @given(_HOST_LABEL, _HOST_LABEL, st.text(max_size=20))
 def test_different_hosts_show_differently(first: str, second: str, tail: str) -> None:
     if first.lower() == second.lower():

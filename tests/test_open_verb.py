@@ -299,7 +299,7 @@ def test_the_port_takes_one_request_and_reaches_a_program_on_ipv6_loopback(
     inside, env = setup
     spec = _spec(write_spec, inside)
     port = _free_port()
-    go = tmp_path / "go"
+    go = inside / "go"  # where the program inside sees it
     run = _start(spec, {**env, "V6": "1", "GO": str(go), "WAIT": "200"}, PYTHON,
                  str(inside / "login.py"), str(port), "localhost")
     try:
@@ -452,7 +452,7 @@ def test_a_redirect_elsewhere_is_not_listened_for(
     inside, env = setup
     spec = _spec(write_spec, inside)
     port = _free_port()
-    go = tmp_path / "go"
+    go = inside / "go"  # where the program inside sees it
     run = _start(spec, {**env, "GO": str(go), "WAIT": "200"}, PYTHON,
                  str(inside / "login.py"), str(port), redirect_host)
     try:

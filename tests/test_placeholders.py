@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from lnk_wrap import placeholders
@@ -23,12 +23,13 @@ from lnk_wrap.placeholders import (
     index_entries,
     release,
 )
+from tests.conftest import fuzz
 
 _names = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="/\0"),
                  min_size=1, max_size=8).filter(lambda name: name not in (".", ".."))
 
 
-@settings(max_examples=200)
+@fuzz(2)
 @given(st.dictionaries(st.lists(_names, min_size=1, max_size=3).map(lambda p: "/" + "/".join(p)),
                        st.tuples(st.sampled_from([FOLDER, FILE]),
                                  st.one_of(st.none(), st.integers(0, 2**63)),

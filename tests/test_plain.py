@@ -12,7 +12,7 @@ from pathlib import Path
 
 import h11
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from lnk_proxy.head import HeadError, check_head
@@ -27,8 +27,7 @@ from lnk_proxy.plain import (
     response_bytes,
     response_head,
 )
-from tests.conftest import RunSandbox, WriteSpec, toml_list
-from tests.test_proxy_parsers import PROFILE
+from tests.conftest import RunSandbox, WriteSpec, fuzz, toml_list
 from tests.testservers import RAW_PORT
 
 
@@ -75,7 +74,7 @@ _NAMES = st.sampled_from(["Accept", "X-A", "Cookie", "Connection", "Keep-Alive",
 _VALUES = st.binary(max_size=16)
 
 
-@settings(settings.get_profile(PROFILE))
+@fuzz(3)
 @given(st.sampled_from([b"GET", b"POST", b"DELETE", b"HEAD", b"PATCH", b"X-Y"]),
        st.sampled_from([b"HTTP/1.1", b"HTTP/1.0"]),
        st.lists(st.tuples(_NAMES.map(str.encode), _VALUES), max_size=6))
@@ -195,7 +194,7 @@ def _fields(clean: list[bytes], length: bytes | None, at: int, dirty: list[bytes
     return fields
 
 
-@settings(settings.get_profile(PROFILE))
+@fuzz(3)
 @given(st.sampled_from([b"HTTP/1.1"] * 5 + [b"HTTP/1.0"]),
        st.sampled_from([b"200", b"201", b"404", b"599", b"204", b"304", b"100"]),
        st.sampled_from([b" OK", b" ", b"", b" \xe9t\xe9", b" a b"]),

@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pyseccomp
@@ -22,7 +21,9 @@ from tests.conftest import (
     RunSandbox,
     WriteSpec,
     end_run,
+    ended,
     toml_list,
+    wait_until,
 )
 from tests.test_files_attacks import Q
 
@@ -348,16 +349,13 @@ def test_the_sandbox_fails_closed_when_the_watch_dies(
 
 def _kill_the_watch_once_running(run: subprocess.Popen[str], running: Path) -> None:
     watch = _find_watch(run.pid)
-    deadline = time.monotonic() + SANDBOX_TIMEOUT_SECONDS
-    while not running.exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(running.exists, "the program running")
     os.kill(watch, signal.SIGKILL)
-    time.sleep(0.1)
+    wait_until(lambda: ended(watch), "the killed watch to end")
 
 
 def _find_watch(launcher: int) -> int:
-    deadline = time.monotonic() + SANDBOX_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
+    def watch() -> int | None:
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
                 continue
@@ -370,8 +368,9 @@ def _find_watch(launcher: int) -> int:
                 continue
             if name == WATCH_PROCESS_NAME and parent in (launcher, *_children(launcher)):
                 return int(entry)
-        time.sleep(0.01)
-    raise AssertionError("no exec watch found")
+        return None
+
+    return wait_until(watch, "the exec watch")
 
 
 def _children(pid: int) -> list[int]:

@@ -1,18 +1,16 @@
 """The proxy's sans-IO pieces: the head check, the target parsers, the decision, SNI.
 
-Hypothesis runs a fast profile by default; LNK_FUZZ=deep runs many more examples (the
-deep profile, for a machine with time: `LNK_FUZZ=deep .venv/bin/pytest -q -k fuzz`).
+Hypothesis runs the fuzz profile of tests/conftest.py (`LNK_FUZZ=deep` for many more).
 """
 
 from __future__ import annotations
 
 import ipaddress
-import os
 import ssl
 
 import h11
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from lnk_proxy.decide import (
@@ -24,12 +22,7 @@ from lnk_proxy.decide import (
 from lnk_proxy.head import MAX_HEAD_BYTES, MAX_HEADERS, HeadError, check_head, head_end
 from lnk_proxy.sni import NEED_MORE, server_name
 from lnk_proxy.target import TargetError, parse_absolute, parse_connect
-
-settings.register_profile("fast", max_examples=300, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("deep", max_examples=20000, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-PROFILE = "deep" if os.environ.get("LNK_FUZZ") == "deep" else "fast"
+from tests.conftest import fuzz
 
 
 def head(*lines: str) -> bytes:
@@ -135,13 +128,13 @@ _NEAR_VALID = st.builds(
              max_size=3))
 
 
-@settings(settings.get_profile(PROFILE))
+@fuzz(3)
 @given(st.lists(_PIECES, max_size=16).map(b"".join))
 def test_fuzz_the_head_check_admits_or_raises_its_own_error(data: bytes) -> None:
     _admitted_heads_have_no_stray_byte(data)
 
 
-@settings(settings.get_profile(PROFILE))
+@fuzz(3)
 @given(_NEAR_VALID)
 def test_fuzz_a_valid_head_with_stray_bytes_is_refused_or_still_clean(data: bytes) -> None:
     _admitted_heads_have_no_stray_byte(data)
@@ -174,7 +167,7 @@ def _lenient_server_reads(data: bytes) -> tuple[bytes, bytes, list[tuple[bytes, 
     return method, target, fields
 
 
-@settings(settings.get_profile(PROFILE))
+@fuzz(3)
 @given(st.lists(st.tuples(st.from_regex(rb"[A-Za-z][A-Za-z0-9-]{0,10}", fullmatch=True),
                           st.binary(max_size=12)), max_size=6),
        st.sampled_from([b"GET", b"POST", b"PUT"]))
@@ -244,7 +237,7 @@ def test_absolute_urls_refused(url: str) -> None:
         parse_absolute(url)
 
 
-@settings(settings.get_profile(PROFILE))
+@fuzz(3)
 @given(st.text(max_size=40))
 def test_fuzz_the_connect_parser_parses_or_raises_its_own_error(text: str) -> None:
     try:

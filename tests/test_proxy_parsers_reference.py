@@ -3,30 +3,25 @@ verdict (admitted with the same fields, or refused with the same reason) for eve
 input. The old forms judged a head byte by byte and a name label by label in Python;
 they are kept here, as they were, as the reference.
 
-Hypothesis runs a fast profile by default; LNK_FUZZ=deep runs many more examples.
+Hypothesis runs the fuzz profile of tests/conftest.py (`LNK_FUZZ=deep` for many more).
 """
 
 from __future__ import annotations
 
 import ipaddress
-import os
 from collections.abc import Callable
 from typing import TypeVar
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from lnk_proxy import head as head_module
 from lnk_proxy import target as target_module
 from lnk_proxy.head import MAX_HEAD_BYTES, MAX_HEADERS, HeadError, check_head, head_end
 from lnk_proxy.target import MAX_NAME_LENGTH, TargetError, parse_absolute, parse_connect
+from tests.conftest import fuzz
 
-settings.register_profile("fast", max_examples=1500, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("deep", max_examples=50000, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-PROFILE = "deep" if os.environ.get("LNK_FUZZ") == "deep" else "fast"
 T = TypeVar("T")
 
 
@@ -246,7 +241,7 @@ def _with_strays(data: bytes, strays: list[tuple[int, bytes]]) -> bytes:
     return data
 
 
-@settings(settings.get_profile(PROFILE))
+@fuzz(15)
 @given(st.builds(_head, _REQUEST_LINE, st.lists(_FIELD, max_size=6)))
 @example(b"GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n")
 @example(b"\r\r\n\r\n")
@@ -257,14 +252,14 @@ def test_fuzz_heads_assembled_from_parts_get_the_old_verdict(data: bytes) -> Non
     _same_head_verdicts(data)
 
 
-@settings(settings.get_profile(PROFILE))
+@fuzz(15)
 @given(_VALID_HEADS, st.lists(st.tuples(st.integers(0, 200), _STRAY), max_size=3))
 def test_fuzz_valid_heads_with_stray_bytes_get_the_old_verdict(
         data: bytes, strays: list[tuple[int, bytes]]) -> None:
     _same_head_verdicts(_with_strays(data, strays))
 
 
-@settings(settings.get_profile(PROFILE))
+@fuzz(15)
 @given(st.binary(max_size=60))
 def test_fuzz_any_bytes_get_the_old_verdict(data: bytes) -> None:
     _same_head_verdicts(data)
@@ -311,7 +306,7 @@ _SCHEMES = st.sampled_from(["http://", "HTTP://", "hTtP://", "https://", "http:/
                             "http://user@", "İttp://", "ftp://"])
 
 
-@settings(settings.get_profile(PROFILE))
+@fuzz(15)
 @given(_SCHEMES, _HOSTS, _PORTS, _PATHS)
 def test_fuzz_urls_and_connect_targets_get_the_old_verdict(
         scheme: str, host: str, port: str, path: str) -> None:
@@ -319,7 +314,7 @@ def test_fuzz_urls_and_connect_targets_get_the_old_verdict(
     _same_target_verdicts(host + port)
 
 
-@settings(settings.get_profile(PROFILE))
+@fuzz(15)
 @given(st.text(max_size=40))
 def test_fuzz_any_text_gets_the_old_verdict(text: str) -> None:
     _same_target_verdicts(text)

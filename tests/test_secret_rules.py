@@ -16,18 +16,17 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from lnk_proxy import secret_rules as s
 from lnk_proxy.secret_rules import SecretRuleError
+from tests.conftest import fuzz
 
 ROOT = Path(__file__).parent.parent
 GOLDEN = Path(__file__).parent / "golden" / "secret_telegram.json"
 TELEGRAM = (ROOT / "examples" / "telegram-rule.json").read_bytes()
 TG_RULE = s.parse_rule(TELEGRAM)
-DEEP = os.environ.get("LNK_FUZZ") == "deep"
-EXAMPLES = 3000 if DEEP else 300
 PLACEHOLDER = b"123456:PLACEHOLDERPLACEHOLDER0000"
 SECRET = b"123456:AAH-real_token-DO-NOT-LEAK"
 # The placeholder as urllib.parse.quote spells it (python-telegram-bot's file URLs).
@@ -647,8 +646,7 @@ ALPHABET = st.sampled_from([b"/", b".", b"%", b"a", b"Z", b"0", b"{", b"}", b":"
                             PLACEHOLDER, ENCODED])
 
 
-@settings(max_examples=EXAMPLES * 5, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@fuzz(15)
 @given(st.lists(ALPHABET, max_size=16).map(b"".join),
        st.sampled_from([b"GET", b"POST", b"DELETE"]))
 def test_random_targets_never_match_into_a_refused_name_or_a_relative_path(
@@ -674,7 +672,7 @@ def test_random_targets_never_match_into_a_refused_name_or_a_relative_path(
     assert matched.name is None or matched.name.lower() not in TG.refused
 
 
-@settings(max_examples=EXAMPLES * 3, deadline=None)
+@fuzz(9)
 @given(st.binary(max_size=64), st.sampled_from([b"GET", b"POST", b"HEAD"]))
 def test_random_bytes_as_a_target_raise_only_secret_rule_error(target: bytes,
                                                                method: bytes) -> None:
@@ -717,8 +715,7 @@ def random_rules(draw: st.DrawFn) -> dict[str, Any]:
     return document
 
 
-@settings(max_examples=EXAMPLES * 5, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@fuzz(15)
 @given(random_rules(), st.lists(ALPHABET, max_size=10).map(b"".join))
 def test_random_rules_parse_or_raise_and_what_parses_holds(document: dict[str, Any],
                                                            target: bytes) -> None:
@@ -744,7 +741,7 @@ def test_random_rules_parse_or_raise_and_what_parses_holds(document: dict[str, A
     assert matched.name is None or matched.name.lower() not in parsed.refused
 
 
-@settings(max_examples=EXAMPLES * 3, deadline=None)
+@fuzz(9)
 @given(st.binary(max_size=200) | JSON_VALUES.map(orjson.dumps))
 def test_random_bytes_as_a_rule_raise_only_secret_rule_error(raw: bytes) -> None:
     try:
@@ -753,7 +750,7 @@ def test_random_bytes_as_a_rule_raise_only_secret_rule_error(raw: bytes) -> None
         assert error.reason
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@fuzz(3)
 @given(st.sampled_from([b"application/json", b"application/x-www-form-urlencoded",
                         b"multipart/form-data; boundary=b", b"multipart/form-data", b"x/y"]),
        st.binary(max_size=120))

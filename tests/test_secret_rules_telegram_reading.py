@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from pathlib import Path
 from typing import TypeVar
 
@@ -20,12 +19,12 @@ from hypothesis import strategies as st
 
 from lnk_proxy import secret_rules as s
 from lnk_proxy.secret_rules import SecretRuleError
+from tests.conftest import fuzz
 
 T = TypeVar("T")
 ROOT = Path(__file__).parent.parent
 RULE = s.parse_rule((ROOT / "examples" / "telegram-rule.json").read_bytes())
 PLACEHOLDER = b"123456:PLACEHOLDERPLACEHOLDER0000"
-EXAMPLES = 3000 if os.environ.get("LNK_FUZZ") == "deep" else 300
 FORM = b"application/x-www-form-urlencoded"
 JSON = b"application/json"
 MP = b"multipart/form-data; boundary=XX"
@@ -547,8 +546,7 @@ def multipart_bodies(draw: st.DrawFn) -> tuple[bytes, bytes]:
     return content_type, b"".join(out)
 
 
-@settings(max_examples=EXAMPLES * 10, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(fuzz(30), suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(multipart_bodies())
 def test_what_the_check_accepts_tdlib_reads_the_same(case: tuple[bytes, bytes]) -> None:
     """Whatever multipart body the check accepts, both tdlib versions read the same parts
@@ -563,7 +561,7 @@ def test_what_the_check_accepts_tdlib_reads_the_same(case: tuple[bytes, bytes]) 
     assert td_multipart(content_type, body, year=2020) == read
 
 
-@settings(max_examples=EXAMPLES * 3, deadline=None)
+@fuzz(9)
 @given(st.binary(max_size=300), st.sampled_from([MP, b'multipart/form-data; boundary="a b"']))
 def test_random_multipart_bytes_raise_only_secret_rule_error(body: bytes,
                                                              content_type: bytes) -> None:

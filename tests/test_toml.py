@@ -5,28 +5,20 @@ not a traceback."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from lnk_wrap.spec import SpecError, load_spec
 from lnk_wrap.vendor import tomllib as toml
-from tests.conftest import ROOT, RunSandbox, WriteSpec
+from tests.conftest import ROOT, RunSandbox, WriteSpec, fuzz
 
 EXIT_SANDBOX_FAILED = 125
-# Examples per property: 1000 for every run, 20 times as many when LNK_FUZZ=deep.
-FUZZ = settings(
-    max_examples=1000 * (20 if os.environ.get("LNK_FUZZ") == "deep" else 1),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-
 # The pieces TOML is made of, and the ones where the copy differs from tomllib: the
 # hand-read decimal integer (digits, then what may end a value) against every
 # neighbour the regular expressions see (dates, times, signs, bases, '_', '.', 'e').
@@ -95,7 +87,7 @@ def _same(document: str) -> None:
         assert ours[0] == theirs[0] and (ours[0] == "error" or ours == theirs)
 
 
-@FUZZ
+@fuzz(10)
 @given(_documents)
 @example("x = 1\n")
 @example("x = 0123")
@@ -107,7 +99,7 @@ def test_toml_reads_token_soup_as_tomllib_does(document: str) -> None:
     _same(document)
 
 
-@FUZZ
+@fuzz(10)
 @given(_tables)
 def test_toml_reads_valid_documents_as_tomllib_does(document: str) -> None:
     _same(document)

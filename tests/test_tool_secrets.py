@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from lnk_proxy.tools import ToolError, check_secret_values, parse_tool, plan_tool
@@ -32,13 +32,10 @@ from tests.conftest import (
     VENV,
     RunSandbox,
     WriteSpec,
+    fuzz,
     toml_list,
 )
 from tests.test_mcp_verb import INITIALIZE, PYTHON, RAW_CLIENT, write_messages
-
-settings.register_profile("fast", max_examples=300, deadline=None)
-settings.register_profile("deep", max_examples=20000, deadline=None)
-PROFILE = "deep" if os.environ.get("LNK_FUZZ") == "deep" else "fast"
 
 MCP_REMOTE = str(Path(LNK_SANDBOX).with_name("lnk-sandbox-mcp-remote"))
 TOKEN = "tok-7c1e9a44b0d2f3e8-far"  # noqa: S105 (a test's token)
@@ -324,7 +321,7 @@ _JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_siz
 _KEYS = ["command", "allow", "ask", "cwd", "home", "environment", "secrets"]
 
 
-@settings(settings.get_profile(PROFILE))
+@fuzz(3)
 @given(st.one_of(
     st.binary(max_size=200),
     st.dictionaries(st.sampled_from(_KEYS), _JSON, max_size=7).map(
@@ -343,7 +340,7 @@ def test_a_definition_parses_or_raises_its_own_error(raw: bytes) -> None:
 _WORD = st.text(st.characters(codec="utf-8", exclude_characters="\0"), max_size=20)
 
 
-@settings(settings.get_profile(PROFILE))
+@fuzz(3)
 @given(st.lists(_WORD, min_size=1, max_size=6), st.lists(_WORD, max_size=3),
        st.lists(_WORD, max_size=3), st.booleans())
 def test_a_plan_is_whole_or_refused_and_a_refusal_never_repeats_a_value(

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from lnk_common import wirestate
@@ -33,7 +33,7 @@ from lnk_proxy.verbs import (
     split_url_secret,
     split_verb,
 )
-from tests.conftest import LNK_SANDBOX
+from tests.conftest import LNK_SANDBOX, fuzz
 
 PROXY = str(Path(sys.executable).parent / "lnk-sandbox-proxy")
 PLACEHOLDER = "lnk-" + "ab" * 20
@@ -524,7 +524,7 @@ def test_what_a_404_shows_of_the_path_never_a_secret_or_a_query(
     assert asked_line(b"GET", target) == shown
 
 
-@settings(deadline=None, max_examples=200)
+@fuzz(2)
 @given(st.lists(st.binary(min_size=1, max_size=12), min_size=1, max_size=6),
        st.binary(max_size=8))
 def test_a_404_shows_no_segment_the_program_chose(segments: list[bytes], method: bytes) -> None:

@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +20,9 @@ from tests.conftest import (
     WriteSpec,
     call_lines,
     end_run,
+    ended,
     toml_list,
+    wait_until,
     wire_log_of,
 )
 from tests.test_files_attacks import Q
@@ -522,12 +523,10 @@ def test_the_sandbox_has_no_way_out_when_the_proxy_dies(
          f"curl -s -m 5 --noproxy '*' http://{ORIGIN_ADDRESS}/ok; echo direct=$?"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + SANDBOX_TIMEOUT_SECONDS
-        while not running.exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(running.exists, "the program running")
         proxy = _find_child(run.pid, b"proxy")
         os.kill(proxy, signal.SIGKILL)
-        time.sleep(0.2)
+        wait_until(lambda: ended(proxy), "the killed proxy to end")
         gate.touch()
         stdout, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
     finally:
@@ -538,8 +537,7 @@ def test_the_sandbox_has_no_way_out_when_the_proxy_dies(
 
 
 def _find_child(parent: int, word: bytes) -> int:
-    deadline = time.monotonic() + SANDBOX_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
+    def child() -> int | None:
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
                 continue
@@ -550,8 +548,9 @@ def _find_child(parent: int, word: bytes) -> int:
                 continue
             if word in words and int(stat.rsplit(")", 1)[1].split()[1]) == parent:
                 return int(entry)
-        time.sleep(0.01)
-    raise AssertionError(f"no child {word!r} of {parent}")
+        return None
+
+    return wait_until(child, f"a child {word!r} of {parent}")
 
 
 def test_many_concurrent_tunnels_are_all_served(
