@@ -104,6 +104,7 @@ def ended(pid: int) -> bool:
 NOT_USER_DEPENDENT = {
     "test_bwrap": "bubblewrap's argv planned from typed values (golden); no bwrap runs",
     "test_dns_core": "the DNS core: pure, fuzzed",
+    "test_docs": "the docs against the code and the old notebook (git history): no sandbox",
     "test_endpoint_plan": "the endpoints' plan: pure",
     "test_gitconfig": "the gitconfig reader: pure, fuzzed",
     "test_gitdiscovery": "git's discovery read on folders in tmp; no sandbox",
@@ -116,13 +117,17 @@ NOT_USER_DEPENDENT = {
     "test_open_rules": "the open verb's rules: pure, fuzzed",
     "test_placeholders": "the dot files' stand-ins: pure",
     "test_policy": "the policy and its argv: pure",
+    "test_proxy_connection": "the proxy's connection machine: pure, playbooks and fuzzed",
+    "test_proxy_linger": "the proxy in this process, refusing clients on loopback",
     "test_proxy_parsers": "the proxy's parsers: pure, fuzzed",
     "test_proxy_parsers_reference": "the proxy's parsers against reference parsers: pure",
     "test_seccomp": "the seccomp filter's table and BPF, evaluated here; none is loaded",
     "test_secret_rules": "the secret verb's rules: pure, fuzzed",
     "test_secret_rules_clients": "the secret rules against real client libraries' requests",
     "test_secret_rules_telegram_reading": "the Telegram reading rules: pure, fuzzed",
+    "test_shape": "an AST walk over the product's functions",
     "test_vendor": "the vendored tomllib against its upstream",
+    "test_wire_ends": "the splice threads' ends and a signal, in this process",
 }
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from lnk_common.wire import Refused
@@ -28,7 +28,7 @@ from lnk_proxy.connection import (
 )
 from lnk_proxy.head import MAX_HEAD_BYTES
 from lnk_proxy.target import Target, parse_connect
-from tests.test_proxy_parsers import PROFILE
+from tests.conftest import fuzz
 
 # -- the playbook ----------------------------------------------------------------------
 
@@ -229,7 +229,7 @@ _PIECES = [GET, b"CONNECT a.test:80 HTTP/1.1\r\nHost: a.test:80\r\n\r\n",
            b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n", b"Host: b\r\n", b"\x00", b" "]
 
 
-@settings(settings.get_profile(PROFILE))
+@fuzz(3)
 @given(chunks=st.lists(st.one_of(st.binary(max_size=64), st.sampled_from(_PIECES)),
                        max_size=12),
        ended=st.booleans())

@@ -91,7 +91,6 @@ EDITED_TOKENS: dict[str, str] = {
 
 # Records the plan links to that other branches of issue 30 write (docs/decisions/0035).
 PENDING_RECORDS = {
-    "0038-ci-each-test-once.md",
 }
 
 
