@@ -30,8 +30,8 @@ from lnk_common.controls import Controls, SharedControls
 from lnk_common.policy import DEFAULT_PAUSE
 from lnk_common.wirelog import WireLog
 
-__all__ = ["OUT_OF_DESCRIPTORS", "RETRYABLE_STATUSES", "Refused", "Wire",
-           "is_out_of_descriptors", "no_delay", "notify_desktop", "refusal_head"]
+__all__ = ["LINGER_SECONDS", "OUT_OF_DESCRIPTORS", "RETRYABLE_STATUSES", "Refused", "Wire",
+           "is_out_of_descriptors", "linger", "no_delay", "notify_desktop", "refusal_head"]
 
 # shutdown(2) called with the GIL held (PyDLL): `sever` shuts hundreds of sockets in one
 # sweep rather than waiting for the GIL again after each.
@@ -286,6 +286,31 @@ def refusal_head(refusal: Refused, kind: str, length: int) -> bytes:
     return (f"HTTP/1.1 {refusal.status} {_PHRASES.get(refusal.status, 'Refused')}\r\n"
             f"Content-Type: {kind}\r\n{retry}{final}Content-Length: {length}\r\n"
             "Connection: close\r\n\r\n").encode()
+
+
+# After a refusal that ends a connection, what the program still sends (a head over the
+# limit, a body not read) is read and dropped for at most this long before the close: a
+# socket closed with unread data is reset by the kernel, and the reset can reach the
+# program before the refusal does (Python's http.client, which sends a whole body before
+# it reads, saw "connection reset", not its 403, for an 8 MiB body to a refused path).
+LINGER_SECONDS = 2.0
+# What one read of what follows a refusal takes.
+_LINGER_READ_BYTES = 65536
+
+
+async def linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """After a refusal that ends the connection (the proxy's and the relay's): our side
+    closed for writing, then what the program still sends dropped until it closes, for
+    at most LINGER_SECONDS, so that it reads its refusal rather than a reset."""
+    with contextlib.suppress(OSError, TimeoutError):
+        if writer.can_write_eof():
+            writer.write_eof()
+        await asyncio.wait_for(_drop_until_closed(reader), LINGER_SECONDS)
+
+
+async def _drop_until_closed(reader: asyncio.StreamReader) -> None:
+    while await reader.read(_LINGER_READ_BYTES):
+        pass
 
 
 def _error_text(error: BaseException) -> str:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import h11
 
-from lnk_common.wire import Refused
+from lnk_common.wire import Refused, linger
 from lnk_proxy.connection import Forward
 from lnk_proxy.exchange import (
     Outcome,
@@ -35,7 +35,6 @@ from lnk_proxy.exchange import (
 from lnk_proxy.lane import Handoff
 from lnk_proxy.plain import client_closes
 from lnk_proxy.upstream import Upstream
-from lnk_proxy.verb_call import linger
 
 if TYPE_CHECKING:
     from lnk_proxy.server import Proxy

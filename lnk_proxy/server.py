@@ -38,6 +38,7 @@ from lnk_common.wire import (
     Refused,
     Wire,
     is_out_of_descriptors,
+    linger,
     refusal_head,
 )
 from lnk_common.wirelog import WireLog
@@ -77,7 +78,6 @@ from lnk_proxy.verb_call import (
     Keep,
     Verb,
     VerbCall,
-    linger,
 )
 from lnk_proxy.verbs import VerbError, split_verb, verb_refusal_body
 
@@ -259,7 +259,7 @@ class Proxy(Wire):
     async def _refuse_as(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                          command: Refuse) -> None:
         """The machine's refusal, which ends the connection, read by the program rather
-        than reset away (lnk_proxy.verb_call.linger)."""
+        than reset away (lnk_common.wire.linger)."""
         await self.refuse(writer, command.where, command.refusal)
         await linger(reader, writer)
 

@@ -24,12 +24,11 @@ import socket
 import time
 from typing import TYPE_CHECKING
 
-from lnk_common.wire import Refused
+from lnk_common.wire import Refused, linger
 from lnk_proxy import sni
 from lnk_proxy.connection import ClientConnection, OpenTunnel
 from lnk_proxy.target import Target
 from lnk_proxy.upstream import Upstream
-from lnk_proxy.verb_call import linger
 
 if TYPE_CHECKING:
     from lnk_proxy.server import Proxy

@@ -21,16 +21,15 @@ closed before any answer (the body is ours, held whole).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ssl
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import h11
 
-from lnk_common.wire import Refused
+from lnk_common.wire import Refused, linger
 from lnk_proxy.exchange import Outcome, exchange, next_cycle, next_event
 from lnk_proxy.target import Target
-from lnk_proxy.upstream import CHUNK, Pool, Upstream, open_upstream
+from lnk_proxy.upstream import Pool, Upstream, open_upstream
 from lnk_proxy.verbs import asked_line
 
 if TYPE_CHECKING:
@@ -40,14 +39,12 @@ __all__ = [
     "BODY_IDLE_SECONDS",
     "BODY_STALLED",
     "HELD_BODIES_FULL",
-    "LINGER_SECONDS",
     "MAX_HELD_BODY_BYTES",
     "UNREADABLE_BODY",
     "Keep",
     "ServiceVerb",
     "Verb",
     "VerbCall",
-    "linger",
     "service_call",
 ]
 
@@ -64,12 +61,6 @@ MAX_HELD_BODY_BYTES = 128 * 1024 * 1024
 # base64 image over a slow link still moves every minute): a body dribbled to hold its
 # share of MAX_HELD_BODY_BYTES is let go (408) within this. The relay's BODY_IDLE_SECONDS.
 BODY_IDLE_SECONDS = 60.0
-# After a verb's refusal, what the program still sends (a body not read) is read and
-# dropped for at most this long before the close: a socket closed with unread data
-# resets, and the program's side drops the refusal unread (Python's http.client, which
-# sends a whole body before it reads, saw a reset, not its 403, for an 8 MiB body to a
-# refused local path). The relay's LINGER_SECONDS, for the same reason.
-LINGER_SECONDS = 2.0
 
 # The reasons of refusals whose cause is h11's reading of the program's bytes: fixed
 # text, never h11's message (which quotes the bytes it refused). The program learns the
@@ -173,9 +164,9 @@ class VerbCall:
 
     async def refuse(self, where: str, refusal: Refused, *, echo: bool = True) -> Keep:
         """A verb's refusal (JSON), then what the program still sends dropped until it
-        closes, for at most LINGER_SECONDS; the connection ends. With `echo`, a 404
-        or 405 tells the program the method and path it sent (the log keeps the reason
-        only: no path)."""
+        closes, for at most LINGER_SECONDS (lnk_common.wire.linger); the connection
+        ends. With `echo`, a 404 or 405 tells the program the method and path it sent
+        (the log keeps the reason only: no path)."""
         if echo and refusal.status in (404, 405):
             got = asked_line(self.request.method, self.request.target)
             refusal = Refused(refusal.status, f"{refusal.reason}; got {got}",
@@ -213,24 +204,6 @@ class VerbCall:
 
     def next_cycle(self, outcome: Outcome) -> Keep:
         return next_cycle(self.client, outcome)
-
-
-async def linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """After a refusal that ends the connection: our side closed for writing, then what
-    the program still sends dropped until it closes, for at most LINGER_SECONDS. A
-    client still sending (a head over the limit, a body the refusal came before) then
-    reads its refusal: a socket closed with bytes unread is reset by the kernel, and a
-    reset can arrive before the refusal is read."""
-    with contextlib.suppress(OSError, TimeoutError):
-        if writer.can_write_eof():
-            writer.write_eof()
-        await asyncio.wait_for(_drop_until_closed(reader), LINGER_SECONDS)
-
-
-async def _drop_until_closed(reader: asyncio.StreamReader) -> None:
-    """Read and drop what the program still sends, until it closes."""
-    while await reader.read(CHUNK):
-        pass
 
 
 # -- the model and secret verbs' one path ----------------------------------------------

@@ -26,12 +26,13 @@ from lnk_common.wire import (
     Refused,
     Wire,
     is_out_of_descriptors,
+    linger,
     no_delay,
     refusal_head,
 )
 from lnk_common.wirelog import WireLog
 
-__all__ = ["BODY_IDLE_SECONDS", "CONNECT_SECONDS", "HEAD_SECONDS", "LINGER_SECONDS",
+__all__ = ["BODY_IDLE_SECONDS", "CONNECT_SECONDS", "HEAD_SECONDS",
            "MAX_HELD_BODY_BYTES", "RESPONSE_IDLE_SECONDS", "Relay"]
 
 # Connecting to this machine's loopback is immediate, or nothing listens.
@@ -51,11 +52,6 @@ RESPONSE_IDLE_SECONDS = 3600.0
 # on; a program opening many connections with large bodies would otherwise hold gigabytes
 # of this machine's memory, outside the sandbox. Four bodies at the limit; over it, 503.
 MAX_HELD_BODY_BYTES = 128 * 1024 * 1024
-# After a refusal, what the program still sends (a body not read) is read and dropped for
-# at most this long before the socket closes: closed with unread data, the socket sends a
-# reset, and the program's side drops the refusal it has not read yet (a large body to a
-# refused path saw "connection reset" instead of its 403).
-LINGER_SECONDS = 2.0
 # What one read takes from a socket.
 _CHUNK = 65536
 # Never sent back to the program: hop-by-hop fields (RFC 9110 7.6.1); `connection: close`
@@ -206,9 +202,7 @@ class Relay(Wire):
         self.count_refusal(target, refusal)
         with contextlib.suppress(OSError):  # the program gone already: nothing to say
             await writer.drain()
-            writer.write_eof()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(_drop_until_closed(reader), LINGER_SECONDS)
+            await linger(reader, writer)
 
     async def _exchange(self, target: str, client: h11.Connection,
                         reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
@@ -382,12 +376,6 @@ async def _request_body(request: h11.Request, client: h11.Connection,
         raise Refused(400, "the request body is not HTTP/1.1 as h11 reads it") from None
     except TimeoutError:
         raise Refused(408, "the request body stalled") from None
-
-
-async def _drop_until_closed(reader: asyncio.StreamReader) -> None:
-    """Read and drop what the program still sends, until it closes."""
-    while await reader.read(_CHUNK):
-        pass
 
 
 async def _client_gone(reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter) -> bool:

@@ -5,7 +5,7 @@ FIN), and the reset can reach the client before it reads the refusal: it then se
 ECONNRESET and never the reason. CI saw it once (test_local_models_sandbox: a head over
 the limit, on a busy machine). So every refusal that ends a connection closes the
 proxy's side for writing and drops what the client still sends, for at most
-LINGER_SECONDS (lnk_proxy.verb_call.linger).
+LINGER_SECONDS (lnk_common.wire.linger, the relay's too).
 
 These run the real proxy on a loopback listener, with real sockets; each case is tried
 several times, since the reset is a race that a quiet machine often wins.
