@@ -207,8 +207,11 @@ def test_a_zenity_that_cannot_open_its_display_is_no_answer_not_a_no() -> None:
     are read from it)."""
     import subprocess
 
+    free = next(number for number in range(177, 400)
+                if not Path(f"/tmp/.X11-unix/X{number}").exists()
+                and not Path(f"/tmp/.X{number}-lock").exists())
     done = subprocess.run(["zenity", "--question", "--text", "q"], env={
-        "PATH": "/usr/bin:/bin", "DISPLAY": ":77"}, capture_output=True, text=True,
+        "PATH": "/usr/bin:/bin", "DISPLAY": f":{free}"}, capture_output=True, text=True,
         timeout=30, check=False)
     assert done.returncode == 1 and ZENITY_NO_DISPLAY in done.stderr, done
     dialog = Dialog("zenity", ["zenity"], "T\n\nQ\n")
@@ -546,10 +549,13 @@ def test_terminal_keys_typed_before_the_question_are_not_an_answer(
 
 
 def _xvfb(size: str) -> Iterator[str]:
-    """A virtual screen of `size` (Xvfb picks a free display number)."""
+    """A virtual screen of `size` (Xvfb picks a free display number). `-noreset`: by
+    default an X server resets when its last client leaves, and a client that connects
+    while it does is refused (zenity: "cannot open display", xwininfo: no size), which
+    made a dialog test that began just after another's end fail one run in a few."""
     read, write = os.pipe()
     server = subprocess.Popen(["Xvfb", "-displayfd", str(write), "-screen", "0", f"{size}x24",
-                               "-nolisten", "tcp"], pass_fds=(write,),
+                               "-nolisten", "tcp", "-noreset"], pass_fds=(write,),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     os.close(write)
     try:
@@ -580,7 +586,55 @@ def xdotool(display: str, *words: str) -> str:
                           timeout=WAIT_SECONDS).stdout
 
 
+# The process that asks under each title a test started, so that a dialog not shown says
+# what that process said (window's failure).
+ASKERS: dict[str, subprocess.Popen[str]] = {}
+
+
+def what_was_said(asker: subprocess.Popen[str] | None) -> str:
+    """What `asker` has written on its standard error so far, read without waiting (it
+    may still run: a dialog not shown is what the test is failing on)."""
+    if asker is None or asker.stderr is None:
+        return "(no asker known under this title)"
+    fd = asker.stderr.fileno()
+    os.set_blocking(fd, False)
+    try:
+        said = os.read(fd, 1 << 16).decode(errors="replace")
+    except BlockingIOError:
+        said = ""
+    finally:
+        os.set_blocking(fd, True)
+    return f"asker pid {asker.pid}, exit {asker.poll()}, stderr so far: {said!r}"
+
+
+def screen_state(display: str) -> str:
+    """The display's windows and the zenity processes on the machine, timed: what a
+    dialog that never showed leaves to look at."""
+    started = time.monotonic()
+    tree = subprocess.run(["xwininfo", "-root", "-tree"], capture_output=True, text=True,
+                          env={**os.environ, "DISPLAY": display}, timeout=WAIT_SECONDS,
+                          check=False)
+    took = time.monotonic() - started
+    named = [line.strip() for line in tree.stdout.splitlines() if '"' in line]
+    zenities = subprocess.run(["pgrep", "-a", "zenity"], capture_output=True, text=True,
+                              check=False).stdout.strip().splitlines()
+    return (f"xwininfo -root -tree on {display}: exit {tree.returncode} in {took:.2f} s, "
+            f"stderr {tree.stderr.strip()!r}, named windows {named[:20]}; "
+            f"zenity processes: {zenities[:20]}")
+
+
 def window(display: str, title: str) -> dict[str, int]:
+    """The geometry of the dialog titled `title` once it is shown; failing, says what the
+    asker said and what the screen holds."""
+    try:
+        return _window(display, title)
+    except AssertionError as failure:
+        failure.add_note(what_was_said(ASKERS.get(title)))
+        failure.add_note(screen_state(display))
+        raise
+
+
+def _window(display: str, title: str) -> dict[str, int]:
     def geometry() -> dict[str, int] | None:
         found = xdotool(display, "search", "--onlyvisible", "--name",
                         f"^{re.escape(title)}$").split()
@@ -632,11 +686,12 @@ TOOL_ALLOWS = "sandbox dlg, server demo, tool delete_repo"
 def start_dialog_ask(env: dict[str, str], display: str, title: str, timeout: int,
                      question: str = "wipe\u202e everything?",
                      allows: str = TOOL_ALLOWS) -> subprocess.Popen[str]:
-    return subprocess.Popen([ASK, "--title", title, "--question", question, "--allows", allows,
-                             "--timeout", str(timeout), "--json", "--wire", "dlg"],
-                            env={**env, "DISPLAY": display}, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    ASKERS[title] = subprocess.Popen(
+        [ASK, "--title", title, "--question", question, "--allows", allows,
+         "--timeout", str(timeout), "--json", "--wire", "dlg"],
+        env={**env, "DISPLAY": display}, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return ASKERS[title]
 
 
 def keys(display: str, where: dict[str, int], *names: str) -> None:
@@ -800,6 +855,7 @@ def start_page_ask(env: dict[str, str], display: str, title: str, timeout: int,
     asker.stdin.write(question)
     asker.stdin.close()
     asker.stdin = None  # given whole: communicate() reads only
+    ASKERS[title] = asker
     return asker
 
 

@@ -639,6 +639,7 @@ def test_attack_guest_adds_dialog_takes_no_stray_key_for_a_yes(
     box then ticked and Allow clicked; the box ticked, then Allow, adds the guest.
     (Before: `zenity --question`, where Tab then Space was Allow.)"""
     from tests.test_ask import (
+        ASKERS,
         _xvfb,
         dialog_shown,
         keys,
@@ -656,6 +657,7 @@ def test_attack_guest_adds_dialog_takes_no_stray_key_for_a_yes(
              str(world.base / "bob.pub")], env={**world.env, "DISPLAY": display},
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, start_new_session=True)
+        ASKERS[title] = adding
         try:
             where = window(display, title)
             if keys_typed == ["tick", "Allow"]:
