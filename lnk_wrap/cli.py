@@ -1,10 +1,10 @@
 """lnk-sandbox: the verbs a person, a harness or a script uses.
 
 Usage:
-  lnk-sandbox wrap --spec=FILE [--wire=NAME] [--json] [--] COMMAND...
+  lnk-sandbox wrap --spec=FILE [--wire=NAME] [--platform=NAME] [--json] [--] COMMAND...
   lnk-sandbox run --spec=FILE [--wire=NAME] [--summary=FILE] [--] COMMAND...
   lnk-sandbox learn --spec=FILE [--] COMMAND...
-  lnk-sandbox check [--spec=FILE] [--json]
+  lnk-sandbox check [--spec=FILE] [--platform=NAME] [--json]
   lnk-sandbox log [WIRE] [--follow] [--json] [--since=TIME] [-n N] [--refused]
   lnk-sandbox stop [--clear]
   lnk-sandbox on-stop [--name=NAME] [--] COMMAND...
@@ -32,7 +32,9 @@ Usage:
 Verbs:
   wrap    Print the one command line that runs COMMAND sandboxed later, shell-quoted
           (or a JSON array with --json). It needs no process of ours and no open file
-          to run: keep it and run it from anywhere.
+          to run: keep it and run it from anywhere. With --platform macos, the
+          macOS line (/usr/bin/sandbox-exec -p PROFILE -D… -- …), printed on any
+          machine; it has never run on a Mac.
   run     Run COMMAND sandboxed now: the same line, run at once. With --summary, FILE
           gets one JSON object when it has ended, for a script: {"status", "wire",
           "run", "calls", "refused", "paused", "pause_reason", "stopped",
@@ -105,11 +107,14 @@ Verbs:
   check   What this machine gives (bubblewrap, user namespaces, Landlock, seccomp) and
           which protections are therefore in force; the stated gaps, as open; which
           providers' keys are set. With --spec: which model verbs the spec turns on,
-          which has no key yet, and whether server-side tools are kept.
+          which has no key yet, and whether server-side tools are kept. For
+          the platform macos: what the Seatbelt profile puts in force on a Mac, and
+          what stays open there (exit 1 on a machine that is not a Mac).
 
 Options:
   --spec=FILE   The spec (TOML) that says what the sandbox may touch.
   --wire=NAME   Name the sandbox's wire (its log and pause); default: the spec's name.
+  --platform=NAME  linux (this machine's sandbox, the default) or macos (wrap, check).
   --json        Machine-readable output.
   --follow      Keep showing lines as they come (log).
   --since=TIME  Only lines from TIME on (log): 30s, 10m, 2h, 1d ago, or an ISO time.
@@ -237,7 +242,8 @@ _RUN_DEFAULTS: dict[str, object] = {
     "--secret": [], "--env": [], "--home": None, "--cwd": None,
     "asks": False, "answer": False, "ID": None, "ANSWER": None, "--show": None,
     "guest": False, "enter": False, "--key": None, "--settings": None,
-    "--spec": None, "--wire": None, "--json": False, "--follow": False, "--clear": False,
+    "--spec": None, "--wire": None, "--platform": None, "--json": False, "--follow": False,
+    "--clear": False,
     "--since": None, "-n": None, "--refused": False, "--summary": None, "--wait": False,
     "--timeout": None, "url": False, "--agent": None, "mcp-remote": False, "URL": None,
     "HEADER_OPTION": [],
@@ -381,8 +387,41 @@ def _settings_root(env: Mapping[str, str]) -> str:
         raise CliError(str(error)) from None
 
 
+def _platform(arguments: Mapping[str, object]) -> str:
+    from lnk_wrap.seatbelt_wrap import PLATFORMS
+
+    given = arguments.get("--platform")
+    if given is None:
+        return PLATFORMS[0]
+    if given not in PLATFORMS:
+        raise CliError(f"--platform {given!r}: one of {', '.join(PLATFORMS)}")
+    return str(given)
+
+
+def _mac_line(arguments: Mapping[str, object], env: Mapping[str, str],
+              command: list[str]) -> list[str]:
+    """wrap --platform macos (lnk_wrap.seatbelt_wrap): the agent's folder made as its
+    first start would, then the spec read as on Linux, then the macOS line."""
+    from lnk_wrap.seatbelt import MacosError
+    from lnk_wrap.seatbelt_ports import PortsError
+    from lnk_wrap.seatbelt_wrap import mac_line, make_agent_folder
+
+    make_agent_folder(str(arguments["--spec"]), _settings_root(env))
+    policy = _policy(arguments, env)
+    try:
+        return mac_line(policy, command)
+    except (MacosError, PortsError) as error:
+        raise CliError(f"{policy.spec}: macOS: {error}; nothing was printed") from None
+    except OSError as error:
+        raise CliError(f"the macOS ports' table: {error.strerror}; nothing was printed"
+                       ) from None
+
+
 def _wrap(arguments: Mapping[str, object], env: Mapping[str, str], command: list[str]) -> int:
-    line = wrap_line(_policy(arguments, env), command)
+    if _platform(arguments) == "macos":
+        line = _mac_line(arguments, env, command)
+    else:
+        line = wrap_line(_policy(arguments, env), command)
     if arguments["--json"]:
         import orjson
 
@@ -556,6 +595,17 @@ def _url(arguments: Mapping[str, object], env: Mapping[str, str], command: list[
 
 
 def _check(arguments: Mapping[str, object], env: Mapping[str, str], command: list[str]) -> int:
+    if _platform(arguments) == "macos":
+        from lnk_wrap import check_macos
+
+        mac = check_macos.report()
+        if arguments["--json"]:
+            import orjson
+
+            sys.stdout.buffer.write(orjson.dumps(mac, option=orjson.OPT_INDENT_2) + b"\n")
+        else:
+            print(check_macos.show(mac))
+        return 0 if mac["ready"] else 1
     from lnk_wrap.check import report, show, verdict
 
     found = report(env, _policy(arguments, env) if arguments["--spec"] else None)

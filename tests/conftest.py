@@ -112,6 +112,7 @@ NOT_USER_DEPENDENT = {
     "test_lane": "the proxy's lane in this process, against hosts on loopback",
     "test_local_models": "the local-model filter (pure) and its relay on loopback",
     "test_messages": "the messages' table: pure",
+    "test_macos": "the macOS profile: generated, golden-tested and evaluated here; no sandbox",
     "test_model_rules": "the model verb's rules: pure, fuzzed",
     "test_open_callback": "the sign-in callback's relay on loopback",
     "test_open_rules": "the open verb's rules: pure, fuzzed",

@@ -1,0 +1,81 @@
+"""`lnk-sandbox check --platform macos`: what the Seatbelt profile puts in force on a Mac,
+and which gaps stay open there.
+
+sans IO but for one look (`report`): whether this machine is a Mac with
+/usr/bin/sandbox-exec. The macOS backend has never run on a Mac: every protection listed
+as in force is what the profile generated here says (golden- and property-tested, and
+evaluated by the tests' evaluator of the profile language), not what a Mac was seen to do.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from lnk_wrap.seatbelt import SANDBOX_EXEC
+
+__all__ = ["MACOS_GAPS", "MACOS_IN_FORCE", "report", "show"]
+
+# (protection, how the profile holds it), each from the seed's macOS lines.
+MACOS_IN_FORCE = (
+    ("files", "Seatbelt (sandbox-exec): deny default; read, write, hide, reopen as on Linux, "
+              "the deepest rule deciding; Link's settings and every agent's folder hidden, "
+              "the agent's own reopened; every path a parameter, never pasted"),
+    ("dot files", "the dot files at the top of written folders read only, a missing one "
+                  "refused by Seatbelt itself (.envrc too); write_dot_files opens them"),
+    ("Keychain", "securityd, its XPC names, the keychain daemons and the security agent "
+                 "denied last: a stored password is read as nothing"),
+    ("network", "only the proxy's port on the Mac's loopback (fixed per agent: main's is "
+                "40781) and [localhost] ports; [localhost] models only through the proxy's "
+                "inference filter; [tcp] endpoints refused at wrap"),
+    ("verbs on the Mac's loopback", "every verb without a key takes the URL secret "
+                                    "(/_link/s/<secret>/…); the key and bot verbs only the "
+                                    "placeholder"),
+    ("[commands]", "process-exec* allowed by file; a refused program named from Seatbelt's "
+                   "own reports (log stream), as advice"),
+)
+# What stays open on a Mac, with the reason (the seed's, and what is not built).
+MACOS_GAPS = (
+    ("never run on a Mac", "the profile is generated and tested here, on Linux; no Mac has "
+                           "compiled it or run a program under it"),
+    ("the parent outside", "the Mac's launcher (the agent's proxy started on its port, the "
+                           "log reader, signals) is built as argv and tested on loopback, "
+                           "not run on a Mac"),
+    ("no private /tmp", "a Mac has no mount namespace: the sandbox has no temporary folder "
+                        "of its own unless the spec writes one"),
+    ("stat above the grants", "the folders above a granted path can be looked at (not "
+                              "listed), as the mounts show them on Linux"),
+    ("dot files of hooks", "git's hooks folders and a hook manager's settings named inside "
+                           "a repository are held on Linux at each start; the Mac's line is "
+                           "fixed when wrapped and holds the top-level names only"),
+    ("interpreters", "[commands] limits which files start, not what an interpreter is told "
+                     "to do, on the Mac as on Linux"),
+    ("naming refused programs", "a report names a process, not a sandbox: another sandbox's "
+                                "refusal at the same moment may be named too"),
+)
+
+
+def report() -> dict[str, Any]:
+    """The macOS report; `ready` only on a Mac with sandbox-exec."""
+    on_a_mac = sys.platform == "darwin"
+    found = on_a_mac and os.access(SANDBOX_EXEC, os.X_OK)
+    return {
+        "platform": "macos",
+        "backend": "Seatbelt (sandbox-exec)",
+        "this_machine": ("a Mac, with sandbox-exec" if found else "a Mac without sandbox-exec"
+                         if on_a_mac else "not a Mac: the profile is generated here only"),
+        "ready": found,
+        "tested_on_a_mac": False,
+        "in_force": [{"protection": name, "how": how} for name, how in MACOS_IN_FORCE],
+        "open": [{"gap": name, "why": why} for name, why in MACOS_GAPS],
+    }
+
+
+def show(found: dict[str, Any]) -> str:
+    lines = [f"macOS: {found['backend']}; never run on a Mac ({found['this_machine']})",
+             "in force on a Mac, by the profile generated here:"]
+    lines += [f"  {item['protection']}: {item['how']}" for item in found["in_force"]]
+    lines.append("open on a Mac:")
+    lines += [f"  {item['gap']}: {item['why']}" for item in found["open"]]
+    return "\n".join(lines)
