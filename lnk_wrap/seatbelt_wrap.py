@@ -61,7 +61,10 @@ def mac_line(policy: Policy, command: list[str]) -> list[str]:
 def proxy_argv(policy: Policy, port: int, wire: str) -> list[str]:
     """The agent's proxy on the Mac's loopback: the launcher's proxy options, listening
     at 127.0.0.1:PORT (its URL secret and placeholders in its environment, as on Linux)."""
-    return [*helper_start("proxy"), "--wire", wire, *helper_argv(policy, "proxy"),
+    start = helper_start("proxy")
+    if policy.site_packages:  # h11 and orjson: the proxy runs isolated (-I -S), as on Linux
+        start[4:4] = ["--site-packages", policy.site_packages]
+    return [*start, "--wire", wire, *helper_argv(policy, "proxy"),
             "--listen", f"{LOOPBACK}:{port}"]
 
 

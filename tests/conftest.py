@@ -113,6 +113,8 @@ NOT_USER_DEPENDENT = {
     "test_local_models": "the local-model filter (pure) and its relay on loopback",
     "test_messages": "the messages' table: pure",
     "test_macos": "the macOS profile: generated, golden-tested and evaluated here; no sandbox",
+    "test_macos_log": "the macOS log reader against a fake `log` and `ps`; no sandbox",
+    "test_macos_proxy": "the agent's proxy on a loopback TCP port, as a Mac runs it; no sandbox",
     "test_model_rules": "the model verb's rules: pure, fuzzed",
     "test_open_callback": "the sign-in callback's relay on loopback",
     "test_open_rules": "the open verb's rules: pure, fuzzed",
