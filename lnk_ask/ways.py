@@ -52,6 +52,7 @@ __all__ = [
     "MAX_TYPED_BYTES",
     "MIN_TERMINAL_COLUMNS",
     "MIN_TERMINAL_ROWS",
+    "OSASCRIPT_FIRST_WORD",
     "PROGRAM_GUTTER",
     "ZENITY_NO_DISPLAY",
     "Dialog",
@@ -281,21 +282,29 @@ def notify_argv(notify: str, title: str, question: str, seconds: int) -> list[st
             "--", title, _markup_escaped(question)]
 
 
-def _applescript_string(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+# osascript hands the words after its script to the script's run handler (`on run
+# argv`): the question and the title go there as data, never into the script's text.
+# The first of them is this fixed word: osascript reads options only up to its first
+# other word, so a question that starts with '-' is data too.
+OSASCRIPT_FIRST_WORD = "lnk-sandbox"
 
 
 def osascript_argv(title: str, question: str, seconds: int) -> list[str]:
     """macOS: `display dialog` with Deny as the default and cancel button (Enter and
     Escape are no; Tab and Space reach Allow only with the system's keyboard navigation
-    on). Generated and golden-tested here; not run on a Mac yet
+    on); the question and the title passed as data (`item 2` and `item 3 of argv`), the
+    script only ours. Generated and golden-tested here; not run on a Mac yet
     (docs/components/README.md, "Stated gaps")."""
-    script = (f"display dialog {_applescript_string(question)} "
-              f"with title {_applescript_string(title)} "
+    script = ("on run argv",
+              "display dialog (item 2 of argv) with title (item 3 of argv) "
               f'buttons {{"{DENY_LABEL}", "{ALLOW_LABEL}"}} default button "{DENY_LABEL}" '
               f'cancel button "{DENY_LABEL}" with icon caution '
-              f"giving up after {max(1, seconds)}")
-    return ["/usr/bin/osascript", "-e", script]
+              f"giving up after {max(1, int(seconds))}",
+              "end run")
+    argv = ["/usr/bin/osascript"]
+    for line in script:
+        argv += ["-e", line]
+    return [*argv, OSASCRIPT_FIRST_WORD, question, title]
 
 
 def pick_dialog(env: Mapping[str, str], platform: str, title: str, question: str,

@@ -13,7 +13,9 @@ import os
 import sys
 from typing import Any
 
-from lnk_wrap.seatbelt import SANDBOX_EXEC
+from lnk_common.policy import Policy
+from lnk_wrap.seatbelt import SANDBOX_EXEC, MacosError, profile
+from lnk_wrap.seatbelt_ports import block_port
 
 __all__ = ["MACOS_GAPS", "MACOS_IN_FORCE", "report", "show"]
 
@@ -56,11 +58,24 @@ MACOS_GAPS = (
 )
 
 
-def report() -> dict[str, Any]:
-    """The macOS report; `ready` only on a Mac with sandbox-exec."""
+def _spec(policy: Policy) -> dict[str, Any]:
+    """Whether the spec has a macOS profile (main's port stands for the agent's: no
+    block is given by a check), or why not."""
+    try:
+        made = profile(policy, proxy_port=block_port(0) if policy.needs_proxy() else None)
+    except MacosError as error:
+        return {"file": policy.spec, "macos": False, "why": str(error)}
+    return {"file": policy.spec, "macos": True, "rules": made.text.count("\n"),
+            "parameters": len(made.parameters)}
+
+
+def report(policy: Policy | None = None) -> dict[str, Any]:
+    """The macOS report; `ready` only on a Mac with sandbox-exec; with a spec's policy,
+    whether it has a macOS profile."""
     on_a_mac = sys.platform == "darwin"
     found = on_a_mac and os.access(SANDBOX_EXEC, os.X_OK)
-    return {
+    spec = {} if policy is None else {"spec": _spec(policy)}
+    return {**spec,
         "platform": "macos",
         "backend": "Seatbelt (sandbox-exec)",
         "this_machine": ("a Mac, with sandbox-exec" if found else "a Mac without sandbox-exec"
@@ -78,4 +93,9 @@ def show(found: dict[str, Any]) -> str:
     lines += [f"  {item['protection']}: {item['how']}" for item in found["in_force"]]
     lines.append("open on a Mac:")
     lines += [f"  {item['gap']}: {item['why']}" for item in found["open"]]
+    spec = found.get("spec")
+    if spec is not None:
+        lines.append(f"{spec['file']}: " + (
+            f"a macOS profile of {spec['rules']} rules and {spec['parameters']} parameters"
+            if spec["macos"] else f"no macOS profile: {spec['why']}"))
     return "\n".join(lines)

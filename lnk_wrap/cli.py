@@ -109,7 +109,8 @@ Verbs:
           providers' keys are set. With --spec: which model verbs the spec turns on,
           which has no key yet, and whether server-side tools are kept. For
           the platform macos: what the Seatbelt profile puts in force on a Mac, and
-          what stays open there (exit 1 on a machine that is not a Mac).
+          what stays open there, and whether the spec has a macOS profile (exit 1
+          on a machine that is not a Mac).
 
 Options:
   --spec=FILE   The spec (TOML) that says what the sandbox may touch.
@@ -598,7 +599,7 @@ def _check(arguments: Mapping[str, object], env: Mapping[str, str], command: lis
     if _platform(arguments) == "macos":
         from lnk_wrap import check_macos
 
-        mac = check_macos.report()
+        mac = check_macos.report(_policy(arguments, env) if arguments["--spec"] else None)
         if arguments["--json"]:
             import orjson
 

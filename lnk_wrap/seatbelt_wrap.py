@@ -33,9 +33,10 @@ LOOPBACK = "127.0.0.1"
 
 def program_environment(policy: Policy, port: int | None) -> list[str]:
     """NAME=VALUE words for `env`: the proxy variables at the agent's port (network
-    "proxy"), loopback past the proxy, and HOME; nothing secret."""
+    "proxy", or [lan], reached through the proxy), loopback past the proxy, and HOME;
+    nothing secret."""
     words: list[str] = []
-    if policy.network == "proxy" and port is not None:
+    if (policy.network == "proxy" or policy.lan) and port is not None:
         address = f"http://{LOOPBACK}:{port}"
         words += [f"{name}={address}" for name in PROXY_VARIABLES]
         words += [f"NO_PROXY={NO_PROXY_LOOPBACK}", f"no_proxy={NO_PROXY_LOOPBACK}",

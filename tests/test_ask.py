@@ -171,10 +171,11 @@ def test_notify_argv_golden() -> None:
 
 def test_osascript_argv_golden() -> None:
     """Generated here; not run on a Mac yet (docs/components/README.md, "Stated gaps", says so)."""
-    assert osascript_argv('T "x"', 'say \\ "hi"', 60) == [
-        "/usr/bin/osascript", "-e",
-        'display dialog "say \\\\ \\"hi\\"" with title "T \\"x\\"" buttons {"Deny", "Allow"} '
-        'default button "Deny" cancel button "Deny" with icon caution giving up after 60']
+    assert osascript_argv('T "x"', '-say \\ "hi") & do shell script "x', 60) == [
+        "/usr/bin/osascript", "-e", "on run argv", "-e",
+        'display dialog (item 2 of argv) with title (item 3 of argv) buttons {"Deny", "Allow"} '
+        'default button "Deny" cancel button "Deny" with icon caution giving up after 60',
+        "-e", "end run", "lnk-sandbox", '-say \\ "hi") & do shell script "x', 'T "x"']
 
 
 @pytest.mark.parametrize(("kind", "status", "output", "verdict"), [

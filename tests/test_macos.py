@@ -283,9 +283,9 @@ def test_a_path_past_the_macs_path_max_is_refused() -> None:
 # -- the evaluator against the Linux backend ----------------------------------------------
 
 
-def _tree(tmp_path: Path) -> tuple[Policy, list[str]]:
+def _tree(tmp_path: Path, **more: object) -> tuple[Policy, list[str]]:
     """A real folder tree under /tmp (so /private/tmp on a Mac) with dot files, and a
-    policy over it: read, write, hide, reopen, an agent's folders."""
+    policy over it: read, write, hide, reopen, an agent's folders (and `more`)."""
     root = tmp_path / "work"
     for folder in ("src/app/secrets", "src/app/.git", "src/app/.vscode", "files",
                    "lnk/agents/main/.git", "lnk/agents/other", "lnk/secrets", "outside"):
@@ -294,8 +294,8 @@ def _tree(tmp_path: Path) -> tuple[Policy, list[str]]:
                  "src/README", "outside/x", "lnk/secrets/anthropic"):
         (root / file).write_text("x")
     real = os.path.realpath(root)
-    policy = _agent_policy(real, f"{real}/lnk", home="",
-                           write_dot_files=(f"{real}/lnk/agents/main",))
+    policy = _agent_policy(real, f"{real}/lnk", **{
+        "home": "", "write_dot_files": (f"{real}/lnk/agents/main",), **more})
     probes = [f"{real}/{rest}" for rest in (
         "src", "src/README", "src/new", "src/app", "src/app/main.py", "src/app/.git",
         "src/app/.git/config", "src/app/.vscode/tasks.json", "src/app/.envrc",
@@ -317,8 +317,9 @@ def _linux(policy: Policy, path: str, held: set[str]) -> tuple[bool, bool]:
     return readable, writable
 
 
-def test_the_evaluator_agrees_with_the_linux_backend(tmp_path: Path) -> None:
-    policy, probes = _tree(tmp_path)
+@pytest.mark.parametrize("name", sorted(MADE))
+def test_the_evaluator_agrees_with_the_linux_backend(name: str, tmp_path: Path) -> None:
+    policy, probes = _tree(tmp_path, **MADE[name])
     found = find(policy, {"HOME": str(tmp_path)})
     held = {*found.held, *found.placeholders}
     made = profile(policy, proxy_port=40781, system=())
@@ -566,3 +567,27 @@ def test_spec_errors_stay_spec_errors(tmp_path: Path) -> None:
     spec.write_text("[files]\nread = [1]\n")
     with pytest.raises(SpecError):
         load_spec(spec, _settings_env(tmp_path))
+
+
+def test_check_platform_macos_with_a_spec_says_whether_it_has_a_profile(
+        tmp_path: Path) -> None:
+    env = {**os.environ, **_settings_env(tmp_path)}
+    refused = tmp_path / "tcp.toml"
+    refused.write_text('name = "db"\n[tcp]\nendpoints = ["db.example.com:5432"]\n')
+    for spec, has in ((EXAMPLES / "demo.toml", True), (refused, False)):
+        done = subprocess.run([LNK_SANDBOX, "check", "--platform", "macos", "--json",
+                               "--spec", str(spec)], env=env, capture_output=True,
+                              text=True, timeout=60, check=False)
+        found = json.loads(done.stdout)["spec"]
+        assert (found["file"], found["macos"]) == (str(spec), has)
+        assert has or found["why"].startswith("[tcp] endpoints have no macOS equivalent")
+    assert not (tmp_path / "lnk" / "sandbox" / "macos-ports").exists()  # a check gives none
+
+
+def test_lan_is_reached_through_the_proxy_variables(tmp_path: Path) -> None:
+    policy = Policy(settings=str(tmp_path), name="printer", lan=("192.168.1.20:631",))
+    argv = mac_line(policy, ["/usr/bin/lp"])
+    assert "HTTP_PROXY=http://127.0.0.1:40791" in argv
+    rules = evaluate(argv[2], dict(word[2:].split("=", 1) for word in argv
+                                   if word.startswith("-D")))
+    assert rules.may_connect(40791) and not rules.may_connect(631)
