@@ -23,7 +23,8 @@ matching is the default, denied):
    (lnk_wrap.bwrap.access_at): the system folders and grants, a hide after the grants
    above it ("the deny follows read-home"), what is inside a hide (a reopen, the agent's
    own folder) after it; at the top of each written folder whose dot files are not
-   opened, the dot files of lnk_wrap.dotfiles.TOP_NAMES read only, there or missing.
+   opened, the dot files of lnk_wrap.dotfiles.TOP_NAMES read only, there or missing;
+   then the machine's secrets (MAC_SYSTEM_SECRETS), closed whatever the spec grants.
 3. The folders above every grant may be looked at (stat, not listed), as on Linux, where
    the mounts make them; the folders between a written folder and what is narrowed in
    it may not be renamed (the bwrap plan pins them for the same reason).
@@ -42,8 +43,9 @@ TYPE_CHECKING = False  # the typing module costs an import at every start
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-__all__ = ["KEYCHAIN_SERVICES", "MAC_SYSTEM_FOLDERS", "MAX_LITERAL_BYTES", "MAX_MAC_PATH_BYTES",
-           "SANDBOX_EXEC", "MacosError", "Profile", "mac_path", "profile", "sandbox_exec_argv"]
+__all__ = ["KEYCHAIN_SERVICES", "MAC_SYSTEM_FOLDERS", "MAC_SYSTEM_SECRETS", "MAX_LITERAL_BYTES",
+           "MAX_MAC_PATH_BYTES", "SANDBOX_EXEC", "MacosError", "Profile", "mac_path", "profile",
+           "sandbox_exec_argv"]
 
 SANDBOX_EXEC = "/usr/bin/sandbox-exec"
 # The profile compiler refuses a string literal over 1,025 bytes ("Error reading string",
@@ -62,6 +64,14 @@ _PRIVATE_LINKS = ("/tmp", "/var", "/etc")  # noqa: S108  (names of links, not a 
 MAC_SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/System", "/Library/Apple",
                       "/Library/Developer/CommandLineTools", "/private/etc",
                       "/private/var/db/timezone", "/opt/homebrew")
+# Closed in every sandbox, after the tree, whatever the spec grants (as
+# lnk_wrap.system.SYSTEM_SECRETS on Linux): a sandbox run by root reads a file root owns.
+# The password hashes, sudo's rules, Kerberos' keys; and the SSH host keys, by a fixed
+# pattern (_HOST_KEYS).
+MAC_SYSTEM_SECRETS = ("/private/etc/master.passwd", "/private/etc/sudoers",
+                      "/private/etc/sudoers.d", "/private/etc/krb5.keytab",
+                      "/private/var/db/dslocal", "/private/var/db/sudo")
+_HOST_KEYS = r'(regex #"^/private/etc/ssh/ssh_host_[^/]*_key$")'
 # The mach services that hand out the Keychain's stored items: securityd (its old
 # SecurityServer name and its XPC name), the keychain daemons, the security agent. Denied
 # last, so a stored password is read as nothing (the seed: the keychain permission went).
@@ -240,6 +250,13 @@ def _file_rules(policy: _Paths, parameters: _Parameters, system: tuple[str, ...]
     return rules
 
 
+def _secret_rules(parameters: _Parameters, secrets: tuple[str, ...]) -> list[str]:
+    """The machine's secrets, closed after the tree (step 2's end)."""
+    closed = "(deny file-read* file-write* process-exec*"
+    rules = [f"{closed} (subpath {parameters.of('SECRET', path)}))" for path in secrets]
+    return [*rules, f"{closed} {_HOST_KEYS})"]
+
+
 def _exec_rules(policy: _Paths, parameters: _Parameters) -> list[str]:
     """Before the tree, so that a hide closes a program too. [commands]: the listed
     files and folders may run (read through the grants, as on Linux, where a program
@@ -320,14 +337,17 @@ def _network_rules(policy: Policy, proxy_port: int | None) -> list[str]:
 
 def profile(policy: Policy, *, proxy_port: int | None,
             agent_ports: tuple[int, ...] = (),
-            system: tuple[str, ...] = MAC_SYSTEM_FOLDERS) -> Profile:
+            system: tuple[str, ...] = MAC_SYSTEM_FOLDERS,
+            secrets: tuple[str, ...] = MAC_SYSTEM_SECRETS) -> Profile:
     """The profile of `policy` (the module's order). `proxy_port`: the agent's proxy on
     the Mac's loopback (lnk_wrap.seatbelt_ports), needed when the policy has a wire.
     `agent_ports`: every agent's proxy port known, which a program that may listen (for
-    a login's callback) may not take. `system`: the folders read in every sandbox."""
+    a login's callback) may not take. `system`: the folders read in every sandbox;
+    `secrets`: the files closed in every one."""
     parameters = _Parameters()
     paths = _Paths(policy)
     rules = [*_BASE, *_exec_rules(paths, parameters), *_file_rules(paths, parameters, system),
+             *_secret_rules(parameters, secrets),
              *_shape_rules(paths, parameters, system), *_network_rules(policy, proxy_port)]
     if policy.open_pages:
         rules += [f'(deny network-bind (local ip "*:{port}"))'

@@ -591,3 +591,14 @@ def test_lan_is_reached_through_the_proxy_variables(tmp_path: Path) -> None:
     rules = evaluate(argv[2], dict(word[2:].split("=", 1) for word in argv
                                    if word.startswith("-D")))
     assert rules.may_connect(40791) and not rules.may_connect(631)
+
+
+def test_the_machines_secrets_stay_closed_whatever_the_spec_grants(tmp_path: Path) -> None:
+    policy = Policy(settings="/Users/u/.config/lnk", read=("/etc", "/private/var/db"))
+    rules = _evaluated(policy, tmp_path)
+    assert rules.may_read("/private/etc/hosts")
+    for path in ("/private/etc/master.passwd", "/private/etc/sudoers.d/x",
+                 "/private/var/db/dslocal/nodes/Default/users/u.plist",
+                 "/private/etc/ssh/ssh_host_ed25519_key"):
+        assert not rules.may_read(path), path
+    assert rules.may_read("/private/etc/ssh/ssh_host_ed25519_key.pub")
