@@ -51,6 +51,8 @@ MACOS_GAPS = (
     ("dot files of hooks", "git's hooks folders and a hook manager's settings named inside "
                            "a repository are held on Linux at each start; the Mac's line is "
                            "fixed when wrapped and holds the top-level names only"),
+    ("unix sockets", "Seatbelt cannot tell who made a socket, so no unix socket is reached "
+                     "by path (Linux reaches one made inside the same sandbox)"),
     ("interpreters", "[commands] limits which files start, not what an interpreter is told "
                      "to do, on the Mac as on Linux"),
     ("naming refused programs", "a report names a process, not a sandbox: another sandbox's "

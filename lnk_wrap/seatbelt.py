@@ -44,8 +44,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
 __all__ = ["KEYCHAIN_SERVICES", "MAC_SYSTEM_FOLDERS", "MAC_SYSTEM_SECRETS", "MAX_LITERAL_BYTES",
-           "MAX_MAC_PATH_BYTES", "SANDBOX_EXEC", "MacosError", "Profile", "mac_path", "profile",
-           "sandbox_exec_argv"]
+           "MAX_MAC_PATH_BYTES", "SANDBOX_EXEC", "Command", "MacosError", "Parameter", "Profile",
+           "ProfileText", "mac_path", "profile", "sandbox_exec_argv"]
 
 SANDBOX_EXEC = "/usr/bin/sandbox-exec"
 # The profile compiler refuses a string literal over 1,025 bytes ("Error reading string",
@@ -357,10 +357,63 @@ def profile(policy: Policy, *, proxy_port: int | None,
     return Profile("\n".join(rules) + "\n", tuple(parameters.values))
 
 
+# -- sandbox-exec's argv, from typed options (as lnk_wrap.bwrap's) ----------------------
+
+
+class ProfileText:
+    """`-p PROFILE`: the profile's text itself (no file a later run could change)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def to_args(self) -> list[str]:
+        return ["-p", self.text]
+
+
+class Parameter:
+    """`-DNAME=value`: one parameter the profile reads as `(param "NAME")`. A name is
+    ours (capitals, digits, `_`); a value with a NUL cannot be an argument."""
+
+    __slots__ = ("name", "value")
+
+    def __init__(self, name: str, value: str) -> None:
+        if not name or not all(character in _PARAMETER_NAME for character in name):
+            raise MacosError(f"not a parameter's name: {name!r}")
+        if "\0" in value:
+            raise MacosError(f"{name}: a parameter's value holds a NUL")
+        self.name = name
+        self.value = value
+
+    def to_args(self) -> list[str]:
+        return [f"-D{self.name}={self.value}"]
+
+
+class Command:
+    """`-- COMMAND ARG…`: what runs in the sandbox, after every option."""
+
+    __slots__ = ("words",)
+
+    def __init__(self, words: list[str]) -> None:
+        if not words:
+            raise MacosError("no command to run")
+        self.words = tuple(words)
+
+    def to_args(self) -> list[str]:
+        return ["--", *self.words]
+
+
+_PARAMETER_NAME = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+
 def sandbox_exec_argv(made: Profile, command: list[str]) -> list[str]:
     """`/usr/bin/sandbox-exec -p PROFILE -DNAME=value… -- COMMAND…` (Codex's form: each
     parameter one `-D` word, the command after `--`)."""
-    if not command:
-        raise MacosError("no command to run")
-    return [SANDBOX_EXEC, "-p", made.text,
-            *(f"-D{name}={value}" for name, value in made.parameters), "--", *command]
+    options: list[ProfileText | Parameter | Command] = [ProfileText(made.text)]
+    options += [Parameter(name, value) for name, value in made.parameters]
+    options.append(Command(command))
+    argv = [SANDBOX_EXEC]
+    for option in options:
+        argv += option.to_args()
+    return argv

@@ -30,8 +30,11 @@ from lnk_wrap.seatbelt import (
     KEYCHAIN_SERVICES,
     MAX_LITERAL_BYTES,
     MAX_MAC_PATH_BYTES,
+    Command,
     MacosError,
+    Parameter,
     Profile,
+    ProfileText,
     mac_path,
     profile,
     sandbox_exec_argv,
@@ -61,6 +64,8 @@ BY_DESIGN = {
     "the folders above a grant": "stat allowed on a Mac; on Linux the mounts make them",
     "[tcp] endpoints": "refused on macOS: a plain TCP client does not use the proxy",
     "[localhost] ports": "relayed in and logged on Linux; on a Mac the port is allowed whole",
+    "unix sockets by path": "Linux reaches one made inside the same sandbox; Seatbelt cannot "
+                            "tell who made a socket, so a Mac reaches none",
 }
 
 
@@ -602,3 +607,14 @@ def test_the_machines_secrets_stay_closed_whatever_the_spec_grants(tmp_path: Pat
                  "/private/etc/ssh/ssh_host_ed25519_key"):
         assert not rules.may_read(path), path
     assert rules.may_read("/private/etc/ssh/ssh_host_ed25519_key.pub")
+
+
+def test_the_argv_is_built_from_typed_options() -> None:
+    assert Parameter("WRITE_0", "/a=b c").to_args() == ["-DWRITE_0=/a=b c"]
+    assert ProfileText("(version 1)").to_args() == ["-p", "(version 1)"]
+    assert Command(["-x", "y"]).to_args() == ["--", "-x", "y"]
+    for name, value in (("write_0", "/a"), ("A B", "/a"), ("", "/a"), ("A", "/a\0b")):
+        with pytest.raises(MacosError):
+            Parameter(name, value)
+    with pytest.raises(MacosError, match="no command"):
+        sandbox_exec_argv(Profile("(version 1)", ()), [])
