@@ -24,7 +24,7 @@ Usage:
   lnk-sandbox enter NAME [--settings=DIR]
   lnk-sandbox asks [--json] [--show=ID | --wait [--timeout=SECONDS]]
   lnk-sandbox answer ID ANSWER
-  lnk-sandbox url [--agent=NAME | --spec=FILE] [--json]
+  lnk-sandbox url [--agent=NAME | --spec=FILE] [--platform=NAME] [--json]
   lnk-sandbox mcp-remote URL [HEADER_OPTION...]
   lnk-sandbox (-h | --help)
   lnk-sandbox --version
@@ -100,7 +100,8 @@ Verbs:
           NAME=VALUE lines (--json: an object): an agent's $LNK_SANDBOX_URL (its URL
           secret, made once and kept in Link's settings, as its first run would) and
           each model provider's base URL (with the agent's key placeholder); --spec:
-          its [agent]'s, and only the providers its [verbs] model names.
+          its [agent]'s, and only the providers its [verbs] model names. For the
+          platform macos: at the agent's own port on the Mac's loopback (main's 40781).
   mcp-remote  A stdio MCP server that relays to the remote MCP server at URL (a tool's
           command, run outside: `tool add far -- lnk-sandbox mcp-remote URL --header
           'Authorization: Bearer ${FAR_TOKEN}'`); the same as lnk-sandbox-mcp-remote.
@@ -588,11 +589,33 @@ def _url(arguments: Mapping[str, object], env: Mapping[str, str], command: list[
     agent = arguments["--agent"]
     try:
         spec = _policy(arguments, env) if arguments["--spec"] else None
-        return show_urls(settings_folder(env).root if spec is None else spec.settings,
-                         agent if isinstance(agent, str) else None, spec,
-                         as_json=bool(arguments["--json"]))
+        settings = settings_folder(env).root if spec is None else spec.settings
+        port = None
+        if _platform(arguments) == "macos":
+            port = _mac_port(settings, spec, agent if isinstance(agent, str) else None)
+        return show_urls(settings, agent if isinstance(agent, str) else None, spec,
+                         as_json=bool(arguments["--json"]), port=port)
     except (SettingsError, UrlsError) as error:
         raise CliError(str(error)) from None
+
+
+def _mac_port(settings: str, spec: Policy | None, agent: str | None) -> int:
+    """url --platform macos: the proxy's port of the spec's agent or wire, or the agent's
+    (lnk_wrap.seatbelt_ports), given a block the first time as `wrap` would."""
+    from lnk_common.policy import is_name
+    from lnk_wrap.seatbelt_ports import PortsError, key_of, port_for_key
+
+    try:
+        if spec is not None:
+            return port_for_key(settings, key_of(spec))[0]
+        if agent is None or not is_name(agent):
+            raise CliError("url --platform macos needs --agent=NAME or --spec=FILE: the "
+                           "port is the agent's")
+        return port_for_key(settings, f"agent {agent}")[0]
+    except PortsError as error:
+        raise CliError(f"macOS: {error}") from None
+    except OSError as error:
+        raise CliError(f"the macOS ports' table: {error.strerror}") from None
 
 
 def _check(arguments: Mapping[str, object], env: Mapping[str, str], command: list[str]) -> int:

@@ -20,7 +20,8 @@ import os
 from lnk_common.policy import Policy
 
 __all__ = ["AGENT_PORT_BLOCK", "FIRST_AGENT_PORT_BLOCK", "MAIN_AGENT", "MAX_BLOCKS",
-           "PORTS_FILE", "PortsError", "block_port", "key_of", "port_for", "reading"]
+           "PORTS_FILE", "PortsError", "block_port", "key_of", "port_for", "port_for_key",
+           "reading"]
 
 # The first block: 40772 to 40781, so `main`'s proxy is on 40781 (the seed's number).
 FIRST_AGENT_PORT_BLOCK = 40772
@@ -72,7 +73,11 @@ def _index(keys: list[str], key: str) -> int | None:
 def port_for(settings: str, policy: Policy) -> tuple[int, tuple[int, ...]]:
     """The proxy's port of `policy`'s agent or wire, given a block the first time; and
     every port the table gives (main's included), which no sandbox may listen on."""
-    key = key_of(policy)
+    return port_for_key(settings, key_of(policy))
+
+
+def port_for_key(settings: str, key: str) -> tuple[int, tuple[int, ...]]:
+    """port_for by the table's key (`agent NAME`, `wire NAME`)."""
     folder = os.path.join(settings, PORTS_FILE[0])
     os.makedirs(folder, mode=0o700, exist_ok=True)
     path = os.path.join(folder, PORTS_FILE[1])

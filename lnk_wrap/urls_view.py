@@ -27,10 +27,12 @@ class UrlsError(Exception):
     """The agent's values cannot be had; one line."""
 
 
-def urls(settings: str, agent: str | None, policy: Policy | None) -> list[tuple[str, str]]:
+def urls(settings: str, agent: str | None, policy: Policy | None,
+         port: int | None = None) -> list[tuple[str, str]]:
     """(variable, value) for the harness's configuration: $LNK_SANDBOX_URL for an agent,
     then each provider's base-URL variable (and, for an agent, its key variable with
-    the agent's placeholder)."""
+    the agent's placeholder). `port`: the proxy's on the Mac's loopback (macOS), else
+    its port inside a Linux sandbox."""
     from lnk_common.endpoints import PROXY_ADDRESS, PROXY_PORT
     from lnk_common.policy import is_name
     from lnk_wrap.model_env import (
@@ -44,6 +46,7 @@ def urls(settings: str, agent: str | None, policy: Policy | None) -> list[tuple[
     )
     from lnk_wrap.verb_env import URL_SECRET_BYTES, URL_SECRET_FILE, is_url_secret, new_url_secret
 
+    proxy_port = PROXY_PORT if port is None else port
     providers: tuple[str, ...] = tuple(PROVIDER_VARIABLES)
     if policy is not None:
         agent = policy.agent or None
@@ -59,7 +62,7 @@ def urls(settings: str, agent: str | None, policy: Policy | None) -> list[tuple[
                                      is_url_secret, f"a URL secret ({2 * URL_SECRET_BYTES} "
                                                     "lowercase hex characters)")
                 found.append(("LNK_SANDBOX_URL",
-                              f"http://{PROXY_ADDRESS}:{PROXY_PORT}/_link/s/{secret}"))
+                              f"http://{PROXY_ADDRESS}:{proxy_port}/_link/s/{secret}"))
             if providers:
                 placeholder = agent_value(settings, agent, PLACEHOLDER_FILE, new_placeholder,
                                           is_placeholder, "a placeholder (lnk- and 40 "
@@ -68,15 +71,15 @@ def urls(settings: str, agent: str | None, policy: Policy | None) -> list[tuple[
             raise UrlsError(str(error)) from None
     for provider in providers:
         base_variable, _, key_variable = PROVIDER_VARIABLES[provider]
-        found.append((base_variable, verb_base(provider, PROXY_ADDRESS, PROXY_PORT)))
+        found.append((base_variable, verb_base(provider, PROXY_ADDRESS, proxy_port)))
         if placeholder:
             found.append((key_variable, placeholder))
     return found
 
 
 def show_urls(settings: str, agent: str | None, policy: Policy | None, *,
-              as_json: bool) -> int:
-    found = urls(settings, agent, policy)
+              as_json: bool, port: int | None = None) -> int:
+    found = urls(settings, agent, policy, port)
     if as_json:
         import orjson
 

@@ -618,3 +618,26 @@ def test_the_argv_is_built_from_typed_options() -> None:
             Parameter(name, value)
     with pytest.raises(MacosError, match="no command"):
         sandbox_exec_argv(Profile("(version 1)", ()), [])
+
+
+def test_url_platform_macos_is_the_agents_port_with_the_same_secret(tmp_path: Path) -> None:
+    env = {**os.environ, **_settings_env(tmp_path)}
+
+    def url(*words: str) -> dict[str, str]:
+        done = subprocess.run([LNK_SANDBOX, "url", *words, "--json"], env=env,
+                              capture_output=True, text=True, timeout=60, check=True)
+        found: dict[str, str] = json.loads(done.stdout)
+        return found
+
+    linux, mac = url("--agent", "main"), url("--agent", "main", "--platform", "macos")
+    secret = linux["LNK_SANDBOX_URL"].rsplit("/", 1)[1]
+    assert mac["LNK_SANDBOX_URL"] == f"http://127.0.0.1:40781/_link/s/{secret}"
+    assert mac["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:40781/_link/model/anthropic"
+    assert mac["ANTHROPIC_API_KEY"] == linux["ANTHROPIC_API_KEY"]
+    assert url("--agent", "writer", "--platform", "macos")["LNK_SANDBOX_URL"].startswith(
+        "http://127.0.0.1:40791/_link/s/")
+    done = subprocess.run([LNK_SANDBOX, "url", "--platform", "macos"], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stderr) == (125, "lnk-sandbox: url --platform macos needs "
+                                              "--agent=NAME or --spec=FILE: the port is the "
+                                              "agent's\n")
