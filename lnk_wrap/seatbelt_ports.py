@@ -14,14 +14,15 @@ settings (PORTS_FILE, hidden in every sandbox), one key a line, appended under a
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 
 from lnk_common.policy import Policy
 
 __all__ = ["AGENT_PORT_BLOCK", "FIRST_AGENT_PORT_BLOCK", "MAIN_AGENT", "MAX_BLOCKS",
-           "PORTS_FILE", "PortsError", "block_port", "key_of", "port_for", "port_for_key",
-           "reading"]
+           "PORTS_FILE", "PortsError", "block_port", "key_of", "open_folder", "port_for",
+           "port_for_key", "reading"]
 
 # The first block: 40772 to 40781, so `main`'s proxy is on 40781 (the seed's number).
 FIRST_AGENT_PORT_BLOCK = 40772
@@ -76,12 +77,35 @@ def port_for(settings: str, policy: Policy) -> tuple[int, tuple[int, ...]]:
     return port_for_key(settings, key_of(policy))
 
 
+_OPEN_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def open_folder(parent: int | None, name: str) -> int:
+    """`name` in the folder `parent` (or a path, with None) opened as a folder, made 0700
+    when missing, never through a link: a link planted in Link's settings is refused."""
+    if parent is not None:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, 0o700, dir_fd=parent)
+    try:
+        return os.open(name, _OPEN_FOLDER, dir_fd=parent)
+    except OSError as error:
+        raise PortsError(f"{name}: not a folder of Link's settings (a link or a file is "
+                         f"there: {error.strerror}); refused, nothing followed") from None
+
+
 def port_for_key(settings: str, key: str) -> tuple[int, tuple[int, ...]]:
     """port_for by the table's key (`agent NAME`, `wire NAME`)."""
-    folder = os.path.join(settings, PORTS_FILE[0])
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    path = os.path.join(folder, PORTS_FILE[1])
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    root = open_folder(None, settings)
+    try:
+        folder = open_folder(root, PORTS_FILE[0])
+    finally:
+        os.close(root)
+    try:
+        fd = os.open(PORTS_FILE[1], os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600, dir_fd=folder)
+    finally:
+        os.close(folder)
+    path = os.path.join(settings, *PORTS_FILE)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         data = os.pread(fd, MAX_PORTS_FILE_BYTES + 1, 0)

@@ -20,7 +20,7 @@ from lnk_common.chain import helper_argv as helper_start
 from lnk_common.policy import Policy, helper_argv, is_name
 from lnk_wrap.bwrap import NO_PROXY_LOOPBACK, NODE_PROXY_SWITCH, PROXY_VARIABLES
 from lnk_wrap.seatbelt import MacosError, mac_path, profile, sandbox_exec_argv
-from lnk_wrap.seatbelt_ports import port_for
+from lnk_wrap.seatbelt_ports import PortsError, open_folder, port_for
 
 __all__ = ["ENV", "PLATFORMS", "mac_line", "make_agent_folder", "program_environment",
            "proxy_argv"]
@@ -71,8 +71,8 @@ def proxy_argv(policy: Policy, port: int, wire: str) -> list[str]:
 
 def make_agent_folder(spec_file: str, settings: str) -> None:
     """The agent's own folder (agents/NAME in Link's settings, 0700) made when the spec
-    names an [agent] whose folder is not there yet; a name that is not one, or a folder
-    that cannot be made, is left for the spec loader to say."""
+    names an [agent] whose folder is not there yet, never through a link; a name that is
+    not one, or a folder that cannot be made, is left for the spec loader to say."""
     from lnk_wrap.vendor import tomllib
 
     try:
@@ -85,11 +85,16 @@ def make_agent_folder(spec_file: str, settings: str) -> None:
     name = agent.get("name")
     if not isinstance(name, str) or not is_name(name):
         return
-    agents = os.path.join(settings, "agents")
-    for folder in (agents, os.path.join(agents, name)):
-        try:
-            os.mkdir(folder, 0o700)
-        except FileExistsError:
-            continue
-        except OSError:
-            return
+    try:
+        root = open_folder(None, settings)
+    except PortsError:
+        return
+    opened = [root]
+    try:
+        for folder in ("agents", name):  # never through a link: each opened as it is made
+            opened.append(open_folder(opened[-1], folder))
+    except PortsError:
+        return
+    finally:
+        for fd in opened:
+            os.close(fd)

@@ -184,6 +184,7 @@ def _evaluated(policy: Policy, tmp_path: Path) -> Evaluated:
 
 
 def test_agent_main_gets_port_40781_and_nothing_else_of_the_network(tmp_path: Path) -> None:
+    (tmp_path / "lnk").mkdir()
     policy = _agent_policy("/Users/u", str(tmp_path / "lnk"))
     made, argv = _made(policy)
     rules = evaluate(made.text, dict(made.parameters))
@@ -196,8 +197,8 @@ def test_agent_main_gets_port_40781_and_nothing_else_of_the_network(tmp_path: Pa
 
 def test_the_keychain_services_are_denied_in_every_profile(tmp_path: Path) -> None:
     for name, more in MADE.items():
-        policy = _agent_policy("/Users/u", str(tmp_path / name), **more)
-        made, _ = _made(policy)
+        policy = _agent_policy("/Users/u", GOLDEN_SETTINGS, **more)
+        made, _ = _made(policy, str(tmp_path))
         rules = evaluate(made.text, dict(made.parameters))
         for service in KEYCHAIN_SERVICES:
             assert not rules.may_look_up(service), (name, service)
@@ -641,3 +642,20 @@ def test_url_platform_macos_is_the_agents_port_with_the_same_secret(tmp_path: Pa
     assert (done.returncode, done.stderr) == (125, "lnk-sandbox: url --platform macos needs "
                                               "--agent=NAME or --spec=FILE: the port is the "
                                               "agent's\n")
+
+
+def test_no_link_in_links_settings_is_followed(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    settings = tmp_path / "lnk"
+    settings.mkdir()
+    (settings / "sandbox").symlink_to(elsewhere)
+    with pytest.raises(seatbelt_ports.PortsError, match="refused, nothing followed"):
+        seatbelt_ports.port_for(str(settings), Policy(settings=str(settings), name="w"))
+    (settings / "agents").symlink_to(elsewhere)
+    env = {**os.environ, **_settings_env(tmp_path)}
+    done = subprocess.run([LNK_SANDBOX, "wrap", "--platform", "macos", "--spec",
+                           str(_spec(tmp_path)), "--", "/bin/true"], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 125 and done.stdout == "", done.stderr
+    assert list(elsewhere.iterdir()) == []  # nothing made through either link
