@@ -41,9 +41,10 @@ MACOS_IN_FORCE = (
 MACOS_GAPS = (
     ("never run on a Mac", "the profile is generated and tested here, on Linux; no Mac has "
                            "compiled it or run a program under it"),
-    ("the parent outside", "the Mac's launcher (the agent's proxy started on its port, the "
-                           "log reader, signals) is built as argv and tested on loopback, "
-                           "not run on a Mac"),
+    ("the parent outside", "the Mac's parent (the agent's proxy on its port, the log "
+                           "reader, signals) is tested here with a stand-in sandbox-exec, "
+                           "not run on a Mac; a kept wrap line needs the agent's proxy "
+                           "running on its port"),
     ("no private /tmp", "a Mac has no mount namespace: the sandbox has no temporary folder "
                         "of its own unless the spec writes one"),
     ("stat above the grants", "the folders above a granted path can be looked at (not "

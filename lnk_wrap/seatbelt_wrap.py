@@ -22,8 +22,8 @@ from lnk_wrap.bwrap import NO_PROXY_LOOPBACK, NODE_PROXY_SWITCH, PROXY_VARIABLES
 from lnk_wrap.seatbelt import MacosError, mac_path, profile, sandbox_exec_argv
 from lnk_wrap.seatbelt_ports import PortsError, open_folder, port_for
 
-__all__ = ["ENV", "PLATFORMS", "mac_line", "make_agent_folder", "program_environment",
-           "proxy_argv"]
+__all__ = ["ENV", "LOOPBACK", "PLATFORMS", "mac_line", "mac_parts", "make_agent_folder",
+           "program_environment", "proxy_argv"]
 
 # The platforms `wrap` and `check` take: this machine's own (the default), or macOS.
 PLATFORMS = ("linux", "macos")
@@ -48,6 +48,11 @@ def program_environment(policy: Policy, port: int | None) -> list[str]:
 
 def mac_line(policy: Policy, command: list[str]) -> list[str]:
     """The macOS line of `policy` running `command` (the module's order)."""
+    return mac_parts(policy, command)[0]
+
+
+def mac_parts(policy: Policy, command: list[str]) -> tuple[list[str], int | None]:
+    """The macOS line, and the agent's proxy port (None without a wire)."""
     if not command or command[0].startswith("-") or "=" in command[0]:
         raise MacosError("the command's first word may not start with '-' or hold '=': "
                          "/usr/bin/env would read it as its own")
@@ -56,7 +61,7 @@ def mac_line(policy: Policy, command: list[str]) -> list[str]:
     if policy.needs_proxy():
         port, ports = port_for(policy.settings, policy)
     made = profile(policy, proxy_port=port, agent_ports=ports)
-    return sandbox_exec_argv(made, [ENV, *program_environment(policy, port), *command])
+    return sandbox_exec_argv(made, [ENV, *program_environment(policy, port), *command]), port
 
 
 def proxy_argv(policy: Policy, port: int, wire: str) -> list[str]:

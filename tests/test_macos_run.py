@@ -1,0 +1,154 @@
+"""`run --platform macos`'s parent (lnk_wrap.seatbelt_run), as far as Linux can run it.
+
+No Seatbelt exists here, so /usr/bin/sandbox-exec is a stand-in (a fake only for what
+cannot exist here: it checks the line's shape, keeps the profile for the test, and runs
+the command unconfined); everything else is real: the agent's proxy on its port of
+127.0.0.1 started from its argv, the program's environment, the URL secret's verb to a
+local model runtime, the log reader against a stand-in `log`, the status.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import h11
+import pytest
+
+from lnk_common.policy import Policy
+from lnk_wrap.seatbelt import MacosError
+from lnk_wrap.seatbelt_run import run_macos
+
+from .conftest import VENV_PYTHON
+from .seatbelt_eval import evaluate
+
+FAKE_SANDBOX_EXEC = """#!/bin/sh
+# A stand-in for /usr/bin/sandbox-exec: the line's shape checked, the profile kept.
+[ "$1" = "-p" ] || exit 71
+printf '%s' "$2" > "$FAKE_PROFILE"
+shift 2
+: > "$FAKE_PARAMETERS"
+while [ "$1" != "--" ]; do
+  case "$1" in -D*) printf '%s\\n' "${1#-D}" >> "$FAKE_PARAMETERS"; shift ;; *) exit 72 ;; esac
+done
+shift
+exec "$@"
+"""
+FAKE_LOG = """#!/bin/sh
+while [ ! -s "$FAKE_PID" ]; do sleep 0.01; done
+echo 'Filtering the log data using "…"'
+pid=$(cat "$FAKE_PID")
+echo "2026-12-04 23:30:00.000 E  kernel[0:1] (Sandbox) Sandbox: python3($pid) deny(1) \
+process-exec* /usr/bin/forbidden"
+: > "$FAKE_PRINTED"
+exec sleep 600
+"""
+PROGRAM = """
+import json, os, sys, time, urllib.request
+open(os.environ["FAKE_PID"], "w").write(str(os.getpid()))
+while not os.path.exists(os.environ["FAKE_PRINTED"]):
+    time.sleep(0.01)
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+url = os.environ["LNK_SANDBOX_URL"] + "/local/" + sys.argv[1] + "/api/tags"
+body = opener.open(url, timeout=20).read()
+print(json.dumps({"body": body.decode(), "proxy": os.environ.get("HTTP_PROXY"),
+                  "url": os.environ["LNK_SANDBOX_URL"]}))
+sys.exit(7)
+"""
+
+
+class _Runtime(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # http.server's name
+        body = b'{"models":["lnk"]}'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+@pytest.fixture
+def runtime() -> Iterator[int]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Runtime)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield int(server.server_address[1])
+    server.shutdown()
+    server.server_close()
+
+
+def _script(path: Path, text: str) -> str:
+    path.write_text(text)
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_the_macs_parent_runs_the_line_with_its_proxy_and_names_refusals(
+        tmp_path: Path, runtime: int, capfd: pytest.CaptureFixture[str]) -> None:
+    settings = tmp_path / "lnk"
+    settings.mkdir()
+    with socket.socket() as probe:  # the agent main's port must be free for this test
+        if probe.connect_ex(("127.0.0.1", 40781)) == 0:
+            pytest.fail("127.0.0.1:40781 is taken on this machine; the test needs it")
+    bin_folder = tmp_path / "bin"
+    bin_folder.mkdir()
+    fake = _script(bin_folder / "sandbox-exec", FAKE_SANDBOX_EXEC)
+    _script(bin_folder / "log", FAKE_LOG)
+    policy = Policy(settings=str(settings), agent="main", name="main", network="none",
+                    local_models=(runtime,), commands=(os.path.realpath(VENV_PYTHON),),
+                    site_packages=str(Path(h11.__file__).resolve().parent.parent))
+    env = {"PATH": f"{bin_folder}:{os.environ['PATH']}", "HOME": str(tmp_path),
+           **{name: str(tmp_path / name.lower()) for name in (
+               "FAKE_PROFILE", "FAKE_PARAMETERS", "FAKE_PID", "FAKE_PRINTED")}}
+    status = run_macos(policy, [VENV_PYTHON, "-c", PROGRAM, str(runtime)], env,
+                       sandbox_exec=fake)
+    out, err = capfd.readouterr()
+    assert status == 7, err
+    found = json.loads(out.strip().splitlines()[-1])
+    assert found["body"] == '{"models":["lnk"]}'  # through the proxy's URL secret verb
+    assert found["url"].startswith("http://127.0.0.1:40781/_link/s/")
+    assert "lnk-sandbox: [commands] refused /usr/bin/forbidden (Seatbelt's report)" in err
+    # The profile sandbox-exec was given: the proxy's port, the runtime's closed.
+    parameters = dict(line.split("=", 1) for line in
+                      (tmp_path / "fake_parameters").read_text().splitlines())
+    rules = evaluate((tmp_path / "fake_profile").read_text(), parameters)
+    assert rules.may_connect(40781) and not rules.may_connect(runtime)
+    assert not rules.may_run("/usr/bin/forbidden")
+    with socket.socket() as probe:  # the proxy is gone with the run
+        assert probe.connect_ex(("127.0.0.1", 40781)) != 0
+
+
+def test_a_taken_port_is_refused_and_nothing_runs(tmp_path: Path) -> None:
+    settings = tmp_path / "lnk"
+    settings.mkdir()
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past TIME_WAIT only
+    try:
+        holder.bind(("127.0.0.1", 40781))
+    except OSError:
+        holder.close()
+        pytest.fail("127.0.0.1:40781 is taken on this machine; the test needs it")
+    holder.listen()
+    try:
+        bin_folder = tmp_path / "bin"
+        bin_folder.mkdir()
+        fake = _script(bin_folder / "sandbox-exec", FAKE_SANDBOX_EXEC)
+        policy = Policy(settings=str(settings), agent="main", name="main", network="proxy")
+        with pytest.raises(MacosError, match="40781, the proxy's port of this agent, is taken"):
+            run_macos(policy, ["/bin/touch", str(tmp_path / "ran")], {"PATH": "/usr/bin:/bin"},
+                      sandbox_exec=fake)
+        assert not (tmp_path / "ran").exists()
+    finally:
+        holder.close()
+
+
+def test_not_a_mac_says_so(tmp_path: Path) -> None:
+    policy = Policy(settings=str(tmp_path))
+    with pytest.raises(MacosError, match="this is not a Mac"):
+        run_macos(policy, ["/bin/true"], {}, sandbox_exec=str(tmp_path / "none"))
