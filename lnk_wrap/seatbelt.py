@@ -66,12 +66,15 @@ MAC_SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/System", "/Library/Apple",
                       "/private/var/db/timezone", "/opt/homebrew")
 # Closed in every sandbox, after the tree, whatever the spec grants (as
 # lnk_wrap.system.SYSTEM_SECRETS on Linux): a sandbox run by root reads a file root owns.
-# The password hashes, sudo's rules, Kerberos' keys; and the SSH host keys, by a fixed
-# pattern (_HOST_KEYS).
+# The password hashes, sudo's rules, Kerberos' keys, the system's keychains.
 MAC_SYSTEM_SECRETS = ("/private/etc/master.passwd", "/private/etc/sudoers",
                       "/private/etc/sudoers.d", "/private/etc/krb5.keytab",
-                      "/private/var/db/dslocal", "/private/var/db/sudo")
-_HOST_KEYS = r'(regex #"^/private/etc/ssh/ssh_host_[^/]*_key$")'
+                      "/private/var/db/dslocal", "/private/var/db/sudo",
+                      "/Library/Keychains")
+# By fixed patterns: the SSH host keys, and every person's keychain files (encrypted, but
+# nothing a program needs; the Keychain's services are denied at the end as well).
+_SECRET_PATTERNS = (r'(regex #"^/private/etc/ssh/ssh_host_[^/]*_key$")',
+                    r'(regex #"^/Users/[^/]+/Library/Keychains(/|$)")')
 # The mach services that hand out the Keychain's stored items: securityd (its old
 # SecurityServer name and its XPC name), the keychain daemons, the security agent. Denied
 # last, so a stored password is read as nothing (the seed: the keychain permission went).
@@ -254,7 +257,7 @@ def _secret_rules(parameters: _Parameters, secrets: tuple[str, ...]) -> list[str
     """The machine's secrets, closed after the tree (step 2's end)."""
     closed = "(deny file-read* file-write* process-exec*"
     rules = [f"{closed} (subpath {parameters.of('SECRET', path)}))" for path in secrets]
-    return [*rules, f"{closed} {_HOST_KEYS})"]
+    return [*rules, *(f"{closed} {pattern})" for pattern in _SECRET_PATTERNS)]
 
 
 def _exec_rules(policy: _Paths, parameters: _Parameters) -> list[str]:

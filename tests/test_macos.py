@@ -608,6 +608,10 @@ def test_the_machines_secrets_stay_closed_whatever_the_spec_grants(tmp_path: Pat
                  "/private/etc/ssh/ssh_host_ed25519_key"):
         assert not rules.may_read(path), path
     assert rules.may_read("/private/etc/ssh/ssh_host_ed25519_key.pub")
+    home = _evaluated(Policy(settings="/Users/u/.config/lnk", read=("/Users/u",)), tmp_path)
+    assert home.may_read("/Users/u/Library/Preferences/x.plist")
+    assert not home.may_read("/Users/u/Library/Keychains/login.keychain-db")
+    assert not home.may_read("/Library/Keychains/System.keychain")
 
 
 def test_the_argv_is_built_from_typed_options() -> None:
