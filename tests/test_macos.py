@@ -42,7 +42,7 @@ from lnk_wrap.seatbelt import (
 from lnk_wrap.seatbelt_wrap import ENV, mac_line, program_environment, proxy_argv
 from lnk_wrap.spec import SpecError, load_spec
 
-from .conftest import LNK_SANDBOX, ROOT, fuzz
+from .conftest import LNK_SANDBOX, ROOT, VENV_PYTHON, fuzz
 from .seatbelt_eval import Evaluated, Regex, SbplError, Symbol, evaluate, parse
 
 GOLDEN = Path(__file__).parent / "golden" / "macos"
@@ -715,3 +715,27 @@ def test_a_hide_inside_a_reopen_is_hidden_on_both() -> None:
     made = profile(policy, proxy_port=None, system=(), secrets=())
     rules = evaluate(made.text, dict(made.parameters))
     assert not rules.may_read("/n/a/a/a/x") and rules.may_read("/n/a/a/x")
+
+
+def test_agents_wrapped_at_once_each_get_a_block_of_their_own(tmp_path: Path) -> None:
+    code = ("import sys; from lnk_common.policy import Policy; "
+            "from lnk_wrap.seatbelt_ports import port_for; "
+            "print(port_for(sys.argv[1], Policy(settings=sys.argv[1], agent=sys.argv[2], "
+            "name=sys.argv[2]))[0])")
+    started = [subprocess.Popen([VENV_PYTHON, "-c", code, str(tmp_path), f"agent{index}"],
+                                stdout=subprocess.PIPE, text=True, cwd=ROOT)
+               for index in range(8)]
+    ports = [int(process.communicate(timeout=60)[0]) for process in started]
+    assert sorted(ports) == [40791 + 10 * index for index in range(8)]
+    lines = (tmp_path / "sandbox" / "macos-ports").read_text().splitlines()
+    assert sorted(lines) == sorted(f"agent agent{index}" for index in range(8))
+
+
+def test_the_profile_reader_takes_any_cut_or_says_why() -> None:
+    made = profile(_agent_policy("/Users/u", GOLDEN_SETTINGS), proxy_port=40781)
+    for cut in range(0, len(made.text), 7):
+        try:
+            parse(made.text[:cut])
+        except SbplError:
+            continue
+    parse(made.text + "\n; a comment\n")
