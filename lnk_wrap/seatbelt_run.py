@@ -48,7 +48,15 @@ def environments(policy: Policy, env: Mapping[str, str], port: int | None
     each at the agent's port; MacosError when one cannot be had."""
     from lnk_wrap import model_env, verb_env
 
-    program = dict(env)
+    try:
+        # As on Linux: no variable a tool's definition names, nor the proxy's placeholder
+        # variable, whatever the caller's environment held.
+        program, notes = verb_env.without_tool_variables(env, policy.settings)
+    except verb_env.VerbEnvError as error:
+        raise MacosError(str(error)) from None
+    for note in notes:
+        print(f"lnk-sandbox: {note}", file=sys.stderr)
+    program.pop("LNK_PLACEHOLDER", None)
     given: dict[str, str] = {}
     if port is None:
         return program, given

@@ -152,3 +152,14 @@ def test_not_a_mac_says_so(tmp_path: Path) -> None:
     policy = Policy(settings=str(tmp_path))
     with pytest.raises(MacosError, match="this is not a Mac"):
         run_macos(policy, ["/bin/true"], {}, sandbox_exec=str(tmp_path / "none"))
+
+
+def test_the_programs_environment_holds_no_placeholder_variable_of_the_proxys(
+        tmp_path: Path) -> None:
+    from lnk_wrap.seatbelt_run import environments
+
+    policy = Policy(settings=str(tmp_path), name="w", network="none", models=("openai",))
+    program, given = environments(policy, {"LNK_PLACEHOLDER": "x", "PATH": "/bin"}, 40791)
+    assert "LNK_PLACEHOLDER" not in program and given["LNK_PLACEHOLDER"].startswith("lnk-")
+    assert program["OPENAI_BASE_URL"] == "http://127.0.0.1:40791/_link/model/openai/v1"
+    assert program["OPENAI_API_KEY"] == given["LNK_PLACEHOLDER"]
