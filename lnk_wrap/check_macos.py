@@ -42,7 +42,7 @@ MACOS_GAPS = (
     ("never run on a Mac", "the profile is generated and tested here, on Linux; no Mac has "
                            "compiled it or run a program under it"),
     ("the parent outside", "the Mac's parent (the agent's proxy on its port, the log "
-                           "reader, signals) is tested here with a stand-in sandbox-exec, "
+                           "reader, signals) is tested here with a fake sandbox-exec, "
                            "not run on a Mac; a kept wrap line needs the agent's proxy "
                            "running on its port"),
     ("no private /tmp", "a Mac has no mount namespace: the sandbox has no temporary folder "

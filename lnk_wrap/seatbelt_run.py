@@ -10,9 +10,9 @@ another run of the agent holds it) → `sandbox-exec` started as a child → wit
 passed on to the child → the child's status (128+N on signal N), the refused programs
 named on stderr as advice, the proxy stopped.
 
-Never run on a Mac. Tested here with a stand-in for /usr/bin/sandbox-exec (a script that
+Never run on a Mac. Tested here with a fake /usr/bin/sandbox-exec (a script that
 drops the profile and runs the command: no Seatbelt exists here), the real proxy on
-loopback, and a stand-in for `log`.
+loopback, and a fake `log`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """`run --platform macos`'s parent (lnk_wrap.seatbelt_run), as far as Linux can run it.
 
-No Seatbelt exists here, so /usr/bin/sandbox-exec is a stand-in (a fake only for what
+No Seatbelt exists here, so /usr/bin/sandbox-exec is a fake (only for what
 cannot exist here: it checks the line's shape, keeps the profile for the test, and runs
 the command unconfined); everything else is real: the agent's proxy on its port of
 127.0.0.1 started from its argv, the program's environment, the URL secret's verb to a
-local model runtime, the log reader against a stand-in `log`, the status.
+local model runtime, the log reader against a fake `log`, the status.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from .conftest import VENV_PYTHON
 from .seatbelt_eval import evaluate
 
 FAKE_SANDBOX_EXEC = """#!/bin/sh
-# A stand-in for /usr/bin/sandbox-exec: the line's shape checked, the profile kept.
+# A fake /usr/bin/sandbox-exec: the line's shape checked, the profile kept.
 [ "$1" = "-p" ] || exit 71
 printf '%s' "$2" > "$FAKE_PROFILE"
 shift 2
