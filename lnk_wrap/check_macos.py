@@ -15,7 +15,7 @@ from typing import Any
 
 from lnk_common.policy import Policy
 from lnk_wrap.seatbelt import SANDBOX_EXEC, MacosError, profile
-from lnk_wrap.seatbelt_ports import block_port
+from lnk_wrap.seatbelt_ports import PortsError, block_port, key_of
 
 __all__ = ["MACOS_GAPS", "MACOS_IN_FORCE", "report", "show"]
 
@@ -65,8 +65,10 @@ def _spec(policy: Policy) -> dict[str, Any]:
     """Whether the spec has a macOS profile (main's port stands for the agent's: no
     block is given by a check), or why not."""
     try:
+        if policy.needs_proxy():
+            key_of(policy)  # a port needs an agent or a wire to be fixed for
         made = profile(policy, proxy_port=block_port(0) if policy.needs_proxy() else None)
-    except MacosError as error:
+    except (MacosError, PortsError) as error:
         return {"file": policy.spec, "macos": False, "why": str(error)}
     return {"file": policy.spec, "macos": True, "rules": made.text.count("\n"),
             "parameters": len(made.parameters)}

@@ -23,7 +23,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from lnk_common.policy import Policy
-from lnk_wrap import seatbelt_ports
+from lnk_wrap import check_macos, seatbelt_ports
 from lnk_wrap.bwrap import Access, HostFacts, access_at, plan
 from lnk_wrap.dotfiles import TOP_NAMES, find
 from lnk_wrap.seatbelt import (
@@ -739,3 +739,9 @@ def test_the_profile_reader_takes_any_cut_or_says_why() -> None:
         except SbplError:
             continue
     parse(made.text + "\n; a comment\n")
+
+
+def test_check_says_a_spec_with_a_wire_but_no_name_has_no_port_on_a_mac() -> None:
+    found = check_macos.report(Policy(settings="/s", network="proxy"))["spec"]
+    assert not found["macos"] and "fixed per agent or wire" in found["why"]
+    assert check_macos.report(Policy(settings="/s", name="w", network="proxy"))["spec"]["macos"]
