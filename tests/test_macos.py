@@ -745,3 +745,39 @@ def test_check_says_a_spec_with_a_wire_but_no_name_has_no_port_on_a_mac() -> Non
     found = check_macos.report(Policy(settings="/s", network="proxy"))["spec"]
     assert not found["macos"] and "fixed per agent or wire" in found["why"]
     assert check_macos.report(Policy(settings="/s", name="w", network="proxy"))["spec"]["macos"]
+
+
+# Every operation and filter the profiles use, each read in a peer's or Apple's public
+# profile (record 0042, "Why"): a name outside these is a typo no Mac has checked.
+KNOWN_OPERATIONS = {
+    "default", "process-fork", "signal", "process-info*", "user-preference-read",
+    "ipc-posix-sem", "sysctl-read", "mach-lookup", "pseudo-tty", "file-read*", "file-write*",
+    "file-ioctl", "file-write-data", "process-exec*", "file-read-metadata",
+    "file-write-unlink", "network*", "network-outbound", "network-bind", "network-inbound"}
+KNOWN_FILTERS = {
+    "target", "sysctl-name", "global-name", "literal", "subpath", "regex", "param",
+    "string-append", "remote", "local", "with"}
+
+
+def _names(form: object, operations: set[str], filters: set[str]) -> None:
+    if not isinstance(form, list):
+        return
+    head = form[0]
+    if head in ("allow", "deny"):
+        operations.update(str(item) for item in form[1:] if isinstance(item, Symbol))
+    elif head != "version":
+        filters.add(str(head))
+    for item in form[1:]:
+        _names(item, operations, filters)
+
+
+def test_every_operation_and_filter_is_one_a_peer_uses() -> None:
+    operations: set[str] = set()
+    filters: set[str] = set()
+    goldens = sorted(GOLDEN.glob("*.json"))
+    assert len(goldens) == len(MATRIX_SPECS) + len(MADE)
+    for path in goldens:
+        for form in parse("\n".join(json.loads(path.read_text()).get("profile", []))):
+            _names(form, operations, filters)
+    assert operations - KNOWN_OPERATIONS == set()
+    assert filters - KNOWN_FILTERS == set()
