@@ -781,3 +781,30 @@ def test_every_operation_and_filter_is_one_a_peer_uses() -> None:
             _names(form, operations, filters)
     assert operations - KNOWN_OPERATIONS == set()
     assert filters - KNOWN_FILTERS == set()
+
+
+@st.composite
+def _ways_out(draw: st.DrawFn) -> Policy:
+    network = draw(st.sampled_from(("none", "proxy")))
+    ports = draw(st.lists(st.integers(1, 65535), max_size=4, unique=True))
+    cut = draw(st.integers(0, len(ports)))
+    return Policy(settings="/s/lnk", name="wire", network=network,
+                  hosts=("example.org",) if network == "proxy" else (),
+                  localhost_ports=tuple(ports[:cut]), local_models=tuple(ports[cut:]),
+                  models=tuple(draw(st.sets(st.sampled_from(("anthropic", "openai"))))),
+                  open_pages=draw(st.booleans()),
+                  lan=("192.168.1.20:631",) if draw(st.booleans()) else ())
+
+
+@fuzz(2)
+@given(_ways_out(), st.integers(1, 65535))
+def test_a_port_is_reached_only_when_the_policy_names_it(policy: Policy, port: int) -> None:
+    proxy = 40791 if policy.needs_proxy() else None
+    made = profile(policy, proxy_port=proxy, agent_ports=(40781, 40791))
+    rules = evaluate(made.text, dict(made.parameters))
+    expected = port == proxy or port in policy.localhost_ports
+    assert rules.may_connect(port) == expected
+    for named in (*policy.local_models, 40781):
+        assert not rules.may_connect(named) or named in policy.localhost_ports
+    assert not rules.may_listen(40781) and not rules.may_listen(40791)
+    assert rules.may_listen(port) == (policy.open_pages and port not in (40781, 40791))
