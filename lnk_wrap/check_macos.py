@@ -17,7 +17,7 @@ from lnk_common.policy import Policy
 from lnk_wrap.seatbelt import SANDBOX_EXEC, MacosError, profile
 from lnk_wrap.seatbelt_ports import PortsError, block_port, key_of
 
-__all__ = ["MACOS_GAPS", "MACOS_IN_FORCE", "report", "show"]
+__all__ = ["MACOS_GAPS", "MACOS_IN_FORCE", "print_report", "report", "show"]
 
 # (protection, how the profile holds it), each from the seed's macOS lines.
 MACOS_IN_FORCE = (
@@ -104,3 +104,15 @@ def show(found: dict[str, Any]) -> str:
             f"a macOS profile of {spec['rules']} rules and {spec['parameters']} parameters"
             if spec["macos"] else f"no macOS profile: {spec['why']}"))
     return "\n".join(lines)
+
+
+def print_report(policy: Policy | None, *, as_json: bool) -> int:
+    """The report on stdout (JSON, or lines); exit 0 on a Mac ready for it, else 1."""
+    found = report(policy)
+    if as_json:
+        import orjson
+
+        sys.stdout.buffer.write(orjson.dumps(found, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        print(show(found))
+    return 0 if found["ready"] else 1

@@ -584,6 +584,7 @@ def _asks(arguments: Mapping[str, object], env: Mapping[str, str], command: list
 
 def _url(arguments: Mapping[str, object], env: Mapping[str, str], command: list[str]) -> int:
     from lnk_common.settings import SettingsError, settings_folder
+    from lnk_wrap.seatbelt_ports import PortsError, url_port
     from lnk_wrap.urls_view import UrlsError, show_urls
 
     agent = arguments["--agent"]
@@ -592,44 +593,19 @@ def _url(arguments: Mapping[str, object], env: Mapping[str, str], command: list[
         settings = settings_folder(env).root if spec is None else spec.settings
         port = None
         if _platform(arguments) == "macos":
-            port = _mac_port(settings, spec, agent if isinstance(agent, str) else None)
+            port = url_port(settings, spec, agent if isinstance(agent, str) else None)
         return show_urls(settings, agent if isinstance(agent, str) else None, spec,
                          as_json=bool(arguments["--json"]), port=port)
-    except (SettingsError, UrlsError) as error:
+    except (SettingsError, UrlsError, PortsError) as error:
         raise CliError(str(error)) from None
-
-
-def _mac_port(settings: str, spec: Policy | None, agent: str | None) -> int:
-    """url --platform macos: the proxy's port of the spec's agent or wire, or the agent's
-    (lnk_wrap.seatbelt_ports), given a block the first time as `wrap` would."""
-    from lnk_common.policy import is_name
-    from lnk_wrap.seatbelt_ports import PortsError, key_of, port_for_key
-
-    try:
-        if spec is not None:
-            return port_for_key(settings, key_of(spec))[0]
-        if agent is None or not is_name(agent):
-            raise CliError("url --platform macos needs --agent=NAME or --spec=FILE: the "
-                           "port is the agent's")
-        return port_for_key(settings, f"agent {agent}")[0]
-    except PortsError as error:
-        raise CliError(f"macOS: {error}") from None
-    except OSError as error:
-        raise CliError(f"the macOS ports' table: {error.strerror}") from None
 
 
 def _check(arguments: Mapping[str, object], env: Mapping[str, str], command: list[str]) -> int:
     if _platform(arguments) == "macos":
-        from lnk_wrap import check_macos
+        from lnk_wrap.check_macos import print_report
 
-        mac = check_macos.report(_policy(arguments, env) if arguments["--spec"] else None)
-        if arguments["--json"]:
-            import orjson
-
-            sys.stdout.buffer.write(orjson.dumps(mac, option=orjson.OPT_INDENT_2) + b"\n")
-        else:
-            print(check_macos.show(mac))
-        return 0 if mac["ready"] else 1
+        return print_report(_policy(arguments, env) if arguments["--spec"] else None,
+                            as_json=bool(arguments["--json"]))
     from lnk_wrap.check import report, show, verdict
 
     found = report(env, _policy(arguments, env) if arguments["--spec"] else None)

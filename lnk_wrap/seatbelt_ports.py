@@ -18,11 +18,11 @@ import contextlib
 import fcntl
 import os
 
-from lnk_common.policy import Policy
+from lnk_common.policy import Policy, is_name
 
 __all__ = ["AGENT_PORT_BLOCK", "FIRST_AGENT_PORT_BLOCK", "MAIN_AGENT", "MAX_BLOCKS",
            "PORTS_FILE", "PortsError", "block_port", "key_of", "open_folder", "port_for",
-           "port_for_key", "reading"]
+           "port_for_key", "reading", "url_port"]
 
 # The first block: 40772 to 40781, so `main`'s proxy is on 40781 (the seed's number).
 FIRST_AGENT_PORT_BLOCK = 40772
@@ -58,6 +58,22 @@ def key_of(policy: Policy) -> str:
         return f"wire {policy.name}"
     raise PortsError("on macOS the proxy's port is fixed per agent or wire: give the spec "
                      "an [agent] or a name (or --wire)")
+
+
+def url_port(settings: str, policy: Policy | None, agent: str | None) -> int:
+    """`url --platform macos`: the port of the spec's agent or wire, else of `agent`,
+    given a block the first time as `wrap` would; PortsError for any failure."""
+    if policy is not None:
+        key = key_of(policy)
+    elif agent is None or not is_name(agent):
+        raise PortsError("url --platform macos needs --agent=NAME or --spec=FILE: the port "
+                         "is the agent's")
+    else:
+        key = f"agent {agent}"
+    try:
+        return port_for_key(settings, key)[0]
+    except OSError as error:
+        raise PortsError(f"the macOS ports' table: {error.strerror}") from None
 
 
 def reading(text: str) -> list[str]:
