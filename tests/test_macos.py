@@ -183,7 +183,7 @@ def _evaluated(policy: Policy, tmp_path: Path) -> Evaluated:
     return evaluate(made.text, dict(made.parameters))
 
 
-def test_agent_main_gets_port_40781_and_nothing_else_of_the_network(tmp_path: Path) -> None:
+def test_N1_agent_main_gets_port_40781_and_nothing_else_of_the_network(tmp_path: Path) -> None:
     (tmp_path / "lnk").mkdir()
     policy = _agent_policy("/Users/u", str(tmp_path / "lnk"))
     made, argv = _made(policy)
@@ -208,7 +208,7 @@ def test_the_keychain_services_are_denied_in_every_profile(tmp_path: Path) -> No
         assert made.text.rstrip().splitlines()[-1].startswith("(deny mach-lookup")
 
 
-def test_local_models_closed_localhost_ports_open_and_a_login_may_listen(
+def test_N1_V5_local_models_closed_localhost_ports_open_and_a_login_may_listen(
         tmp_path: Path) -> None:
     policy = _agent_policy("/Users/u", str(tmp_path / "lnk"), **MADE["agent_verbs"])
     rules = _evaluated(policy, tmp_path)
@@ -219,7 +219,7 @@ def test_local_models_closed_localhost_ports_open_and_a_login_may_listen(
     assert not rules.may_listen(40781)  # never an agent's proxy port
 
 
-def test_files_hide_reopen_settings_and_agents(tmp_path: Path) -> None:
+def test_F1_F2_F6_files_hide_reopen_settings_and_agents(tmp_path: Path) -> None:
     settings = "/Users/u/.config/lnk"
     policy = _agent_policy("/Users/u", settings)
     rules = _evaluated(policy, tmp_path)
@@ -238,7 +238,7 @@ def test_files_hide_reopen_settings_and_agents(tmp_path: Path) -> None:
     assert rules.may_rename("/Users/u/src/app/other")
 
 
-def test_dot_files_at_the_top_read_only_there_or_missing(tmp_path: Path) -> None:
+def test_F4_dot_files_at_the_top_read_only_there_or_missing(tmp_path: Path) -> None:
     policy = _agent_policy("/Users/u", "/Users/u/.config/lnk")
     rules = _evaluated(policy, tmp_path)
     for name, _, _, _ in TOP_NAMES:
@@ -251,7 +251,7 @@ def test_dot_files_at_the_top_read_only_there_or_missing(tmp_path: Path) -> None
     assert rules.may_write("/Users/u/.config/lnk/agents/main/.git/config")  # write_dot_files
 
 
-def test_commands_run_by_file_and_learn_runs_everything_reported(tmp_path: Path) -> None:
+def test_P1_commands_run_by_file_and_learn_runs_everything_reported(tmp_path: Path) -> None:
     policy = _agent_policy("/Users/u", "/Users/u/.config/lnk", **MADE["agent_commands"])
     rules = _evaluated(policy, tmp_path)
     assert rules.may_run("/usr/bin/git") and rules.may_run("/bin/sh")
@@ -648,7 +648,7 @@ def test_url_platform_macos_is_the_agents_port_with_the_same_secret(tmp_path: Pa
                                               "agent's\n")
 
 
-def test_no_link_in_links_settings_is_followed(tmp_path: Path) -> None:
+def test_F6_no_link_in_links_settings_is_followed(tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     settings = tmp_path / "lnk"
@@ -798,7 +798,7 @@ def _ways_out(draw: st.DrawFn) -> Policy:
 
 @fuzz(2)
 @given(_ways_out(), st.integers(1, 65535))
-def test_a_port_is_reached_only_when_the_policy_names_it(policy: Policy, port: int) -> None:
+def test_N1_a_port_is_reached_only_when_the_policy_names_it(policy: Policy, port: int) -> None:
     proxy = 40791 if policy.needs_proxy() else None
     made = profile(policy, proxy_port=proxy, agent_ports=(40781, 40791))
     rules = evaluate(made.text, dict(made.parameters))

@@ -43,7 +43,7 @@ def _gone_pid() -> int:
     return done.pid
 
 
-def test_the_reader_names_this_runs_refused_programs_only(tmp_path: Path) -> None:
+def test_P1_the_reader_names_this_runs_refused_programs_only(tmp_path: Path) -> None:
     bin_folder = tmp_path / "bin"
     bin_folder.mkdir()
     (bin_folder / "log").write_text(FAKE_LOG)

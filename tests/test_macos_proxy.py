@@ -71,7 +71,7 @@ def _ask(port: int, head: str) -> tuple[int, bytes]:
     return int(status.split()[1]), rest.partition(b"\r\n\r\n")[2]
 
 
-def test_the_agents_proxy_on_loopback_takes_only_the_url_secret_and_the_placeholder(
+def test_V2_the_agents_proxy_on_loopback_takes_only_the_url_secret_and_the_placeholder(
         tmp_path: Path, runtime: int) -> None:
     settings = tmp_path / "lnk"
     settings.mkdir()
