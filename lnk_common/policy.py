@@ -350,7 +350,7 @@ class Policy:
     learn: `lnk-sandbox learn` only: where the exec watch records every program run
     (a file in Link's settings), with every program open.
     settings: Link's settings folder (its real path), hidden in every sandbox.
-    settings_via: the path the verbs name it by (LNK_HOME, XDG_CONFIG_HOME or HOME), set
+    settings_via: the path the commands name it by (LNK_HOME, XDG_CONFIG_HOME or HOME), set
     only when links lie on it: the launcher refuses a run that could replace one (F6).
     home: the program's HOME, a folder of `write` and `write_dot_files` ([agent]'s own
     folder, or [files] home); "" lets the launcher choose (lnk_wrap.home): the caller's

@@ -163,7 +163,7 @@ VERSION = "lnk-sandbox 0.1.0"
 
 
 class CliError(Exception):
-    """A verb cannot do what was asked; one line, exit 125."""
+    """A command cannot do what was asked; one line, exit 125."""
 
 
 def _policy(arguments: Mapping[str, object], env: Mapping[str, str]) -> Policy:
@@ -248,11 +248,11 @@ _RUN_OPTIONS = ("--spec", "--wire", "--summary")
 
 
 def run_arguments(words: list[str]) -> dict[str, object] | None:
-    """docopt's answer for the common shape of `run` (the verb, --spec and --wire,
+    """docopt's answer for the common shape of `run` (the command, --spec and --wire,
     each once, by their full names, then the command, after `--` or starting with no
     `-`; --summary too), read without docopt: importing and running it costs every start 8 ms. Any
     other argv (an error, help, an abbreviation) is None: docopt reads it, and says what
-    is wrong, from the usage text above, the one place the verbs are written."""
+    is wrong, from the usage text above, the one place the commands are written."""
     if words[:1] != ["run"]:
         return None
     found = dict(_RUN_DEFAULTS)
@@ -332,13 +332,15 @@ def main(argv: list[str] | None = None) -> None:
 
 def _parsed(words: list[str]) -> Mapping[str, object]:
     """docopt's reading of `words`; a usage mistake is one line saying what was wrong,
-    then that verb's usage alone, exit 2 (lnk_wrap.usage); `VERB --help` that verb's."""
+    then that command's usage alone, exit 2 (lnk_wrap.usage); `lnk-sandbox NAME --help`
+    that command's."""
     from lnk_wrap import usage
 
     if any(word in ("-h", "--help") for word in words):
         asked = usage.diagnose(__doc__ or "", words)
         if asked.help:
-            print(usage.verb_help(__doc__ or "", asked.verb) if asked.verb else __doc__)
+            print(usage.command_help(__doc__ or "", asked.command) if asked.command
+                  else __doc__)
             sys.exit(0)
     from docopt import DocoptExit, docopt
 
@@ -349,25 +351,25 @@ def _parsed(words: list[str]) -> Mapping[str, object]:
         pass
     found = usage.diagnose(__doc__ or "", words)
     print(f"lnk-sandbox: {found.message}", file=sys.stderr)
-    if found.verb:
-        lines = usage.usage_of(__doc__ or "", found.verb, found.subverb)
+    if found.command:
+        lines = usage.usage_of(__doc__ or "", found.command, found.subcommand)
         for index, line in enumerate(lines):
             print(f"{'usage:' if index == 0 else '      '} {line}", file=sys.stderr)
-        print(f"(lnk-sandbox {found.verb} --help says more)", file=sys.stderr)
+        print(f"(lnk-sandbox {found.command} --help says more)", file=sys.stderr)
     else:
-        print(f"the verbs: {', '.join(usage.verbs(__doc__ or ''))} "
+        print(f"the verbs: {', '.join(usage.commands(__doc__ or ''))} "
               "(lnk-sandbox --help says more)", file=sys.stderr)
     sys.exit(EXIT_USAGE)
 
 
 def _dispatch(arguments: Mapping[str, object], env: Mapping[str, str]) -> int:
-    """Do the verb docopt (or run_arguments) found, by its handler in _VERBS; a verb
-    that is in no row is a usage mistake."""
-    raw_command = arguments["COMMAND"]
-    command = [str(word) for word in raw_command] if isinstance(raw_command, list) else []
-    for verb, handler in _VERBS.items():
-        if arguments[verb]:
-            return handler(arguments, env, command)
+    """Do the command docopt (or run_arguments) found, by its handler in _COMMANDS; a
+    command that is in no row is a usage mistake."""
+    raw_program = arguments["COMMAND"]
+    program = [str(word) for word in raw_program] if isinstance(raw_program, list) else []
+    for name, handler in _COMMANDS.items():
+        if arguments[name]:
+            return handler(arguments, env, program)
     return EXIT_USAGE
 
 
@@ -569,10 +571,11 @@ def _check(arguments: Mapping[str, object], env: Mapping[str, str], command: lis
     return 0 if found["ready"] else EXIT_SANDBOX_FAILED
 
 
-# Each verb's handler, by the key docopt sets for it (default deny: a verb in no row is
-# a usage mistake). A handler takes docopt's answer, the environment and the command.
+# Each command's handler, by the key docopt sets for it (default deny: a command in no
+# row is a usage mistake). A handler takes docopt's answer, the environment and the
+# program to run (the usage's COMMAND).
 # mcp-remote has no row: main hands its argv to its own parser before docopt reads any.
-_VERBS: dict[str, _Handler] = {
+_COMMANDS: dict[str, _Handler] = {
     "wrap": _wrap,
     "run": _run,
     "learn": _learn,

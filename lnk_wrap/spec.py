@@ -453,7 +453,7 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
     agent_name = agent["name"] if agent is not None else ""
     policy = Policy(
         settings=settings.root,
-        # The path the verbs name it by, when links lie on it: the launcher judges each.
+        # The path the commands name it by, when links lie on it: the launcher judges each.
         settings_via=settings.named if settings.links else "",
         name=name or agent_name, spec=context.file, agent=agent_name, commands=commands,
         **files, **ways_out)
