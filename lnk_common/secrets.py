@@ -63,7 +63,6 @@ __all__ = [
     "read_secret",
     "remove_secret",
     "rule_names",
-    "secret_path",
     "value_problem",
     "write_rule",
     "write_secret",
@@ -132,12 +131,6 @@ def _checked_name(name: str) -> str:
 
 
 # -- the folder -----------------------------------------------------------------------------
-
-
-def secret_path(settings_root: str, name: str) -> str:
-    """Where the secret `name` lives (for messages and docs; every access goes by folder
-    descriptor, never by this path)."""
-    return os.path.join(settings_root, *SECRETS_FOLDER, _checked_name(name))
 
 
 def _open_folder(parent: int, name: str, shown: str, *, make: bool) -> int:

@@ -55,10 +55,6 @@ STATED_GAPS = (
             "and `lnk-sandbox asks` show the real question, and a swallowed code is no"},
 )
 
-# Protections of later issues, said plainly until they exist (each entry: protection,
-# in_force False, why).
-NOT_YET_BUILT: tuple[dict[str, Any], ...] = ()
-
 
 def _browser_built() -> bool:
     from lnk_common.chain import package_root
@@ -160,7 +156,6 @@ def report(env: Mapping[str, str], policy: Policy | None = None) -> dict[str, An
         *_network_protections(namespaces),
         _memory_files_protection(namespaces, seccomp, memfd_noexec),
         *_verb_protections(namespaces),
-        *NOT_YET_BUILT,
     ]
     settings = _settings_or_none(env)
     return {
