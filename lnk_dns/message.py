@@ -221,7 +221,7 @@ def answer_key(data: bytes) -> bytes | None:
         if length == 0:
             break
         if length > MAX_LABEL_BYTES:
-            return None  # a compression pointer, or an extended label: not the plain shape
+            return None  # a compression pointer or an extended label: not a stub's shape
         offset += length
     question_end = offset + _QUESTION_TAIL_BYTES
     if arcount == 0:
