@@ -40,7 +40,10 @@ Verbs:
   learn   Run COMMAND once under the spec's other grants with every program open, and
           print the [commands] list that lets it run: what the spec lists, and what
           ran besides (never a program in a folder the sandbox writes or a temp
-          folder; interpreters marked). Writes nothing.
+          folder; interpreters marked). Then the [network] hosts the run was refused
+          by name, from its wire's log (names sharing a domain as `*.domain`, marked;
+          a model provider's API host never: use [verbs] model), and names it looked
+          up for [tcp] endpoints. Writes nothing.
   log     A wire's log (every wire's without WIRE): each call allowed, ended or
           refused, as host and port only, and a line where each run starts and exits
           (its status); with --follow, new lines as they come; with --since, the lines
@@ -152,6 +155,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from lnk_common.policy import Policy
+    from lnk_wrap.learn_network import Seen
 
     _Handler = Callable[[Mapping[str, object], Mapping[str, str], list[str]], int]
 
@@ -436,22 +440,46 @@ def _learn(arguments: Mapping[str, object], env: Mapping[str, str], command: lis
     from lnk_wrap.learn import format_commands, learn
 
     policy = _policy(arguments, env)
+    if policy.network != "host" and not policy.site_packages:
+        policy = policy.with_site_packages(_site_packages())  # its wire's proxy (h11)
     try:
-        status, offered, refused = learn(policy, command, env)
+        found = learn(policy, command, env)
     except (LaunchError, OSError) as error:
         raise CliError(str(error)) from None
-    print(f"# lnk-sandbox learn: the programs the command ran under {policy.spec} "
-          "(nothing was written)")
+    print(f"# lnk-sandbox learn: the programs the command ran and the hosts it was refused "
+          f"under {policy.spec} (nothing was written)")
     from lnk_wrap.spec import commands_as_written
 
-    print(format_commands(policy.commands, offered,
+    print(format_commands(policy.commands, found.offered,
                           commands_as_written(policy.spec, env) if policy.spec else None))
-    for path, why in refused:
+    for path, why in found.refused:
         print(f"lnk-sandbox: not offered: {path}: {why}", file=sys.stderr)
-    if status != 0:
-        print(f"lnk-sandbox: the command exited with status {status}; a run that stops "
+    _print_network(policy, found.network)
+    if found.status != 0:
+        print(f"lnk-sandbox: the command exited with status {found.status}; a run that stops "
               "early may not have started every program it needs", file=sys.stderr)
-    return status
+    return found.status
+
+
+def _print_network(policy: Policy, seen: Seen | None) -> None:
+    """learn's [network] part: the hosts to list on stdout, what is not offered and why
+    (a provider's host, a metadata service …), folded or paused calls, on stderr."""
+    from lnk_wrap.learn_network import format_network, group
+
+    if seen is None:
+        print(f"# [network]: mode {policy.network!r} has no wire: no call was seen")
+        return
+    print()
+    print(format_network(policy.hosts, group(seen.hosts), seen.looked_up, mode=policy.network))
+    for target, why in seen.not_offered:
+        print(f"lnk-sandbox: not offered: {target}: {why}", file=sys.stderr)
+    if seen.folded:
+        print(f"lnk-sandbox: learn: {seen.folded} refusals were folded in the wire's log "
+              "(many alike at once), their names not written: run learn again once these "
+              "are listed", file=sys.stderr)
+    if seen.paused:
+        print(f"lnk-sandbox: learn: the wire paused ({seen.paused}); every call after was "
+              "refused by the pause, not by name, and is not offered", file=sys.stderr)
 
 
 def _controls(arguments: Mapping[str, object], env: Mapping[str, str],

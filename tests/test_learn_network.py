@@ -1,0 +1,265 @@
+"""`lnk-sandbox learn` for the network (lnk_wrap.learn, lnk_wrap.learn_network): the hosts
+a run was refused by name, offered as `[network] hosts`, names under one domain grouped
+and marked, a provider's API host never offered; names looked up for `[tcp] endpoints`.
+
+The core is fed log lines as the proxy writes them; the rest runs the real thing: a real
+sandbox and proxy, Python's urllib, `pip install` and `npm install` against a package
+index named on the test network, and a harness of examples/harnesses (Codex, whose
+refusals docs/decisions/0009-harness-recipes.md tabulates) against the fake providers.
+Nothing here reaches a real registry: the indexes are test names, refused or served by
+the test network's origin.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lnk_wrap.learn_network import (
+    Offer,
+    format_network,
+    group,
+    run_lines,
+    seen_on_wire,
+)
+from tests.conftest import LNK_SANDBOX, RunSandbox, WriteSpec, toml_list, wire_log_of
+from tests.test_harnesses import HARNESS_TIMEOUT_SECONDS, HARNESSES, copy_recipe, settings_with_key
+
+NOT_IN_HOSTS = "is not in this sandbox's hosts"
+NOT_A_NAME = "is not a name this sandbox may reach"
+
+
+def _line(event: str, target: str, detail: str) -> str:
+    return f"2026-12-04T23:00:00.000Z\t{event}\t{target}\t{detail}"
+
+
+def _refused(target: str, reason: str = "", kind: str = "") -> str:
+    return _line("refused", target, f"{kind} reason={reason or target + ' ' + NOT_IN_HOSTS}"
+                 .lstrip())
+
+
+def _run(*lines: str, ident: str = "ab12cd34") -> list[str]:
+    return [_line("started", "-", f"run={ident} pid=1"), *lines,
+            _line("exited", "-", f"run={ident} status=0 seconds=1.0")]
+
+
+def test_only_the_runs_own_lines_are_read() -> None:
+    other = _run(_refused("before.example:443"), ident="00000000")
+    mine = _run(_refused("mine.example:443"))
+    lines = run_lines([*other, *mine, _refused("after.example:443")], "ab12cd34")
+    assert [line["target"] for line in lines] == ["mine.example:443"]
+
+
+def test_refused_names_are_offered_and_other_refusals_say_why() -> None:
+    lines = run_lines(_run(
+        _refused("example.org:443"), _refused("example.org:80"),
+        _refused("git.example.org:22"),
+        _refused("api.anthropic.com:443"),
+        _refused("169.254.169.254:80", "169.254.169.254 is a cloud metadata service"),
+        _refused("127.0.0.1:8080"),
+        _refused("localhost:3000"),
+        _refused('bad"name.example:443'),
+        _refused("listed.example:443"),
+        _refused("db.example.net", "db.example.net " + NOT_A_NAME, "kind=dns type=A"),
+        _refused("example.org", "example.org " + NOT_A_NAME, "kind=dns type=A"),
+        _refused("dns-for-learn.invalid", "x " + NOT_A_NAME, "kind=dns type=A"),
+        _refused("4.3.2.1.in-addr.arpa", "x " + NOT_A_NAME, "kind=dns type=PTR"),
+        _line("refused", "*", "kind=dns type=A more=7 seconds=10 reason=… and 7 more"),
+        _line("paused", "-", "reason=too many refusals"),
+    ), "ab12cd34")
+    seen = seen_on_wire(lines, listed=("listed.example",), ignore=("dns-for-learn.invalid",))
+    assert seen.hosts == ["example.org", "git.example.org:22"]
+    assert seen.looked_up == ["db.example.net"]  # example.org was called through the proxy
+    assert seen.folded == 7
+    assert seen.paused == "too many refusals"
+    why = dict(seen.not_offered)
+    assert 'use [verbs] model = ["anthropic"] instead' in why["api.anthropic.com:443"]
+    assert why["169.254.169.254:80"] == "169.254.169.254 is a cloud metadata service"
+    assert "loopback" in why["127.0.0.1:8080"]
+    assert "[localhost] ports" in why["localhost:3000"]
+    assert why['bad"name.example:443'] == "not a host name the spec takes"
+
+
+def test_names_under_one_domain_are_grouped_never_over_a_provider_or_a_registry_suffix(
+) -> None:
+    offers = group(["a.pkgs.example.net", "example.org", "b.pkgs.example.net",
+                    "x.example.org:8080", "storage.googleapis.com", "www.googleapis.com",
+                    "shop.co.uk", "bank.co.uk", "a.b.example.com:22", "c.b.example.com:443"])
+    assert offers == [
+        Offer("*.pkgs.example.net", ("a.pkgs.example.net", "b.pkgs.example.net")),
+        Offer("example.org", ("example.org",)),
+        Offer("x.example.org:8080", ("x.example.org",)),
+        # *.googleapis.com would hold generativelanguage.googleapis.com, Gemini's API.
+        Offer("storage.googleapis.com", ("storage.googleapis.com",)),
+        Offer("www.googleapis.com", ("www.googleapis.com",)),
+        Offer("shop.co.uk", ("shop.co.uk",)),
+        Offer("bank.co.uk", ("bank.co.uk",)),
+        Offer("a.b.example.com:22", ("a.b.example.com",)),  # not the same port
+        Offer("c.b.example.com:443", ("c.b.example.com",)),
+    ]
+
+
+def test_format_network_golden() -> None:
+    offers = group(["example.org", "a.pkgs.example.net", "b.pkgs.example.net"])
+    assert format_network(("api.github.com",), offers, ["db.example.net"], mode="none") == (
+        '[network]\n'
+        'mode = "proxy"   # was \'none\': hosts need the proxy\n'
+        'hosts = [\n'
+        '    "api.github.com",       # listed\n'
+        '    "example.org",          # new\n'
+        '    "*.pkgs.example.net",   # new; a wildcard: opens every name under '
+        'pkgs.example.net, more than the run tried (a.pkgs.example.net, b.pkgs.example.net)\n'
+        ']\n'
+        '# [tcp] endpoints: names the run looked up and was refused, and never called '
+        'through the proxy;\n'
+        '# an endpoint names its port, which a lookup does not show: add each as '
+        '"NAME:PORT"\n'
+        '#   db.example.net')
+    assert format_network((), [], [], mode="proxy") == (
+        "# [network]: the run was refused no host an entry would open")
+
+
+def _body(stdout: str) -> dict[str, Any]:
+    """What learn printed, after the command's own output, is TOML a person can paste:
+    it parses whole."""
+    return tomllib.loads("# lnk-sandbox learn:" + stdout.split("# lnk-sandbox learn:")[-1])
+
+
+URLS = """
+import socket, sys, urllib.request
+for url in {urls!r}:
+    try:
+        urllib.request.urlopen(url, timeout=10)
+    except Exception as error:
+        print(url, error, file=sys.stderr)
+for name in {names!r}:
+    try:
+        socket.create_connection((name, 5432), timeout=5)
+    except OSError as error:
+        print(name, error, file=sys.stderr)
+"""
+
+
+def test_learn_offers_the_hosts_a_run_was_refused_and_writes_nothing(
+    write_spec: WriteSpec, run_sandbox: RunSandbox, tmp_path: Path, lnk_home: Path
+) -> None:
+    """A spec of no network: the run gets a wire with no host, so each call is refused
+    and logged; learn offers the names (grouped, marked), the name looked up for an
+    endpoint, and says the provider's host is the model verb's; the spec is unchanged."""
+    script = tmp_path / "calls.py"
+    script.write_text(URLS.format(
+        urls=["https://example.org/", "https://a.pkgs.example.net/simple/",
+              "https://b.pkgs.example.net/simple/", "http://git.example.org:8080/",
+              "https://api.openai.com/v1/responses"],
+        names=["db.example.net"]))
+    spec = write_spec(f"[files]\nread = {toml_list(tmp_path)}\n")
+    before = spec.read_bytes()
+    learned = run_sandbox(spec, "/usr/bin/python3", str(script),
+                          verb="learn")
+    assert learned.returncode == 0, learned.stderr
+    body = _body(learned.stdout)
+    assert body["network"] == {"mode": "proxy", "hosts": [
+        "example.org", "*.pkgs.example.net", "git.example.org:8080"]}
+    assert "# new; a wildcard: opens every name under pkgs.example.net, more than the run " \
+           "tried (a.pkgs.example.net, b.pkgs.example.net)" in learned.stdout
+    assert "#   db.example.net" in learned.stdout
+    assert ("not offered: api.openai.com:443: the openai model provider's API: use "
+            '[verbs] model = ["openai"] instead') in learned.stderr
+    assert "api.openai.com" not in learned.stdout
+    assert spec.read_bytes() == before
+    # Nothing left of the run in Link's settings but its wire's log.
+    assert list((lnk_home / "sandbox" / "learn").iterdir()) == []
+
+
+def test_a_spec_with_hosts_keeps_them_listed_and_offers_only_what_was_refused(
+    write_spec: WriteSpec, run_sandbox: RunSandbox, tmp_path: Path
+) -> None:
+    script = tmp_path / "calls.py"
+    script.write_text(URLS.format(urls=["https://api.github.com/", "https://example.org/"],
+                                  names=[]))
+    spec = write_spec(f"[files]\nread = {toml_list(tmp_path)}\n"
+                      '[network]\nmode = "proxy"\nhosts = ["api.github.com"]\n')
+    learned = run_sandbox(spec, "/usr/bin/python3", str(script),
+                          verb="learn")
+    assert learned.returncode == 0, learned.stderr
+    network = _body(learned.stdout)["network"]
+    assert network == {"mode": "proxy", "hosts": ["api.github.com", "example.org"]}
+
+
+def test_a_spec_of_the_machines_network_has_no_wire_to_learn_from(
+    write_spec: WriteSpec, run_sandbox: RunSandbox, tmp_path: Path
+) -> None:
+    spec = write_spec(f"[files]\nread = {toml_list(tmp_path)}\n[network]\nmode = \"host\"\n")
+    learned = run_sandbox(spec, "/usr/bin/true", verb="learn")
+    assert learned.returncode == 0, learned.stderr
+    assert "# [network]: mode 'host' has no wire: no call was seen" in learned.stdout
+
+
+# The package indexes: names on the test network. Refused by name while unlisted (no
+# lookup is made for a name not listed); once listed, the proxy reaches the origin
+# (allowed.lnkt, other.lnkt in /etc/hosts: tests/testnet.py), which has no package.
+PIP = ("/usr/bin/python3", "-m", "pip", "--isolated", "install", "--no-cache-dir",
+       "--retries", "0", "--timeout", "10", "--target", "/tmp/installed",
+       "--index-url", "http://allowed.lnkt/simple/", "--trusted-host", "allowed.lnkt",
+       "lnk-probe-package")
+NPM = ("/usr/bin/npm", "install", "--no-audit", "--no-fund", "--fetch-retries", "0",
+       "--registry", "http://other.lnkt/npm/", "lnk-probe-package")
+
+
+@pytest.mark.parametrize("install", [PIP, NPM], ids=["pip", "npm"])
+def test_learn_an_install_then_the_offered_host_is_reached(
+    install: tuple[str, ...], write_spec: WriteSpec, run_sandbox: RunSandbox,
+    tmp_path: Path, sandbox_env: dict[str, str], testnet: Path,
+) -> None:
+    """`pip install` and `npm install` from a test index: learn offers the index's host;
+    with it listed, the same install reaches it through the proxy, and learn offers
+    nothing more."""
+    if not Path(install[0]).exists():
+        pytest.fail(f"{install[0]} is not installed here (the test image has it)")
+    work = tmp_path / "project"
+    work.mkdir()
+    grants = f"[files]\nread = {toml_list(tmp_path)}\nwrite = {toml_list(work)}\n"
+    host = "allowed.lnkt" if install is PIP else "other.lnkt"
+    spec = write_spec(grants + '[network]\nmode = "proxy"\n')
+    learned = run_sandbox(spec, *install, cwd=work, verb="learn")
+    assert learned.returncode != 0  # the index was refused: nothing to install
+    assert _body(learned.stdout)["network"] == {"mode": "proxy", "hosts": [host]}, (
+        learned.stdout, learned.stderr[-2000:])
+    listed = write_spec(grants + f'[network]\nmode = "proxy"\nhosts = ["{host}"]\n',
+)
+    name = f"learn-{install[0].rsplit('/', 1)[1]}"
+    done = subprocess.run([LNK_SANDBOX, "run", "--wire", name, "--spec", str(listed), "--",
+                           *install], cwd=str(work), env=sandbox_env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    log = wire_log_of(sandbox_env, name)
+    assert f"\tallowed\t{host}:80\t" in log, (log, done.stderr[-2000:])
+    again = run_sandbox(listed, *install, cwd=work, verb="learn")
+    assert _body(again.stdout)["network"] == {"mode": "proxy", "hosts": [host]}
+    assert "# new" not in again.stdout.partition("[network]")[2]
+    assert "# [network]: the run was refused no host an entry would open" in again.stdout
+
+
+def test_learn_a_harness_recipe_offers_what_it_tried_beside_its_model(
+    tmp_path: Path, testnet: Path
+) -> None:
+    """Codex by its recipe's proxy.toml (no host listed) against the fake OpenAI: learn
+    offers what record 0009 saw it refused (github.com, api.github.com, chatgpt.com),
+    and never its provider's API host, which it reaches through the model verb."""
+    harness = HARNESSES["codex"]
+    recipe = copy_recipe(harness, tmp_path)
+    env, key = settings_with_key(harness, tmp_path, testnet)
+    command = [word if word != "{prompt}" else "lnk-write-file hello.txt learned"
+               for word in harness.command]
+    learned = subprocess.run([LNK_SANDBOX, "learn", "--spec", str(recipe / "proxy.toml"),
+                              "--", *command], cwd=str(recipe / "work"), env=env,
+                             stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                             timeout=HARNESS_TIMEOUT_SECONDS, check=False)
+    assert learned.returncode == 0, (learned.stdout[-3000:], learned.stderr[-3000:])
+    assert key not in learned.stdout + learned.stderr
+    hosts = _body(learned.stdout)["network"]["hosts"]
+    assert {"github.com", "api.github.com", "chatgpt.com"} <= set(hosts), learned.stdout
+    assert "api.openai.com" not in hosts
