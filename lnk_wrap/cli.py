@@ -5,6 +5,7 @@ Usage:
   lnk-sandbox run --spec=FILE [--wire=NAME] [--summary=FILE] [--] COMMAND...
   lnk-sandbox learn --spec=FILE [--] COMMAND...
   lnk-sandbox check [--spec=FILE] [--json]
+  lnk-sandbox check --probe [--json]
   lnk-sandbox log [WIRE] [--follow] [--json] [--since=TIME] [-n N] [--refused]
   lnk-sandbox stop [--clear]
   lnk-sandbox on-stop [--name=NAME] [--] COMMAND...
@@ -108,7 +109,12 @@ Verbs:
   check   What this machine gives (bubblewrap, user namespaces, Landlock, seccomp) and
           which protections are therefore in force; the stated gaps, as open; which
           providers' keys are set. With --spec: which model verbs the spec turns on,
-          which has no key yet, and whether server-side tools are kept.
+          which has no key yet, and whether server-side tools are kept. With --probe:
+          escape attempts from a real sandbox here (files outside its grants, a hidden
+          folder, Link's settings, held dot files, an unlisted program, execveat, a
+          memory file, unix sockets outside, this machine and metadata through the
+          proxy, a refused host, refused socket families), each held or OPEN, with this
+          machine's reasons for an open one; exit 0 only when every one held.
 
 Options:
   --spec=FILE   The spec (TOML) that says what the sandbox may touch.
@@ -123,6 +129,7 @@ Options:
   --timeout=SECONDS  How long --wait waits (asks); default: for ever.
   --agent=NAME  The agent whose URLs are shown (url).
   --clear       Lift the kill switch (stop).
+  --probe       Run the escape attempts in a real sandbox (check).
   --name=NAME   The registration's name (on-stop); default: a random one.
   --list        What is registered (on-stop).
   --remove=NAME  Take a registration off (on-stop).
@@ -245,7 +252,8 @@ _RUN_DEFAULTS: dict[str, object] = {
     "--since": None, "-n": None, "--refused": False, "--summary": None, "--wait": False,
     "--timeout": None, "url": False, "--agent": None, "mcp-remote": False, "URL": None,
     "HEADER_OPTION": [],
-    "--name": None, "--list": False, "--remove": None, "-h": False, "--help": False,
+    "--name": None, "--list": False, "--remove": None, "--probe": False, "-h": False,
+    "--help": False,
     "--version": False, "--": False, "WIRE": None, "COMMAND": [],
 }
 _RUN_OPTIONS = ("--spec", "--wire", "--summary")
@@ -586,6 +594,8 @@ def _url(arguments: Mapping[str, object], env: Mapping[str, str], command: list[
 def _check(arguments: Mapping[str, object], env: Mapping[str, str], command: list[str]) -> int:
     from lnk_wrap.check import report, show, verdict
 
+    if arguments["--probe"]:
+        return _probe(report(env), env, as_json=bool(arguments["--json"]))
     found = report(env, _policy(arguments, env) if arguments["--spec"] else None)
     found["verdict"] = verdict(found)
     if arguments["--json"]:
@@ -595,6 +605,23 @@ def _check(arguments: Mapping[str, object], env: Mapping[str, str], command: lis
     else:
         print(show(found))
     return 0 if found["ready"] else EXIT_SANDBOX_FAILED
+
+
+def _probe(machine: dict[str, object], env: Mapping[str, str], *, as_json: bool) -> int:
+    """check --probe: the escape attempts (lnk_wrap.probe); 0 when every one held."""
+    from lnk_wrap.probe import EXIT_OPEN, ProbeError, probe, show
+
+    try:
+        found = probe(env, _settings_root(env), machine, site_packages=_site_packages())
+    except ProbeError as error:
+        raise CliError(f"check --probe: {error}") from None
+    if as_json:
+        import orjson
+
+        sys.stdout.buffer.write(orjson.dumps(found, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        print(show(found))
+    return 0 if found["held"] else EXIT_OPEN
 
 
 # Each verb's handler, by the key docopt sets for it (default deny: a verb in no row is

@@ -1,0 +1,134 @@
+"""`lnk-sandbox check --probe` (lnk_wrap.probe, lnk_wrap.probe_inside): the escape attempts
+run for real, in a real sandbox on this machine, as root and (CI's user run) as the
+ordinary user: every one held here. A battery whose spec is widened to grant what a
+probe tries reports it OPEN, with why, and exits nonzero; a battery whose controls fail
+says nothing held and fails (fail closed); a witness outside that was reached makes its
+probe open whatever the line from inside says. The report's shape is golden.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from lnk_wrap.probe import _rows, show
+from lnk_wrap.probe_inside import CONTROLS, PROBES
+from tests.conftest import LNK_SANDBOX, ROOT
+
+PROBE_SECONDS = 180
+
+
+def _check_probe(env: dict[str, str], *words: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([LNK_SANDBOX, "check", "--probe", *words], env=env,
+                          capture_output=True, text=True, timeout=PROBE_SECONDS, check=False)
+
+
+def test_every_probe_holds_on_this_machine(sandbox_env: dict[str, str]) -> None:
+    done = _check_probe(sandbox_env)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"probe: every wall held ({len(PROBES)} of {len(PROBES)})"
+    shown = [line.split()[:2] for line in lines[2:]]
+    assert shown == [["held", name] for name, _, _ in PROBES], done.stdout
+    as_json = _check_probe(sandbox_env, "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    found = json.loads(as_json.stdout)
+    assert found["held"] is True
+    assert [row["name"] for row in found["rows"]] == [name for name, _, _ in PROBES]
+    assert all(row["held"] for row in (*found["rows"], *found["controls"]))
+    # Nothing of the battery is left behind: its canary in Link's settings is gone.
+    assert list((Path(sandbox_env["LNK_HOME"]) / "sandbox" / "probe").iterdir()) == []
+
+
+# `lnk-sandbox check --probe` with the battery's spec changed by a Targets subclass: the
+# whole command, its real sandbox, only the spec widened or narrowed.
+CHANGED = """
+import sys
+sys.path.insert(0, {root!r})
+from lnk_wrap import cli, probe
+
+class Changed(probe.Targets):
+    def spec(self, addresses):
+        text = super().spec(addresses)
+        return {change}
+
+probe.Targets = Changed
+cli.main(["check", "--probe"])
+"""
+
+
+def _changed_probe(env: dict[str, str], change: str) -> subprocess.CompletedProcess[str]:
+    program = CHANGED.format(root=str(ROOT), change=change)
+    python = str(Path(LNK_SANDBOX).parent / "python")
+    return subprocess.run([python if Path(python).exists() else sys.executable, "-c", program],
+                          env=env, capture_output=True, text=True, timeout=PROBE_SECONDS,
+                          check=False)
+
+
+def test_a_spec_that_grants_the_folder_a_probe_tries_is_reported_open(
+    sandbox_env: dict[str, str]
+) -> None:
+    """The folder beside the granted one, granted too: the probe reads its file, the
+    report says OPEN with what holds it, and the exit status is 1."""
+    done = _changed_probe(sandbox_env, 'text.replace(\'read = ["\' + self.granted + \'"]\', '
+                                       '\'read = ["\' + self.granted + \'", "\' + self.root '
+                                       '+ \'/outside"]\')')
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"probe: OPEN: 1 of {len(PROBES)} (files-outside)"
+    opened = next(index for index, line in enumerate(lines) if "OPEN  files-outside" in line)
+    assert lines[opened].endswith(": read 18 bytes")
+    assert lines[opened + 1].strip() == (
+        "held means the file cannot be opened; held by bubblewrap's mounts, then Landlock")
+
+
+def test_a_battery_whose_controls_fail_says_nothing_held(sandbox_env: dict[str, str]) -> None:
+    """The probe's own folder not granted: no control passes, so no probe can be
+    believed: the command says so and fails; nothing is reported held."""
+    done = _changed_probe(sandbox_env, "text.replace('read = ', 'read = [\"/usr\"]\\n#')")
+    assert done.returncode == 125, (done.stdout, done.stderr)
+    assert done.stdout == ""
+    assert done.stderr.startswith("lnk-sandbox: check --probe: the battery's control "
+                                  "control-read failed (no report came for this probe"), \
+        done.stderr
+    assert done.stderr.rstrip().endswith("; nothing was probed")
+
+
+def test_a_missing_line_or_a_reached_witness_is_open() -> None:
+    lines = {"files-outside": {"name": "files-outside", "held": True, "saw": "ENOENT"},
+             "unix-socket-outside": {"name": "unix-socket-outside", "held": True,
+                                     "saw": "EACCES"}}
+    rows = {row["name"]: row for row in _rows(lines, PROBES,
+                                              {"unix-socket-outside": ["a client"]})}
+    assert rows["files-outside"]["held"] is True
+    assert rows["unix-socket-outside"]["held"] is False
+    assert rows["unix-socket-outside"]["saw"] == (
+        "EACCES; the witness outside was reached from ['a client']")
+    assert rows["execveat"] == {
+        "name": "execveat", "tries": PROBES[7][1], "held_means": PROBES[7][2],
+        "held": False, "saw": "no report came for this probe (it did not run)"}
+    assert [name for name, _, _ in CONTROLS] == [
+        "control-read", "control-program", "control-socket", "control-proxy"]
+
+
+def test_the_report_golden() -> None:
+    rows: list[dict[str, object]] = [
+        {"name": "files-outside", "tries": "read a file beside", "held_means": "no read",
+         "held": True, "saw": "ENOENT: No such file or directory"},
+        {"name": "memory-file", "tries": "run a memfd", "held_means": "it does not start",
+         "held": False, "saw": "it ran",
+         "why": "held by the exec watch's seal (MFD_NOEXEC_SEAL, Linux 6.3+); this kernel "
+                "has no MFD_NOEXEC_SEAL (Linux 6.3)"},
+    ]
+    found: dict[str, object] = {"held": False, "rows": rows}
+    assert show(found) == (
+        "probe: OPEN: 1 of 2 (memory-file)\n"
+        "\n"
+        "  held  files-outside  read a file beside: ENOENT: No such file or directory\n"
+        "  OPEN  memory-file    run a memfd: it ran\n"
+        "                       held means it does not start; held by the exec watch's seal "
+        "(MFD_NOEXEC_SEAL, Linux 6.3+); this kernel has no MFD_NOEXEC_SEAL (Linux 6.3)")
+    found["rows"] = rows[:1]
+    assert show(found).splitlines()[0] == "probe: every wall held (1 of 1)"
