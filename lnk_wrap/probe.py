@@ -36,7 +36,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["EXIT_OPEN", "PROBE_TIMEOUT_SECONDS", "ProbeError", "Targets", "probe", "show"]
+__all__ = ["EXIT_OPEN", "HELD_BY", "INVARIANTS", "PROBE_TIMEOUT_SECONDS", "ProbeError",
+           "Targets", "machine_addresses", "probe", "show", "why_open"]
 
 # Exit status when a probe found something open (125 stays "could not run", as for run).
 EXIT_OPEN = 1
@@ -48,6 +49,15 @@ _WITNESS_BYTES = 64
 # The rows each witness speaks for.
 _UNIX_WITNESS, _TCP_WITNESS = ("unix-socket-outside",), ("direct-network",
                                                            "this-machine-by-proxy")
+# The invariant each probe attacks (docs/facts/invariants.md).
+INVARIANTS = {
+    "files-outside": "F1", "machine-secrets": "F1", "read-only-grant": "F1",
+    "hidden-folder": "F2", "settings-folder": "F6", "dot-files": "F4",
+    "unlisted-program": "P1", "execveat": "P2", "memory-file": "P2",
+    "unix-socket-outside": "N1", "abstract-socket-outside": "N1", "direct-network": "N1",
+    "this-machine-by-proxy": "N3", "refused-host": "N2", "socket-families": "N1",
+    "process-outside": "P6", "metadata-by-proxy": "N3",
+}
 # Where an open row's reason is looked for: what holds each row.
 HELD_BY = {
     "files-outside": "bubblewrap's mounts, then Landlock",
@@ -190,7 +200,7 @@ def machine_addresses() -> list[str]:
     return found[:3]
 
 
-def _why_open(row: str, machine: Mapping[str, Any]) -> str:
+def why_open(row: str, machine: Mapping[str, Any]) -> str:
     """The machine's reasons a row may be open: what holds it, and what this machine
     lacks of it."""
     lacks = []
@@ -201,7 +211,8 @@ def _why_open(row: str, machine: Mapping[str, Any]) -> str:
         lacks.append("this kernel has no MFD_NOEXEC_SEAL (Linux 6.3)")
     if row == "abstract-socket-outside" and abi < 6:
         lacks.append(f"Landlock ABI {abi} has no scoping of abstract sockets (ABI 6)")
-    if "seccomp" in HELD_BY[row] and not machine.get("user_notification", True):
+    if "exec watch" in HELD_BY[row] and not machine.get("seccomp", {}).get(
+            "user_notification"):
         lacks.append("this kernel's seccomp has no user notification")
     return f"held by {HELD_BY[row]}" + (f"; {'; '.join(lacks)}" if lacks else "")
 
@@ -269,8 +280,8 @@ def _rows(lines: Mapping[str, Mapping[str, Any]], table: tuple[tuple[str, str, s
             held, saw = line.get("held") is True, str(line.get("saw", ""))
         if reached.get(name):
             held, saw = False, f"{saw}; the witness outside was reached from {reached[name]}"
-        rows.append({"name": name, "tries": tries, "held_means": held_means, "held": held,
-                     "saw": saw})
+        rows.append({"name": name, "invariant": INVARIANTS.get(name, ""), "tries": tries,
+                     "held_means": held_means, "held": held, "saw": saw})
     return rows
 
 
@@ -300,9 +311,23 @@ def probe(env: Mapping[str, str], settings: str, machine: Mapping[str, Any], *,
     rows = _rows(lines, PROBES, reached)
     for row in rows:
         if not row["held"]:
-            row["why"] = _why_open(row["name"], machine)
+            row["why"] = why_open(row["name"], machine)
     return {"held": all(row["held"] for row in rows), "rows": rows, "controls": controls,
-            "landlock_abi": machine.get("landlock_abi"), "kernel": machine.get("kernel")}
+            "machine": _facts(machine)}
+
+
+def _facts(machine: Mapping[str, Any]) -> dict[str, Any]:
+    """What the machine gave the battery (`check`'s findings), and AppArmor's
+    restriction of user namespaces (Ubuntu 23.10+: bubblewrap then needs a profile)."""
+    try:
+        with open("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") as handle:
+            apparmor: str | None = handle.read().strip()
+    except OSError:
+        apparmor = None
+    return {"kernel": machine.get("kernel"), "landlock_abi": machine.get("landlock_abi"),
+            "seccomp_user_notification": machine.get("seccomp", {}).get("user_notification"),
+            "memfd_noexec": machine.get("memfd_noexec"),
+            "apparmor_restrict_unprivileged_userns": apparmor}
 
 
 def show(found: Mapping[str, Any]) -> str:

@@ -44,8 +44,8 @@ PROBES = (
      "the file cannot be opened"),
     ("settings-folder", "read a file in Link's settings folder, and list it",
      "neither the file nor the folder's entries are seen"),
-    ("dot-files", "write .envrc and .git/config at the top of the written folder",
-     "neither can be written"),
+    ("dot-files", "write .envrc and .git/config at the top of the written folder, and "
+     "replace and remove .envrc", "none of it can be done"),
     ("unlisted-program", "run /usr/bin/id, which [commands] does not list",
      "it does not start"),
     ("execveat", "run a listed program by file descriptor (execveat, AT_EMPTY_PATH)",
@@ -81,6 +81,8 @@ CONTROLS = (
 # A probe waits this long for a connection or an answer: the proxy is on the sandbox's
 # own loopback; a wait past this is a refusal that never came, and is said.
 WAIT_SECONDS = 10.0
+# A refusal's answer is a head and one line (lnk_common.wire.refusal_head); read no more.
+_ANSWER_BYTES = 4096
 _AT_EMPTY_PATH = 0x1000
 _MFD_CLOEXEC = 0x1
 _SYSCALLS = {"x86_64": {"execveat": 322, "memfd_create": 319},
@@ -170,9 +172,32 @@ def settings_folder(args: dict[str, object]) -> tuple[bool, str]:
     return held and not entries, f"{saw}; listing: {len(entries)} entries"
 
 
+def _cannot_replace(path: str) -> tuple[bool, str]:
+    """Rename a new file over `path`, then remove it: a held file is a mount point."""
+    beside = path + ".probe"
+    try:
+        with open(beside, "w") as handle:
+            handle.write("# lnk-sandbox probe\n")
+    except OSError as error:
+        return True, f"replace: {_errno(error)}"
+    try:
+        os.replace(beside, path)
+    except OSError as error:
+        os.unlink(beside)
+        replaced = f"replace: {_errno(error)}"
+    else:
+        return False, "replaced"
+    try:
+        os.unlink(path)
+    except OSError as error:
+        return True, f"{replaced}; remove: {_errno(error)}"
+    return False, f"{replaced}; removed"
+
+
 def dot_files(args: dict[str, object]) -> tuple[bool, str]:
     work = str(args["work"])
     seen = [_cannot_make(os.path.join(work, name)) for name in (".envrc", ".git/config")]
+    seen.append(_cannot_replace(os.path.join(work, ".envrc")))
     return all(held for held, _ in seen), "; ".join(saw for _, saw in seen)
 
 
@@ -255,37 +280,44 @@ def direct_network(args: dict[str, object]) -> tuple[bool, str]:
 
 
 def _through_proxy(head: str) -> str:
-    """The proxy's status line for `head`, or what failed."""
+    """The proxy's status line and its refusal's one line for `head`, or what failed."""
     proxy = os.environ.get("HTTP_PROXY", "")
     host, _, port = proxy.removeprefix("http://").rstrip("/").rpartition(":")
     if not port.isdigit():
         return "no proxy in HTTP_PROXY"
+    answer = b""
     try:
         with socket.create_connection((host, int(port)), timeout=WAIT_SECONDS) as client:
             client.sendall(head.encode())
-            answer = client.recv(4096)
+            while len(answer) < _ANSWER_BYTES and (chunk := client.recv(4096)):
+                answer += chunk
     except OSError as error:
-        return _errno(error)
-    return answer.split(b"\r\n", 1)[0].decode("latin-1")
+        if not answer:
+            return _errno(error)
+    status, _, rest = answer.partition(b"\r\n")
+    body = rest.partition(b"\r\n\r\n")[2].split(b"\n", 1)[0]
+    return f"{status.decode('latin-1')} ({body.decode('utf-8', 'replace')})"
 
 
-def _held_403(status: str) -> tuple[bool, str]:
-    return status.startswith("HTTP/1.1 403 "), status
+def _refused_for(status: str, reason: str) -> tuple[bool, str]:
+    """Held: the proxy answered 403 for `reason` (not for another, as a pause's)."""
+    return status.startswith("HTTP/1.1 403 ") and reason in status, status
 
 
 def this_machine_by_proxy(args: dict[str, object]) -> tuple[bool, str]:
     seen = []
     for host in args["proxy_targets"]:  # type: ignore[attr-defined]
         target = f"{host}:{args['port']}"
-        held, status = _held_403(_through_proxy(f"CONNECT {target} HTTP/1.1\r\n"
-                                                f"Host: {target}\r\n\r\n"))
+        held, status = _refused_for(_through_proxy(f"CONNECT {target} HTTP/1.1\r\n"
+                                                   f"Host: {target}\r\n\r\n"), "this machine")
         seen.append((held, f"{target}: {status}"))
     return all(held for held, _ in seen), "; ".join(saw for _, saw in seen)
 
 
 def refused_host(args: dict[str, object]) -> tuple[bool, str]:
-    return _held_403(_through_proxy("CONNECT not-listed.example.com:443 HTTP/1.1\r\n"
-                                    "Host: not-listed.example.com:443\r\n\r\n"))
+    return _refused_for(_through_proxy("CONNECT not-listed.example.com:443 HTTP/1.1\r\n"
+                                       "Host: not-listed.example.com:443\r\n\r\n"),
+                        "is not in this sandbox's hosts")
 
 
 def socket_families(args: dict[str, object]) -> tuple[bool, str]:
@@ -308,8 +340,9 @@ def process_outside(args: dict[str, object]) -> tuple[bool, str]:
 
 
 def metadata_by_proxy(args: dict[str, object]) -> tuple[bool, str]:
-    return _held_403(_through_proxy("GET http://169.254.169.254/latest/meta-data/ HTTP/1.1"
-                                    "\r\nHost: 169.254.169.254\r\n\r\n"))
+    return _refused_for(_through_proxy("GET http://169.254.169.254/latest/meta-data/ "
+                                       "HTTP/1.1\r\nHost: 169.254.169.254\r\n\r\n"),
+                        "is a cloud metadata service")
 
 
 def control_read(args: dict[str, object]) -> tuple[bool, str]:

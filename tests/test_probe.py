@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lnk_wrap.probe import _rows, show
+from lnk_wrap.probe import HELD_BY, INVARIANTS, _rows, show, why_open
 from lnk_wrap.probe_inside import CONTROLS, PROBES
 from tests.conftest import LNK_SANDBOX, ROOT
 
@@ -25,7 +25,9 @@ def _check_probe(env: dict[str, str], *words: str) -> subprocess.CompletedProces
                           capture_output=True, text=True, timeout=PROBE_SECONDS, check=False)
 
 
-def test_every_probe_holds_on_this_machine(sandbox_env: dict[str, str]) -> None:
+def test_F1_F2_F4_F6_P1_P2_P6_N1_N2_N3_every_probe_holds_on_this_machine(
+    sandbox_env: dict[str, str]
+) -> None:
     done = _check_probe(sandbox_env)
     assert done.returncode == 0, (done.stdout, done.stderr)
     lines = done.stdout.splitlines()
@@ -38,6 +40,8 @@ def test_every_probe_holds_on_this_machine(sandbox_env: dict[str, str]) -> None:
     assert found["held"] is True
     assert [row["name"] for row in found["rows"]] == [name for name, _, _ in PROBES]
     assert all(row["held"] for row in (*found["rows"], *found["controls"]))
+    assert {row["invariant"] for row in found["rows"]} == {
+        "F1", "F2", "F4", "F6", "P1", "P2", "P6", "N1", "N2", "N3"}
     # Nothing of the battery is left behind: its canary in Link's settings is gone.
     assert list((Path(sandbox_env["LNK_HOME"]) / "sandbox" / "probe").iterdir()) == []
 
@@ -67,7 +71,7 @@ def _changed_probe(env: dict[str, str], change: str) -> subprocess.CompletedProc
                           check=False)
 
 
-def test_a_spec_that_grants_the_folder_a_probe_tries_is_reported_open(
+def test_F1_a_spec_that_grants_the_folder_a_probe_tries_is_reported_open(
     sandbox_env: dict[str, str]
 ) -> None:
     """The folder beside the granted one, granted too: the probe reads its file, the
@@ -107,7 +111,7 @@ def test_a_missing_line_or_a_reached_witness_is_open() -> None:
     assert rows["unix-socket-outside"]["saw"] == (
         "EACCES; the witness outside was reached from ['a client']")
     assert rows["execveat"] == {
-        "name": "execveat", "tries": PROBES[7][1], "held_means": PROBES[7][2],
+        "name": "execveat", "invariant": "P2", "tries": PROBES[7][1], "held_means": PROBES[7][2],
         "held": False, "saw": "no report came for this probe (it did not run)"}
     assert [name for name, _, _ in CONTROLS] == [
         "control-read", "control-program", "control-socket", "control-proxy"]
@@ -132,3 +136,19 @@ def test_the_report_golden() -> None:
         "(MFD_NOEXEC_SEAL, Linux 6.3+); this kernel has no MFD_NOEXEC_SEAL (Linux 6.3)")
     found["rows"] = rows[:1]
     assert show(found).splitlines()[0] == "probe: every wall held (1 of 1)"
+
+
+def test_an_open_probe_says_what_holds_it_and_what_this_machine_lacks() -> None:
+    bare = {"landlock_abi": 0, "memfd_noexec": False, "seccomp": {"user_notification": False}}
+    assert why_open("files-outside", bare) == (
+        "held by bubblewrap's mounts, then Landlock; this kernel has no Landlock")
+    assert why_open("memory-file", bare) == (
+        "held by the exec watch's seal (MFD_NOEXEC_SEAL, Linux 6.3+); this kernel has no "
+        "MFD_NOEXEC_SEAL (Linux 6.3); this kernel's seccomp has no user notification")
+    assert why_open("unix-socket-outside", bare).endswith(
+        "; this kernel's seccomp has no user notification")
+    assert why_open("abstract-socket-outside", {"landlock_abi": 4}) == (
+        "held by the sandbox's own network namespace; Landlock ABI 4 has no scoping of "
+        "abstract sockets (ABI 6)")
+    assert why_open("refused-host", bare) == "held by the proxy's name check"
+    assert set(HELD_BY) == set(INVARIANTS) == {name for name, _, _ in PROBES}
