@@ -122,8 +122,8 @@ def _seen(policy: Policy, run: Run) -> Seen:
     path = log_path(run.settings, run.wire)
     for name in (path + ".1", path):  # the older file first (lnk_common.boundedlog)
         lines += _read_lines(name)
-    return seen_on_wire(run_lines(lines, run.ident), listed=(*policy.hosts, *policy.endpoints),
-                        ignore=(LEARN_DNS_NAME,))
+    return seen_on_wire(run_lines(lines, run.ident), hosts=policy.hosts,
+                        endpoints=policy.endpoints, ignore=(LEARN_DNS_NAME,))
 
 
 def _read_lines(path: str) -> list[str]:

@@ -137,10 +137,12 @@ def _is_host_entry(entry: str) -> bool:
     return is_host_entry(entry)
 
 
-def seen_on_wire(lines: list[dict[str, str]], *, listed: tuple[str, ...],
-                 ignore: tuple[str, ...] = ()) -> Seen:
-    """What a run's parsed lines (run_lines) show, apart from what `listed` (the spec's
-    hosts and endpoints) has already; names in `ignore` (learn's own) are left out."""
+def seen_on_wire(lines: list[dict[str, str]], *, hosts: tuple[str, ...] = (),
+                 endpoints: tuple[str, ...] = (), ignore: tuple[str, ...] = ()) -> Seen:
+    """What a run's parsed lines (run_lines) show, apart from what the spec lists
+    already (`hosts`, `endpoints`); names in `ignore` (learn's own) are left out. A name
+    looked up and never called through the proxy is one for `[tcp] endpoints`, even if
+    `hosts` lists it (the program went round the proxy: an ssh to a forge)."""
     seen = Seen()
     called: set[str] = set()
     looked_up: list[str] = []
@@ -160,11 +162,10 @@ def seen_on_wire(lines: list[dict[str, str]], *, listed: tuple[str, ...],
             seen.folded += int(more) if more.isdigit() else 0
             continue
         _refusal(seen, line, called, looked_up, ignore)
-    known = set(listed) | set(seen.hosts)
+    by_endpoint = {entry.rpartition(":")[0] for entry in endpoints}
     seen.looked_up = [name for name in dict.fromkeys(looked_up)
-                      if name not in called and name not in known
-                      and not any(entry.partition(":")[0] == name for entry in known)]
-    seen.hosts = [entry for entry in seen.hosts if entry not in listed]
+                      if name not in called and name not in by_endpoint]
+    seen.hosts = [entry for entry in seen.hosts if entry not in hosts]
     return seen
 
 
