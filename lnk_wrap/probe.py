@@ -135,6 +135,9 @@ class Targets:
                      os.path.join(self.work, ".envrc"), os.path.join(self.work, ".git", "config")):
             with open(path, "w") as handle:
                 handle.write("lnk-sandbox probe\n")
+        from lnk_wrap.launch import ensure_settings_folder
+
+        ensure_settings_folder(self.settings)  # 0700, as a run makes it
         os.makedirs(self.canary_folder, mode=0o700)
         with open(os.path.join(self.canary_folder, "canary"), "w") as handle:
             handle.write("lnk-sandbox probe\n")
@@ -293,9 +296,14 @@ def probe(env: Mapping[str, str], settings: str, machine: Mapping[str, Any], *,
     if not machine.get("bubblewrap", {}).get("user_namespaces"):
         why = machine.get("bubblewrap", {}).get("why") or "bubblewrap cannot run here"
         raise ProbeError(f"no sandbox can start on this machine: {why}")
+    from lnk_wrap.launch import LaunchError
+
     targets = targets or Targets(settings)
     try:
-        done = _run_battery(targets, env, site_packages)
+        try:
+            done = _run_battery(targets, env, site_packages)
+        except (LaunchError, OSError) as error:
+            raise ProbeError(f"the battery's targets could not be made: {error}") from None
         lines = _lines_of(os.path.join(targets.work, "report.jsonl"))
         unix, _, tcp = targets.witnesses
         reached = {name: unix.reached for name in _UNIX_WITNESS}
