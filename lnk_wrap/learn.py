@@ -17,8 +17,10 @@ wire's log and offers the `[network] hosts` refused by name (lnk_wrap.learn_netw
 grouped, providers' hosts never). So that a name looked up directly (a database client,
 not through the proxy) is logged too, a spec whose sandbox has no DNS of its own gets it
 for the run: one endpoint, LEARN_DNS_ENDPOINT, a name that never resolves anywhere.
-A spec that names its wire ([agent]) learns on that wire: its refusals count toward the
-wire's pause, as any run's do.
+A spec that names its wire and its HOME ([agent], a recipe) learns on a wire of its own,
+so that its refusals never pause the named one; one that names a wire and lets the
+launcher choose its HOME learns on that wire (its HOME is the wire's), and its refusals
+count toward the wire's pause, as any run's do.
 """
 
 from __future__ import annotations
@@ -68,8 +70,12 @@ def learning_policy(policy: Policy, record: str) -> Policy:
     model verb included: a copy made field by field had dropped them, and with a model
     verb the program then ran with the harness's keys in its environment); [commands]
     opened, with the record; a wire (with no host) where the spec had no network; DNS
-    where its sandbox had none."""
+    where its sandbox had none; a wire of its own where the spec names its HOME."""
     changes: dict[str, object] = {"commands": (), "learn": record}
+    if policy.name and policy.home:
+        # A wire of its own: its refusals never count toward the named wire's pause (a
+        # learning run is refused much, by design); its HOME is the spec's all the same.
+        changes["name"] = ""
     if policy.network == "host":
         return policy.replace(**changes)
     if policy.network == "none":

@@ -12,6 +12,7 @@ the test network's origin.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import tomllib
 from pathlib import Path
@@ -193,6 +194,24 @@ def test_a_spec_with_hosts_keeps_them_listed_and_offers_only_what_was_refused(
     assert learned.returncode == 0, learned.stderr
     network = _body(learned.stdout)["network"]
     assert network == {"mode": "proxy", "hosts": ["api.github.com", "example.org"]}
+
+
+def test_a_named_spec_with_its_own_home_learns_on_a_wire_of_its_own(
+    write_spec: WriteSpec, run_sandbox: RunSandbox, tmp_path: Path, lnk_home: Path
+) -> None:
+    """A recipe's shape (a name, [files] home): learn's refusals are never on the named
+    wire's log, so they never count toward its pause."""
+    script = tmp_path / "calls.py"
+    script.write_text(URLS.format(urls=["https://example.org/"], names=[]))
+    home = tmp_path / "home"
+    home.mkdir()
+    spec = write_spec(f'name = "recipe"\n[files]\nread = {toml_list(tmp_path)}\n'
+                      f"write = {toml_list(home)}\nhome = {json.dumps(str(home))}\n"
+                      '[network]\nmode = "proxy"\n')
+    learned = run_sandbox(spec, "/usr/bin/python3", str(script), verb="learn")
+    assert learned.returncode == 0, learned.stderr
+    assert _body(learned.stdout)["network"]["hosts"] == ["example.org"]
+    assert not (lnk_home / "sandbox" / "wires" / "recipe").exists()
 
 
 def test_a_spec_of_the_machines_network_has_no_wire_to_learn_from(
