@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 __all__ = ["EXIT_OPEN", "HELD_BY", "INVARIANTS", "PROBE_TIMEOUT_SECONDS", "ProbeError",
-           "Targets", "machine_addresses", "probe", "show", "why_open"]
+           "Targets", "lacks", "machine_addresses", "probe", "show", "why_open"]
 
 # Exit status when a probe found something open (125 stays "could not run", as for run).
 EXIT_OPEN = 1
@@ -203,6 +203,29 @@ def machine_addresses() -> list[str]:
     return found[:3]
 
 
+# The Landlock rights a sandbox uses, by the ABI that brought each (lnk_wrap.landlock):
+# a kernel below one holds without it, by the other walls alone.
+LANDLOCK_RIGHTS = ((2, "refer: a file moved or linked between folders"),
+                   (3, "truncate"), (5, "ioctl on devices"),
+                   (6, "scopes: signals and abstract unix sockets out of the sandbox"))
+
+
+def lacks(machine: Mapping[str, Any]) -> list[str]:
+    """What this machine lacks of what a sandbox uses, one phrase each (none: all)."""
+    abi = int(machine.get("landlock_abi") or 0)
+    found = ["Landlock (absent)"] if abi < 1 else [
+        f"Landlock's {right} (ABI {needs}; this kernel's is {abi})"
+        for needs, right in LANDLOCK_RIGHTS if abi < needs]
+    if not machine.get("memfd_noexec"):
+        found.append("MFD_NOEXEC_SEAL (Linux 6.3)")
+    if not machine.get("seccomp_user_notification"):
+        found.append("seccomp's user notification")
+    if machine.get("apparmor_restrict_unprivileged_userns") == "1":
+        found.append("unprivileged user namespaces (AppArmor restricts them: bubblewrap "
+                     "runs by its profile, or not at all)")
+    return found
+
+
 def why_open(row: str, machine: Mapping[str, Any]) -> str:
     """The machine's reasons a row may be open: what holds it, and what this machine
     lacks of it."""
@@ -339,13 +362,20 @@ def _facts(machine: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def show(found: Mapping[str, Any]) -> str:
-    """The report for a person: a verdict line, then one line a probe (held or OPEN,
-    its name, what it tried, what was seen), and for an open one why it may be."""
+    """The report for a person: a verdict line, what the machine lacks of what a
+    sandbox uses, then one line a probe (held or OPEN, its name, what it tried, what was
+    seen), and for an open one why it may be."""
     rows = found["rows"]
     open_rows = [row for row in rows if not row["held"]]
     names = ", ".join(row["name"] for row in open_rows)
     lines = [f"probe: every wall held ({len(rows)} of {len(rows)})" if not open_rows else
              f"probe: OPEN: {len(open_rows)} of {len(rows)} ({names})", ""]
+    if "machine" in found:
+        facts = found["machine"]
+        missing = lacks(facts)
+        lines[1:1] = [f"kernel {facts.get('kernel')}, Landlock ABI {facts.get('landlock_abi')}; "
+                      + (f"lacks: {'; '.join(missing)}" if missing else
+                         "it has every right and call a sandbox uses")]
     width = max(len(row["name"]) for row in rows)
     for row in rows:
         mark = "held" if row["held"] else "OPEN"

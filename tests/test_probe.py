@@ -13,7 +13,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lnk_wrap.probe import HELD_BY, INVARIANTS, _rows, show, why_open
+import pytest
+
+from lnk_wrap.probe import (
+    HELD_BY,
+    INVARIANTS,
+    ProbeError,
+    _rows,
+    lacks,
+    probe,
+    show,
+    why_open,
+)
 from lnk_wrap.probe_inside import CONTROLS, PROBES
 from tests.conftest import LNK_SANDBOX, ROOT
 
@@ -32,7 +43,8 @@ def test_F1_F2_F4_F6_P1_P2_P6_N1_N2_N3_every_probe_holds_on_this_machine(
     assert done.returncode == 0, (done.stdout, done.stderr)
     lines = done.stdout.splitlines()
     assert lines[0] == f"probe: every wall held ({len(PROBES)} of {len(PROBES)})"
-    shown = [line.split()[:2] for line in lines[2:]]
+    assert lines[1].startswith("kernel ") and ", Landlock ABI " in lines[1]
+    shown = [line.split()[:2] for line in lines[3:]]
     assert shown == [["held", name] for name, _, _ in PROBES], done.stdout
     as_json = _check_probe(sandbox_env, "--json")
     assert as_json.returncode == 0, as_json.stderr
@@ -152,3 +164,38 @@ def test_an_open_probe_says_what_holds_it_and_what_this_machine_lacks() -> None:
         "abstract sockets (ABI 6)")
     assert why_open("refused-host", bare) == "held by the proxy's name check"
     assert set(HELD_BY) == set(INVARIANTS) == {name for name, _, _ in PROBES}
+
+
+def test_the_report_says_what_the_machine_lacks() -> None:
+    facts = {"kernel": "5.15.0", "landlock_abi": 1, "memfd_noexec": False,
+             "seccomp_user_notification": True,
+             "apparmor_restrict_unprivileged_userns": "1"}
+    assert lacks(facts) == [
+        "Landlock's refer: a file moved or linked between folders (ABI 2; this kernel's "
+        "is 1)",
+        "Landlock's truncate (ABI 3; this kernel's is 1)",
+        "Landlock's ioctl on devices (ABI 5; this kernel's is 1)",
+        "Landlock's scopes: signals and abstract unix sockets out of the sandbox (ABI 6; "
+        "this kernel's is 1)",
+        "MFD_NOEXEC_SEAL (Linux 6.3)",
+        "unprivileged user namespaces (AppArmor restricts them: bubblewrap runs by its "
+        "profile, or not at all)"]
+    found = {"held": True, "machine": {**facts, "landlock_abi": 7, "memfd_noexec": True,
+                                       "apparmor_restrict_unprivileged_userns": "0"},
+             "rows": [{"name": "refused-host", "tries": "CONNECT", "held_means": "403",
+                       "held": True, "saw": "HTTP/1.1 403 Forbidden"}]}
+    assert show(found) == (
+        "probe: every wall held (1 of 1)\n"
+        "kernel 5.15.0, Landlock ABI 7; it has every right and call a sandbox uses\n"
+        "\n"
+        "  held  refused-host  CONNECT: HTTP/1.1 403 Forbidden")
+
+
+def test_no_battery_runs_where_no_sandbox_can_start(tmp_path: Path) -> None:
+    """AppArmor's restriction (or no user namespaces at all): `check`'s diagnosis, with
+    its fix, is the one line; nothing is made."""
+    machine = {"bubblewrap": {"user_namespaces": False, "why":
+                              "AppArmor refuses user namespaces to unconfined programs"}}
+    with pytest.raises(ProbeError, match=r"^no sandbox can start on this machine: AppArmor"):
+        probe({}, str(tmp_path / "settings"), machine, site_packages="")
+    assert not (tmp_path / "settings").exists()
