@@ -19,6 +19,7 @@ from lnk_wrap.probe import (
     HELD_BY,
     INVARIANTS,
     ProbeError,
+    Targets,
     _rows,
     lacks,
     probe,
@@ -199,3 +200,21 @@ def test_no_battery_runs_where_no_sandbox_can_start(tmp_path: Path) -> None:
     with pytest.raises(ProbeError, match=r"^no sandbox can start on this machine: AppArmor"):
         probe({}, str(tmp_path / "settings"), machine, site_packages="")
     assert not (tmp_path / "settings").exists()
+
+
+def test_a_witness_counts_every_connection_even_one_not_yet_accepted(tmp_path: Path) -> None:
+    """The unix and TCP witnesses, made as the battery makes them: connections made
+    just before they close (still in the backlog) are counted; nothing is left."""
+    import socket
+
+    targets = Targets(str(tmp_path / "settings"))
+    targets.make()
+    unix, _, tcp = targets.witnesses
+    for _ in range(3):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.connect(str(Path(targets.granted) / "outside.sock"))
+    with socket.create_connection(("127.0.0.1", targets.port)):
+        targets.remove()
+    assert len(unix.reached) == 3
+    assert len(tcp.reached) == 1 and "127.0.0.1" in tcp.reached[0]
+    assert not Path(targets.root).exists() and not Path(targets.canary_folder).exists()
