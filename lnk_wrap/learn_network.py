@@ -186,6 +186,8 @@ def _refusal(seen: Seen, line: dict[str, str], called: set[str], looked_up: list
     name, _, port = target.rpartition(":")
     name = name.lower().rstrip(".")
     called.add(name)
+    if name in ignore:
+        return
     if not reason.endswith(_NOT_IN_HOSTS):
         _not_offered(seen, target, reason or "refused")
         return

@@ -70,6 +70,7 @@ def test_refused_names_are_offered_and_other_refusals_say_why() -> None:
         _refused("pg.example.net", "pg.example.net " + NOT_A_NAME, "kind=dns type=A"),
         _refused("example.org", "example.org " + NOT_A_NAME, "kind=dns type=A"),
         _refused("dns-for-learn.invalid", "x " + NOT_A_NAME, "kind=dns type=A"),
+        _refused("dns-for-learn.invalid:9", "dns-for-learn.invalid could not be looked up"),
         _refused("4.3.2.1.in-addr.arpa", "x " + NOT_A_NAME, "kind=dns type=PTR"),
         _line("refused", "*", "kind=dns type=A more=7 seconds=10 reason=… and 7 more"),
         _line("paused", "-", "reason=too many refusals"),
@@ -88,6 +89,7 @@ def test_refused_names_are_offered_and_other_refusals_say_why() -> None:
     assert "loopback" in why["127.0.0.1:8080"]
     assert "[localhost] ports" in why["localhost:3000"]
     assert why['bad"name.example:443'] == "not a host name the spec takes"
+    assert not [target for target in why if "dns-for-learn" in target]  # learn's own
 
 
 def test_names_under_one_domain_are_grouped_never_over_a_provider_or_a_registry_suffix(
