@@ -225,44 +225,51 @@ def test_a_spec_of_the_machines_network_has_no_wire_to_learn_from(
     assert "# [network]: mode 'host' has no wire: no call was seen" in learned.stdout
 
 
-# The package indexes: names on the test network. Refused by name while unlisted (no
-# lookup is made for a name not listed); once listed, the proxy reaches the origin
-# (allowed.lnkt, other.lnkt in /etc/hosts: tests/testnet.py), which has no package.
-PIP = ("/usr/bin/python3", "-m", "pip", "--isolated", "install", "--no-cache-dir",
-       "--retries", "0", "--timeout", "10", "--target", "/tmp/installed",
-       "--index-url", "http://allowed.lnkt/simple/", "--trusted-host", "allowed.lnkt",
-       "lnk-probe-package")
-NPM = ("/usr/bin/npm", "install", "--no-audit", "--no-fund", "--fetch-retries", "0",
-       "--registry", "http://other.lnkt/npm/", "lnk-probe-package")
+# The package indexes, on the test network: tests/testnet.py serves a tiny PEP 503 index
+# with one real wheel (lnktpkg) at allowed.lnkt/simple/; no npm registry is there, so
+# npm's is other.lnkt, which answers its request 404. Each is refused by name while
+# unlisted (no lookup is made for a name not listed); once listed, the proxy reaches it.
+def _pip(target: Path) -> tuple[str, ...]:
+    return ("/usr/bin/python3", "-m", "pip", "--isolated", "install", "--no-cache-dir",
+            "--retries", "0", "--timeout", "10", "--target", str(target),
+            "--index-url", "http://allowed.lnkt/simple/", "--trusted-host", "allowed.lnkt",
+            "lnktpkg")
 
 
-@pytest.mark.parametrize("install", [PIP, NPM], ids=["pip", "npm"])
+def _npm(target: Path) -> tuple[str, ...]:
+    return ("/usr/bin/npm", "install", "--no-audit", "--no-fund", "--fetch-retries", "0",
+            "--registry", "http://other.lnkt/npm/", "lnk-probe-package")
+
+
+@pytest.mark.parametrize(("tool", "host"), [("pip", "allowed.lnkt"), ("npm", "other.lnkt")])
 def test_learn_an_install_then_the_offered_host_is_reached(
-    install: tuple[str, ...], write_spec: WriteSpec, run_sandbox: RunSandbox,
+    tool: str, host: str, write_spec: WriteSpec, run_sandbox: RunSandbox,
     tmp_path: Path, sandbox_env: dict[str, str], testnet: Path,
 ) -> None:
-    """`pip install` and `npm install` from a test index: learn offers the index's host;
-    with it listed, the same install reaches it through the proxy, and learn offers
-    nothing more."""
-    if not Path(install[0]).exists():
-        pytest.fail(f"{install[0]} is not installed here (the test image has it)")
+    """`pip install` and `npm install` from a test index: learn offers the index's host
+    and nothing else; with it listed, the same install reaches it through the proxy (pip
+    installs the wheel), and learn offers nothing more."""
     work = tmp_path / "project"
     work.mkdir()
+    install = (_pip if tool == "pip" else _npm)(work / "site")
+    if not Path(install[0]).exists():
+        pytest.fail(f"{install[0]} is not installed here (the test image has it)")
     grants = f"[files]\nread = {toml_list(tmp_path)}\nwrite = {toml_list(work)}\n"
-    host = "allowed.lnkt" if install is PIP else "other.lnkt"
     spec = write_spec(grants + '[network]\nmode = "proxy"\n')
     learned = run_sandbox(spec, *install, cwd=work, verb="learn")
     assert learned.returncode != 0  # the index was refused: nothing to install
     assert _body(learned.stdout)["network"] == {"mode": "proxy", "hosts": [host]}, (
         learned.stdout, learned.stderr[-2000:])
-    listed = write_spec(grants + f'[network]\nmode = "proxy"\nhosts = ["{host}"]\n',
-)
-    name = f"learn-{install[0].rsplit('/', 1)[1]}"
-    done = subprocess.run([LNK_SANDBOX, "run", "--wire", name, "--spec", str(listed), "--",
+    assert not (work / "site" / "lnktpkg").exists()
+    listed = write_spec(grants + f'[network]\nmode = "proxy"\nhosts = ["{host}"]\n')
+    wire = f"learn-{tool}"
+    done = subprocess.run([LNK_SANDBOX, "run", "--wire", wire, "--spec", str(listed), "--",
                            *install], cwd=str(work), env=sandbox_env, capture_output=True,
                           text=True, timeout=120, check=False)
-    log = wire_log_of(sandbox_env, name)
-    assert f"\tallowed\t{host}:80\t" in log, (log, done.stderr[-2000:])
+    assert f"\tallowed\t{host}:80\t" in wire_log_of(sandbox_env, wire), done.stderr[-2000:]
+    if tool == "pip":
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert (work / "site" / "lnktpkg" / "__init__.py").read_text() == "VALUE = 42\n"
     again = run_sandbox(listed, *install, cwd=work, verb="learn")
     assert _body(again.stdout)["network"] == {"mode": "proxy", "hosts": [host]}
     assert "# new" not in again.stdout.partition("[network]")[2]
