@@ -29,6 +29,7 @@ from lnk_wrap.learn_network import (
 )
 from tests.conftest import LNK_SANDBOX, RunSandbox, WriteSpec, toml_list, wire_log_of
 from tests.test_harnesses import HARNESS_TIMEOUT_SECONDS, HARNESSES, copy_recipe, settings_with_key
+from tests.testservers import DNS_SERVER
 
 NOT_IN_HOSTS = "is not in this sandbox's hosts"
 NOT_A_NAME = "is not a name this sandbox may reach"
@@ -274,6 +275,27 @@ def test_learn_an_install_then_the_offered_host_is_reached(
     assert _body(again.stdout)["network"] == {"mode": "proxy", "hosts": [host]}
     assert "# new" not in again.stdout.partition("[network]")[2]
     assert "# [network]: the run was refused no host an entry would open" in again.stdout
+
+
+def test_learn_a_database_client_names_its_endpoint_then_it_reaches_postgres(
+    write_spec: WriteSpec, run_sandbox: RunSandbox, tmp_path: Path,
+    sandbox_env: dict[str, str], testnet: Path,
+) -> None:
+    """psql by name, in a spec of no network: its lookup is refused by the DNS learn's
+    run has (a name looked up, never called through the proxy), so learn names it for
+    [tcp] endpoints; with `db.lnkt:5432` listed, psql reaches the test network's
+    PostgreSQL by that name."""
+    env = {**sandbox_env, "LNK_SANDBOX_DNS": DNS_SERVER}
+    psql = ("/usr/bin/psql", "-h", "db.lnkt", "-U", "postgres", "-d", "lnkt", "-tAc",
+            "select word from greeting")
+    grants = f"[files]\nread = {toml_list(tmp_path)}\n"
+    learned = run_sandbox(write_spec(grants), *psql, env=env, verb="learn")
+    assert learned.returncode != 0
+    assert "\n#   db.lnkt" in learned.stdout, (learned.stdout, learned.stderr[-2000:])
+    assert "hosts" not in _body(learned.stdout).get("network", {})
+    listed = write_spec(grants + '[tcp]\nendpoints = ["db.lnkt:5432"]\n')
+    done = run_sandbox(listed, *psql, env=env)
+    assert done.stdout.strip() == "hello-from-origin", done.stderr
 
 
 def test_learn_a_harness_recipe_offers_what_it_tried_beside_its_model(
