@@ -46,9 +46,9 @@ EXIT_OPEN = 1
 PROBE_TIMEOUT_SECONDS = 120
 # What a probe's witness outside reads of a connection before it closes it.
 _WITNESS_BYTES = 64
-# The rows each witness speaks for.
-_UNIX_WITNESS, _TCP_WITNESS = ("unix-socket-outside",), ("direct-network",
-                                                           "this-machine-by-proxy")
+# The rows each witness speaks for, in the order Targets.make makes them.
+_WITNESSED = (("unix-socket-outside",), ("abstract-socket-outside",),
+              ("direct-network", "this-machine-by-proxy"))
 # The invariant each probe attacks (docs/facts/invariants.md).
 INVARIANTS = {
     "files-outside": "F1", "machine-secrets": "F1", "read-only-grant": "F1",
@@ -340,9 +340,9 @@ def probe(env: Mapping[str, str], settings: str, machine: Mapping[str, Any], *,
         lines = _lines_of(os.path.join(targets.work, "report.jsonl"))
     finally:
         targets.remove()  # the witnesses closed: every connection made to them counted
-    unix, _, tcp = targets.witnesses
-    reached = {name: unix.reached for name in _UNIX_WITNESS}
-    reached.update({name: tcp.reached for name in _TCP_WITNESS})
+    reached = {name: witness.reached
+               for names, witness in zip(_WITNESSED, targets.witnesses, strict=True)
+               for name in names}
     controls = _rows(lines, CONTROLS, {})
     if not all(row["held"] for row in controls):
         failed = next(row for row in controls if not row["held"])

@@ -205,6 +205,8 @@ def unlisted_program(args: dict[str, object]) -> tuple[bool, str]:
     try:
         done = subprocess.run(["/usr/bin/id"], capture_output=True, timeout=WAIT_SECONDS,
                               check=False)
+    except FileNotFoundError:
+        return False, "no /usr/bin/id to try: not tried"  # a wall not tried did not hold
     except OSError as error:
         return True, _errno(error)
     return False, f"it ran (status {done.returncode})"

@@ -209,12 +209,15 @@ def test_a_witness_counts_every_connection_even_one_not_yet_accepted(tmp_path: P
 
     targets = Targets(str(tmp_path / "settings"))
     targets.make()
-    unix, _, tcp = targets.witnesses
+    unix, abstract, tcp = targets.witnesses
     for _ in range(3):
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
             client.connect(str(Path(targets.granted) / "outside.sock"))
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+        client.connect(b"\0lnk-probe-" + Path(targets.root).name.encode())
     with socket.create_connection(("127.0.0.1", targets.port)):
         targets.remove()
     assert len(unix.reached) == 3
+    assert len(abstract.reached) == 1
     assert len(tcp.reached) == 1 and "127.0.0.1" in tcp.reached[0]
     assert not Path(targets.root).exists() and not Path(targets.canary_folder).exists()
