@@ -46,6 +46,9 @@ PROBES = (
      "neither the file nor the folder's entries are seen"),
     ("dot-files", "write .envrc and .git/config at the top of the written folder, and "
      "replace and remove .envrc", "none of it can be done"),
+    ("links-out", "read the file beside the granted folder and the settings canary through "
+     "symbolic links made in the written folder, and hard-link the hidden file there",
+     "nothing is read, and no link is made"),
     ("unlisted-program", "run /usr/bin/id, which [commands] does not list",
      "it does not start"),
     ("execveat", "run a listed program by file descriptor (execveat, AT_EMPTY_PATH)",
@@ -65,6 +68,11 @@ PROBES = (
      "the proxy answers 403"),
     ("socket-families", "open vsock, packet, bluetooth, alg, key, xdp, audit netlink and "
      "raw IP sockets", "none opens"),
+    ("refused-calls", "unshare a user namespace, mount, ptrace, bpf, perf_event_open, "
+     "keyctl and io_uring_setup, in a child", "each fails with an error, and the child is "
+     "not killed"),
+    ("capabilities", "read the capabilities the program holds (/proc/self/status)",
+     "none: effective, permitted and bounding sets empty"),
     ("process-outside", "signal the process that started the sandbox (kill 0)",
      "no such process is seen"),
     ("metadata-by-proxy", "GET the cloud metadata service through the proxy",
@@ -85,8 +93,16 @@ WAIT_SECONDS = 10.0
 _ANSWER_BYTES = 4096
 _AT_EMPTY_PATH = 0x1000
 _MFD_CLOEXEC = 0x1
-_SYSCALLS = {"x86_64": {"execveat": 322, "memfd_create": 319},
-             "aarch64": {"execveat": 281, "memfd_create": 279}}
+# The two architectures the seccomp filter is built for (lnk_common.arch has the tables;
+# this program imports nothing of ours). The refused calls' arguments are harmless ones.
+_SYSCALLS = {"x86_64": {"execveat": 322, "memfd_create": 319, "unshare": 272, "mount": 165,
+                        "ptrace": 101, "bpf": 321, "perf_event_open": 298, "keyctl": 250,
+                        "io_uring_setup": 425},
+             "aarch64": {"execveat": 281, "memfd_create": 279, "unshare": 97, "mount": 40,
+                         "ptrace": 117, "bpf": 280, "perf_event_open": 241, "keyctl": 219,
+                         "io_uring_setup": 425}}
+_CLONE_NEWUSER = 0x10000000
+_PTRACE_ATTACH = 16
 # The families no sandbox gets (lnk_wrap.seccomp_filter.SOCKET_FAMILIES lists the
 # allowed): (name, family, type, protocol).
 _FAMILIES = (("vsock", 40, socket.SOCK_STREAM, 0), ("packet", 17, socket.SOCK_RAW, 0),
@@ -199,6 +215,76 @@ def dot_files(args: dict[str, object]) -> tuple[bool, str]:
     seen = [_cannot_make(os.path.join(work, name)) for name in (".envrc", ".git/config")]
     seen.append(_cannot_replace(os.path.join(work, ".envrc")))
     return all(held for held, _ in seen), "; ".join(saw for _, saw in seen)
+
+
+def links_out(args: dict[str, object]) -> tuple[bool, str]:
+    work = str(args["work"])
+    seen = []
+    for name, target in (("to-outside", str(args["outside_file"])),
+                         ("to-settings", str(args["settings_file"]))):
+        link = os.path.join(work, name)
+        try:
+            os.symlink(target, link)
+        except OSError as error:
+            seen.append((True, f"{name}: {_errno(error)}"))
+            continue
+        held, saw = _cannot_open(link)
+        seen.append((held, f"{name}: {saw}"))
+    try:
+        os.link(str(args["hidden_file"]), os.path.join(work, "hidden-link"))
+    except OSError as error:
+        seen.append((True, f"hard link: {_errno(error)}"))
+    else:
+        seen.append((False, "hard link: made"))
+    return all(held for held, _ in seen), "; ".join(saw for _, saw in seen)
+
+
+def _refused_calls() -> int:
+    """In the child: each refused call once; the first that succeeds is its exit status
+    (its index + 1), none: 0 (a child killed by the filter says so by its signal)."""
+    numbers = _SYSCALLS[os.uname().machine]
+    libc = _libc()
+    tries = ((numbers["unshare"], _CLONE_NEWUSER, 0, 0, 0, 0),
+             (numbers["mount"], b"none", b"/tmp", b"tmpfs", 0, 0),
+             (numbers["ptrace"], _PTRACE_ATTACH, 1, 0, 0, 0),
+             (numbers["bpf"], 0, 0, 0, 0, 0),
+             (numbers["perf_event_open"], 0, 0, -1, -1, 0),
+             (numbers["keyctl"], 0, -3, 0, 0, 0),  # KEYCTL_GET_KEYRING_ID, the user's
+             (numbers["io_uring_setup"], 1, 0, 0, 0, 0))
+    for index, (number, *arguments) in enumerate(tries):
+        if libc.syscall(number, *arguments) >= 0:
+            return index + 1
+    return 0
+
+
+def refused_calls(args: dict[str, object]) -> tuple[bool, str]:
+    if os.uname().machine not in _SYSCALLS:
+        return False, f"no call numbers for {os.uname().machine}: not tried"
+    pid = os.fork()
+    if pid == 0:
+        try:
+            code = _refused_calls()
+        except BaseException:
+            code = 99
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        return False, f"the child was killed by signal {os.WTERMSIG(status)}"
+    code = os.WEXITSTATUS(status)
+    names = ("unshare", "mount", "ptrace", "bpf", "perf_event_open", "keyctl",
+             "io_uring_setup")
+    if code == 0:
+        return True, "each failed with an error"
+    return False, (f"{names[code - 1]} succeeded" if code <= len(names)
+                   else "the child failed before trying")
+
+
+def capabilities(args: dict[str, object]) -> tuple[bool, str]:
+    with open("/proc/self/status") as handle:
+        sets = {key: value.strip() for key, _, value in
+                (line.partition(":") for line in handle) if key in ("CapEff", "CapPrm", "CapBnd")}
+    held = len(sets) == 3 and all(int(value, 16) == 0 for value in sets.values())
+    return held, ", ".join(f"{key} {value}" for key, value in sorted(sets.items()))
 
 
 def unlisted_program(args: dict[str, object]) -> tuple[bool, str]:

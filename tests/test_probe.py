@@ -37,7 +37,7 @@ def _check_probe(env: dict[str, str], *words: str) -> subprocess.CompletedProces
                           capture_output=True, text=True, timeout=PROBE_SECONDS, check=False)
 
 
-def test_F1_F2_F4_F6_P1_P2_P6_N1_N2_N3_every_probe_holds_on_this_machine(
+def test_F1_to_F4_F6_P1_to_P4_P6_N1_to_N3_every_probe_holds_on_this_machine(
     sandbox_env: dict[str, str]
 ) -> None:
     done = _check_probe(sandbox_env)
@@ -54,7 +54,7 @@ def test_F1_F2_F4_F6_P1_P2_P6_N1_N2_N3_every_probe_holds_on_this_machine(
     assert [row["name"] for row in found["rows"]] == [name for name, _, _ in PROBES]
     assert all(row["held"] for row in (*found["rows"], *found["controls"]))
     assert {row["invariant"] for row in found["rows"]} == {
-        "F1", "F2", "F4", "F6", "P1", "P2", "P6", "N1", "N2", "N3"}
+        "F1", "F2", "F3", "F4", "F6", "P1", "P2", "P3", "P4", "P6", "N1", "N2", "N3"}
     # Nothing of the battery is left behind: its canary in Link's settings is gone.
     assert list((Path(sandbox_env["LNK_HOME"]) / "sandbox" / "probe").iterdir()) == []
 
@@ -87,18 +87,21 @@ def _changed_probe(env: dict[str, str], change: str) -> subprocess.CompletedProc
 def test_F1_a_spec_that_grants_the_folder_a_probe_tries_is_reported_open(
     sandbox_env: dict[str, str]
 ) -> None:
-    """The folder beside the granted one, granted too: the probe reads its file, the
-    report says OPEN with what holds it, and the exit status is 1."""
+    """The folder beside the granted one, granted too: the probe reads its file (and
+    through a link made in the written folder), the report says OPEN with what holds
+    each, and the exit status is 1."""
     done = _changed_probe(sandbox_env, 'text.replace(\'read = ["\' + self.granted + \'"]\', '
                                        '\'read = ["\' + self.granted + \'", "\' + self.root '
                                        '+ \'/outside"]\')')
     assert done.returncode == 1, (done.stdout, done.stderr)
     lines = done.stdout.splitlines()
-    assert lines[0] == f"probe: OPEN: 1 of {len(PROBES)} (files-outside)"
+    assert lines[0] == f"probe: OPEN: 2 of {len(PROBES)} (files-outside, links-out)"
     opened = next(index for index, line in enumerate(lines) if "OPEN  files-outside" in line)
     assert lines[opened].endswith(": read 18 bytes")
     assert lines[opened + 1].strip() == (
         "held means the file cannot be opened; held by bubblewrap's mounts, then Landlock")
+    linked = next(line for line in lines if "OPEN  links-out" in line)
+    assert "to-outside: read 18 bytes; to-settings: ENOENT" in linked, linked
 
 
 def test_a_battery_whose_controls_fail_says_nothing_held(sandbox_env: dict[str, str]) -> None:
@@ -123,8 +126,9 @@ def test_a_missing_line_or_a_reached_witness_is_open() -> None:
     assert rows["unix-socket-outside"]["held"] is False
     assert rows["unix-socket-outside"]["saw"] == (
         "EACCES; the witness outside was reached from ['a client']")
+    execveat = next(row for row in PROBES if row[0] == "execveat")
     assert rows["execveat"] == {
-        "name": "execveat", "invariant": "P2", "tries": PROBES[7][1], "held_means": PROBES[7][2],
+        "name": "execveat", "invariant": "P2", "tries": execveat[1], "held_means": execveat[2],
         "held": False, "saw": "no report came for this probe (it did not run)"}
     assert [name for name, _, _ in CONTROLS] == [
         "control-read", "control-program", "control-socket", "control-proxy"]
@@ -221,3 +225,17 @@ def test_a_witness_counts_every_connection_even_one_not_yet_accepted(tmp_path: P
     assert len(abstract.reached) == 1
     assert len(tcp.reached) == 1 and "127.0.0.1" in tcp.reached[0]
     assert not Path(targets.root).exists() and not Path(targets.canary_folder).exists()
+
+
+def test_the_probes_find_this_machine_open_outside_any_sandbox(tmp_path: Path) -> None:
+    """The probes are not vacuous: run here, outside any sandbox, the ones that need no
+    target find the walls missing (a user namespace is made, the bounding set is full,
+    the file beside is read), as root or not."""
+    from lnk_wrap import probe_inside
+
+    assert probe_inside.refused_calls({}) == (False, "unshare succeeded")
+    held, saw = probe_inside.capabilities({})
+    assert not held and "CapBnd 0000000000000000" not in saw, saw
+    beside = tmp_path / "secret"
+    beside.write_text("lnk-sandbox probe\n")
+    assert probe_inside.files_outside({"outside_file": str(beside)}) == (False, "read 18 bytes")
