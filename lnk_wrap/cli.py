@@ -110,11 +110,12 @@ Verbs:
           which protections are therefore in force; the stated gaps, as open; which
           providers' keys are set. With --spec: which model verbs the spec turns on,
           which has no key yet, and whether server-side tools are kept. With --probe:
-          escape attempts from a real sandbox here (files outside its grants, a hidden
-          folder, Link's settings, held dot files, an unlisted program, execveat, a
-          memory file, unix sockets outside, this machine and metadata through the
-          proxy, a refused host, refused socket families), each held or OPEN, with this
-          machine's reasons for an open one; exit 0 only when every one held.
+          escape attempts from a real sandbox here (files outside its grants and links
+          to them, a hidden folder, Link's settings, held dot files, an unlisted
+          program, execveat, a memory file, refused system calls, capabilities, unix
+          sockets outside, this machine and metadata through the proxy, a refused
+          host, refused socket families), each held or OPEN, with what this machine
+          lacks; exit 0 only when every one held (1: one is open).
 
 Options:
   --spec=FILE   The spec (TOML) that says what the sandbox may touch.
