@@ -19,7 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
+from lnk_proxy.model_rules import PROVIDER_HOSTS
 from lnk_wrap.learn_network import (
     Offer,
     format_network,
@@ -27,7 +30,8 @@ from lnk_wrap.learn_network import (
     run_lines,
     seen_on_wire,
 )
-from tests.conftest import LNK_SANDBOX, RunSandbox, WriteSpec, toml_list, wire_log_of
+from lnk_wrap.spec import is_host_entry
+from tests.conftest import LNK_SANDBOX, RunSandbox, WriteSpec, fuzz, toml_list, wire_log_of
 from tests.test_harnesses import HARNESS_TIMEOUT_SECONDS, HARNESSES, copy_recipe, settings_with_key
 from tests.testservers import DNS_SERVER
 
@@ -130,6 +134,48 @@ def test_format_network_golden() -> None:
         '#   db.example.net')
     assert format_network((), [], [], mode="proxy") == (
         "# [network]: the run was refused no host an entry would open")
+
+
+# Targets as a program may ask for them: names, ports, any character the log keeps.
+_TARGET_TEXT = st.text(alphabet=st.sampled_from(
+    "abcdefghijklmnopqrstuvwxyz0123456789.-_*:[]\"'\\ #=\u00e9"), max_size=40)
+_REASONS = st.sampled_from([NOT_IN_HOSTS, NOT_A_NAME, "is a cloud metadata service",
+                            "is this machine (loopback)", ""])
+
+
+@fuzz(3)
+@given(st.lists(st.tuples(_TARGET_TEXT, st.sampled_from(["", "kind=dns type=A"]), _REASONS),
+                max_size=12),
+       st.sampled_from(["", "api.openai.com", "generativelanguage.googleapis.com"]))
+@example([("a.x.example.com:443", "", NOT_IN_HOSTS),
+          ("b.x.example.com:443", "", NOT_IN_HOSTS),
+          ("storage.googleapis.com:443", "", NOT_IN_HOSTS),
+          ('q"uote.example:80', "", NOT_IN_HOSTS),
+          ("db.example.net", "kind=dns type=A", NOT_A_NAME)],
+         "generativelanguage.googleapis.com")
+def test_whatever_was_refused_only_entries_the_spec_takes_are_offered_and_it_parses(
+    refusals: list[tuple[str, str, str]], provider: str
+) -> None:
+    """Any refused targets, as the log would hold them: learn never raises, offers only
+    entries the spec loader takes as written and never a provider's host nor a wildcard
+    over one, and what it prints is TOML."""
+    lines = [_refused(target or "-", f"{target} {reason}".strip(), kind)
+             for target, kind, reason in refusals]
+    if provider:
+        lines.append(_refused(provider + ":443"))
+    seen = seen_on_wire(run_lines(_run(*lines), "ab12cd34"))
+    offers = group(seen.hosts)
+    providers = set(PROVIDER_HOSTS.values())
+    for offer in offers:
+        assert is_host_entry(offer.entry), offer
+        name = offer.entry.partition(":")[0]
+        assert name not in providers
+        assert not any(host.endswith(name.removeprefix("*")) for host in providers
+                       if name.startswith("*."))
+    assert all(is_host_entry(name) for name in seen.looked_up)
+    text = format_network((), offers, seen.looked_up, mode="none")
+    parsed = tomllib.loads(text)
+    assert [offer.entry for offer in offers] == parsed.get("network", {}).get("hosts", [])
 
 
 def _body(stdout: str) -> dict[str, Any]:
