@@ -51,6 +51,11 @@ def test_F1_to_F4_F6_P1_to_P4_P6_N1_to_N3_every_probe_holds_on_this_machine(
     assert as_json.returncode == 0, as_json.stderr
     found = json.loads(as_json.stdout)
     assert found["held"] is True
+    assert set(found) == {"held", "rows", "controls", "machine"}
+    assert all(set(row) == {"name", "invariant", "tries", "held_means", "held", "saw"}
+               for row in found["rows"])
+    assert set(found["machine"]) == {"kernel", "landlock_abi", "seccomp_user_notification",
+                                     "memfd_noexec", "apparmor_restrict_unprivileged_userns"}
     assert [row["name"] for row in found["rows"]] == [name for name, _, _ in PROBES]
     assert all(row["held"] for row in (*found["rows"], *found["controls"]))
     assert {row["invariant"] for row in found["rows"]} == {
