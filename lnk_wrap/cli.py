@@ -5,6 +5,7 @@ Usage:
   lnk-sandbox run --spec=FILE [--wire=NAME] [--summary=FILE] [--] COMMAND...
   lnk-sandbox learn --spec=FILE [--] COMMAND...
   lnk-sandbox check [--spec=FILE] [--json]
+  lnk-sandbox check --probe [--json]
   lnk-sandbox log [WIRE] [--follow] [--json] [--since=TIME] [-n N] [--refused]
   lnk-sandbox stop [--clear]
   lnk-sandbox on-stop [--name=NAME] [--] COMMAND...
@@ -40,7 +41,10 @@ Verbs:
   learn   Run COMMAND once under the spec's other grants with every program open, and
           print the [commands] list that lets it run: what the spec lists, and what
           ran besides (never a program in a folder the sandbox writes or a temp
-          folder; interpreters marked). Writes nothing.
+          folder; interpreters marked). Then the [network] hosts the run was refused
+          by name, from its wire's log (names sharing a domain as `*.domain`, marked;
+          a model provider's API host never: use [verbs] model), and names it looked
+          up for [tcp] endpoints. Writes nothing.
   log     A wire's log (every wire's without WIRE): each call allowed, ended or
           refused, as host and port only, and a line where each run starts and exits
           (its status); with --follow, new lines as they come; with --since, the lines
@@ -105,7 +109,13 @@ Verbs:
   check   What this machine gives (bubblewrap, user namespaces, Landlock, seccomp) and
           which protections are therefore in force; the stated gaps, as open; which
           providers' keys are set. With --spec: which model verbs the spec turns on,
-          which has no key yet, and whether server-side tools are kept.
+          which has no key yet, and whether server-side tools are kept. With --probe:
+          escape attempts from a real sandbox here (files outside its grants and links
+          to them, a hidden folder, Link's settings, held dot files, an unlisted
+          program, execveat, a memory file, refused system calls, capabilities, unix
+          sockets outside, this machine and metadata through the proxy, a refused
+          host, refused socket families), each held or OPEN, with what this machine
+          lacks; exit 0 only when every one held (1: one is open).
 
 Options:
   --spec=FILE   The spec (TOML) that says what the sandbox may touch.
@@ -120,6 +130,7 @@ Options:
   --timeout=SECONDS  How long --wait waits (asks); default: for ever.
   --agent=NAME  The agent whose URLs are shown (url).
   --clear       Lift the kill switch (stop).
+  --probe       Run the escape attempts in a real sandbox (check).
   --name=NAME   The registration's name (on-stop); default: a random one.
   --list        What is registered (on-stop).
   --remove=NAME  Take a registration off (on-stop).
@@ -152,6 +163,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from lnk_common.policy import Policy
+    from lnk_wrap.learn_network import Seen
 
     _Handler = Callable[[Mapping[str, object], Mapping[str, str], list[str]], int]
 
@@ -241,7 +253,8 @@ _RUN_DEFAULTS: dict[str, object] = {
     "--since": None, "-n": None, "--refused": False, "--summary": None, "--wait": False,
     "--timeout": None, "url": False, "--agent": None, "mcp-remote": False, "URL": None,
     "HEADER_OPTION": [],
-    "--name": None, "--list": False, "--remove": None, "-h": False, "--help": False,
+    "--name": None, "--list": False, "--remove": None, "--probe": False, "-h": False,
+    "--help": False,
     "--version": False, "--": False, "WIRE": None, "COMMAND": [],
 }
 _RUN_OPTIONS = ("--spec", "--wire", "--summary")
@@ -438,22 +451,46 @@ def _learn(arguments: Mapping[str, object], env: Mapping[str, str], command: lis
     from lnk_wrap.learn import format_commands, learn
 
     policy = _policy(arguments, env)
+    if policy.network != "host" and not policy.site_packages:
+        policy = policy.with_site_packages(_site_packages())  # its wire's proxy (h11)
     try:
-        status, offered, refused = learn(policy, command, env)
+        found = learn(policy, command, env)
     except (LaunchError, OSError) as error:
         raise CliError(str(error)) from None
-    print(f"# lnk-sandbox learn: the programs the command ran under {policy.spec} "
-          "(nothing was written)")
+    print(f"# lnk-sandbox learn: the programs the command ran and the hosts it was refused "
+          f"under {policy.spec} (nothing was written)")
     from lnk_wrap.spec import commands_as_written
 
-    print(format_commands(policy.commands, offered,
+    print(format_commands(policy.commands, found.offered,
                           commands_as_written(policy.spec, env) if policy.spec else None))
-    for path, why in refused:
+    for path, why in found.refused:
         print(f"lnk-sandbox: not offered: {path}: {why}", file=sys.stderr)
-    if status != 0:
-        print(f"lnk-sandbox: the command exited with status {status}; a run that stops "
+    _print_network(policy, found.network)
+    if found.status != 0:
+        print(f"lnk-sandbox: the command exited with status {found.status}; a run that stops "
               "early may not have started every program it needs", file=sys.stderr)
-    return status
+    return found.status
+
+
+def _print_network(policy: Policy, seen: Seen | None) -> None:
+    """learn's [network] part: the hosts to list on stdout, what is not offered and why
+    (a provider's host, a metadata service …), folded or paused calls, on stderr."""
+    from lnk_wrap.learn_network import format_network, group
+
+    if seen is None:
+        print(f"# [network]: mode {policy.network!r} has no wire: no call was seen")
+        return
+    print()
+    print(format_network(policy.hosts, group(seen.hosts), seen.looked_up, mode=policy.network))
+    for target, why in seen.not_offered:
+        print(f"lnk-sandbox: not offered: {target}: {why}", file=sys.stderr)
+    if seen.folded:
+        print(f"lnk-sandbox: learn: {seen.folded} refusals were folded in the wire's log "
+              "(many alike at once), their names not written: run learn again once these "
+              "are listed", file=sys.stderr)
+    if seen.paused:
+        print(f"lnk-sandbox: learn: the wire paused ({seen.paused}); every call after was "
+              "refused by the pause, not by name, and is not offered", file=sys.stderr)
 
 
 def _controls(arguments: Mapping[str, object], env: Mapping[str, str],
@@ -560,6 +597,8 @@ def _url(arguments: Mapping[str, object], env: Mapping[str, str], command: list[
 def _check(arguments: Mapping[str, object], env: Mapping[str, str], command: list[str]) -> int:
     from lnk_wrap.check import report, show, verdict
 
+    if arguments["--probe"]:
+        return _probe(report(env), env, as_json=bool(arguments["--json"]))
     found = report(env, _policy(arguments, env) if arguments["--spec"] else None)
     found["verdict"] = verdict(found)
     if arguments["--json"]:
@@ -569,6 +608,23 @@ def _check(arguments: Mapping[str, object], env: Mapping[str, str], command: lis
     else:
         print(show(found))
     return 0 if found["ready"] else EXIT_SANDBOX_FAILED
+
+
+def _probe(machine: dict[str, object], env: Mapping[str, str], *, as_json: bool) -> int:
+    """check --probe: the escape attempts (lnk_wrap.probe); 0 when every one held."""
+    from lnk_wrap.probe import EXIT_OPEN, ProbeError, probe, show
+
+    try:
+        found = probe(env, _settings_root(env), machine, site_packages=_site_packages())
+    except ProbeError as error:
+        raise CliError(f"check --probe: {error}") from None
+    if as_json:
+        import orjson
+
+        sys.stdout.buffer.write(orjson.dumps(found, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        print(show(found))
+    return 0 if found["held"] else EXIT_OPEN
 
 
 # Each command's handler, by the key docopt sets for it (default deny: a command in no
