@@ -11,7 +11,7 @@ from lnk_ask.asker import (
     ask_async,
     command,
 )
-from lnk_ask.text import plain
+from lnk_ask.text import printable
 
 __all__ = ["DEFAULT_TIMEOUT_SECONDS", "MAX_TIMEOUT_SECONDS", "Answer", "AskUsageError", "ask",
-           "ask_async", "command", "plain"]
+           "ask_async", "command", "printable"]

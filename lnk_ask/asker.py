@@ -36,8 +36,7 @@ import sys
 import termios
 import time
 
-from lnk_ask import text as plain_text
-from lnk_ask import ways
+from lnk_ask import text, ways
 from lnk_ask.queue import AskQueue, QueueError
 from lnk_common.boundedlog import BoundedLog, clip
 from lnk_common.policy import is_name
@@ -115,7 +114,7 @@ def log_path(settings_root: str) -> str:
 
 def check_usage(wire: str, title: str, timeout: float) -> None:
     if not is_name(wire):
-        raise AskUsageError(f"--wire {plain_text.plain(wire, 80)}: use letters, digits, "
+        raise AskUsageError(f"--wire {text.printable(wire, 80)}: use letters, digits, "
                             "'.', '_' and '-'")
     if not title.strip():
         raise AskUsageError("a question needs a title")
@@ -141,12 +140,12 @@ def ask(settings_root: str, wire: str, title: str, question: str,
     dialog and in the queue (default_allows when empty). `tell`: given one line at once
     when the question can be answered from the queue only (no screen, no terminal)."""
     check_usage(wire, title, timeout)
-    shown_title = plain_text.plain(title, plain_text.MAX_TITLE_CHARS)
-    shown_question = plain_text.plain(question, plain_text.MAX_WHOLE_QUESTION_CHARS if whole
-                                      else plain_text.MAX_QUESTION_CHARS)
-    kept_question = plain_text.plain(question, plain_text.MAX_KEPT_QUESTION_CHARS)
-    shown_allows = plain_text.plain(allows or default_allows(wire, title),
-                                    plain_text.MAX_ALLOWS_CHARS)
+    shown_title = text.printable(title, text.MAX_TITLE_CHARS)
+    shown_question = text.printable(question, text.MAX_WHOLE_QUESTION_CHARS if whole
+                                      else text.MAX_QUESTION_CHARS)
+    kept_question = text.printable(question, text.MAX_KEPT_QUESTION_CHARS)
+    shown_allows = text.printable(allows or default_allows(wire, title),
+                                    text.MAX_ALLOWS_CHARS)
     environment = os.environ if env is None else env
     started = time.monotonic()
     deadline = started + timeout
@@ -163,7 +162,7 @@ def ask(settings_root: str, wire: str, title: str, question: str,
                                         whole=kept_question)
         except QueueError as error:
             _log(log, wire, "-", "asked", shown_title, shown_question)
-            _log(log, wire, "-", "no", "error", plain_text.plain(str(error)))
+            _log(log, wire, "-", "no", "error", text.printable(str(error)))
             return Answer("no", "error", reason=str(error))
         _log(log, wire, ident, "asked", shown_title, shown_question)
         try:
@@ -179,7 +178,7 @@ def ask(settings_root: str, wire: str, title: str, question: str,
             except QueueError:
                 answer, how = "no", "error"
             found = Answer(answer, how, ident, reason if how == "error" else "")
-            _log(log, wire, ident, found.answer, found.how, plain_text.plain(found.reason))
+            _log(log, wire, ident, found.answer, found.how, text.printable(found.reason))
             with contextlib.suppress(QueueError):
                 queue.close_question(ident)
             # An interruption (SIGTERM, SIGHUP, Ctrl-C in the console script) is an
@@ -194,7 +193,7 @@ def ask(settings_root: str, wire: str, title: str, question: str,
 
 
 class _Shown:
-    """A question's texts as the ways show them, plain ASCII: the title, the question as
+    """A question's texts as the ways show them, printable ASCII: the title, the question as
     a dialog shows it, the question kept whole (what the terminal lays out), what a yes
     allows."""
 
@@ -210,7 +209,7 @@ class _Shown:
 def _log(log: BoundedLog, wire: str, ident: str, event: str, first: str,
          second: str) -> None:
     """TIME\\tWIRE\\tID\\tEVENT\\t… : `asked TITLE QUESTION`, or `yes|no HOW [REASON]`.
-    Every field is given plain ASCII already (no tab, no newline)."""
+    Every field is given printable ASCII already (no tab, no newline)."""
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     fields = [stamp, wire, ident, event, first, second]
     line = clip("\t".join(fields).rstrip("\t"))
@@ -291,7 +290,7 @@ class _Terminal:
             except QueueError as error:
                 with contextlib.suppress(OSError):
                     self._write(f"\r\n{ways.LINK_MARK} question {ident} is not asked here "
-                                f"(see lnk-sandbox asks): {plain_text.plain(str(error), 200)}"
+                                f"(see lnk-sandbox asks): {text.printable(str(error), 200)}"
                                 "\r\n")
                 raise OSError(str(error)) from None
         try:
@@ -394,7 +393,7 @@ class _Terminal:
                 given += 1
         except OSError:
             left = self.kept[given:].decode("utf-8", "surrogateescape")
-            shown = plain_text.plain(left, 400) if self.echoed else f"{len(left)} keys"
+            shown = text.printable(left, 400) if self.echoed else f"{len(left)} keys"
             self._write(f"{ways.LINK_MARK} typed before the question and not given back "
                         f"(the system refuses TIOCSTI): {shown}\r\n")
 
@@ -613,8 +612,8 @@ def command(settings_root: str, wire: str, title: str,
     from lnk_common.chain import helper_argv
 
     check_usage(wire, title, timeout)
-    title = plain_text.bounded(title, MAX_ARGV_TEXT_CHARS)
-    allows = plain_text.bounded(allows, MAX_ARGV_TEXT_CHARS)
+    title = text.bounded(title, MAX_ARGV_TEXT_CHARS)
+    allows = text.bounded(allows, MAX_ARGV_TEXT_CHARS)
     return [*helper_argv("ask"), "--settings", settings_root, "--wire", wire,
             "--title", title, "--question", "-", "--timeout", f"{timeout:g}", "--json",
             *(["--whole"] if whole else []), *(["--allows", allows] if allows else [])]
@@ -632,7 +631,7 @@ async def ask_async(settings_root: str, wire: str, title: str, question: str,
     import json
 
     argv = command(settings_root, wire, title, timeout, whole=whole, allows=allows)
-    question = plain_text.bounded(question)
+    question = text.bounded(question)
     try:
         child = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
@@ -653,7 +652,7 @@ async def ask_async(settings_root: str, wire: str, title: str, question: str,
         ident = str(found.get("id", ""))
     except (ValueError, KeyError, TypeError):
         reason = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no answer"]
-        return Answer("no", "error", reason=plain_text.plain(reason[0], 200))
+        return Answer("no", "error", reason=text.printable(reason[0], 200))
     if how not in HOWS or (answer == "yes") != (child.returncode == 0):
         return Answer("no", "error", ident, "lnk-sandbox-ask answered inconsistently")
     return Answer(answer, how, ident, str(found.get("reason", "")))

@@ -61,7 +61,7 @@ ID_HEX_DIGITS = 12
 MAX_WAITING_PER_WIRE = 8
 # A question record holds the question as the ways show it (cut at
 # lnk_ask.text.MAX_QUESTION_CHARS, or a page's whole URL, MAX_WHOLE_QUESTION_CHARS) and
-# kept whole for `asks --show` (MAX_KEPT_QUESTION_CHARS), plain ASCII that JSON may write
+# kept whole for `asks --show` (MAX_KEPT_QUESTION_CHARS), printable ASCII that JSON may write
 # twice as long (a backslash, a quote), and a few short fields; a larger file is not ours
 # and is refused unread.
 MAX_RECORD_BYTES = 2 * (MAX_KEPT_QUESTION_CHARS + MAX_WHOLE_QUESTION_CHARS) + 16 * 1024
@@ -208,7 +208,7 @@ class AskQueue:
 
     def open_question(self, wire: str, title: str, question: str, deadline: float, *,
                       allows: str = "", whole: str = "") -> str:
-        """Put a question in the queue (texts already plain: the question as shown, what
+        """Put a question in the queue (texts already printable: the question as shown, what
         a yes allows, the question kept whole, `question` when not given); its id.
         `deadline` is wall time (seconds since the epoch), for `asks` and `answer` in
         other processes."""

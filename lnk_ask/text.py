@@ -1,10 +1,10 @@
-"""What the person reads: a question's text made plain, printable ASCII (sans IO).
+"""What the person reads: a question's text made printable ASCII (sans IO).
 
 A question's text comes, in part, from a sandbox (a tool's name and arguments, a URL): a
 control character could forge a line or drive the terminal (an escape that moves the
 cursor and rewrites what was shown), a bidi mark could reverse what the eye reads, and a
 look-alike letter (Cyrillic a, U+0430, for Latin a) could pass for another name. So every
-way of asking shows `plain(text)`: printable ASCII kept as it is, the
+way of asking shows `printable(text)`: printable ASCII kept as it is, the
 backslash doubled, anything else written as an escape (`\\xNN` below 0x100, `\\uNNNN`,
 `\\UNNNNNNNN`). Each escape begins with a backslash and a literal backslash is doubled,
 so the coding is prefix-free: two different texts never read the same (what the person
@@ -29,19 +29,19 @@ import hashlib
 import re
 
 __all__ = ["MAX_ALLOWS_CHARS", "MAX_ASKED_CHARS", "MAX_KEPT_QUESTION_CHARS", "MAX_QUESTION_CHARS",
-           "MAX_TITLE_CHARS", "MAX_WHOLE_QUESTION_CHARS", "bounded", "plain", "spaces_shown"]
+           "MAX_TITLE_CHARS", "MAX_WHOLE_QUESTION_CHARS", "bounded", "printable", "spaces_shown"]
 
-# The question as shown, in characters of plain ASCII. A dialog or a terminal shows some
+# The question as shown, in characters of printable ASCII. A dialog or a terminal shows some
 # 2,000 characters before the buttons or the prompt scroll off; a tool's arguments may be
 # far longer, and what is cut is said, with a digest of the whole.
 MAX_QUESTION_CHARS = 2000
 # A question that must be shown whole (`--whole`): a page the sandbox asks to open is
 # judged by its whole URL, and a cut URL hides its end, where data leaves. The URL is at
-# most lnk_proxy.open_rules.MAX_URL_BYTES (16 KiB) of printable ASCII, which `plain`
+# most lnk_proxy.open_rules.MAX_URL_BYTES (16 KiB) of printable ASCII, which `printable`
 # keeps as it is; a few lines around it.
 MAX_WHOLE_QUESTION_CHARS = 17 * 1024
 # A question kept whole for `lnk-sandbox asks --show ID`: a tool's arguments a person may
-# still read through (some 800 lines of 80 columns); past it `plain`'s note says how much
+# still read through (some 800 lines of 80 columns); past it `printable`'s note says how much
 # more there was, with the whole's digest. The queue's record holds it (MAX_RECORD_BYTES).
 MAX_KEPT_QUESTION_CHARS = 64 * 1024
 # A question's raw text as handed to `lnk-sandbox-ask` on its standard input: at most 4
@@ -67,7 +67,7 @@ def _escape(char: str) -> str:
     return f"\\U{code:08x}"
 
 
-def plain(text: str, limit: int = MAX_QUESTION_CHARS) -> str:
+def printable(text: str, limit: int = MAX_QUESTION_CHARS) -> str:
     """`text` as printable ASCII (0x20-0x7E only), distinct texts distinct, at most
     `limit` characters (a cut text ends by saying so, with a digest of the whole)."""
     pieces = [_escape(char) for char in text]
@@ -96,11 +96,11 @@ def bounded(text: str, limit: int = MAX_ASKED_CHARS) -> str:
     return text[:max(0, limit - len(note))] + note
 
 
-# Two spaces or more in a row, in a plain text.
+# Two spaces or more in a row, in a printable text.
 _SPACES = re.compile(r" {2,}")
 
 
 def spaces_shown(shown: str) -> str:
-    """A plain text with every run of two or more spaces written `[N spaces]`: padding is
+    """A printable text with every run of two or more spaces written `[N spaces]`: padding is
     seen as padding, and cannot line the program's words up under Link's own."""
     return _SPACES.sub(lambda run: f"[{len(run.group())} spaces]", shown)

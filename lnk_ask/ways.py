@@ -185,7 +185,7 @@ def dialog_environment(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def dialog_lines(text: str, width: int) -> str:
-    """`text` (plain ASCII; its own line breaks are ours) cut into lines of at most
+    """`text` (printable ASCII; its own line breaks are ours) cut into lines of at most
     `width`, between words where it can, inside a word where it must. Every character
     is kept (no space dropped or merged), so the lines still read as the text."""
     import textwrap
@@ -218,7 +218,7 @@ def dialog_text(title: str, question: str, width: int) -> str:
 
 def checkbox_label(allows: str, width: int) -> str:
     """The box's label in a dialog `width` pixels wide: CHECKBOX_PREFIX and what a yes
-    allows (plain ASCII), in at most CHECKBOX_LINES lines that fit it whatever their
+    allows (printable ASCII), in at most CHECKBOX_LINES lines that fit it whatever their
     characters, the last ending with CUT_MARK when cut."""
     chars = max(20, (width - CHECKBOX_MARGIN_PIXELS) // CHECKBOX_CHAR_PIXELS)
     lines = dialog_lines(CHECKBOX_PREFIX + allows, chars).split("\n")
@@ -234,7 +234,7 @@ def zenity_argv(zenity: str, title: str, allows: str, seconds: int,
     `size`, the text scrolling in it; Allow greyed until the box saying what a yes
     allows (checkbox_label) is ticked; --editable, so a key typed into the window
     changes the text (and then Allow is no: dialog_verdict) rather than reaching a
-    button. The box's label is plain (GTK reads no markup nor mnemonic in it: checked on
+    button. The box's label is read as it is (GTK reads no markup nor mnemonic in it: checked on
     a screenshot); the title is the window's title too."""
     return [zenity, "--text-info", f"--title={title}", "--editable",
             f"--checkbox={checkbox_label(allows, size[0])}", f"--font={DIALOG_FONT}",
@@ -267,7 +267,7 @@ def screen_size(env: Mapping[str, str]) -> tuple[int, int] | None:
 
 def _markup_escaped(text: str) -> str:
     # A notification's body may be read as markup by the server (the spec's subset):
-    # the text is plain ASCII already; these three are all markup reads.
+    # the text is printable ASCII already; these three are all markup reads.
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
@@ -377,7 +377,7 @@ def _fitted(line: str, width: int) -> str:
 def terminal_prompt(title: str, question: str, allows: str, wire: str, ident: str,
                     code: str, seconds: int, columns: int, rows: int) -> str | None:
     """What the terminal shows, laid out for a terminal of `columns` x `rows` (every text
-    plain ASCII already), or None when it is smaller than MIN_TERMINAL_COLUMNS x
+    printable ASCII already), or None when it is smaller than MIN_TERMINAL_COLUMNS x
     MIN_TERMINAL_ROWS. Every line fits the width (none wraps) and all of them the height
     (none scrolls off): a header, the question's text (each line after PROGRAM_GUTTER,
     cut to the rows left, with what was cut said and where it is whole), then the code's

@@ -15,7 +15,6 @@ else:
 
 __all__ = [
     "LABEL_BYTES",
-    "receive_fd",
     "receive_fds",
     "receive_labelled",
     "send_fd",
@@ -62,13 +61,6 @@ def receive_fds(channel: int, count: int) -> tuple[int, ...] | None:
             os.close(fd)
         return None
     return tuple(fds)
-
-
-def receive_fd(channel: int) -> int | None:
-    """The descriptor sent over `channel` (which stays open), or None when the other end
-    closed without sending one."""
-    received = receive_labelled(channel)
-    return None if received is None else received[0]
 
 
 def receive_labelled(channel: int) -> tuple[int, bytes] | None:

@@ -17,7 +17,7 @@ The argv form is strict: every option is known, every path absolute, nothing rep
 that must not be, and anything else is a PolicyArgvError. It is written by our own wrap
 step, but a person may type it too, so it is checked like any input.
 
-A plain table of slotted rows, not dataclasses or an enum: the launcher imports this at
+A table of slotted rows, not dataclasses or an enum: the launcher imports this at
 every sandbox start, and `dataclasses` alone cost 11-21 ms to import here
 (docs/decisions/0003-start-up-cost.md).
 """
@@ -338,7 +338,7 @@ class Policy:
     protection in force, unix sockets by name refused; `stop` ends such a sandbox,
     lnk_wrap.launch); hosts: the names (`name`, `*.domain`, with `:port` or not) the
     proxy lets by.
-    endpoints: [tcp] endpoints (`name:port`, `*.domain:port`): plain TCP through the
+    endpoints: [tcp] endpoints (`name:port`, `*.domain:port`): TCP through the
     proxy, reached by name through the sandbox's own DNS (lnk_common.endpoints).
     lan: [lan] hosts (`address:port`, `name:port`, or either alone for 80 and 443):
     machines of the local network, through the proxy. localhost_ports: this machine's
@@ -350,7 +350,7 @@ class Policy:
     learn: `lnk-sandbox learn` only: where the exec watch records every program run
     (a file in Link's settings), with every program open.
     settings: Link's settings folder (its real path), hidden in every sandbox.
-    settings_via: the path the verbs name it by (LNK_HOME, XDG_CONFIG_HOME or HOME), set
+    settings_via: the path the commands name it by (LNK_HOME, XDG_CONFIG_HOME or HOME), set
     only when links lie on it: the launcher refuses a run that could replace one (F6).
     home: the program's HOME, a folder of `write` and `write_dot_files` ([agent]'s own
     folder, or [files] home); "" lets the launcher choose (lnk_wrap.home): the caller's

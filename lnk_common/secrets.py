@@ -2,8 +2,10 @@
 
 Job: keep a person's secrets (a hosted model's key, a bot's token) where no sandbox can
 read them, and hand a verb the current value at each call, so a rotated key takes effect
-at once. Writers are `lnk-sandbox secret set/remove`; readers will be the proxy's verbs
-(none reads yet). Link's settings folder is hidden in every sandbox, so a sandboxed
+at once. Writers are `lnk-sandbox secret set/remove`; readers are the proxy's model and
+secret verbs (at each call), the tools' definitions (lnk_proxy.tools), and the launcher,
+which reads a named secret and its rule at start to make its placeholder of the secret's
+shape (lnk_wrap.verb_env). Link's settings folder is hidden in every sandbox, so a sandboxed
 program can neither read a secret nor plant a file or link here.
 
 Trust: the settings root is the real folder `lnk_common.settings.settings_folder` found
@@ -61,7 +63,6 @@ __all__ = [
     "read_secret",
     "remove_secret",
     "rule_names",
-    "secret_path",
     "value_problem",
     "write_rule",
     "write_secret",
@@ -130,12 +131,6 @@ def _checked_name(name: str) -> str:
 
 
 # -- the folder -----------------------------------------------------------------------------
-
-
-def secret_path(settings_root: str, name: str) -> str:
-    """Where the secret `name` lives (for messages and docs; every access goes by folder
-    descriptor, never by this path)."""
-    return os.path.join(settings_root, *SECRETS_FOLDER, _checked_name(name))
 
 
 def _open_folder(parent: int, name: str, shown: str, *, make: bool) -> int:

@@ -231,8 +231,8 @@ def _report_loop_error(wire: Wire, context: dict[str, object]) -> None:
 
 
 def _report_thread_error(wire: Wire, hook: threading.ExceptHookArgs) -> None:
-    """A thread's error no one caught (a tunnel's splice thread): one line on the wire,
-    but for a connection ended by its other side."""
+    """A thread's error no one caught (a tunnel's splice thread): one line on the wire's
+    log, but for a connection ended by its other side."""
     if hook.exc_value is None or isinstance(hook.exc_value, ConnectionError):
         return
     name = hook.thread.name if hook.thread is not None else "a thread"

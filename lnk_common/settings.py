@@ -1,6 +1,6 @@
 """Link's settings folder: where it is and what lives in it.
 
-Every verb and helper finds Link's settings through `settings_folder` (the verbs, the
+Every command and helper finds Link's settings through `settings_folder` (the commands, the
 spec loader, `check`) or is given the folder it found (the launcher, on the line `wrap`
 printed; the proxy, relay and exec watch, by the launcher), so there is one answer to
 "which folder", and the layout has one description in code (and one in
@@ -11,7 +11,7 @@ sandboxed program cannot undo or steal.
 
 Which folder it is must not be a sandbox's to change either (F6): a link on the way (GNU
 stow's `~/.config/lnk -> ../dotfiles/lnk`) in a folder a sandbox writes could be
-replaced by a folder of the program's own, and every later verb would take that one.
+replaced by a folder of the program's own, and every later command would take that one.
 So the path is followed here one name at a time, as the kernel does, and every link met
 is named (`SettingsFolder.links`): the launcher refuses a run that could replace one, and
 pins the real folders on the way (docs/decisions/0015-settings-folder.md).

@@ -1,1 +1,2 @@
-"""The DNS that a sandbox sees: a sans-IO core (wire format in message, policy in answer)."""
+"""The DNS that a sandbox sees: a sans-IO core (DNS's message format in message, policy in
+answer)."""

@@ -1,5 +1,6 @@
-"""lnk-sandbox-dns-helper: makes a sandbox's listening sockets inside its network, from
-outside, and hands them to the proxy and the relay.
+"""lnk-sandbox-dns-helper: the one fork that makes every listening socket inside a
+sandbox (the DNS listener among them), from outside, and hands them to the proxy and the
+relay.
 
     lnk-sandbox-dns-helper --pid PID --net-namespace INODE --proxy-fd N [--relay-fd N]
                            [--network proxy] [--endpoint E]… [--lan L]… [--localhost-port P]…
@@ -14,6 +15,14 @@ the proxy or the relay over a unix socket it inherited. A socket keeps the netwo
 was made in: the proxy serves it from outside, and nothing of ours runs inside. Then it
 exits, and only then does the launcher give the init inside its go-ahead (the init's
 --go-fd: lnk_wrap.init says why not bubblewrap's --block-fd).
+
+Its name says DNS because port 53 is why it exists: a listener any process inside could
+make itself needs no help, but 53 needs a privilege the sandbox never has. Once a fork
+had to join the sandbox's network for that one, it makes every listening socket there
+(the proxy's port, 127.0.0.1:53, the endpoints, [lan], [localhost]), so that there is
+one place where a socket is made inside and nothing else of ours ever enters. The name
+stays as the design card gave it (the package lnk_dns, the console script
+lnk-sandbox-dns-helper): docs/glossary.md, "DNS helper"; docs/decisions/0040.
 
 The launcher does not run this program: it calls `make_sockets` in a fork of its own,
 which saves starting a Python (some 20 ms) at every sandbox start. The console script is

@@ -3,9 +3,9 @@
 The proxy answers every DNS query made inside a sandbox. The bytes it reads come from a
 program the sandbox does not trust (and, for outside queries, from a network it does not
 trust either), so everything here is sans-IO and strict: no sockets, no clock, no files.
-The wire format itself is dnslib's; this module wraps it so that a caller handles exactly
+DNS's message format itself is dnslib's; this module wraps it so that a caller handles exactly
 one error type, `DnsFormatError`, whatever dnslib raises on hostile bytes, and so that
-names always travel as plain label bytes (never through dnslib's text escapes or IDNA).
+names always travel as raw label bytes (never through dnslib's text escapes or IDNA).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ __all__ = [
 # A DNS message's length is a 16-bit field over TCP; nothing longer is a DNS message.
 MAX_MESSAGE_BYTES = 65535
 # The longest query a sandbox may send, over UDP and TCP alike. What a stub resolver sends
-# is the header (12), one question (a name of at most 255 bytes on the wire, its type and
+# is the header (12), one question (a name of at most 255 bytes as sent, its type and
 # class: 4) and at most one OPT record (11, and its options: a cookie is 8-40 bytes); 512 is
 # also RFC 1035's UDP message size, which EDNS raises only for replies. A longer "query" is
 # padding (extra records, long EDNS options), which a sandbox could use to make its proxy
@@ -52,7 +52,7 @@ MAX_MESSAGE_BYTES = 65535
 MAX_QUERY_BYTES = 512
 # The fixed header alone is 12 bytes; anything shorter cannot even say what it is.
 MIN_MESSAGE_BYTES = 12
-# RFC 1035's limit on a name in text form without the trailing dot (255 on the wire).
+# RFC 1035's limit on a name in text form without the trailing dot (255 as sent).
 MAX_NAME_CHARS = 253
 # RFC 1035's limit on one label; dnslib reads longer "labels" (length bytes 64-191) if sent.
 MAX_LABEL_BYTES = 63
@@ -221,7 +221,7 @@ def answer_key(data: bytes) -> bytes | None:
         if length == 0:
             break
         if length > MAX_LABEL_BYTES:
-            return None  # a compression pointer, or an extended label: not the plain shape
+            return None  # a compression pointer or an extended label: not a stub's shape
         offset += length
     question_end = offset + _QUESTION_TAIL_BYTES
     if arcount == 0:

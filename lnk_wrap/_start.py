@@ -1,5 +1,5 @@
 """The one entry point of every helper on a command line: `python -I -S _start.py HELPER …`,
-and of the verbs (`cli`) where no entry script written by bin/setup is at hand (bin/lnk-sandbox
+and of the commands (`cli`) where no entry script written by bin/setup is at hand (bin/lnk-sandbox
 without a venv).
 
 A sandbox start pays for every helper's interpreter start, and `site` is the biggest

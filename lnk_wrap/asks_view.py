@@ -4,7 +4,7 @@
 queue's answer file is linked into place once (lnk_ask.queue says how), so the person is
 told exactly whether their answer was the one taken. A bad answer word is a usage error
 (exit 2); an unknown, ended or already answered question is one line, exit 125, as the
-other verbs' refusals.
+other commands' refusals.
 
 `asks --wait` is for a person or script with no screen: it looks at the queue every
 WAIT_POLL_SECONDS until a question waits, then shows what waits (as `asks` does) and
@@ -17,7 +17,7 @@ import sys
 import time
 
 from lnk_ask.queue import ANSWERS, AskQueue, QueueError
-from lnk_ask.text import plain, spaces_shown
+from lnk_ask.text import printable, spaces_shown
 
 __all__ = ["WAIT_POLL_SECONDS", "answer", "asks", "wait_for_asks"]
 
@@ -39,7 +39,7 @@ def wait_for_asks(settings: str, *, as_json: bool, timeout: str | None) -> int:
         except ValueError:
             limit = -1.0
         if not limit >= 0:
-            print(f"lnk-sandbox: --timeout {plain(timeout, 40)!r}: give a number of seconds",
+            print(f"lnk-sandbox: --timeout {printable(timeout, 40)!r}: give a number of seconds",
                   file=sys.stderr)
             return EXIT_USAGE
     deadline = None if limit is None else time.monotonic() + limit
@@ -68,9 +68,10 @@ def asks(settings: str, *, as_json: bool, show: str | None = None) -> int:
     except QueueError as error:
         print(f"lnk-sandbox: {error}", file=sys.stderr)
         return EXIT_REFUSED
-    shown = [{"id": _plain(record.get("id")), "wire": _plain(record.get("wire")),
-              "title": _plain(record.get("title")), "question": _plain(record.get("question")),
-              "allows": _plain(record.get("allows")),
+    shown = [{"id": _printable(record.get("id")), "wire": _printable(record.get("wire")),
+              "title": _printable(record.get("title")),
+              "question": _printable(record.get("question")),
+              "allows": _printable(record.get("allows")),
               "since": record.get("since") if isinstance(record.get("since"), float | int)
               else 0}
              for record in waiting]
@@ -100,10 +101,10 @@ def _show(settings: str, ident: str, *, as_json: bool) -> int:
     try:
         record = AskQueue(settings).question(ident)
     except QueueError as error:
-        print(f"lnk-sandbox: {plain(str(error), 400)}", file=sys.stderr)
+        print(f"lnk-sandbox: {printable(str(error), 400)}", file=sys.stderr)
         return EXIT_REFUSED
-    shown = {name: _plain(record.get(name)) for name in ("id", "wire", "title", "allows")}
-    shown["question"] = _plain(record.get("whole") or record.get("question"))
+    shown = {name: _printable(record.get(name)) for name in ("id", "wire", "title", "allows")}
+    shown["question"] = _printable(record.get("whole") or record.get("question"))
     if as_json:
         import json
 
@@ -117,22 +118,23 @@ def _show(settings: str, ident: str, *, as_json: bool) -> int:
     return 0
 
 
-def _plain(value: object) -> str:
-    """A record's text as the asker wrote it (plain ASCII already); escaped again only
+def _printable(value: object) -> str:
+    """A record's text as the asker wrote it (printable ASCII already); escaped again only
     when it is not, so a record made by hand (never by a sandbox: the folder is hidden in
     every one) cannot drive the terminal either."""
     text = str(value) if value is not None else ""
-    return text if all(" " <= char <= "~" for char in text) else plain(text)
+    return text if all(" " <= char <= "~" for char in text) else printable(text)
 
 
 def answer(settings: str, ident: str, given: str) -> int:
     if given not in ANSWERS:
-        print(f"lnk-sandbox: the answer is yes or no, not {plain(given, 40)!r}", file=sys.stderr)
+        print(f"lnk-sandbox: the answer is yes or no, not {printable(given, 40)!r}",
+              file=sys.stderr)
         return EXIT_USAGE
     try:
         AskQueue(settings).answer(ident, given)
     except QueueError as error:
-        print(f"lnk-sandbox: {plain(str(error), 400)}", file=sys.stderr)
+        print(f"lnk-sandbox: {printable(str(error), 400)}", file=sys.stderr)
         return EXIT_REFUSED
     print(f"answered {given}: {ident}")
     return 0

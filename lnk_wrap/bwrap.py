@@ -128,7 +128,7 @@ class HostFacts:
     runtime: folders the init's interpreter needs, bound read-only where not already
         visible; Landlock closes them to the program.
     packages: the folder holding lnk_common and lnk_wrap, bound at PACKAGES_INSIDE.
-    held: dot files of written folders, and placeholders made for missing ones, each
+    held: dot files of written folders, and stand-ins made for missing ones, each
         bound read only where the program could otherwise write it (lnk_wrap.dotfiles).
     loaders: the machine's program loaders (ld-linux…), runnable where [commands] lists
         programs: every dynamically linked program needs its loader run for it.

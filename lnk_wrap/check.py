@@ -18,7 +18,7 @@ from lnk_common import arch
 from lnk_common.arch import number
 from lnk_common.policy import Policy
 from lnk_common.settings import SettingsError, settings_folder
-from lnk_wrap import landlock, placeholders
+from lnk_wrap import landlock, standins
 from lnk_wrap.launch import LaunchError, _diagnose_namespaces, find_bwrap
 from lnk_wrap.seccomp_filter import NETLINK_PROTOCOLS, SOCKET_FAMILIES
 
@@ -54,10 +54,6 @@ STATED_GAPS = (
             "line (never the code it does not see) or swallow the code typed; the dialog "
             "and `lnk-sandbox asks` show the real question, and a swallowed code is no"},
 )
-
-# Protections of later issues, said plainly until they exist (each entry: protection,
-# in_force False, why).
-NOT_YET_BUILT: tuple[dict[str, Any], ...] = ()
 
 
 def _browser_built() -> bool:
@@ -148,7 +144,7 @@ def _socket_families() -> str:
 
 def report(env: Mapping[str, str], policy: Policy | None = None) -> dict[str, Any]:
     """What this machine gives, each found by trying it, the protections therefore in
-    force, the stated gaps, the placeholders now in place, and with a spec what it opens
+    force, the stated gaps, the dot files' stand-ins now in place, and with a spec what it opens
     and which of its verbs can run (`check`, `check --json`)."""
     bubblewrap = _bubblewrap(env)
     abi = landlock.abi_version()
@@ -160,7 +156,6 @@ def report(env: Mapping[str, str], policy: Policy | None = None) -> dict[str, An
         *_network_protections(namespaces),
         _memory_files_protection(namespaces, seccomp, memfd_noexec),
         *_verb_protections(namespaces),
-        *NOT_YET_BUILT,
     ]
     settings = _settings_or_none(env)
     return {
@@ -175,7 +170,7 @@ def report(env: Mapping[str, str], policy: Policy | None = None) -> dict[str, An
         "memfd_noexec": memfd_noexec,
         "protections": in_force,
         "gaps": list(STATED_GAPS),
-        "placeholders": _placeholders_in_place(settings),
+        "placeholders": _standins_in_place(settings),  # the key: user-visible
         "home": _home(env, policy),
         "network": _network(policy),
         "model_verb": _model_verb(settings, policy),
@@ -191,11 +186,11 @@ def _settings_or_none(env: Mapping[str, str]) -> str | None:
         return None
 
 
-def _placeholders_in_place(settings: str | None) -> list[dict[str, Any]]:
-    """The dot files' placeholders that runs hold now (none listed: an empty list)."""
+def _standins_in_place(settings: str | None) -> list[dict[str, Any]]:
+    """The dot files' stand-ins that runs hold now (none listed: an empty list)."""
     try:
         return [{"path": path, "kind": kind, "runs": runs} for path, kind, runs
-                in placeholders.index_entries(settings)] if settings else []
+                in standins.index_entries(settings)] if settings else []
     except OSError:
         return []
 

@@ -5,6 +5,7 @@ Usage:
   lnk-sandbox run --spec=FILE [--wire=NAME] [--summary=FILE] [--] COMMAND...
   lnk-sandbox learn --spec=FILE [--] COMMAND...
   lnk-sandbox check [--spec=FILE] [--platform=NAME] [--json]
+  lnk-sandbox check --probe [--json]
   lnk-sandbox log [WIRE] [--follow] [--json] [--since=TIME] [-n N] [--refused]
   lnk-sandbox stop [--clear]
   lnk-sandbox on-stop [--name=NAME] [--] COMMAND...
@@ -42,7 +43,10 @@ Verbs:
   learn   Run COMMAND once under the spec's other grants with every program open, and
           print the [commands] list that lets it run: what the spec lists, and what
           ran besides (never a program in a folder the sandbox writes or a temp
-          folder; interpreters marked). Writes nothing.
+          folder; interpreters marked). Then the [network] hosts the run was refused
+          by name, from its wire's log (names sharing a domain as `*.domain`, marked;
+          a model provider's API host never: use [verbs] model), and names it looked
+          up for [tcp] endpoints. Writes nothing.
   log     A wire's log (every wire's without WIRE): each call allowed, ended or
           refused, as host and port only, and a line where each run starts and exits
           (its status); with --follow, new lines as they come; with --since, the lines
@@ -108,10 +112,16 @@ Verbs:
   check   What this machine gives (bubblewrap, user namespaces, Landlock, seccomp) and
           which protections are therefore in force; the stated gaps, as open; which
           providers' keys are set. With --spec: which model verbs the spec turns on,
-          which has no key yet, and whether server-side tools are kept. For
-          the platform macos: what the Seatbelt profile puts in force on a Mac, and
-          what stays open there, and whether the spec has a macOS profile (exit 1
-          on a machine that is not a Mac).
+          which has no key yet, and whether server-side tools are kept. With --probe:
+          escape attempts from a real sandbox here (files outside its grants and links
+          to them, a hidden folder, Link's settings, held dot files, an unlisted
+          program, execveat, a memory file, refused system calls, capabilities, unix
+          sockets outside, this machine and metadata through the proxy, a refused
+          host, refused socket families), each held or OPEN, with what this machine
+          lacks; exit 0 only when every one held (1: one is open). For the platform
+          macos: what the Seatbelt profile puts in force on a Mac, and what stays
+          open there, and whether the spec has a macOS profile (exit 1 on a machine
+          that is not a Mac).
 
 Options:
   --spec=FILE   The spec (TOML) that says what the sandbox may touch.
@@ -127,6 +137,7 @@ Options:
   --timeout=SECONDS  How long --wait waits (asks); default: for ever.
   --agent=NAME  The agent whose URLs are shown (url).
   --clear       Lift the kill switch (stop).
+  --probe       Run the escape attempts in a real sandbox (check).
   --name=NAME   The registration's name (on-stop); default: a random one.
   --list        What is registered (on-stop).
   --remove=NAME  Take a registration off (on-stop).
@@ -159,6 +170,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from lnk_common.policy import Policy
+    from lnk_wrap.learn_network import Seen
 
     _Handler = Callable[[Mapping[str, object], Mapping[str, str], list[str]], int]
 
@@ -170,7 +182,7 @@ VERSION = "lnk-sandbox 0.1.0"
 
 
 class CliError(Exception):
-    """A verb cannot do what was asked; one line, exit 125."""
+    """A command cannot do what was asked; one line, exit 125."""
 
 
 def _policy(arguments: Mapping[str, object], env: Mapping[str, str]) -> Policy:
@@ -249,18 +261,19 @@ _RUN_DEFAULTS: dict[str, object] = {
     "--since": None, "-n": None, "--refused": False, "--summary": None, "--wait": False,
     "--timeout": None, "url": False, "--agent": None, "mcp-remote": False, "URL": None,
     "HEADER_OPTION": [],
-    "--name": None, "--list": False, "--remove": None, "-h": False, "--help": False,
+    "--name": None, "--list": False, "--remove": None, "--probe": False, "-h": False,
+    "--help": False,
     "--version": False, "--": False, "WIRE": None, "COMMAND": [],
 }
 _RUN_OPTIONS = ("--spec", "--wire", "--summary")
 
 
 def run_arguments(words: list[str]) -> dict[str, object] | None:
-    """docopt's answer for the common shape of `run` (the verb, --spec and --wire,
+    """docopt's answer for the common shape of `run` (the command, --spec and --wire,
     each once, by their full names, then the command, after `--` or starting with no
     `-`; --summary too), read without docopt: importing and running it costs every start 8 ms. Any
     other argv (an error, help, an abbreviation) is None: docopt reads it, and says what
-    is wrong, from the usage text above, the one place the verbs are written."""
+    is wrong, from the usage text above, the one place the commands are written."""
     if words[:1] != ["run"]:
         return None
     found = dict(_RUN_DEFAULTS)
@@ -340,13 +353,15 @@ def main(argv: list[str] | None = None) -> None:
 
 def _parsed(words: list[str]) -> Mapping[str, object]:
     """docopt's reading of `words`; a usage mistake is one line saying what was wrong,
-    then that verb's usage alone, exit 2 (lnk_wrap.usage); `VERB --help` that verb's."""
+    then that command's usage alone, exit 2 (lnk_wrap.usage); `lnk-sandbox NAME --help`
+    that command's."""
     from lnk_wrap import usage
 
     if any(word in ("-h", "--help") for word in words):
         asked = usage.diagnose(__doc__ or "", words)
         if asked.help:
-            print(usage.verb_help(__doc__ or "", asked.verb) if asked.verb else __doc__)
+            print(usage.command_help(__doc__ or "", asked.command) if asked.command
+                  else __doc__)
             sys.exit(0)
     from docopt import DocoptExit, docopt
 
@@ -357,25 +372,25 @@ def _parsed(words: list[str]) -> Mapping[str, object]:
         pass
     found = usage.diagnose(__doc__ or "", words)
     print(f"lnk-sandbox: {found.message}", file=sys.stderr)
-    if found.verb:
-        lines = usage.usage_of(__doc__ or "", found.verb, found.subverb)
+    if found.command:
+        lines = usage.usage_of(__doc__ or "", found.command, found.subcommand)
         for index, line in enumerate(lines):
             print(f"{'usage:' if index == 0 else '      '} {line}", file=sys.stderr)
-        print(f"(lnk-sandbox {found.verb} --help says more)", file=sys.stderr)
+        print(f"(lnk-sandbox {found.command} --help says more)", file=sys.stderr)
     else:
-        print(f"the verbs: {', '.join(usage.verbs(__doc__ or ''))} "
+        print(f"the verbs: {', '.join(usage.commands(__doc__ or ''))} "
               "(lnk-sandbox --help says more)", file=sys.stderr)
     sys.exit(EXIT_USAGE)
 
 
 def _dispatch(arguments: Mapping[str, object], env: Mapping[str, str]) -> int:
-    """Do the verb docopt (or run_arguments) found, by its handler in _VERBS; a verb
-    that is in no row is a usage mistake."""
-    raw_command = arguments["COMMAND"]
-    command = [str(word) for word in raw_command] if isinstance(raw_command, list) else []
-    for verb, handler in _VERBS.items():
-        if arguments[verb]:
-            return handler(arguments, env, command)
+    """Do the command docopt (or run_arguments) found, by its handler in _COMMANDS; a
+    command that is in no row is a usage mistake."""
+    raw_program = arguments["COMMAND"]
+    program = [str(word) for word in raw_program] if isinstance(raw_program, list) else []
+    for name, handler in _COMMANDS.items():
+        if arguments[name]:
+            return handler(arguments, env, program)
     return EXIT_USAGE
 
 
@@ -477,22 +492,46 @@ def _learn(arguments: Mapping[str, object], env: Mapping[str, str], command: lis
     from lnk_wrap.learn import format_commands, learn
 
     policy = _policy(arguments, env)
+    if policy.network != "host" and not policy.site_packages:
+        policy = policy.with_site_packages(_site_packages())  # its wire's proxy (h11)
     try:
-        status, offered, refused = learn(policy, command, env)
+        found = learn(policy, command, env)
     except (LaunchError, OSError) as error:
         raise CliError(str(error)) from None
-    print(f"# lnk-sandbox learn: the programs the command ran under {policy.spec} "
-          "(nothing was written)")
+    print(f"# lnk-sandbox learn: the programs the command ran and the hosts it was refused "
+          f"under {policy.spec} (nothing was written)")
     from lnk_wrap.spec import commands_as_written
 
-    print(format_commands(policy.commands, offered,
+    print(format_commands(policy.commands, found.offered,
                           commands_as_written(policy.spec, env) if policy.spec else None))
-    for path, why in refused:
+    for path, why in found.refused:
         print(f"lnk-sandbox: not offered: {path}: {why}", file=sys.stderr)
-    if status != 0:
-        print(f"lnk-sandbox: the command exited with status {status}; a run that stops "
+    _print_network(policy, found.network)
+    if found.status != 0:
+        print(f"lnk-sandbox: the command exited with status {found.status}; a run that stops "
               "early may not have started every program it needs", file=sys.stderr)
-    return status
+    return found.status
+
+
+def _print_network(policy: Policy, seen: Seen | None) -> None:
+    """learn's [network] part: the hosts to list on stdout, what is not offered and why
+    (a provider's host, a metadata service …), folded or paused calls, on stderr."""
+    from lnk_wrap.learn_network import format_network, group
+
+    if seen is None:
+        print(f"# [network]: mode {policy.network!r} has no wire: no call was seen")
+        return
+    print()
+    print(format_network(policy.hosts, group(seen.hosts), seen.looked_up, mode=policy.network))
+    for target, why in seen.not_offered:
+        print(f"lnk-sandbox: not offered: {target}: {why}", file=sys.stderr)
+    if seen.folded:
+        print(f"lnk-sandbox: learn: {seen.folded} refusals were folded in the wire's log "
+              "(many alike at once), their names not written: run learn again once these "
+              "are listed", file=sys.stderr)
+    if seen.paused:
+        print(f"lnk-sandbox: learn: the wire paused ({seen.paused}); every call after was "
+              "refused by the pause, not by name, and is not offered", file=sys.stderr)
 
 
 def _controls(arguments: Mapping[str, object], env: Mapping[str, str],
@@ -608,6 +647,8 @@ def _check(arguments: Mapping[str, object], env: Mapping[str, str], command: lis
                             as_json=bool(arguments["--json"]))
     from lnk_wrap.check import report, show, verdict
 
+    if arguments["--probe"]:
+        return _probe(report(env), env, as_json=bool(arguments["--json"]))
     found = report(env, _policy(arguments, env) if arguments["--spec"] else None)
     found["verdict"] = verdict(found)
     if arguments["--json"]:
@@ -619,10 +660,28 @@ def _check(arguments: Mapping[str, object], env: Mapping[str, str], command: lis
     return 0 if found["ready"] else EXIT_SANDBOX_FAILED
 
 
-# Each verb's handler, by the key docopt sets for it (default deny: a verb in no row is
-# a usage mistake). A handler takes docopt's answer, the environment and the command.
+def _probe(machine: dict[str, object], env: Mapping[str, str], *, as_json: bool) -> int:
+    """check --probe: the escape attempts (lnk_wrap.probe); 0 when every one held."""
+    from lnk_wrap.probe import EXIT_OPEN, ProbeError, probe, show
+
+    try:
+        found = probe(env, _settings_root(env), machine, site_packages=_site_packages())
+    except ProbeError as error:
+        raise CliError(f"check --probe: {error}") from None
+    if as_json:
+        import orjson
+
+        sys.stdout.buffer.write(orjson.dumps(found, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        print(show(found))
+    return 0 if found["held"] else EXIT_OPEN
+
+
+# Each command's handler, by the key docopt sets for it (default deny: a command in no
+# row is a usage mistake). A handler takes docopt's answer, the environment and the
+# program to run (the usage's COMMAND).
 # mcp-remote has no row: main hands its argv to its own parser before docopt reads any.
-_VERBS: dict[str, _Handler] = {
+_COMMANDS: dict[str, _Handler] = {
     "wrap": _wrap,
     "run": _run,
     "learn": _learn,

@@ -1,12 +1,12 @@
-"""Dot files of written folders: what is held read only, and where a placeholder goes.
+"""Dot files of written folders: what is held read only, and where a stand-in goes.
 
 A folder a sandbox writes is one the person works in afterwards, outside it, and some
 files there run as the person without the person running the project: git's settings
 and hooks on any git command, .envrc when direnv sees them cd in, an editor's tasks and
 settings when it opens the folder. At the top of every written folder these are held
 read only (a read-only bind in the mount plan) unless the spec's `write_dot_files` names
-the folder; a missing one gets an empty placeholder for the run, so it cannot be made
-(lnk_wrap.placeholders keeps the list of them).
+the folder; a missing one gets an empty stand-in for the run, so it cannot be made
+(lnk_wrap.standins keeps the list of them).
 
 Runs in the launcher, outside, at every start: what the folders hold now decides, not
 what they held when the spec was read. Every file is read with read_regular (never
@@ -17,11 +17,11 @@ as git would) or the run is refused; and every settings file is read as git read
 (lnk_wrap.gitconfig), or the run is refused.
 
 Order of operations, for each written folder whose dot files are not opened:
-1. The fixed names at its top (TOP_NAMES): held when there, a placeholder when missing
+1. The fixed names at its top (TOP_NAMES): held when there, a stand-in when missing
    (not for .envrc: a new one runs nothing until the person allows it with direnv).
 2. The repositories git finds from the folder and from the folder above it, decided
    as git decides (lnk_wrap.gitdiscovery: a `.git` that is not a valid git directory,
-   another run's placeholder among them, is passed over): a `.git` folder, a `gitdir:`
+   another run's stand-in among them, is passed over): a `.git` folder, a `gitdir:`
    file, its `commondir`, a bare repository. Every folder git reads settings or hooks
    from is held whole where a sandbox could write it. A folder with no repository of
    its own has its HEAD held, so that it cannot be made a bare repository.
@@ -31,7 +31,7 @@ Order of operations, for each written folder whose dot files are not opened:
    hooks folders from the top of the work tree, `~` from HOME); includes followed.
 4. The hooks in those hooks folders: a hook that is a link has its target held; a hook
    that runs a hook manager (pre-commit, lefthook) has that manager's settings held at
-   the top of the folder, with placeholders where they are missing.
+   the top of the folder, with stand-ins where they are missing.
 Nested paths (a hooks folder in scripts/hooks) are held the same way; the bwrap plan
 pins the folders above them so they cannot be renamed and made again.
 """
@@ -44,7 +44,7 @@ import stat
 from lnk_common.policy import Policy
 from lnk_wrap.gitconfig import MAX_CONFIG_BYTES, GitConfigError, named_paths, parse
 from lnk_wrap.gitdiscovery import NotRegularFileError, discover, read_regular
-from lnk_wrap.placeholders import FILE, FOLDER
+from lnk_wrap.standins import FILE, FOLDER
 
 TYPE_CHECKING = False  # the typing module costs an import at every start
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FILE", "FOLDER", "HOOK_MANAGERS", "TOP_NAMES", "DotFileError", "Found", "find"]
 
-# (name, kind, gets a placeholder when missing, why it is held). The seed's list: what
+# (name, kind, gets a stand-in when missing, why it is held). The seed's list: what
 # runs on what the person does anyway, not on running the project.
 TOP_NAMES: tuple[tuple[str, str, bool, str], ...] = (
     (".git", FOLDER, True,
@@ -80,7 +80,7 @@ def _lefthook_names() -> tuple[tuple[str, str], ...]:
 # A hook manager's settings, at the top of the work tree: what it reads when a git hook
 # runs it (pre-commit: its config; lefthook: every name it looks up, its `-local`
 # twins, and the script folders .lefthook/ and .lefthook-local/). Held when there;
-# placeholders where missing once a hook git runs names the manager.
+# stand-ins where missing once a hook git runs names the manager.
 HOOK_MANAGERS: dict[str, tuple[tuple[str, str], ...]] = {
     "pre-commit": ((".pre-commit-config.yaml", FILE), (".pre-commit-config.yml", FILE)),
     "lefthook": _lefthook_names(),
@@ -109,15 +109,15 @@ class DotFileError(Exception):
 
 
 class Found:
-    """What to hold read only (existing paths) and where to put placeholders (missing
+    """What to hold read only (existing paths) and where to put stand-ins (missing
     paths, each the topmost missing folder on the way to what is held, or the file
     itself), each with its kind (FOLDER or FILE)."""
 
-    __slots__ = ("held", "placeholders")
+    __slots__ = ("held", "standins")
 
     def __init__(self) -> None:
         self.held: dict[str, str] = {}
-        self.placeholders: dict[str, str] = {}
+        self.standins: dict[str, str] = {}
 
 
 def _inside(path: str, folder: str) -> bool:
@@ -145,7 +145,7 @@ class _Finder:
         if not any(_inside(path, written) for written in policy.write):
             return False
         if _inside(path, policy.settings) or any(
-            _inside(path, held) for held in (*self.found.held, *self.found.placeholders)
+            _inside(path, held) for held in (*self.found.held, *self.found.standins)
         ):
             return False
         if any(_inside(path, hidden) for hidden in policy.hide):
@@ -202,13 +202,13 @@ class _Finder:
 
     def hold(self, path: str, kind: str) -> str | None:
         """Hold what git (or an editor, or direnv) reads at `path`; returns the real
-        path when it exists, else None (and a placeholder is put where it could be made)."""
+        path when it exists, else None (and a stand-in is put where it could be made)."""
         real, missing = self.resolve(path)
-        for placeholder, placeholder_kind in self.known.items():
-            # Another run's placeholder on the way: this run holds it too (the index
+        for standin, standin_kind in self.known.items():
+            # Another run's stand-in on the way: this run holds it too (the index
             # decides at hold time whether it is still one), never makes a path in it.
-            if _inside(missing or real, placeholder) and self.writable(placeholder):
-                self.found.placeholders[placeholder] = placeholder_kind
+            if _inside(missing or real, standin) and self.writable(standin):
+                self.found.standins[standin] = standin_kind
                 return None
         if missing is None:
             if os.path.lexists(real) and self.writable(real) and not self.opened(real):
@@ -216,13 +216,13 @@ class _Finder:
             return real if os.path.lexists(real) else None
         parent = os.path.dirname(missing)
         if os.path.isdir(parent) and self.writable(missing) and not self.opened(missing):
-            self.found.placeholders[missing] = kind if missing == real else FOLDER
+            self.found.standins[missing] = kind if missing == real else FOLDER
         return None
 
     # -- the steps -----------------------------------------------------------------------
 
     def top_names(self, top: str) -> None:
-        for name, kind, placeholder, _ in TOP_NAMES:
+        for name, kind, gets_standin, _ in TOP_NAMES:
             path = f"{top}/{name}"
             if os.path.islink(path):
                 raise DotFileError(
@@ -234,7 +234,7 @@ class _Finder:
                 self.hold(path, kind)
             elif os.path.lexists(path):
                 self.found.held[path] = kind
-            elif placeholder:
+            elif gets_standin:
                 self.hold(path, kind)
         for names in HOOK_MANAGERS.values():
             for name, kind in names:
@@ -426,7 +426,7 @@ def _not_regular(error: NotRegularFileError) -> DotFileError:
 def _discovered(folder: str) -> list[tuple[str | None, str]]:
     """The repositories git finds from the written folder `folder` and from the folder
     above it, each as lnk_wrap.gitdiscovery decides it (as git does: a `.git` that is
-    not a valid git directory, another run's placeholder among them, is passed over).
+    not a valid git directory, another run's stand-in among them, is passed over).
     The folder above too: git run anywhere else in an enclosing repository (its top)
     uses that repository's hooks, wherever in it they lie, even when the written folder
     is a repository of its own."""
@@ -443,11 +443,11 @@ def _discovered(folder: str) -> list[tuple[str | None, str]]:
 
 
 def find(policy: Policy, env: Mapping[str, str],
-         known_placeholders: Mapping[str, str] | None = None) -> Found:
-    """What the launcher holds read only and where it puts placeholders for `policy`;
-    `known_placeholders` (path → kind) are those the index lists now, held as
-    placeholders (joined), not as found."""
-    finder = _Finder(policy, env, known_placeholders or {})
+         known_standins: Mapping[str, str] | None = None) -> Found:
+    """What the launcher holds read only and where it puts stand-ins for `policy`;
+    `known_standins` (path → kind) are those the index lists now, held as
+    stand-ins (joined), not as found."""
+    finder = _Finder(policy, env, known_standins or {})
     tops = [folder for folder in policy.write
             if folder not in policy.write_dot_files and os.path.isdir(folder)
             and not os.path.islink(folder)]
@@ -470,10 +470,10 @@ def find(policy: Policy, env: Mapping[str, str],
         found = _discovered(top)
         if not any(top in repository for repository in found):
             # With no repository of its own (no .git, or one git passes over, such as a
-            # placeholder), git takes the folder itself for a bare repository once it
+            # stand-in), git takes the folder itself for a bare repository once it
             # holds HEAD, objects/ and refs/: a sandbox could make them, and a config
             # whose core.pager or alias runs on the person's next `git log`. Its HEAD
-            # is held (an empty placeholder when missing: not a valid HEAD).
+            # is held (an empty stand-in when missing: not a valid HEAD).
             finder.hold(f"{top}/HEAD", FILE)
         for repository in found:
             finder.repository(repository, personal_hooks,

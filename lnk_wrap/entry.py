@@ -20,7 +20,7 @@ from lnk_common.chain import package_root
 __all__ = ["SCRIPTS", "EntryError", "main", "script"]
 
 # The console scripts written so (their name in the venv's bin/, the module they run):
-# the verbs, and lnk-sandbox-ask, which a script or administrator runs directly.
+# the commands, and lnk-sandbox-ask, which a script or administrator runs directly.
 SCRIPTS = {"lnk-sandbox": "lnk_wrap.cli", "lnk-sandbox-ask": "lnk_ask.main",
            "lnk-sandbox-mcp-remote": "lnk_mcpremote.main"}
 # Linux reads at most this much of a `#!` line (BINPRM_BUF_SIZE, 256 with its NUL).

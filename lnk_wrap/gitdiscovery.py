@@ -3,10 +3,10 @@
 The launcher holds read only the settings and hooks of the repository git will use
 when the person runs it in a written folder later. Taking "a `.git` is there" for "a
 repository is there" is not what git does: git passes over a `.git` that is not a valid
-git directory (an empty folder, which is what a placeholder is; a folder without HEAD,
+git directory (an empty folder, which is what a stand-in is; a folder without HEAD,
 objects or refs; a FIFO) and goes on upward. A launcher that stopped there would never
 look at the enclosing repository, whose hooks may lie in the written folder (found
-with two runs at once: the second saw the first's placeholder). So this follows git's
+with two runs at once: the second saw the first's stand-in). So this follows git's
 setup.c rule by rule (setup_git_directory_gently_1, read_gitfile_gently,
 is_git_directory, validate_headref, get_common_dir_noenv; git 2.39-2.47), and
 tests/test_gitdiscovery.py checks it against the real `git rev-parse` on the odd cases.

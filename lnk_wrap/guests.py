@@ -12,7 +12,7 @@ SSH_ORIGINAL_COMMAND (lnk_wrap.enter). `restrict` turns off every forwarding, th
 X11 and ~/.ssh/rc; `pty` gives a terminal back.
 
 Everything here is pure: bytes and text in, bytes and text out, or one GuestError. The
-file work (atomic rewrites, the lock, asking) is lnk_wrap.guest_files.
+file work (atomic rewrites, the lock, asking) is lnk_wrap.guests_view.
 
 authorized_keys is read as sshd reads it (auth2-pubkeyfile.c, auth_check_authkey_line): a
 line is split on "\\n" only; leading spaces and tabs are skipped; blank and `#` lines are
@@ -97,7 +97,7 @@ def name_problem(name: str) -> str | None:
 
 class PublicKey:
     """A public key: its type, its blob (decoded) and its comment (the guest's own text:
-    shown only through lnk_ask.text.plain, never written to a file)."""
+    shown only through lnk_ask.text.printable, never written to a file)."""
 
     __slots__ = ("blob", "comment", "kind")
 

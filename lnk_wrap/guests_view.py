@@ -54,13 +54,13 @@ MAX_SHOWN_COMMENT_CHARS = 100
 # A refusal is one line; one naming a long path or two is some hundreds of characters.
 MAX_SHOWN_REFUSAL_CHARS = 4000
 # A line of what a session opens: a spec's list of paths or hosts may be long, and each
-# line is shown whole (cut by lnk_ask.text.plain past this, saying so).
+# line is shown whole (cut by lnk_ask.text.printable past this, saying so).
 MAX_SHOWN_LINE_CHARS = 16 * 1024
 
 
 def shown(text: str, limit: int = MAX_SHOWN_LINE_CHARS) -> str:
     """`text` as the person's terminal is given it: printable ASCII as it is, anything else
-    escaped (lnk_ask.text.plain, as every question shows a sandbox's text). A guest's key
+    escaped (lnk_ask.text.printable, as every question shows a sandbox's text). A guest's key
     comment, name and paths come from files the guest gave: an escape sequence there
     would rewrite what `guest add` shows (a forged "may write: nothing", the real lines
     erased, OSC 52 written to the clipboard), a bidi mark reverse it, a Cyrillic letter
@@ -68,9 +68,9 @@ def shown(text: str, limit: int = MAX_SHOWN_LINE_CHARS) -> str:
     if len(text) <= limit and all(" " <= character <= "~" and character != "\\"
                                   for character in text):
         return text  # the common case, without importing hashlib at each session
-    from lnk_ask.text import plain
+    from lnk_ask.text import printable
 
-    return plain(text, limit)
+    return printable(text, limit)
 
 
 def comment_words(key: core.PublicKey) -> str:
@@ -527,7 +527,7 @@ def kept_policy(settings: str, guest: Guest, env: Mapping[str, str]) -> Policy:
 def _ask(settings: str, name: str, key: core.PublicKey, opens: list[str]) -> None:
     from lnk_ask.asker import ask
 
-    # lnk_ask escapes the title and the question (lnk_ask.text.plain) on every way of
+    # lnk_ask escapes the title and the question (lnk_ask.text.printable) on every way of
     # asking; the guest's comment comes last, cut, so it cannot hide what comes before.
     question = (f"Let the guest {name} in over SSH with the key {key.kind} "
                 f"{key.fingerprint()}? Each session runs in a sandbox that: "
@@ -722,10 +722,10 @@ def remove(settings: str, name: str, env: Mapping[str, str]) -> int:
 
 
 def guests(settings: str, arguments: Mapping[str, object], env: Mapping[str, str]) -> int:
-    """One `guest` verb; GuestError is left to the caller (one line, exit 125), its text
+    """One `guest` command; GuestError is left to the caller (one line, exit 125), its text
     escaped (`shown`): a refusal may name a path or a key's word from the guest's files."""
     try:
-        return _verb(settings, arguments, env)
+        return _command(settings, arguments, env)
     except GuestError as error:
         raise GuestError(shown(str(error), MAX_SHOWN_REFUSAL_CHARS)) from None
     except OSError as error:
@@ -742,7 +742,7 @@ def json_shown(document: object) -> bytes:
     return text.replace("\x7f", "\\u007f").encode("ascii") + b"\n"
 
 
-def _verb(settings: str, arguments: Mapping[str, object], env: Mapping[str, str]) -> int:
+def _command(settings: str, arguments: Mapping[str, object], env: Mapping[str, str]) -> int:
     if arguments["list"]:
         found = read_guests(settings)
         if arguments["--json"]:

@@ -3,7 +3,7 @@
 A dot file held read only (lnk_wrap.dotfiles) is a read-only mount at its path, but a
 mount covers a path, not a file: when the file has another name (a hard link) where the
 sandbox writes, writing that name changes the held file. One run can make such a pair
-whenever the file is not held yet (`.envrc` gets no placeholder; a hook manager's
+whenever the file is not held yet (`.envrc` gets no stand-in; a hook manager's
 settings get none while no hook names the manager; a run with `write_dot_files` writes
 `.git` whole), and every later run would then hold the file at one name and leave it
 writable at the other. Finding the other names would take a walk of every written

@@ -21,8 +21,8 @@ Order of operations:
    any with a second name the sandbox could write it by (F7: lnk_wrap.heldlinks), make
    what the helpers outside are given (lnk_wrap.outside: a guest's session, the owner's
    account; a run, no variable naming a path the sandbox writes) and find bubblewrap
-   with it, and put placeholders where missing ones go, listed with this run
-   (lnk_wrap.placeholders). A spec whose write_dot_files opens folders says so on its
+   with it, and put stand-ins where missing ones go, listed with this run
+   (lnk_wrap.standins). A spec whose write_dot_files opens folders says so on its
    first run.
 4. Build bubblewrap's argv from typed options (lnk_wrap.bwrap.plan) and the init's.
 5. Start bubblewrap, then fork the sandbox's watch (lnk_execwatch.main) while
@@ -32,7 +32,7 @@ Order of operations:
    with the program's status. A TERM, INT, HUP or QUIT that arrives before the
    go-ahead (recorded from this launcher's first moment) means the program never
    starts: the sandbox is killed and the exit status is 128+N.
-6. Let go of the placeholders: each is removed once no live run holds it, if it is
+6. Let go of the stand-ins: each is removed once no live run holds it, if it is
    still the empty one made. A launcher killed outright leaves that to the next run.
 
 Exit status: the program's own; 128+N when it died of signal N (as a shell reports it);
@@ -48,7 +48,7 @@ import sys
 
 from lnk_common.policy import Policy, PolicyArgvError, helper_argv, split_argv
 from lnk_wrap import bwrap as bwrap_plan
-from lnk_wrap import placeholders
+from lnk_wrap import standins
 from lnk_wrap.outside import OUTSIDE_FOLDER, without_loader_variables
 from lnk_wrap.system import gather, runtime_paths
 
@@ -462,7 +462,7 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str], *,
                             (), outside, home, on_run)
     from lnk_wrap import dotfiles
 
-    known = {path: kind for path, kind, _ in placeholders.index_entries(policy.settings)}
+    known = {path: kind for path, kind, _ in standins.index_entries(policy.settings)}
     try:
         found = dotfiles.find(policy, env, known)
     except dotfiles.DotFileError as error:
@@ -470,26 +470,26 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str], *,
     from lnk_wrap.heldlinks import refusal as hard_link_refusal
 
     hard_linked = hard_link_refusal(
-        found.held, _writable_with(policy, (*found.held, *found.placeholders)))
+        found.held, _writable_with(policy, (*found.held, *found.standins)))
     if hard_linked is not None:  # F7: a held file must have no other name to write
         raise LaunchError(hard_linked)
-    # What the helpers outside are given, and bubblewrap, before any placeholder is made.
-    held = (*found.held, *found.placeholders)
+    # What the helpers outside are given, and bubblewrap, before any stand-in is made.
+    held = (*found.held, *found.standins)
     outside = _outside(policy, env, held, guest)
     bwrap = _bwrap_for(policy, env, outside, held)
     notice_first_run(as_written, notice)
-    # A run file only when this run may hold placeholders: ones it makes, or ones another
+    # A run file only when this run may hold stand-ins: ones it makes, or ones another
     # run made that it finds in place (it must hold them too, or that run's end would
     # remove them from under its mounts). Every run with written folders sweeps what
     # killed runs left.
     run = None
-    if found.placeholders or (found.held and placeholders.index_exists(policy.settings)):
-        run = placeholders.Run(policy.settings)
+    if found.standins or (found.held and standins.index_exists(policy.settings)):
+        run = standins.Run(policy.settings)
     try:
         try:
-            in_place, notes = placeholders.hold(policy.settings, run, found.placeholders,
-                                                found.held)
-        except placeholders.PlaceholderError as error:
+            in_place, notes = standins.hold(policy.settings, run, found.standins,
+                                            found.held)
+        except standins.StandInError as error:
             raise LaunchError(str(error)) from None
         for note in notes:
             _say(note)
@@ -497,7 +497,7 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str], *,
                             tuple({**found.held, **in_place}), outside, home, on_run)
     finally:
         if run is not None:
-            for note in placeholders.release(policy.settings, run):
+            for note in standins.release(policy.settings, run):
                 _say(note)
             run.end()
 

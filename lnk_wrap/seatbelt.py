@@ -35,6 +35,7 @@ matching is the default, denied):
 from __future__ import annotations
 
 import posixpath
+import re
 
 from lnk_common.policy import Policy
 from lnk_wrap.dotfiles import TOP_NAMES
@@ -52,6 +53,8 @@ SANDBOX_EXEC = "/usr/bin/sandbox-exec"
 # reported by Anthropic's sandbox-runtime, src/sandbox/macos-sandbox-utils.ts); ours are
 # short constants, held under this by a test.
 MAX_LITERAL_BYTES = 1024
+# A string literal of the profile (`"…"` or `#"…"`): no quote or backslash is in ours.
+_LITERAL = re.compile(r'"([^"]*)"')
 # macOS's PATH_MAX (sys/syslimits.h): a longer path cannot be opened there, so a
 # parameter holding one is refused rather than passed.
 MAX_MAC_PATH_BYTES = 1024
@@ -357,7 +360,12 @@ def profile(policy: Policy, *, proxy_port: int | None,
                   for port in sorted({*agent_ports, *((proxy_port,) if proxy_port else ())})]
     rules.append("(deny mach-lookup "
                  + " ".join(f'(global-name "{name}")' for name in KEYCHAIN_SERVICES) + ")")
-    return Profile("\n".join(rules) + "\n", tuple(parameters.values))
+    text = "\n".join(rules) + "\n"
+    longest = max(len(literal.encode()) for literal in _LITERAL.findall(text))
+    if longest > MAX_LITERAL_BYTES:  # ours are short constants: a bug, never a spec's
+        raise MacosError(f"a literal of {longest} bytes: the profile compiler's limit is "
+                         f"{MAX_LITERAL_BYTES + 1}")
+    return Profile(text, tuple(parameters.values))
 
 
 # -- sandbox-exec's argv, from typed options (as lnk_wrap.bwrap's) ----------------------

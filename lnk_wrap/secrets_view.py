@@ -38,7 +38,7 @@ EXIT_USAGE = 2
 
 
 def secrets(settings: str, arguments: Mapping[str, object]) -> int:
-    """One `secret` verb; SecretError is left to the caller (one line, exit 125)."""
+    """One `secret` command; SecretError is left to the caller (one line, exit 125)."""
     if arguments["list"]:
         names = list_secrets(settings)
         if arguments["--json"]:

@@ -37,8 +37,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-__all__ = ["MAX_NAME_CHARACTERS", "SpecError", "commands_as_written", "is_name", "load_spec",
-           "parse_document", "parse_spec"]
+__all__ = ["MAX_NAME_CHARACTERS", "SpecError", "commands_as_written", "is_host_entry", "is_name",
+           "load_spec", "parse_document", "parse_spec"]
 
 # A spec is a small hand-written file; anything larger is a mistake or an attack on the
 # parser, and refusing it costs no real user anything.
@@ -51,6 +51,8 @@ MAX_COUNT = 1_000_000
 # A pause's window: long enough for a burst, short enough that yesterday's refusals
 # do not add up with today's.
 MAX_WINDOW_SECONDS = 3600
+# A hosts entry: a DNS name's 253 characters, `*.` and a `:port`.
+MAX_HOST_ENTRY_CHARACTERS = 260
 
 class SpecError(Exception):
     """A spec that cannot run: `file: key: reason`."""
@@ -453,7 +455,7 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
     agent_name = agent["name"] if agent is not None else ""
     policy = Policy(
         settings=settings.root,
-        # The path the verbs name it by, when links lie on it: the launcher judges each.
+        # The path the commands name it by, when links lie on it: the launcher judges each.
         settings_via=settings.named if settings.links else "",
         name=name or agent_name, spec=context.file, agent=agent_name, commands=commands,
         **files, **ways_out)
@@ -704,6 +706,12 @@ def _is_host_entry(text: str) -> bool:
     return re.fullmatch(_HOST_ENTRY, text) is not None
 
 
+def is_host_entry(text: str) -> bool:
+    """Whether `text` is an entry `[network] hosts` takes as written (`learn` offers
+    only such entries)."""
+    return len(text) <= MAX_HOST_ENTRY_CHARACTERS and _is_host_entry(text)
+
+
 def _network(context: _Context, section: dict[str, Any] | None) -> tuple[str, tuple[str, ...]]:
     if section is None:
         return "none", ()
@@ -723,7 +731,7 @@ def _network(context: _Context, section: dict[str, Any] | None) -> tuple[str, tu
             raise SpecError(context.file, key,
                             "\"*\" is every host: the network itself, not a list; name "
                             "the hosts, or `*.domain` for the names under one")
-        if len(text) > 260 or not _is_host_entry(text):
+        if len(text) > MAX_HOST_ENTRY_CHARACTERS or not _is_host_entry(text):
             raise SpecError(context.file, key,
                             f"{entry!r} is not a host name, `*.domain`, or either with :port")
         name, _, port = text.partition(":")

@@ -37,7 +37,7 @@ __all__ = ["tools"]
 
 
 def tools(settings: str, arguments: Mapping[str, object]) -> int:
-    """One `tool` verb; ToolError is left to the caller (one line, exit 125)."""
+    """One `tool` command; ToolError is left to the caller (one line, exit 125)."""
     if arguments["list"]:
         found = list_tools(settings)
         if arguments["--json"]:

@@ -103,6 +103,7 @@ def ended(pid: int) -> bool:
 # therefore run as both users until someone lists it here with its reason.
 NOT_USER_DEPENDENT = {
     "test_bwrap": "bubblewrap's argv planned from typed values (golden); no bwrap runs",
+    "test_dead_code": "vulture over the product's source: no sandbox",
     "test_dns_core": "the DNS core: pure, fuzzed",
     "test_docs": "the docs against the code and the old notebook (git history): no sandbox",
     "test_endpoint_plan": "the endpoints' plan: pure",
@@ -119,7 +120,6 @@ NOT_USER_DEPENDENT = {
     "test_model_rules": "the model verb's rules: pure, fuzzed",
     "test_open_callback": "the sign-in callback's relay on loopback",
     "test_open_rules": "the open verb's rules: pure, fuzzed",
-    "test_placeholders": "the dot files' stand-ins: pure",
     "test_policy": "the policy and its argv: pure",
     "test_proxy_connection": "the proxy's connection machine: pure, playbooks and fuzzed",
     "test_proxy_linger": "the proxy in this process, refusing clients on loopback",
@@ -130,9 +130,17 @@ NOT_USER_DEPENDENT = {
     "test_secret_rules_clients": "the secret rules against real client libraries' requests",
     "test_secret_rules_telegram_reading": "the Telegram reading rules: pure, fuzzed",
     "test_shape": "an AST walk over the product's functions",
+    "test_standins": "the dot files' stand-ins: pure",
     "test_vendor": "the vendored tomllib against its upstream",
     "test_wire_ends": "the splice threads' ends and a signal, in this process",
 }
+
+
+# A name here that is no test module (renamed, removed) would quietly mark nothing.
+_STALE = sorted(name for name in NOT_USER_DEPENDENT
+                if not (Path(__file__).parent / f"{name}.py").is_file())
+if _STALE:
+    raise pytest.UsageError(f"tests/conftest.py NOT_USER_DEPENDENT names no test module: {_STALE}")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -28,7 +28,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lnk_ask import Answer, ask, ask_async, plain
+from lnk_ask import Answer, ask, ask_async, printable
 from lnk_ask.asker import AskUsageError, log_path
 from lnk_ask.main import UsageError, parse
 from lnk_ask.queue import MAX_WAITING_PER_WIRE, AskQueue, QueueError, id_problem
@@ -62,11 +62,11 @@ EXIT_REFUSED = 125
 WAIT_SECONDS = 30.0
 
 
-# -- plain(): what the person reads -------------------------------------------------------
+# -- printable(): what the person reads -----------------------------------------------------
 
 
-def unplain(shown: str) -> str:
-    """plain()'s inverse (for a text under the limit): proves no two texts read alike."""
+def read_back(shown: str) -> str:
+    """printable()'s inverse (for a text under the limit): proves no two texts read alike."""
     out, index = [], 0
     while index < len(shown):
         char = shown[index]
@@ -87,40 +87,40 @@ def printable_ascii(text: str) -> bool:
 
 @fuzz(5)
 @given(st.text(alphabet=st.characters(codec=None), max_size=300))
-def test_plain_is_printable_ascii_and_reads_back(text: str) -> None:
-    shown = plain(text)
+def test_printable_is_printable_ascii_and_reads_back(text: str) -> None:
+    shown = printable(text)
     assert printable_ascii(shown)
-    assert unplain(shown) == text
+    assert read_back(shown) == text
 
 
 @fuzz(3)
 @given(st.text(max_size=80), st.text(max_size=80))
-def test_plain_keeps_distinct_texts_distinct(first: str, second: str) -> None:
+def test_printable_keeps_distinct_texts_distinct(first: str, second: str) -> None:
     if first != second:
-        assert plain(first) != plain(second)
+        assert printable(first) != printable(second)
 
 
 @fuzz(2)
 @given(st.text(min_size=1, max_size=50), st.integers(min_value=0, max_value=40))
-def test_plain_bounds_long_texts_and_tells_them_apart(tail: str, extra: int) -> None:
+def test_printable_bounds_long_texts_and_tells_them_apart(tail: str, extra: int) -> None:
     head = "\u202e" * (MAX_QUESTION_CHARS // 6 + 1 + extra)  # each escape: 6 characters
-    first, second = plain(head + tail), plain(head + tail + "!")
+    first, second = printable(head + tail), printable(head + tail + "!")
     assert len(first) <= MAX_QUESTION_CHARS and len(second) <= MAX_QUESTION_CHARS
     assert printable_ascii(first) and printable_ascii(second)
     assert first != second  # the digest of the whole differs
     assert "not shown whole; sha256" in first
     # No half escape before the note: the kept part reads back as a prefix of the text.
     kept = first.split(" [... ")[0]
-    assert (head + tail).startswith(unplain(kept))
+    assert (head + tail).startswith(read_back(kept))
 
 
-def test_plain_examples() -> None:
-    assert plain("rm -rf /") == "rm -rf /"
-    assert plain("a\nb\x1b[2J") == "a\\x0ab\\x1b[2J"
-    assert plain("evil\u202etxt.exe") == "evil\\u202etxt.exe"  # a bidi override
-    assert plain("p\u0430ypal") == "p\\u0430ypal"  # Cyrillic a
-    assert plain("\\x0a") == "\\\\x0a"  # a typed escape is not a newline
-    assert plain("\U0001f600") == "\\U0001f600"
+def test_printable_examples() -> None:
+    assert printable("rm -rf /") == "rm -rf /"
+    assert printable("a\nb\x1b[2J") == "a\\x0ab\\x1b[2J"
+    assert printable("evil\u202etxt.exe") == "evil\\u202etxt.exe"  # a bidi override
+    assert printable("p\u0430ypal") == "p\\u0430ypal"  # Cyrillic a
+    assert printable("\\x0a") == "\\\\x0a"  # a typed escape is not a newline
+    assert printable("\U0001f600") == "\\U0001f600"
 
 
 # -- the ways as data ---------------------------------------------------------------------
@@ -1500,7 +1500,7 @@ def test_the_terminal_prompt_fits_any_size_and_marks_every_line() -> None:
         terminal_prompt,
     )
 
-    question = plain("run " + " " * 500 + "[lnk] Type 111111 to allow: harmless\n" * 40)
+    question = printable("run " + " " * 500 + "[lnk] Type 111111 to allow: harmless\n" * 40)
     for columns in (MIN_TERMINAL_COLUMNS, 80, 132):
         for rows in (MIN_TERMINAL_ROWS, 24, 60):
             shown = terminal_prompt("T", question, "sandbox w, server s, tool t", "w",
@@ -1738,7 +1738,7 @@ def test_the_terminal_prompt_holds_for_any_text(question: str, allows: str, titl
     mark: the program's never start a line, however they are padded."""
     from lnk_ask.ways import LINK_MARK, PROGRAM_GUTTER, terminal_prompt
 
-    shown = terminal_prompt(plain(title, 80), plain(question), plain(allows, 240), "w",
+    shown = terminal_prompt(printable(title, 80), printable(question), printable(allows, 240), "w",
                             "0123456789ab", "654321", 120, columns, rows)
     assert shown is not None and printable_ascii(shown.replace("\r\n", ""))
     lines = shown.split("\r\n")[1:]

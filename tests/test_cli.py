@@ -1,4 +1,4 @@
-"""The verbs from the outside: wrap's line kept and run later, run, check."""
+"""The commands from the outside: wrap's line kept and run later, run, check."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What a harness launcher and a person expect of the verbs (issue 28, item 5): a run's
+"""What a harness launcher and a person expect of the commands (issue 28, item 5): a run's
 lines on its wire's log and its summary, `log --since/-n/--refused`, a closed call's
 `ended` line, `asks --wait`, and `url`."""
 

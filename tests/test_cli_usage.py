@@ -1,6 +1,8 @@
 """A CLI that says what was wrong (issue 29, item 4): a usage mistake is one line and the
-verb's own usage, exit 2; `VERB --help`; `mcp-remote` as a verb; `learn`'s list in the
-spec's own words and never an empty one; `check`'s verdict first; on-stop's answers."""
+command's own usage, exit 2; `lnk-sandbox NAME --help`; `mcp-remote` as a command;
+`learn`'s list in the spec's own words and never an empty one; `check`'s verdict first;
+on-stop's answers. The messages asserted keep the person's word "verb" ("unknown verb",
+"the verbs: …"): user-visible (lnk_wrap.usage says why)."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ def said(capsys: pytest.CaptureFixture[str], *words: str) -> str:
     return err
 
 
-# Golden: each mistake, the one line that names it (the verb's usage follows it).
+# Golden: each mistake, the one line that names it (the command's usage follows it).
 MISTAKES = [
     (["run", "--spec", "demo.toml"],
      "no command given: lnk-sandbox run runs the command after --"),
@@ -69,20 +71,20 @@ MISTAKES = [
 
 
 @pytest.mark.parametrize(("words", "message"), MISTAKES)
-def test_a_usage_mistake_is_one_line_then_the_verb_s_usage_alone(
+def test_a_usage_mistake_is_one_line_then_the_command_s_usage_alone(
     capsys: pytest.CaptureFixture[str], words: list[str], message: str
 ) -> None:
     err = said(capsys, *words)
     lines = err.splitlines()
     assert lines[0] == f"lnk-sandbox: {message}"
-    verb = words[0] if words and words[0] in usage.verbs(DOC) else ""
-    if verb:
-        subverb = words[1] if verb in ("tool", "guest", "secret") and len(words) > 1 and \
-            words[1] in ("add", "list", "remove", "set") else ""
+    command = words[0] if words and words[0] in usage.commands(DOC) else ""
+    if command:
+        subcommand = words[1] if command in ("tool", "guest", "secret") and len(words) > 1 \
+            and words[1] in ("add", "list", "remove", "set") else ""
         assert lines[1:] == [
             *(f"{'usage:' if index == 0 else '      '} {line}"
-              for index, line in enumerate(usage.usage_of(DOC, verb, subverb))),
-            f"(lnk-sandbox {verb} --help says more)"]
+              for index, line in enumerate(usage.usage_of(DOC, command, subcommand))),
+            f"(lnk-sandbox {command} --help says more)"]
     else:
         assert len(lines) == 2 and lines[1].startswith("the verbs: wrap, run, learn,")
     assert "unmatched" not in err and "Argument(" not in err and "Usage:" not in err
@@ -121,22 +123,22 @@ def test_a_secret_typed_as_an_argument_is_never_repeated(
         assert err.splitlines()[1] == "usage: lnk-sandbox secret set NAME [--rule=FILE]"
 
 
-@pytest.mark.parametrize("verb", ["run", "log", "asks", "secret", "tool", "url", "check"])
-def test_verb_help_shows_that_verb(sandbox_env: dict[str, str], verb: str) -> None:
-    done = lnk(sandbox_env, verb, "--help")
+@pytest.mark.parametrize("command", ["run", "log", "asks", "secret", "tool", "url", "check"])
+def test_command_help_shows_that_command(sandbox_env: dict[str, str], command: str) -> None:
+    done = lnk(sandbox_env, command, "--help")
     assert done.returncode == 0 and done.stderr == ""
-    assert done.stdout == usage.verb_help(DOC, verb) + "\n"
+    assert done.stdout == usage.command_help(DOC, command) + "\n"
     shown = done.stdout.splitlines()
     assert shown[0] == "Usage:"
-    assert all(line.startswith(f"  lnk-sandbox {verb} ") or line == f"  lnk-sandbox {verb}"
-               for line in shown[1:shown.index("")])
-    assert any(line.startswith(f"  {verb} ") for line in shown)  # its paragraph
-    assert "lnk-sandbox wrap" not in done.stdout or verb == "wrap"
-    assert lnk(sandbox_env, verb, "-h").stdout == done.stdout
+    assert all(line.startswith(f"  lnk-sandbox {command} ")
+               or line == f"  lnk-sandbox {command}" for line in shown[1:shown.index("")])
+    assert any(line.startswith(f"  {command} ") for line in shown)  # its paragraph
+    assert "lnk-sandbox wrap" not in done.stdout or command == "wrap"
+    assert lnk(sandbox_env, command, "-h").stdout == done.stdout
 
 
 def test_run_help_golden() -> None:
-    assert usage.verb_help(DOC, "run") == "\n".join([
+    assert usage.command_help(DOC, "run") == "\n".join([
         "Usage:",
         "  lnk-sandbox run --spec=FILE [--wire=NAME] [--summary=FILE] [--] COMMAND...",
         "",
@@ -167,7 +169,7 @@ def test_help_after_the_command_is_the_command_s(
         "lnk-sandbox run; put -- before '/bin/echo'")
 
 
-def test_mcp_remote_is_a_verb_as_the_seed_spells_it(
+def test_mcp_remote_is_a_command_as_the_seed_spells_it(
     sandbox_env: dict[str, str], lnk_home: Path
 ) -> None:
     refused = lnk(sandbox_env, "mcp-remote", "http://10.0.0.1/")
@@ -179,8 +181,8 @@ def test_mcp_remote_is_a_verb_as_the_seed_spells_it(
     assert refused.returncode == beside.returncode == 2
     assert refused.stderr == beside.stderr
     assert lnk(sandbox_env, "mcp-remote").returncode == 2
-    # tool add checks the verb's command as mcp-remote's own, and keeps a literal header
-    # value out of it.
+    # tool add checks `lnk-sandbox mcp-remote …` as mcp-remote's own line, and keeps a
+    # literal header value out of it.
     off_loopback = lnk(sandbox_env, "tool", "add", "far", "--", LNK_SANDBOX, "mcp-remote",
                        "http://10.0.0.1/mcp")
     assert off_loopback.returncode == 125

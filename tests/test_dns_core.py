@@ -1,4 +1,5 @@
-"""The sandbox resolver's sans-IO core: lnk_dns.message (wire format) and lnk_dns.answer (policy).
+"""The sandbox resolver's sans-IO core: lnk_dns.message (DNS's message format) and
+lnk_dns.answer (policy).
 
 Queries are built with dnslib, as a client would send them, or byte by byte where dnslib
 will not build the hostile thing. The Hypothesis tests hold the one promise the proxy relies
@@ -416,7 +417,7 @@ def test_parse_query_refuses_a_long_name() -> None:
 
 
 def test_parse_query_refuses_a_label_over_63_bytes() -> None:
-    # A length byte of 64..191 is not a label on the wire; dnslib would read it as one.
+    # A length byte of 64..191 is not a label as sent; dnslib would read it as one.
     assert "63" in refusal(raw_query([b"x" * 64, b"com"]))
 
 

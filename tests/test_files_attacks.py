@@ -137,7 +137,7 @@ def tree(folder: Path) -> dict[str, str]:
     return found
 
 
-# What the launcher itself keeps in Link's settings (runs, placeholders, specs seen).
+# What the launcher itself keeps in Link's settings (runs, the dot files' stand-ins, specs seen).
 _BOOKKEEPING = ("sandbox/runs", "sandbox/placeholders", "sandbox/specs-seen")
 
 

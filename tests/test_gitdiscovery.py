@@ -1,6 +1,6 @@
 """lnk_wrap.gitdiscovery against the real git: which repository git finds from a folder.
 
-A table of the odd `.git`s a sandbox (or another run's placeholder) can leave at the top
+A table of the odd `.git`s a sandbox (or another run's stand-in) can leave at the top
 of a written folder W inside a repository R: for each, what `git rev-parse` says from W
 is what discover(W) says. And read_regular never blocks on what is not a regular file.
 """
@@ -69,7 +69,7 @@ def _bare_at(w: Path) -> None:
 
 def _make(case: str, w: Path) -> None:
     """Leave the odd case `case` at the top of the written folder `w`."""
-    if case == "empty .git folder (a placeholder)":
+    if case == "empty .git folder (a stand-in)":
         (w / ".git").mkdir()
     elif case == ".git file without gitdir":
         (w / ".git").write_text("not a gitfile\n")
@@ -132,7 +132,7 @@ def _make(case: str, w: Path) -> None:
 
 
 CASES = (
-    "no .git", "empty .git folder (a placeholder)", ".git file without gitdir",
+    "no .git", "empty .git folder (a stand-in)", ".git file without gitdir",
     ".git file with an empty gitdir", ".git file naming a missing folder",
     ".git file naming an empty folder", ".git file naming a valid git dir", "HEAD missing",
     "objects missing", "refs missing", "HEAD not a ref", "HEAD garbage", "HEAD detached",
@@ -167,7 +167,7 @@ def test_F8_discovery_finds_what_git_finds(tmp_path: Path, name: str) -> None:
             _SOCKETS.pop().close()
 
 
-def test_F8_discovery_passes_over_an_outside_placeholder_to_the_repository_above(
+def test_F8_discovery_passes_over_an_outside_standin_to_the_repository_above(
     tmp_path: Path,
 ) -> None:
     repository = tmp_path / "R"

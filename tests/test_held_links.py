@@ -1,7 +1,7 @@
 """F7 attacked with real sandboxes and real git: a held file written through another name.
 
 The attack (issue 12, item 4): one run makes a file that is not held yet (`.envrc` gets
-no placeholder; `.pre-commit-config.yaml` none while no hook names pre-commit) and a hard
+no stand-in; `.pre-commit-config.yaml` none while no hook names pre-commit) and a hard
 link to it under an innocent name; every later run holds the file read only at its path,
 but writes it through the other name. The same with a hook or git's settings inside a
 `.git` made by a run whose dot files were open. Every later run is refused at launch

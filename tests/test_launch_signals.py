@@ -3,7 +3,7 @@ means the program never starts, and the exit status is 128+N; one sent after is 
 on to the program (tests/test_files_attacks.py: test_sigterm_to_launcher_reaches_program).
 
 Each moment is reached for certain, not by timing: the launcher waiting on the
-placeholder index's lock (held by the test), a bubblewrap that signals its launcher
+stand-ins' index lock (held by the test), a bubblewrap that signals its launcher
 as it starts, and one that does so once the sandbox exists and the init is waiting for
 its go-ahead. The program would leave a marker: it must never appear.
 """
@@ -202,4 +202,4 @@ def test_a_stop_signal_while_the_launcher_holds_dot_files_means_the_program_neve
             end_run(run)
     assert run.returncode == 143, stderr
     assert not marker.exists()
-    assert listing(written) == before  # its placeholders were made and taken away
+    assert listing(written) == before  # its stand-ins were made and taken away

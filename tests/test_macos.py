@@ -327,7 +327,7 @@ def _linux(policy: Policy, path: str, held: set[str]) -> tuple[bool, bool]:
 def test_the_evaluator_agrees_with_the_linux_backend(name: str, tmp_path: Path) -> None:
     policy, probes = _tree(tmp_path, **MADE[name])
     found = find(policy, {"HOME": str(tmp_path)})
-    held = {*found.held, *found.placeholders}
+    held = {*found.held, *found.standins}
     made = profile(policy, proxy_port=40781, system=())
     rules = evaluate(made.text, dict(made.parameters))
     differ = []
@@ -345,7 +345,7 @@ def test_the_example_specs_mean_the_same_on_both(tmp_path: Path) -> None:
         if policy.endpoints:
             continue  # refused on macOS (BY_DESIGN)
         found = find(policy, {"HOME": str(tmp_path)})
-        held = {*found.held, *found.placeholders}
+        held = {*found.held, *found.standins}
         made = profile(policy, proxy_port=40781, system=())
         rules = evaluate(made.text, dict(made.parameters))
         folder = os.path.dirname(policy.spec)
@@ -366,7 +366,7 @@ def test_the_by_design_differences_are_as_listed(tmp_path: Path) -> None:
     real = policy.settings.removesuffix("/lnk")
     os.remove(f"{real}/src/app/.envrc")
     found = find(policy, {"HOME": str(tmp_path)})
-    held = {*found.held, *found.placeholders}
+    held = {*found.held, *found.standins}
     made = profile(policy, proxy_port=40781, system=())
     rules = evaluate(made.text, dict(made.parameters))
     path = f"{real}/src/app/.envrc"

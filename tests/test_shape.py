@@ -114,9 +114,10 @@ def test_each_known_exception_is_still_over_the_limit() -> None:
                                                           "\n".join(stale)))
 
 
-def test_the_clis_table_has_a_row_for_every_verb_of_its_usage() -> None:
-    """The verbs' if-chain became a table (lnk_wrap.cli._VERBS) in this step: a verb the
-    usage lists and the table lacks would be refused as a usage mistake, silently."""
+def test_the_clis_table_has_a_row_for_every_command_of_its_usage() -> None:
+    """The commands' if-chain became a table (lnk_wrap.cli._COMMANDS) in this step: a
+    command the usage lists and the table lacks would be refused as a usage mistake,
+    silently."""
     from lnk_wrap import cli, usage
 
-    assert set(usage.verbs(cli.__doc__ or "")) - {"mcp-remote"} == set(cli._VERBS)
+    assert set(usage.commands(cli.__doc__ or "")) - {"mcp-remote"} == set(cli._COMMANDS)

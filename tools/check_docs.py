@@ -74,6 +74,9 @@ EDITED: dict[str, str] = {
         "false since c432b59: the filter is the proxy's, the relay imports it (record 0041)",
     "Not tested: the TUIs":
         "edited before this step, at the split (the harness record's 'Not tested' line)",
+    "One exception type per parser: `SpecError` (`file: key: reason`; the TOML reader's":
+        "an identifier renamed (record 0040): the dot files' `PlaceholderError` is "
+        "`StandInError`",
 }
 
 # A token (a backticked word or a line of a fenced block) of the old file rewritten on

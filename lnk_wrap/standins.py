@@ -1,10 +1,10 @@
-"""Placeholders: what stands in for a missing dot file during a run, and who holds it.
+"""Stand-ins: what stands in for a missing dot file during a run, and who holds it.
 
 A write grant lets a program make a .git that was not there, and a mount covers only
 what exists. So the launcher puts an empty folder (or, for a settings file git reads,
 an empty file) there for the run, and the mount plan binds it read only. Removing one
 that another live sandbox on the same folder has mounted over would undo that mount in
-its namespace (the kernel detaches mounts on a removed folder), so each placeholder is
+its namespace (the kernel detaches mounts on a removed folder), so each stand-in is
 listed here with the runs holding it, and is removed only when no live run holds it,
 and only while it is still the empty one that was made (same device and inode, still
 empty). Nothing is ever removed that cannot be shown to be ours.
@@ -15,7 +15,7 @@ Layout, in Link's settings folder (hidden in every sandbox):
                               is gone, a reused pid has no lock, a reboot clears all); the
                               text (pid, start, boot) is for people.
   sandbox/placeholders/lock   taken (flock) around every read-change-write of the index.
-  sandbox/placeholders/index  one line per placeholder: `KIND DEV INO RUNS PATH`, RUNS a
+  sandbox/placeholders/index  one line per stand-in: `KIND DEV INO RUNS PATH`, RUNS a
                               comma list of run ids ("-" for none), PATH last with `\\`
                               and newline escaped. A line whose DEV is "-" was being made
                               when its run stopped (the intent is written first, so a
@@ -23,9 +23,14 @@ Layout, in Link's settings folder (hidden in every sandbox):
 
 Stale entries (runs killed by SIGKILL or a power loss) are swept by the next run that
 takes the lock. The index is written to a temporary file and renamed over; the intent
-is synced to disk before any placeholder is made.
+is synced to disk before any stand-in is made.
 
-PlaceholderError is the only exception that leaves this module for a refusal.
+The person sees these called "placeholders": the folder `sandbox/placeholders/` (runs in
+flight read its index), `lnk-sandbox check`'s list and `--json` key, and the notes and
+refusals below. Those words are user-visible and keep their spelling; in the code a
+placeholder is only a stand-in key or secret (docs/glossary.md).
+
+StandInError is the only exception that leaves this module for a refusal.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ TYPE_CHECKING = False  # the typing module costs an import at every start
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-__all__ = ["FILE", "FOLDER", "PlaceholderError", "Run", "hold", "index_entries", "index_exists",
+__all__ = ["FILE", "FOLDER", "Run", "StandInError", "hold", "index_entries", "index_exists",
            "release"]
 
 FOLDER = "folder"
@@ -47,10 +52,13 @@ FILE = "file"
 _KINDS = (FOLDER, FILE)
 _NO_RUNS = "-"
 _RUN_ID_LENGTH = 16  # hex digits of 8 random bytes
+# The index's folder in Link's settings keeps its first name: runs in flight read it,
+# and `check` shows it.
+_INDEX_FOLDER = "placeholders"
 
 
-class PlaceholderError(Exception):
-    """A placeholder cannot be put in place; nothing runs."""
+class StandInError(Exception):
+    """A stand-in cannot be put in place; nothing runs."""
 
 
 def _sandbox_folder(settings: str, *parts: str) -> str:
@@ -60,7 +68,7 @@ def _sandbox_folder(settings: str, *parts: str) -> str:
 def _ensure_folder(path: str) -> None:
     os.makedirs(path, mode=0o700, exist_ok=True)
     if os.path.islink(path) or not os.path.isdir(path):
-        raise PlaceholderError(f"{path} is not a folder")
+        raise StandInError(f"{path} is not a folder")
 
 
 class Run:
@@ -189,7 +197,7 @@ class _Index:
 
     def __init__(self, settings: str) -> None:
         self.settings = settings
-        self.folder = _sandbox_folder(settings, "placeholders")
+        self.folder = _sandbox_folder(settings, _INDEX_FOLDER)
         self.lock_fd = -1
         self.entries: dict[str, _Entry] = {}
         self.notes: list[str] = []
@@ -212,7 +220,7 @@ class _Index:
 
     def save(self, *, durable: bool = False) -> None:
         """Write the index whole and rename it over the old one. `durable` syncs it
-        first: only the intent written before placeholders are made needs to survive a
+        first: only the intent written before stand-ins are made needs to survive a
         power loss (a lost later write leaves lines the next run sweeps, never an
         orphan), and each sync costs a journal commit (2-4 ms here)."""
         final = os.path.join(self.folder, "index")
@@ -234,7 +242,7 @@ class _Index:
                 os.close(folder)
 
     def sweep(self, leaving: str = "") -> list[str]:
-        """Drop dead runs (and `leaving`) from every entry; remove each placeholder no
+        """Drop dead runs (and `leaving`) from every entry; remove each stand-in no
         live run holds, if it is still ours. Returns a note for each one left in place."""
         notes: list[str] = []
         alive: dict[str, bool] = {}
@@ -254,7 +262,7 @@ class _Index:
 
 
 def _remove_if_ours(path: str, entry: _Entry) -> str:
-    """Remove the placeholder at `path` if it is still the empty one made; else a note."""
+    """Remove the stand-in at `path` if it is still the empty one made; else a note."""
     try:
         info = os.lstat(path)
     except FileNotFoundError:
@@ -276,7 +284,7 @@ def _remove_if_ours(path: str, entry: _Entry) -> str:
 
 
 def _make(path: str, kind: str) -> os.stat_result | None:
-    """Make the empty placeholder; None when nothing may be made there (so the program,
+    """Make the empty stand-in; None when nothing may be made there (so the program,
     which has fewer rights than this launcher, cannot make it either)."""
     parent, name = os.path.split(path)
     try:
@@ -299,18 +307,18 @@ def _make(path: str, kind: str) -> os.stat_result | None:
 
 
 def index_exists(settings: str) -> bool:
-    return os.path.exists(_sandbox_folder(settings, "placeholders", "index"))
+    return os.path.exists(_sandbox_folder(settings, _INDEX_FOLDER, "index"))
 
 
 def hold(settings: str, run: Run | None, wanted: dict[str, str],
          present: dict[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
-    """Put each wanted placeholder in place (or join the live runs already holding it),
-    and join every placeholder another run made that is among the `present` paths (held
+    """Put each wanted stand-in in place (or join the live runs already holding it),
+    and join every stand-in another run made that is among the `present` paths (held
     as found): removing it at that run's end would undo this run's mount. With nothing
     wanted and no run, only sweep what killed runs left.
 
     Returns (path → kind of every wanted path now in place, to bind read only; notes to
-    say). Something found where a placeholder goes (made meanwhile) is returned too and
+    say). Something found where a stand-in goes (made meanwhile) is returned too and
     bound read only as found, but is not ours; a link there is refused.
     """
     in_place: dict[str, str] = {}
@@ -321,7 +329,7 @@ def hold(settings: str, run: Run | None, wanted: dict[str, str],
         notes = index.notes + index.sweep()
         if run is None:
             if wanted:
-                raise PlaceholderError("placeholders are wanted but the run has no identity")
+                raise StandInError("placeholders are wanted but the run has no identity")
             if len(index.entries) != before:
                 index.save()
             return in_place, notes
@@ -339,7 +347,7 @@ def hold(settings: str, run: Run | None, wanted: dict[str, str],
             except FileNotFoundError:
                 info = None
             if info is not None and stat.S_ISLNK(info.st_mode):
-                raise PlaceholderError(
+                raise StandInError(
                     f"{path} is a link where a placeholder goes; the program could point it "
                     "elsewhere; refusing"
                 )
@@ -366,7 +374,7 @@ def hold(settings: str, run: Run | None, wanted: dict[str, str],
                 del index.entries[path]
                 if os.path.islink(path):
                     index.save()
-                    raise PlaceholderError(
+                    raise StandInError(
                         f"{path} became a link where a placeholder goes; refusing"
                     ) from None
                 in_place[path] = entry.kind
@@ -390,7 +398,7 @@ def _same(path: str, entry: _Entry) -> bool:
 
 
 def release(settings: str, run: Run) -> list[str]:
-    """Let go of this run's placeholders; remove those no live run holds any more."""
+    """Let go of this run's stand-ins; remove those no live run holds any more."""
     with _Index(settings) as index:
         notes = index.sweep(leaving=run.id)
         index.save()
@@ -398,9 +406,9 @@ def release(settings: str, run: Run) -> list[str]:
 
 
 def index_entries(settings: str) -> Iterator[tuple[str, str, list[str]]]:
-    """(path, kind, runs) of every listed placeholder, for `check` and the tests."""
+    """(path, kind, runs) of every listed stand-in, for `check` and the tests."""
     try:
-        with open(_sandbox_folder(settings, "placeholders", "index"), encoding="utf-8",
+        with open(_sandbox_folder(settings, _INDEX_FOLDER, "index"), encoding="utf-8",
                   errors="surrogateescape") as handle:
             entries, _ = _parse_index(handle.read())
     except FileNotFoundError:

@@ -1,4 +1,8 @@
-"""The placeholder index and run liveness, on the real file system (no sandbox needed)."""
+"""The stand-ins' index and run liveness, on the real file system (no sandbox needed).
+
+The notes and refusals asserted keep the user-visible word "placeholder" (lnk_wrap.standins
+says why).
+"""
 
 from __future__ import annotations
 
@@ -10,12 +14,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lnk_wrap import placeholders
-from lnk_wrap.placeholders import (
+from lnk_wrap import standins
+from lnk_wrap.standins import (
     FILE,
     FOLDER,
-    PlaceholderError,
     Run,
+    StandInError,
     _Entry,
     _format_index,
     _parse_index,
@@ -65,7 +69,7 @@ def _dead_run(settings_root: str, run_id: str) -> None:
     (runs / run_id).write_text("pid 1\n")  # a file nobody holds locked: its run is gone
 
 
-def test_a_dead_runs_placeholders_are_swept_and_its_file_removed(tmp_path: Path) -> None:
+def test_a_dead_runs_standins_are_swept_and_its_file_removed(tmp_path: Path) -> None:
     settings_root = str(tmp_path / "lnk")
     work = tmp_path / "w"
     work.mkdir()
@@ -82,7 +86,7 @@ def test_a_dead_runs_placeholders_are_swept_and_its_file_removed(tmp_path: Path)
     assert not Path(run.path).exists()
 
 
-def test_a_live_run_keeps_its_placeholders_through_anothers_sweep(tmp_path: Path) -> None:
+def test_a_live_run_keeps_its_standins_through_anothers_sweep(tmp_path: Path) -> None:
     settings_root = str(tmp_path / "lnk")
     work = tmp_path / "w"
     work.mkdir()
@@ -113,7 +117,7 @@ def test_an_intent_line_left_by_a_power_loss_is_cleaned_if_empty(tmp_path: Path)
                      "(Directory not empty); left as it is"]
 
 
-def test_a_file_placeholder_with_content_is_left(tmp_path: Path) -> None:
+def test_a_file_standin_with_content_is_left(tmp_path: Path) -> None:
     settings_root = str(tmp_path / "lnk")
     work = tmp_path / "w"
     work.mkdir()
@@ -127,13 +131,13 @@ def test_a_file_placeholder_with_content_is_left(tmp_path: Path) -> None:
     assert (work / "x.inc").read_text() == "[core]\n"
 
 
-def test_a_link_where_a_placeholder_goes_is_refused(tmp_path: Path) -> None:
+def test_a_link_where_a_standin_goes_is_refused(tmp_path: Path) -> None:
     settings_root = str(tmp_path / "lnk")
     work = tmp_path / "w"
     work.mkdir()
     (work / ".git").symlink_to(tmp_path)
     run = Run(settings_root)
-    with pytest.raises(PlaceholderError, match="is a link where a placeholder goes"):
+    with pytest.raises(StandInError, match="is a link where a placeholder goes"):
         hold(settings_root, run, {str(work / ".git"): FOLDER})
     release(settings_root, run)
     run.end()
@@ -152,12 +156,12 @@ def test_nothing_is_made_where_this_user_cannot_write(tmp_path: Path) -> None:
 def test_run_liveness_is_the_lock_not_the_pid(tmp_path: Path) -> None:
     settings_root = str(tmp_path / "lnk")
     run = Run(settings_root)
-    assert placeholders._alive(settings_root, run.id)
+    assert standins._alive(settings_root, run.id)
     # Another open file description of the same file cannot take the lock either.
     fd = os.open(run.path, os.O_RDONLY)
     with pytest.raises(BlockingIOError):
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     os.close(fd)
     run.end()
-    assert not placeholders._alive(settings_root, run.id)
-    assert not placeholders._alive(settings_root, "../../etc/passwd")
+    assert not standins._alive(settings_root, run.id)
+    assert not standins._alive(settings_root, "../../etc/passwd")
