@@ -1,23 +1,26 @@
 """`lnk-sandbox check --platform macos`: what the Seatbelt profile puts in force on a Mac,
 and which gaps stay open there.
 
-sans IO but for one look (`report`): whether this machine is a Mac with
-/usr/bin/sandbox-exec. The macOS backend has never run on a Mac: every protection listed
-as in force is what the profile generated here says (golden- and property-tested, and
-evaluated by the tests' evaluator of the profile language), not what a Mac was seen to do.
+sans IO but for two looks (`report`): whether this machine is a Mac with
+/usr/bin/sandbox-exec, and there, whether it takes the profile (`compiled`). The macOS
+backend has never run on a Mac: every protection listed as in force is what the profile
+generated here says (golden- and property-tested, and evaluated by the tests' evaluator
+of the profile language), not what a Mac was seen to do.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from typing import Any
 
 from lnk_common.policy import Policy
-from lnk_wrap.seatbelt import SANDBOX_EXEC, MacosError, profile
+from lnk_wrap.seatbelt import SANDBOX_EXEC, MacosError, profile, sandbox_exec_argv
 from lnk_wrap.seatbelt_ports import PortsError, block_port, key_of
 
-__all__ = ["MACOS_GAPS", "MACOS_IN_FORCE", "print_report", "report", "show"]
+__all__ = ["COMPILE_SECONDS", "MACOS_GAPS", "MACOS_IN_FORCE", "compiled", "print_report",
+           "report", "show"]
 
 # (protection, how the profile holds it), each from the seed's macOS lines.
 MACOS_IN_FORCE = (
@@ -74,18 +77,48 @@ def _spec(policy: Policy) -> dict[str, Any]:
             "parameters": len(made.parameters)}
 
 
-def report(policy: Policy | None = None) -> dict[str, Any]:
-    """The macOS report; `ready` only on a Mac with sandbox-exec; with a spec's policy,
-    whether it has a macOS profile."""
-    on_a_mac = sys.platform == "darwin"
-    found = on_a_mac and os.access(SANDBOX_EXEC, os.X_OK)
+# A compile of the profile on a Mac: sandbox-exec reads it and runs /usr/bin/true.
+COMPILE_SECONDS = 20
+# Where the compile's profile puts Link's settings when no spec gives them: a folder that
+# is on every Mac and holds nothing (it is hidden, as the settings are).
+_NO_SETTINGS = "/private/var/empty"
+
+
+def compiled(policy: Policy, sandbox_exec: str = SANDBOX_EXEC) -> tuple[bool, str]:
+    """Whether this Mac's sandbox-exec takes the profile of `policy` and runs
+    /usr/bin/true under it; else its last line of complaint. The first thing a Mac
+    confirms (record 0042): nothing else here has met a real profile compiler."""
+    try:
+        made = profile(policy, proxy_port=block_port(0) if policy.needs_proxy() else None)
+        argv = sandbox_exec_argv(made, ["/usr/bin/true"])
+    except MacosError as error:
+        return False, str(error)
+    argv[0] = sandbox_exec
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=COMPILE_SECONDS,
+                              check=False, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return False, f"{sandbox_exec}: {error}"
+    said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+    return done.returncode == 0, "" if done.returncode == 0 else said
+
+
+def report(policy: Policy | None = None, *, on_a_mac: bool = sys.platform == "darwin",
+           sandbox_exec: str = SANDBOX_EXEC) -> dict[str, Any]:
+    """The macOS report; `ready` only on a Mac whose sandbox-exec takes the profile (the
+    spec's, or one of no grant); with a spec's policy, whether it has a macOS profile."""
+    found = on_a_mac and os.access(sandbox_exec, os.X_OK)
     spec = {} if policy is None else {"spec": _spec(policy)}
-    return {**spec,
+    compile_found: dict[str, Any] = {}
+    if found:
+        taken, why = compiled(policy or Policy(settings=_NO_SETTINGS), sandbox_exec)
+        compile_found = {"profile_compiles": taken, **({"why": why} if why else {})}
+    return {**spec, **compile_found,
         "platform": "macos",
         "backend": "Seatbelt (sandbox-exec)",
         "this_machine": ("a Mac, with sandbox-exec" if found else "a Mac without sandbox-exec"
                          if on_a_mac else "not a Mac: the profile is generated here only"),
-        "ready": found,
+        "ready": bool(found and compile_found.get("profile_compiles")),
         "tested_on_a_mac": False,
         "in_force": [{"protection": name, "how": how} for name, how in MACOS_IN_FORCE],
         "open": [{"gap": name, "why": why} for name, why in MACOS_GAPS],
@@ -98,6 +131,10 @@ def show(found: dict[str, Any]) -> str:
     lines += [f"  {item['protection']}: {item['how']}" for item in found["in_force"]]
     lines.append("open on a Mac:")
     lines += [f"  {item['gap']}: {item['why']}" for item in found["open"]]
+    if "profile_compiles" in found:
+        lines.append("this Mac's sandbox-exec " + (
+            "takes the profile" if found["profile_compiles"]
+            else f"refuses the profile: {found['why']}"))
     spec = found.get("spec")
     if spec is not None:
         lines.append(f"{spec['file']}: " + (

@@ -808,3 +808,24 @@ def test_N1_a_port_is_reached_only_when_the_policy_names_it(policy: Policy, port
         assert not rules.may_connect(named) or named in policy.localhost_ports
     assert not rules.may_listen(40781) and not rules.may_listen(40791)
     assert rules.may_listen(port) == (policy.open_pages and port not in (40781, 40791))
+
+
+def test_on_a_mac_check_compiles_the_profile_and_says_what_sandbox_exec_said(
+        tmp_path: Path) -> None:
+    """No Mac here: sandbox-exec is a fake (one that runs the command, one that refuses
+    the profile as the compiler would), and the report is asked as on a Mac."""
+    takes = tmp_path / "takes"
+    takes.write_text('#!/bin/sh\nwhile [ "$1" != "--" ]; do shift; done\nshift\nexec "$@"\n')
+    refuses = tmp_path / "refuses"
+    refuses.write_text("#!/bin/sh\necho 'sandbox-exec: unbound variable: file-link' >&2\n"
+                       "exit 65\n")
+    for fake in (takes, refuses):
+        fake.chmod(0o755)
+    found = check_macos.report(on_a_mac=True, sandbox_exec=str(takes))
+    assert found["ready"] and found["profile_compiles"] and "why" not in found
+    found = check_macos.report(Policy(settings="/s", name="w", network="proxy"),
+                               on_a_mac=True, sandbox_exec=str(refuses))
+    assert not found["ready"] and not found["profile_compiles"]
+    assert found["why"] == "sandbox-exec: unbound variable: file-link"
+    assert "refuses the profile: sandbox-exec: unbound variable" in check_macos.show(found)
+    assert not check_macos.report(on_a_mac=True, sandbox_exec=str(tmp_path / "none"))["ready"]
