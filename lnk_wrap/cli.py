@@ -120,8 +120,8 @@ Verbs:
           host, refused socket families), each held or OPEN, with what this machine
           lacks; exit 0 only when every one held (1: one is open). For the platform
           macos: what the Seatbelt profile puts in force on a Mac, and what stays
-          open there, and whether the spec has a macOS profile (exit 1 on a machine
-          that is not a Mac).
+          open there, and whether the spec has a macOS profile (exit 0 only on a Mac
+          whose sandbox-exec takes the profile).
 
 Options:
   --spec=FILE   The spec (TOML) that says what the sandbox may touch.
