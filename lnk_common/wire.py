@@ -431,6 +431,18 @@ class Wire:
             return "kill-switch"
         return "pause" if wirestate.paused(self.settings, self.wire) is not None else ""
 
+    def taken_away(self) -> list[asyncio.Task[None]]:
+        """The open calls whose way out was taken away since they were allowed (a
+        proxy's: a host `lnk-sandbox disallow` took from the wire's additions); asked
+        by the process's watch, from its thread. None here."""
+        return []
+
+    def end_calls(self, tasks: list[asyncio.Task[None]]) -> None:
+        """Cancel those of `tasks` still open (on the loop), as close_all does."""
+        for task in tasks:
+            if task in self.open:
+                task.cancel()
+
     def close_all(self) -> None:
         for task in list(self.open):
             if task not in self.unasked:

@@ -15,7 +15,9 @@ log from its start. The line format is stable (docs/decisions/0010-the-wire-filt
 TIME is UTC; EVENT one of allowed, ended, refused, paused (the wire paused by its proxy,
 TARGET "-", the reason in DETAIL), started and exited (a run of the wire began, and its
 command exited: written by the launcher, lnk_wrap.runs, TARGET "-", DETAIL `run=ID
-pid=PID` and `run=ID status=N seconds=S`: the runs of one wire told apart); TARGET
+pid=PID` and `run=ID status=N seconds=S`: the runs of one wire told apart), changed
+(the person changed the wire's additions: `lnk-sandbox allow`, `disallow`; TARGET the
+host, or "-" for `--clear`, DETAIL `change=allow|disallow|clear by=USER(uid N)`); TARGET
 host:port (an IPv6 address in brackets, "-" when the head was refused before a target
 was read); DETAIL key=value pairs, the reason last and whole. Tabs, newlines and other
 control characters in any field are written as \\xNN; a line is at most MAX_LINE_BYTES.
@@ -58,7 +60,7 @@ from lnk_common.boundedlog import (
 __all__ = ["EVENTS", "REASON_CLASS_CHARS", "WireLog", "fold_key", "log_path", "parse_line",
            "printable", "reason_class"]
 
-EVENTS = ("allowed", "ended", "refused", "paused", "started", "exited")
+EVENTS = ("allowed", "ended", "refused", "paused", "started", "exited", "changed")
 
 
 def log_path(settings: str, wire: str) -> str:

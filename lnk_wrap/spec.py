@@ -18,6 +18,7 @@ import os
 import pwd
 
 from lnk_common import endpoints as endpoint_plan
+from lnk_common.hostentry import HostEntryError, is_host_entry, normal_host_entry
 from lnk_common.policy import (
     DEFAULT_PAUSE,
     FIELDS,
@@ -689,21 +690,6 @@ def _pause(context: _Context, section: dict[str, Any] | None) -> tuple[int, int,
     return refusals, targets, window
 
 
-# A host of [network] hosts: a name (letters, digits, '-', '_' labels), or `*.` and a
-# domain, and an optional port. `*` alone is the whole network: refused. Compiled when a
-# spec names a host (`re` costs 6 ms of a start that names none).
-_HOST_ENTRY = (
-    r"(\*\.)?([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)*[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.?"
-    r"(:[0-9]{1,5})?"
-)
-
-
-def _is_host_entry(text: str) -> bool:
-    import re
-
-    return re.fullmatch(_HOST_ENTRY, text) is not None
-
-
 def _network(context: _Context, section: dict[str, Any] | None) -> tuple[str, tuple[str, ...]]:
     if section is None:
         return "none", ()
@@ -718,19 +704,10 @@ def _network(context: _Context, section: dict[str, Any] | None) -> tuple[str, tu
         if mode != "proxy":
             raise SpecError(context.file, "network.hosts",
                             "hosts are reached through the proxy: set mode = \"proxy\"")
-        text = entry.lower()
-        if text in ("*", "*.") or text.startswith("*:"):
-            raise SpecError(context.file, key,
-                            "\"*\" is every host: the network itself, not a list; name "
-                            "the hosts, or `*.domain` for the names under one")
-        if len(text) > 260 or not _is_host_entry(text):
-            raise SpecError(context.file, key,
-                            f"{entry!r} is not a host name, `*.domain`, or either with :port")
-        name, _, port = text.partition(":")
-        if port and not 1 <= int(port) <= 65535:
-            raise SpecError(context.file, key, f"port {port} out of range")
-        name = name.rstrip(".")
-        normalised = f"{name}:{int(port)}" if port else name
+        try:  # the one rule, which `lnk-sandbox allow` reads too
+            normalised = normal_host_entry(entry)
+        except HostEntryError as error:
+            raise SpecError(context.file, key, str(error)) from None
         if normalised not in hosts:
             hosts.append(normalised)
     if len(hosts) > MAX_PATHS_PER_KEY:
@@ -787,7 +764,7 @@ def _entries(context: _Context, key: str, raw: object, *, lan: bool) -> tuple[st
             if lan and host.startswith("*."):
                 raise SpecError(context.file, where,
                                 f"{entry!r}: a [lan] host is one machine, not `*.domain`")
-            if len(host) > 254 or not _is_host_entry(host) or host in ("localhost",):
+            if len(host) > 254 or not is_host_entry(host) or host in ("localhost",):
                 raise SpecError(context.file, where,
                                 f"{entry!r} is not a host name"
                                 + ("" if lan else " or `*.domain`") + " with :port")

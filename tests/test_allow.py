@@ -1,0 +1,265 @@
+"""`lnk-sandbox allow` / `disallow` / `allowed` on a running wire, attacked for real: real
+sandboxes, their proxy, curl and Python clients against the test hosts
+(tests/testnet.py); the pure reading of the file is tests/test_additions.py."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import (
+    LNK_SANDBOX,
+    SANDBOX_TIMEOUT_SECONDS,
+    RunSandbox,
+    WriteSpec,
+    end_run,
+    toml_list,
+    wait_until,
+)
+from tests.test_files_attacks import Q
+from tests.testnet import ORIGIN_ADDRESS, _machine_address
+
+PYTHON = "/usr/bin/python3"
+
+
+def lnk(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([LNK_SANDBOX, *args], env=env, capture_output=True, text=True,
+                          timeout=SANDBOX_TIMEOUT_SECONDS, check=False)
+
+
+def wire_spec(write_spec: WriteSpec, testnet: Path, name: str, marks: Path | None = None,
+              hosts: str = '"allowed.lnkt", "allowed.lnkt:7"') -> Path:
+    write = f"write = {toml_list(marks)}\n" if marks is not None else ""
+    return write_spec(f'name = "{name}"\n[files]\nread = {toml_list(testnet)}\n{write}'
+                      f'[network]\nmode = "proxy"\nhosts = [{hosts}]\n')
+
+
+def wire_folder(env: dict[str, str], wire: str) -> Path:
+    return Path(env["LNK_HOME"]) / "sandbox" / "wires" / wire
+
+
+def curl_code(run_sandbox: RunSandbox, spec: Path, env: dict[str, str], url: str) -> str:
+    return run_sandbox(spec, "curl", "-s", "-o", "/dev/null", "-m", "5", "-w", "%{http_code}",
+                       url, env=env).stdout
+
+
+_STEPS = """
+m={marks}
+code() {{ curl -s -o /dev/null -m 5 -w '%{{http_code}}' http://denied.lnkt/ok; }}
+code > $m/first.tmp && mv $m/first.tmp $m/first
+while [ ! -e $m/allowed ]; do sleep 0.02; done
+code > $m/second.tmp && mv $m/second.tmp $m/second
+while [ ! -e $m/disallowed ]; do sleep 0.02; done
+code > $m/third
+"""
+
+
+def test_allow_is_taken_at_the_next_call_and_disallow_too_without_a_restart(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    spec = wire_spec(write_spec, testnet, "live", marks)
+    run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", "/bin/sh", "-c",
+                            _STEPS.format(marks=Q(str(marks)))], env=sandbox_env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_until(lambda: (marks / "first").exists() and (marks / "first").read_text(),
+                          "the first call") == "403"
+        allowed = lnk(sandbox_env, "allow", "live", "denied.lnkt")
+        assert allowed.returncode == 0, allowed.stderr
+        (marks / "allowed").touch()
+        assert wait_until(lambda: (marks / "second").exists()
+                          and (marks / "second").read_text(), "the call after allow") == "200"
+        assert lnk(sandbox_env, "disallow", "live", "denied.lnkt").returncode == 0
+        (marks / "disallowed").touch()
+        run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    finally:
+        end_run(run)
+    assert (marks / "third").read_text() == "403"
+    lines = [line.split("\t") for line in (wire_folder(sandbox_env, "live") / "log")
+             .read_text().splitlines()]
+    changed = [fields[2:] for fields in lines if fields[1] == "changed"]
+    assert [target for target, _ in changed] == ["denied.lnkt", "denied.lnkt"]
+    assert [detail.split()[0] for _, detail in changed] == ["change=allow", "change=disallow"]
+    assert all(re.fullmatch(r"change=\w+ by=\S+ uid=[0-9]+", detail) for _, detail in changed)
+    calls = [fields[1:3] for fields in lines if fields[2] == "denied.lnkt:80"]
+    assert calls[0] == ["refused", "denied.lnkt:80"]
+    assert ["allowed", "denied.lnkt:80"] in calls and calls[-1] == ["refused", "denied.lnkt:80"]
+
+
+_TUNNELS = """
+import socket, sys, time
+def tunnel(name):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+    s.sendall(f"CONNECT {name}:7 HTTP/1.1\\r\\nHost: {name}:7\\r\\n\\r\\n".encode())
+    assert b" 200 " in s.recv(4096)
+    s.sendall(b"x")
+    assert s.recv(10)
+    return s
+added, listed = tunnel("denied.lnkt"), tunnel("allowed.lnkt")
+open(sys.argv[1], "w").write("open")
+added.settimeout(30)
+try:
+    while True:
+        added.sendall(b"x" * 1024)
+        if not added.recv(65536):
+            break
+except OSError:
+    pass
+closed = time.time()
+listed.sendall(b"still")
+print(closed, listed.recv(100).decode())
+"""
+
+
+def test_an_open_tunnel_to_a_host_taken_away_is_closed_within_a_second(
+    write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str], tmp_path: Path,
+    run_sandbox: RunSandbox,
+) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    spec = wire_spec(write_spec, testnet, "taken", marks, hosts='"allowed.lnkt:7"')
+    run_sandbox(spec, "true", env=sandbox_env)  # the wire has run: it may be added to
+    assert lnk(sandbox_env, "allow", "taken", "denied.lnkt:7").returncode == 0
+    opened = marks / "open"
+    run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", PYTHON, "-I",
+                            "-c", _TUNNELS, str(opened)], env=sandbox_env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(opened.exists, "both tunnels carrying data")
+        assert lnk(sandbox_env, "disallow", "taken", "denied.lnkt:7").returncode == 0
+        taken_at = (wire_folder(sandbox_env, "taken") / "allowed").stat().st_mtime
+        stdout, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    finally:
+        end_run(run)
+    closed, alive = stdout.split()
+    elapsed = float(closed) - taken_at
+    print(f"disallow: the tunnel closed {elapsed:.3f} s after the file changed")
+    assert elapsed < 1.0, (elapsed, stderr)
+    assert alive == "still"  # the spec's own host's tunnel was left open
+
+
+def test_the_refused_line_says_the_allow_command_that_lets_the_call_through(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str],
+) -> None:
+    spec = wire_spec(write_spec, testnet, "advised")
+    assert curl_code(run_sandbox, spec, sandbox_env, "http://denied.lnkt/ok") == "403"
+    # A provider's API host: the model verb is the way, not an addition (refused by name,
+    # before any lookup).
+    assert curl_code(run_sandbox, spec, sandbox_env, "https://api.anthropic.com/") == "000"
+    # An address: the command names it, unless it is this machine's (allow refuses that).
+    assert curl_code(run_sandbox, spec, sandbox_env, f"http://{ORIGIN_ADDRESS}/ok") == "403"
+    assert curl_code(run_sandbox, spec, sandbox_env, f"http://{_machine_address()}/") == "403"
+    shown = lnk(sandbox_env, "log", "advised", "--refused").stdout
+    assert f"`lnk-sandbox allow advised {ORIGIN_ADDRESS}` lets it through" in shown
+    mine = next(line for line in shown.splitlines() if f"{_machine_address()}:80" in line)
+    assert "is not in this sandbox's hosts" in mine and "lnk-sandbox allow" not in mine
+    command = re.search(r"`(lnk-sandbox allow advised [^`]+)` lets it through", shown)
+    assert command is not None, shown
+    assert command.group(1) == "lnk-sandbox allow advised denied.lnkt"
+    provider = next(line for line in shown.splitlines() if "api.anthropic.com:443" in line)
+    assert "[verbs] model" in provider and "lnk-sandbox allow" not in provider
+    words = shlex.split(command.group(1))
+    done = subprocess.run([LNK_SANDBOX, *words[1:]], env=sandbox_env, capture_output=True,
+                          text=True, timeout=SANDBOX_TIMEOUT_SECONDS, check=False)
+    assert done.returncode == 0, done.stderr
+    # Kept for the wire's next start, which says so.
+    result = run_sandbox(spec, "curl", "-s", "-m", "5", "http://denied.lnkt/ok",
+                         env=sandbox_env)
+    assert result.stdout == "fine\n"
+    assert "may also reach what `lnk-sandbox allow` added: denied.lnkt" in result.stderr
+    shown = json.loads(lnk(sandbox_env, "allowed", "advised", "--json").stdout)
+    assert [entry["host"] for entry in shown["hosts"]] == ["denied.lnkt"]
+    assert set(shown["hosts"][0]) == {"host", "added", "by"}
+
+
+def test_an_added_host_gets_every_check_a_listed_host_gets(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str],
+) -> None:
+    """self-lo.lnkt resolves to 127.0.0.1: added, its calls are refused for the address,
+    as a listed host's are."""
+    spec = wire_spec(write_spec, testnet, "checked")
+    run_sandbox(spec, "true", env=sandbox_env)
+    assert lnk(sandbox_env, "allow", "checked", "self-lo.lnkt").returncode == 0
+    result = run_sandbox(spec, "curl", "-s", "-m", "5", "http://self-lo.lnkt/",
+                         env=sandbox_env)
+    assert result.stdout == "self-lo.lnkt resolves to 127.0.0.1 is this machine (loopback)\n"
+
+
+def test_a_broken_additions_file_lets_nothing_more_through_and_says_why(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str],
+) -> None:
+    spec = wire_spec(write_spec, testnet, "broken")
+    run_sandbox(spec, "true", env=sandbox_env)
+    (wire_folder(sandbox_env, "broken") / "allowed").write_bytes(
+        b'{"version": 1, "hosts": [{"host": "denied.lnkt"}, {"host": "*"}]}')
+    assert curl_code(run_sandbox, spec, sandbox_env, "http://denied.lnkt/ok") == "403"
+    shown = lnk(sandbox_env, "log", "broken", "--refused").stdout
+    assert "the wire's additions cannot be taken" in shown, shown
+    assert lnk(sandbox_env, "allowed", "broken").returncode == 125
+
+
+@pytest.mark.parametrize("host", ["*", "*.", "127.0.0.1", "169.254.169.254", "localhost",
+                                  "not a host", "a..b", "x.example.com:0",
+                                  "api.anthropic.com", "*.googleapis.com", "MACHINE"])
+def test_bad_input_is_one_line_and_changes_nothing(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str],
+    host: str,
+) -> None:
+    host = _machine_address() if host == "MACHINE" else host
+    spec = wire_spec(write_spec, testnet, "strict")
+    run_sandbox(spec, "true", env=sandbox_env)
+    assert lnk(sandbox_env, "allow", "strict", "kept.example.com").returncode == 0
+    folder = wire_folder(sandbox_env, "strict")
+    before = ((folder / "allowed").read_bytes(), (folder / "log").read_bytes())
+    refused = lnk(sandbox_env, "allow", "strict", host)
+    assert refused.returncode == 125
+    assert refused.stderr.count("\n") == 1 and "nothing changed" in refused.stderr, refused
+    assert "Traceback" not in refused.stderr
+    if host.startswith("api.") or host.endswith("googleapis.com"):
+        assert "[verbs] model" in refused.stderr
+    assert ((folder / "allowed").read_bytes(), (folder / "log").read_bytes()) == before
+
+
+def test_an_unknown_wire_or_a_host_not_added_is_refused_and_nothing_written(
+    sandbox_env: dict[str, str],
+) -> None:
+    for args in (("allow", "never-ran", "docs.example.com"), ("allow", "../x", "a.com"),
+                 ("disallow", "never-ran", "--clear"), ("allowed", "never-ran")):
+        refused = lnk(sandbox_env, *args)
+        assert refused.returncode == 125 and refused.stderr.count("\n") == 1, refused
+    assert not (Path(sandbox_env["LNK_HOME"]) / "sandbox").exists()
+    wire_folder(sandbox_env, "ran").mkdir(parents=True)
+    refused = lnk(sandbox_env, "disallow", "ran", "docs.example.com")
+    assert refused.returncode == 125 and "not among its additions" in refused.stderr
+
+
+def test_nothing_inside_can_read_or_change_the_additions(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str],
+) -> None:
+    settings = Path(sandbox_env["LNK_HOME"])
+    spec = wire_spec(write_spec, testnet, "hidden")
+    run_sandbox(spec, "true", env=sandbox_env)
+    assert lnk(sandbox_env, "allow", "hidden", "docs.example.com").returncode == 0
+    added = wire_folder(sandbox_env, "hidden") / "allowed"
+    before = added.read_bytes()
+    # A spec that writes the very folder Link's settings are in: they stay hidden.
+    spec = write_spec(f'name = "hidden"\n[files]\nread = {toml_list(testnet)}\n'
+                      f"write = {toml_list(settings.parent)}\n"
+                      '[network]\nmode = "proxy"\nhosts = ["allowed.lnkt"]\n')
+    a = Q(str(added))
+    result = run_sandbox(spec, "/bin/sh", "-c",
+                         f"cat {a}; echo r=$?; echo '{{}}' > {a}; echo w=$?; "
+                         f"rm -f {a}; echo d=$?; ls {Q(str(added.parent))}; echo l=$?",
+                         env=sandbox_env)
+    assert "docs.example.com" not in result.stdout
+    for step in ("r", "w", "l"):
+        assert f"{step}=0" not in result.stdout, result.stdout
+    assert added.read_bytes() == before
