@@ -193,13 +193,13 @@ def allowed(settings: str, wire: str, *, as_json: bool) -> int:
 
 
 def start_note(settings: str, wire: str) -> str:
-    """The line `run` and `wrap` say when the wire has additions, or ""."""
+    """What a start (lnk_wrap.launch) and `wrap` say when the wire has additions, or ""."""
     found = additions.added_hosts(settings, wire)
     if found.problem:
-        return f"lnk-sandbox: the wire {wire}: {found.problem}; none is taken"
+        return f"the wire {wire}: {found.problem}; none is taken"
     if not found.hosts:
         return ""
     shown = ", ".join(found.hosts[:5]) + (f" and {len(found.hosts) - 5} more"
                                           if len(found.hosts) > 5 else "")
-    return (f"lnk-sandbox: the wire {wire} may also reach what `lnk-sandbox allow` added: "
+    return (f"the wire {wire} may also reach what `lnk-sandbox allow` added: "
             f"{shown} (`lnk-sandbox allowed {wire}` shows them, `disallow` takes one away)")

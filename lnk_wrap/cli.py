@@ -397,7 +397,12 @@ def _settings_root(env: Mapping[str, str]) -> str:
 
 def _wrap(arguments: Mapping[str, object], env: Mapping[str, str], command: list[str]) -> int:
     policy = _policy(arguments, env)
-    _say_additions(policy)
+    if policy.network == "proxy":  # and the line says it again at each of its starts
+        from lnk_wrap.allow_view import start_note
+
+        note = start_note(policy.settings, policy.name)
+        if note:
+            print(f"lnk-sandbox: {note}", file=sys.stderr)
     line = wrap_line(policy, command)
     if arguments["--json"]:
         import orjson
@@ -415,7 +420,6 @@ def _run(arguments: Mapping[str, object], env: Mapping[str, str], command: list[
 
     record_signals()  # a stop signal from here on means the program never starts
     policy = _policy(arguments, env)
-    _say_additions(policy)
     given = arguments["--summary"]
     if isinstance(given, str):
         return _run_with_summary(policy, command, env, given)
@@ -493,17 +497,6 @@ def _additions(arguments: Mapping[str, object], env: Mapping[str, str],
         return allowed(settings, wire, as_json=bool(arguments["--json"]))
     except AllowError as error:
         raise CliError(str(error)) from None
-
-
-def _say_additions(policy: Policy) -> None:
-    """`run` and `wrap` say at start when the wire has additions (lnk_wrap.allow_view)."""
-    if policy.network != "proxy":
-        return
-    from lnk_wrap.allow_view import start_note
-
-    note = start_note(policy.settings, policy.name)
-    if note:
-        print(note, file=sys.stderr)
 
 
 def _log(arguments: Mapping[str, object], env: Mapping[str, str], command: list[str]) -> int:

@@ -225,6 +225,21 @@ def notice_first_run(policy: Policy, say: Callable[[str], None] = _say) -> None:
         f"files (.git, hooks, .envrc, editor settings) of {', '.join(policy.write_dot_files)}")
 
 
+def notice_additions(policy: Policy, say: Callable[[str], None] = _say) -> None:
+    """A wire with additions (`lnk-sandbox allow`) says so at every start, through `say`:
+    its proxy takes them beside the spec's hosts. The file is looked for here, before
+    its module is imported (lnk_common.additions.additions_path names the same file),
+    so a start with none costs one stat."""
+    if policy.network != "proxy" or not os.path.lexists(
+            os.path.join(policy.settings, "sandbox", "wires", policy.name, "allowed")):
+        return
+    from lnk_wrap.allow_view import start_note
+
+    note = start_note(policy.settings, policy.name)
+    if note:
+        say(note)
+
+
 def _program_pid(sandbox_pid: int) -> int | None:
     """bubblewrap's pid 1 inside reaps; the program is its child."""
     try:
@@ -436,6 +451,7 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str], *,
     check_still_holds(policy)
     check_settings_path(policy)
     ensure_settings_folder(policy.settings)
+    notice_additions(policy, notice)
     if cwd is None:
         try:
             cwd = os.getcwd()

@@ -174,7 +174,17 @@ def test_the_refused_line_says_the_allow_command_that_lets_the_call_through(
     result = run_sandbox(spec, "curl", "-s", "-m", "5", "http://denied.lnkt/ok",
                          env=sandbox_env)
     assert result.stdout == "fine\n"
-    assert "may also reach what `lnk-sandbox allow` added: denied.lnkt" in result.stderr
+    note = "lnk-sandbox: the wire advised may also reach what `lnk-sandbox allow` added: " \
+           "denied.lnkt (`lnk-sandbox allowed advised` shows them"
+    assert note in result.stderr
+    # `wrap` says it, and the kept line again at each of its starts.
+    wrapped = run_sandbox(spec, "curl", "-s", "-m", "5", "http://denied.lnkt/ok",
+                          env=sandbox_env, verb="wrap")
+    assert note in wrapped.stderr
+    kept = subprocess.run(["/bin/sh", "-c", wrapped.stdout], env=sandbox_env,
+                          capture_output=True, text=True, timeout=SANDBOX_TIMEOUT_SECONDS,
+                          check=False)
+    assert kept.stdout == "fine\n" and note in kept.stderr, kept
     shown = json.loads(lnk(sandbox_env, "allowed", "advised", "--json").stdout)
     assert [entry["host"] for entry in shown["hosts"]] == ["denied.lnkt"]
     assert set(shown["hosts"][0]) == {"host", "added", "by"}
