@@ -119,9 +119,21 @@ print(closed, listed.recv(100).decode())
 """
 
 
+def _take_away(env: dict[str, str], wire: str, how: str, host: str) -> float:
+    """Take `host` away from the wire's additions `how`; when the file changed."""
+    added = wire_folder(env, wire) / "allowed"
+    if how == "broken":  # a file that cannot be taken lets nothing more through
+        added.write_bytes(b'{"version": 1, "hosts": [')
+    else:
+        words = ("disallow", wire, host) if how == "disallow" else ("disallow", wire, "--clear")
+        assert lnk(env, *words).returncode == 0
+    return added.stat().st_mtime
+
+
+@pytest.mark.parametrize("how", ["disallow", "clear", "broken"])
 def test_an_open_tunnel_to_a_host_taken_away_is_closed_within_a_second(
     write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str], tmp_path: Path,
-    run_sandbox: RunSandbox,
+    run_sandbox: RunSandbox, how: str,
 ) -> None:
     marks = tmp_path / "marks"
     marks.mkdir()
@@ -134,16 +146,62 @@ def test_an_open_tunnel_to_a_host_taken_away_is_closed_within_a_second(
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_until(opened.exists, "both tunnels carrying data")
-        assert lnk(sandbox_env, "disallow", "taken", "denied.lnkt:7").returncode == 0
-        taken_at = (wire_folder(sandbox_env, "taken") / "allowed").stat().st_mtime
+        taken_at = _take_away(sandbox_env, "taken", how, "denied.lnkt:7")
         stdout, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
     finally:
         end_run(run)
     closed, alive = stdout.split()
     elapsed = float(closed) - taken_at
-    print(f"disallow: the tunnel closed {elapsed:.3f} s after the file changed")
+    print(f"{how}: the tunnel closed {elapsed:.3f} s after the file changed")
     assert elapsed < 1.0, (elapsed, stderr)
     assert alive == "still"  # the spec's own host's tunnel was left open
+    ended = [line for line in (wire_folder(sandbox_env, "taken") / "log").read_text()
+             .splitlines() if "\tended\tdenied.lnkt:7\t" in line]
+    assert len(ended) == 1 and "sent=" in ended[0]
+
+
+_KEPT_ALIVE = """
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", 3128), timeout=30)
+def get():
+    s.sendall(b"GET http://denied.lnkt/ok HTTP/1.1\\r\\nHost: denied.lnkt\\r\\n\\r\\n")
+    data = b""
+    while not data.endswith(b"fine\\n"):
+        chunk = s.recv(4096)
+        assert chunk, data
+        data += chunk
+get(); get()  # the second on the kept-alive lane
+open(sys.argv[1], "w").write("served")
+try:
+    left = s.recv(4096)
+except OSError:
+    left = b""
+print(time.time(), len(left))
+"""
+
+
+def test_a_kept_alive_connection_to_a_host_taken_away_is_closed_within_a_second(
+    write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str], tmp_path: Path,
+    run_sandbox: RunSandbox,
+) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    spec = wire_spec(write_spec, testnet, "lane", marks)
+    run_sandbox(spec, "true", env=sandbox_env)
+    assert lnk(sandbox_env, "allow", "lane", "denied.lnkt").returncode == 0
+    served = marks / "served"
+    run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", PYTHON, "-I",
+                            "-c", _KEPT_ALIVE, str(served)], env=sandbox_env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(served.exists, "two requests served on one connection")
+        taken_at = _take_away(sandbox_env, "lane", "disallow", "denied.lnkt")
+        stdout, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    finally:
+        end_run(run)
+    closed, left = stdout.split()
+    assert left == "0", stderr
+    assert float(closed) - taken_at < 1.0, (float(closed) - taken_at, stderr)
 
 
 def test_the_refused_line_says_the_allow_command_that_lets_the_call_through(
