@@ -222,11 +222,13 @@ def read_entries(settings: str, wire: str) -> tuple[Entry, ...]:
 
 
 def update_additions(settings: str, wire: str,
-                     change: Callable[[tuple[Entry, ...]], tuple[Entry, ...]]
-                     ) -> tuple[Entry, ...]:
+                     change: Callable[[tuple[Entry, ...]], tuple[Entry, ...]], *,
+                     replace_broken: bool = False) -> tuple[Entry, ...]:
     """Read the wire's additions, give them to `change` (a callable: entries in, entries
     out, or AdditionsError: then nothing is written) and write what it returns, all
-    under the wire's lock; the entries written."""
+    under the wire's lock; the entries written. A file that cannot be read or taken is
+    AdditionsError, unless `replace_broken` (`disallow --clear`, which replaces it
+    whole): then it reads as none."""
     import fcntl
 
     from lnk_common.filewrite import write_synced
@@ -237,7 +239,13 @@ def update_additions(settings: str, wire: str,
                    0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        entries = change(read_entries(settings, wire))
+        try:
+            found = read_entries(settings, wire)
+        except AdditionsError:
+            if not replace_broken:
+                raise
+            found = ()
+        entries = change(found)
         if len(entries) > MAX_ADDITIONS:
             raise AdditionsError(f"the wire has {MAX_ADDITIONS} additions already, the most "
                                  "it keeps: take one away first")

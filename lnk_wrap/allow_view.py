@@ -112,6 +112,11 @@ def _now() -> str:
 def allow(settings: str, wire: str, host: str) -> int:
     _wire_folder(settings, wire)
     entry = checked_host(host)
+    try:
+        additions.read_entries(settings, wire)
+    except AdditionsError as error:  # never written over: it may hold the person's own
+        raise AllowError(f"{error}; nothing changed (`lnk-sandbox disallow {wire} --clear` "
+                         "replaces it)") from None
     name, uid = _who()
     before: list[tuple[Entry, ...]] = []
 
@@ -150,12 +155,11 @@ def disallow(settings: str, wire: str, host: str | None) -> int:
         return kept
 
     try:
-        additions.update_additions(settings, wire, take)
+        additions.update_additions(settings, wire, take, replace_broken=entry is None)
     except (AdditionsError, OSError) as error:
         raise AllowError(f"the wire {wire}: {error}; nothing changed") from None
     if entry is None:
-        if taken:
-            _log_change(settings, wire, "clear", "-")
+        _log_change(settings, wire, "clear", "-")
         print(f"the wire {wire} has no additions now ({len(taken)} taken away)")
         return 0
     _log_change(settings, wire, "disallow", entry)

@@ -272,6 +272,13 @@ def test_a_broken_additions_file_lets_nothing_more_through_and_says_why(
     shown = lnk(sandbox_env, "log", "broken", "--refused").stdout
     assert "the wire's additions cannot be taken" in shown, shown
     assert lnk(sandbox_env, "allowed", "broken").returncode == 125
+    # allow never writes over it (it may hold the person's own lines); --clear replaces it.
+    refused = lnk(sandbox_env, "allow", "broken", "denied.lnkt")
+    assert refused.returncode == 125 and "disallow broken --clear` replaces it" in refused.stderr
+    assert lnk(sandbox_env, "disallow", "broken", "--clear").returncode == 0
+    assert json.loads(lnk(sandbox_env, "allowed", "broken", "--json").stdout)["hosts"] == []
+    assert lnk(sandbox_env, "allow", "broken", "denied.lnkt").returncode == 0
+    assert curl_code(run_sandbox, spec, sandbox_env, "http://denied.lnkt/ok") == "200"
 
 
 @pytest.mark.parametrize("host", ["*", "*.", "127.0.0.1", "169.254.169.254", "localhost",
