@@ -12,13 +12,20 @@ The file is JSON, whole, replaced atomically (a new file renamed over, under the
 folder's lock so that two commands at once lose neither's change):
 
     {"version": 1, "hosts": [{"host": "docs.example.com", "added": "2026-12-04T23:40:00Z",
-                              "by": "alice (uid 1000)"}]}
+                              "by": "alice (uid 1000)"}],
+     "endpoints": [{"host": "db.example.com:5432", "added": "…", "by": "…"}]}
 
-Every host is read by the spec's own rule for `[network] hosts`
-(lnk_common.hostentry.normal_host_entry) and must not be an address that is never a
-host (lnk_common.addresses). `parse_additions` (sans IO) either returns the entries or
-raises AdditionsError; a reader that cannot read or parse the file takes no additions
-at all (fails closed) and says why (`Added.problem`).
+"endpoints" (`allow --tcp`: additions to `[tcp] endpoints`) are taken at the wire's next
+start, not at the next call: an endpoint is a name given an address inside the sandbox
+and a socket listening there on its port, made before the program starts
+(lnk_common.endpoints); the launcher adds them to the plan (lnk_wrap.launch).
+
+Every host is read by the spec's own rule for `[network] hosts` and every endpoint by
+its rule for `[tcp] endpoints` (lnk_common.hostentry); a host may not be an address that
+is never a host (lnk_common.addresses), nor either a name of this machine.
+`parse_additions` (sans IO) either returns the entries or raises AdditionsError; a
+reader that cannot read or parse the file takes no additions at all (fails closed) and
+says why (`Added.problem`).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ import contextlib
 import os
 import time
 
-from lnk_common.hostentry import HostEntryError, normal_host_entry
+from lnk_common.hostentry import HostEntryError, normal_endpoint_entry, normal_host_entry
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -35,7 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FORMAT_VERSION", "MAX_ADDITIONS", "MAX_ADDITIONS_BYTES", "MAX_FIELD_CHARACTERS",
            "SETTLE_NS", "Added", "AdditionsError", "Entry", "added_hosts", "additions_path",
-           "check_host", "encode_additions", "parse_additions", "read_entries",
+           "check_endpoint", "check_host", "encode_additions", "parse_additions", "read_entries",
            "update_additions"]
 
 # The file's format; a reader refuses any other (a newer writer's file is not guessed at).
@@ -61,14 +68,16 @@ class AdditionsError(Exception):
 
 
 class Entry:
-    """One addition: the host (normalised), when it was added and by whom."""
+    """One addition: the host (normalised), when it was added and by whom; `tcp`: an
+    endpoint (`allow --tcp`, in the file's "endpoints"), not a host of [network] hosts."""
 
-    __slots__ = ("added", "by", "host")
+    __slots__ = ("added", "by", "host", "tcp")
 
-    def __init__(self, host: str, added: str, by: str) -> None:
+    def __init__(self, host: str, added: str, by: str, *, tcp: bool = False) -> None:
         self.host = host
         self.added = added
         self.by = by
+        self.tcp = tcp
 
     def as_json(self) -> dict[str, str]:
         return {"host": self.host, "added": self.added, "by": self.by}
@@ -104,6 +113,20 @@ def check_host(text: str) -> str:
     return entry
 
 
+def check_endpoint(text: str) -> str:
+    """An endpoint as `allow --tcp` takes it: the spec's rule for `[tcp] endpoints`
+    (a name and a port, never an address), and never a name of this machine. The
+    normalised entry, or AdditionsError."""
+    try:
+        entry = normal_endpoint_entry(text)
+    except HostEntryError as error:
+        raise AdditionsError(str(error)) from None
+    name = entry.rpartition(":")[0]
+    if name.endswith(".localhost"):
+        raise AdditionsError(f"{name} is this machine (loopback)")
+    return entry
+
+
 def _field(item: dict[str, object], key: str) -> str:
     value = item.get(key, "")
     if not isinstance(value, str) or len(value) > MAX_FIELD_CHARACTERS:
@@ -124,26 +147,30 @@ def parse_additions(data: bytes) -> tuple[Entry, ...]:
         raise AdditionsError("not JSON") from None
     if not isinstance(document, dict) or document.get("version") != FORMAT_VERSION:
         raise AdditionsError(f"not an object with \"version\": {FORMAT_VERSION}")
-    hosts = document.get("hosts")
-    if not isinstance(hosts, list):
-        raise AdditionsError("\"hosts\" is not a list")
-    if len(hosts) > MAX_ADDITIONS:
-        raise AdditionsError(f"more than {MAX_ADDITIONS} hosts")
-    entries: dict[str, Entry] = {}
-    for item in hosts:
-        if not isinstance(item, dict) or not isinstance(item.get("host"), str):
-            raise AdditionsError("an entry is not an object with a \"host\"")
-        host = check_host(item["host"])
-        entries.setdefault(host, Entry(host, _field(item, "added"), _field(item, "by")))
+    hosts, endpoints = document.get("hosts"), document.get("endpoints", [])
+    if not isinstance(hosts, list) or not isinstance(endpoints, list):
+        raise AdditionsError("\"hosts\" or \"endpoints\" is not a list")
+    if len(hosts) + len(endpoints) > MAX_ADDITIONS:
+        raise AdditionsError(f"more than {MAX_ADDITIONS} hosts and endpoints")
+    entries: dict[tuple[bool, str], Entry] = {}
+    for tcp, items in ((False, hosts), (True, endpoints)):
+        for item in items:
+            if not isinstance(item, dict) or not isinstance(item.get("host"), str):
+                raise AdditionsError("an entry is not an object with a \"host\"")
+            host = (check_endpoint if tcp else check_host)(item["host"])
+            entries.setdefault((tcp, host), Entry(host, _field(item, "added"),
+                                                  _field(item, "by"), tcp=tcp))
     return tuple(entries.values())
 
 
 def encode_additions(entries: tuple[Entry, ...]) -> bytes:
     import orjson
 
-    return orjson.dumps({"version": FORMAT_VERSION,
-                         "hosts": [entry.as_json() for entry in entries]},
-                        option=orjson.OPT_INDENT_2) + b"\n"
+    return orjson.dumps(
+        {"version": FORMAT_VERSION,
+         "hosts": [entry.as_json() for entry in entries if not entry.tcp],
+         "endpoints": [entry.as_json() for entry in entries if entry.tcp]},
+        option=orjson.OPT_INDENT_2) + b"\n"
 
 
 class Added:
@@ -193,7 +220,7 @@ def added_hosts(settings: str, wire: str) -> Added:
     except OSError as error:
         return Added((), f"the wire's additions cannot be read ({error.strerror})")
     try:
-        found = Added(tuple(entry.host for entry in parse_additions(data)))
+        found = Added(tuple(entry.host for entry in parse_additions(data) if not entry.tcp))
     except AdditionsError as error:
         found = Added((), f"the wire's additions cannot be taken: {error}")
     if time.time_ns() - max(read_status.st_mtime_ns, read_status.st_ctime_ns) > SETTLE_NS:

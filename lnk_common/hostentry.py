@@ -1,6 +1,6 @@
-"""One entry of `[network] hosts`, checked and normalised: the one rule read by the spec
-loader (lnk_wrap.spec, at load) and by a wire's additions (lnk_common.additions: at
-`lnk-sandbox allow`, and again at every read of the file by the proxy).
+"""One entry of `[network] hosts` or of `[tcp] endpoints`, checked and normalised: the one
+rule of each read by the spec loader (lnk_wrap.spec, at load) and by a wire's additions
+(lnk_common.additions: at `lnk-sandbox allow`, and again at every read of the file).
 
 Sans IO. An entry is a name (labels of letters, digits, '-' and '_'), or `*.` and a
 domain, with an optional `:port`; lower-cased, a trailing dot dropped, the port written
@@ -11,11 +11,15 @@ this rule reads the text alone. HostEntryError is the only exception that leaves
 
 from __future__ import annotations
 
-__all__ = ["MAX_ENTRY_CHARACTERS", "HostEntryError", "is_host_entry", "normal_host_entry"]
+__all__ = ["MAX_ENDPOINT_NAME_CHARACTERS", "MAX_ENTRY_CHARACTERS", "HostEntryError",
+           "is_host_entry", "normal_endpoint_entry", "normal_host_entry"]
 
 # A DNS name is at most 253 characters; with `*.` and `:65535` an entry is at most 260.
 # Longer is no host, and the regular expression is never run on it.
 MAX_ENTRY_CHARACTERS = 260
+
+# An endpoint's name (before its port): a DNS name's 253 characters and a trailing dot.
+MAX_ENDPOINT_NAME_CHARACTERS = 254
 
 # Compiled when an entry is read (`re` costs 6 ms of a start that names no host).
 _HOST_ENTRY = (
@@ -49,3 +53,35 @@ def normal_host_entry(entry: str) -> str:
         raise HostEntryError(f"port {port} out of range")
     name = name.rstrip(".")
     return f"{name}:{int(port)}" if port else name
+
+
+def normal_endpoint_entry(entry: str) -> str:
+    """An entry of `[tcp] endpoints` normalised (`name:port`, `*.domain:port`), or
+    HostEntryError: a name (it gets DNS inside), never an address, always a port."""
+    import ipaddress
+
+    from lnk_common.endpoints import EndpointError, split_host_port
+
+    text = entry.lower()
+    if text in ("*", "*.") or text.startswith("*:"):
+        raise HostEntryError("\"*\" is every host: the network itself, not a list; name "
+                             "the hosts, or `*.domain:port`")
+    try:
+        host, port = split_host_port(text)
+    except EndpointError as error:
+        raise HostEntryError(str(error)) from None
+    if port and (not port.isdigit() or not 1 <= int(port) <= 65535):
+        raise HostEntryError(f"{entry!r}: the port must be 1 to 65535")
+    if not port:
+        raise HostEntryError(f"{entry!r}: an endpoint names its port, as \"db.example.com:5432\"")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        raise HostEntryError(f"{entry!r}: an endpoint is a name (it gets DNS); a machine of "
+                             "the local network by address goes in [lan] hosts")
+    if len(host) > MAX_ENDPOINT_NAME_CHARACTERS or not is_host_entry(host) \
+            or host == "localhost":
+        raise HostEntryError(f"{entry!r} is not a host name or `*.domain` with :port")
+    return f"{host.rstrip('.')}:{int(port)}"

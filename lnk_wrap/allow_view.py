@@ -24,7 +24,8 @@ import sys
 from lnk_common import additions
 from lnk_common.additions import AdditionsError, Entry
 
-__all__ = ["AllowError", "allow", "allowed", "disallow", "start_note"]
+__all__ = ["AllowError", "added_endpoints", "allow", "allowed", "checked_host", "disallow",
+           "start_note"]
 
 
 class AllowError(Exception):
@@ -57,14 +58,12 @@ def _provider_of(entry: str) -> tuple[str, str]:
                  if rule.matches_name(host)), ("", ""))
 
 
-def checked_host(text: str) -> str:
-    """HOST as `allow` takes it (normalised), or AllowError saying why not."""
-    try:
-        entry = additions.check_host(text)
-    except AdditionsError as error:
-        raise AllowError(f"{text!r}: {error}; nothing changed") from None
+def checked_host(text: str, *, tcp: bool = False) -> str:
+    """HOST as `allow` takes it (normalised; `tcp`: an endpoint), or AllowError saying
+    why not."""
+    entry = _normal(text, tcp=tcp)
     name = entry.rpartition(":")[0] if ":" in entry else entry
-    if name.replace(".", "").isdigit():
+    if not tcp and name.replace(".", "").isdigit():
         import ipaddress
 
         from lnk_proxy.decide import address_refusal
@@ -73,7 +72,7 @@ def checked_host(text: str) -> str:
         why = address_refusal(ipaddress.ip_address(name), Machine.gather())
         if why:
             raise AllowError(f"{text!r}: {why}; nothing changed")
-    provider, api = _provider_of(entry)
+    provider, api = _provider_of(name if tcp else entry)
     if provider:
         raise AllowError(f"{text!r} {'covers' if entry.startswith('*.') else 'is'} "
                          f"{provider}'s API host ({api}): a sandbox reaches it through the "
@@ -109,9 +108,10 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def allow(settings: str, wire: str, host: str) -> int:
+def allow(settings: str, wire: str, host: str, *, tcp: bool = False) -> int:
+    """Add HOST to the wire's additions (`tcp`: to its endpoints, from its next start)."""
     _wire_folder(settings, wire)
-    entry = checked_host(host)
+    entry = checked_host(host, tcp=tcp)
     try:
         additions.read_entries(settings, wire)
     except AdditionsError as error:  # never written over: it may hold the person's own
@@ -122,9 +122,9 @@ def allow(settings: str, wire: str, host: str) -> int:
 
     def add(entries: tuple[Entry, ...]) -> tuple[Entry, ...]:
         before.append(entries)
-        if any(found.host == entry for found in entries):
+        if any(found.host == entry and found.tcp == tcp for found in entries):
             return entries
-        return (*entries, Entry(entry, _now(), f"{name} (uid {uid})"))
+        return (*entries, Entry(entry, _now(), f"{name} (uid {uid})", tcp=tcp))
 
     try:
         after = additions.update_additions(settings, wire, add)
@@ -133,23 +133,30 @@ def allow(settings: str, wire: str, host: str) -> int:
     if after == before[0]:
         print(f"{entry} is among the wire {wire}'s additions already; nothing changed")
         return 0
-    _log_change(settings, wire, "allow", entry)
+    _log_change(settings, wire, "allow-tcp" if tcp else "allow", entry)
+    if tcp:
+        print(f"the wire {wire} gets the endpoint {entry} from its next start (a sandbox "
+              "running now keeps the endpoints it started with; `lnk-sandbox disallow "
+              f"--tcp {wire} {entry}` takes it away)")
+        return 0
     print(f"the wire {wire} may reach {entry} from its next call "
           f"(`lnk-sandbox disallow {wire} {entry}` takes it away)")
     return 0
 
 
-def disallow(settings: str, wire: str, host: str | None) -> int:
-    """Take HOST away from the wire's additions (None: all of them, `--clear`)."""
+def disallow(settings: str, wire: str, host: str | None, *, tcp: bool = False) -> int:
+    """Take HOST away from the wire's additions (`tcp`: its endpoints; None: all of
+    them, `--clear`)."""
     _wire_folder(settings, wire)
-    entry = None if host is None else _normal(host)
+    entry = None if host is None else _normal(host, tcp=tcp)
     taken: list[str] = []
 
     def take(entries: tuple[Entry, ...]) -> tuple[Entry, ...]:
-        kept = tuple(found for found in entries if entry is not None and found.host != entry)
+        kept = tuple(found for found in entries
+                     if entry is not None and (found.host, found.tcp) != (entry, tcp))
         taken.extend(found.host for found in entries if found not in kept)
         if entry is not None and not taken:
-            named = ", ".join(found.host for found in entries) or "none"
+            named = ", ".join(found.host for found in entries if found.tcp == tcp) or "none"
             raise AdditionsError(f"{entry} is not among its additions (they are: {named}); "
                                  "a host of the spec itself is taken away in the spec")
         return kept
@@ -162,17 +169,22 @@ def disallow(settings: str, wire: str, host: str | None) -> int:
         _log_change(settings, wire, "clear", "-")
         print(f"the wire {wire} has no additions now ({len(taken)} taken away)")
         return 0
-    _log_change(settings, wire, "disallow", entry)
+    _log_change(settings, wire, "disallow-tcp" if tcp else "disallow", entry)
+    if tcp:
+        print(f"the wire {wire} loses the endpoint {entry} from its next start")
+        return 0
     print(f"the wire {wire} may no longer reach {entry}: refused from its next call, and "
           "its open calls to it closed within a second")
     return 0
 
 
-def _normal(host: str) -> str:
+def _normal(host: str, *, tcp: bool) -> str:
     try:
-        return additions.check_host(host)
-    except AdditionsError as error:
-        raise AllowError(f"{host!r}: {error}; nothing changed") from None
+        return (additions.check_endpoint if tcp else additions.check_host)(host)
+    except AdditionsError as error:  # said once, with the words as given
+        said = str(error)
+        raise AllowError(f"{said if said.startswith(repr(host)) else f'{host!r}: {said}'}; "
+                         "nothing changed") from None
 
 
 def allowed(settings: str, wire: str, *, as_json: bool) -> int:
@@ -185,25 +197,46 @@ def allowed(settings: str, wire: str, *, as_json: bool) -> int:
         import orjson
 
         sys.stdout.buffer.write(orjson.dumps(
-            {"wire": wire, "hosts": [entry.as_json() for entry in entries]},
+            {"wire": wire, "hosts": [entry.as_json() for entry in entries if not entry.tcp],
+             "endpoints": [entry.as_json() for entry in entries if entry.tcp]},
             option=orjson.OPT_INDENT_2) + b"\n")
         return 0
     for entry in entries:
-        print(f"{entry.host}\tadded {entry.added} by {entry.by}")
+        kind = "endpoint (from the next start), " if entry.tcp else ""
+        print(f"{entry.host}\t{kind}added {entry.added} by {entry.by}")
     if not entries:  # on stderr: stdout stays a line an addition
         print(f"lnk-sandbox: the wire {wire} has no additions (its spec's hosts only)",
               file=sys.stderr)
     return 0
 
 
+def _shown(names: list[str]) -> str:
+    """The first few of `names`, and how many more (a start's line stays one line)."""
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
 def start_note(settings: str, wire: str) -> str:
     """What a start (lnk_wrap.launch) and `wrap` say when the wire has additions, or ""."""
-    found = additions.added_hosts(settings, wire)
-    if found.problem:
-        return f"the wire {wire}: {found.problem}; none is taken"
-    if not found.hosts:
+    try:
+        entries = additions.read_entries(settings, wire)
+    except AdditionsError as error:
+        return f"the wire {wire}'s additions cannot be taken ({error}); none is taken"
+    if not entries:
         return ""
-    shown = ", ".join(found.hosts[:5]) + (f" and {len(found.hosts) - 5} more"
-                                          if len(found.hosts) > 5 else "")
+    hosts = [entry.host for entry in entries if not entry.tcp]
+    ends = [entry.host for entry in entries if entry.tcp]
+    parts = ([_shown(hosts)] if hosts else []) + ([f"the endpoints {_shown(ends)}"]
+                                                  if ends else [])
     return (f"the wire {wire} may also reach what `lnk-sandbox allow` added: "
-            f"{shown} (`lnk-sandbox allowed {wire}` shows them, `disallow` takes one away)")
+            f"{'; '.join(parts)} (`lnk-sandbox allowed {wire}` shows them, `disallow` "
+            "takes one away)")
+
+
+def added_endpoints(settings: str, wire: str) -> tuple[str, ...]:
+    """The wire's endpoint additions (none from a file that cannot be taken: `start_note`
+    says why)."""
+    try:
+        return tuple(entry.host for entry in additions.read_entries(settings, wire)
+                     if entry.tcp)
+    except AdditionsError:
+        return ()

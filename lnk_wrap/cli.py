@@ -11,8 +11,8 @@ Usage:
   lnk-sandbox on-stop (--list | --remove=NAME)
   lnk-sandbox paused [--json]
   lnk-sandbox resume WIRE
-  lnk-sandbox allow WIRE HOST
-  lnk-sandbox disallow WIRE (HOST | --clear)
+  lnk-sandbox allow [--tcp] WIRE HOST
+  lnk-sandbox disallow [--tcp] WIRE (HOST | --clear)
   lnk-sandbox allowed WIRE [--json]
   lnk-sandbox secret set NAME [--rule=FILE]
   lnk-sandbox secret list [--json]
@@ -63,7 +63,9 @@ Verbs:
           call with every check a listed host gets, and kept for the wire's later
           starts. Not `*`, an address of this machine, nor a provider's API host (name
           the provider in [verbs] model). The refused call's line on the wire's log
-          says the very command. One `changed` line on the wire's log.
+          says the very command. One `changed` line on the wire's log. With --tcp, HOST
+          is an endpoint (`name:port`, `*.domain:port`, as in [tcp] endpoints), taken
+          at the wire's next start: a running sandbox keeps the sockets it started with.
   disallow  Take HOST away from WIRE's additions (--clear: all of them): refused from
           the next call, and its open calls closed within a second.
   allowed WIRE's additions: host, when, by whom (--json: {"wire", "hosts": [{"host",
@@ -133,6 +135,7 @@ Options:
   --timeout=SECONDS  How long --wait waits (asks); default: for ever.
   --agent=NAME  The agent whose URLs are shown (url).
   --clear       Lift the kill switch (stop); take every addition away (disallow).
+  --tcp         HOST is an endpoint of [tcp] endpoints, from the next start (allow, disallow).
   --name=NAME   The registration's name (on-stop); default: a random one.
   --list        What is registered (on-stop).
   --remove=NAME  Take a registration off (on-stop).
@@ -245,7 +248,7 @@ def wrap_line(policy: Policy, command: list[str]) -> list[str]:
 _RUN_DEFAULTS: dict[str, object] = {
     "wrap": False, "run": True, "learn": False, "check": False, "log": False,
     "stop": False, "on-stop": False, "paused": False, "resume": False,
-    "allow": False, "disallow": False, "allowed": False, "HOST": None,
+    "allow": False, "disallow": False, "allowed": False, "HOST": None, "--tcp": False,
     "secret": False, "set": False, "list": False, "remove": False, "NAME": None,
     "--rule": None, "tool": False, "add": False, "--allow": [], "--ask": None,
     "--secret": [], "--env": [], "--home": None, "--cwd": None,
@@ -490,10 +493,11 @@ def _additions(arguments: Mapping[str, object], env: Mapping[str, str],
 
     settings, wire, host = _settings_root(env), str(arguments["WIRE"]), arguments["HOST"]
     try:
+        tcp = bool(arguments["--tcp"])
         if arguments["allow"]:
-            return allow(settings, wire, str(host))
+            return allow(settings, wire, str(host), tcp=tcp)
         if arguments["disallow"]:
-            return disallow(settings, wire, host if isinstance(host, str) else None)
+            return disallow(settings, wire, host if isinstance(host, str) else None, tcp=tcp)
         return allowed(settings, wire, as_json=bool(arguments["--json"]))
     except AllowError as error:
         raise CliError(str(error)) from None

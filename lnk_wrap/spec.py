@@ -18,7 +18,13 @@ import os
 import pwd
 
 from lnk_common import endpoints as endpoint_plan
-from lnk_common.hostentry import HostEntryError, is_host_entry, normal_host_entry
+from lnk_common.hostentry import (
+    MAX_ENDPOINT_NAME_CHARACTERS,
+    HostEntryError,
+    is_host_entry,
+    normal_endpoint_entry,
+    normal_host_entry,
+)
 from lnk_common.policy import (
     DEFAULT_PAUSE,
     FIELDS,
@@ -728,29 +734,30 @@ def _entries(context: _Context, key: str, raw: object, *, lan: bool) -> tuple[st
     found: list[str] = []
     for index, entry in enumerate(raw):
         where = f"{key}[{index}]"
+        if not lan:
+            try:  # the one rule, which `lnk-sandbox allow --tcp` reads too
+                normal = normal_endpoint_entry(entry)
+            except HostEntryError as error:
+                raise SpecError(context.file, where, str(error)) from None
+            if normal not in found:
+                found.append(normal)
+            continue
         text = entry.lower()
         if text in ("*", "*.") or text.startswith("*:"):
             raise SpecError(context.file, where,
                             "\"*\" is every host: the network itself, not a list; name "
-                            "the hosts" + ("" if lan else ", or `*.domain:port`"))
+                            "the hosts")
         try:
             host, port = endpoint_plan.split_host_port(text)
         except endpoint_plan.EndpointError as error:
             raise SpecError(context.file, where, str(error)) from None
         if port and (not port.isdigit() or not 1 <= int(port) <= 65535):
             raise SpecError(context.file, where, f"{entry!r}: the port must be 1 to 65535")
-        if not port and not lan:
-            raise SpecError(context.file, where,
-                            f"{entry!r}: an endpoint names its port, as \"db.example.com:5432\"")
         try:
             address = ipaddress.ip_address(host)
         except ValueError:
             address = None
         if address is not None:
-            if not lan:
-                raise SpecError(context.file, where,
-                                f"{entry!r}: an endpoint is a name (it gets DNS); a machine of "
-                                "the local network by address goes in [lan] hosts")
             # The proxy's own rule (lnk_proxy.decide.address_refusal refuses it at the
             # call too): refused here, at load, with the key.
             why = never_a_host(address)
@@ -761,13 +768,12 @@ def _entries(context: _Context, key: str, raw: object, *, lan: bool) -> tuple[st
             normal = (f"[{host}]" if address.version == 6 else host) + (f":{int(port)}"
                                                                          if port else "")
         else:
-            if lan and host.startswith("*."):
+            if host.startswith("*."):
                 raise SpecError(context.file, where,
                                 f"{entry!r}: a [lan] host is one machine, not `*.domain`")
-            if len(host) > 254 or not is_host_entry(host) or host in ("localhost",):
-                raise SpecError(context.file, where,
-                                f"{entry!r} is not a host name"
-                                + ("" if lan else " or `*.domain`") + " with :port")
+            if len(host) > MAX_ENDPOINT_NAME_CHARACTERS or not is_host_entry(host) \
+                    or host in ("localhost",):
+                raise SpecError(context.file, where, f"{entry!r} is not a host name with :port")
             host = host.rstrip(".")
             normal = f"{host}:{int(port)}" if port else host
         if normal not in found:

@@ -19,11 +19,12 @@ from lnk_common.additions import (
     MAX_ADDITIONS_BYTES,
     AdditionsError,
     Entry,
+    check_endpoint,
     check_host,
     encode_additions,
     parse_additions,
 )
-from lnk_common.hostentry import HostEntryError, normal_host_entry
+from lnk_common.hostentry import HostEntryError, normal_endpoint_entry, normal_host_entry
 from lnk_wrap.spec import SpecError, parse_spec
 from tests.conftest import fuzz
 
@@ -173,3 +174,47 @@ def test_a_change_that_raises_writes_nothing(tmp_path: Path) -> None:
     assert Path(additions.additions_path(settings, "w")).read_bytes() == before
     assert sorted(os.listdir(tmp_path / "sandbox" / "wires" / "w")) == ["allowed",
                                                                          "allowed.lock"]
+
+
+def test_endpoints_are_read_by_the_endpoints_rule_and_kept_apart() -> None:
+    data = json.dumps({"version": 1, "hosts": [{"host": "db.example.com:5432"}],
+                       "endpoints": [{"host": "DB.example.com.:05432"},
+                                     {"host": "*.rs.example.com:27017"}]}).encode()
+    entries = parse_additions(data)
+    assert [(entry.host, entry.tcp) for entry in entries] == [
+        ("db.example.com:5432", False), ("db.example.com:5432", True),
+        ("*.rs.example.com:27017", True)]
+    again = parse_additions(encode_additions(entries))
+    assert [(entry.host, entry.tcp) for entry in again] == [(entry.host, entry.tcp)
+                                                            for entry in entries]
+    for bad, why in (("db.example.com", "names its port"), ("10.0.0.1:5432", "is a name"),
+                     ("*:5432", "every host"), ("x.localhost:1", "this machine")):
+        with pytest.raises(AdditionsError, match=why):
+            parse_additions(json.dumps({"version": 1, "hosts": [],
+                                        "endpoints": [{"host": bad}]}).encode())
+    many = [{"host": f"h{index}.example.com:1"} for index in range(MAX_ADDITIONS)]
+    with pytest.raises(AdditionsError, match="more than"):
+        parse_additions(json.dumps({"version": 1, "hosts": [{"host": "a.com"}],
+                                    "endpoints": many}).encode())
+
+
+@given(st.text(alphabet="abcxyz019-_.*:[]AZ ", min_size=0, max_size=24))
+@fuzz(4)
+def test_allow_tcp_takes_an_endpoint_exactly_when_the_spec_takes_it(text: str) -> None:
+    spec = f'[tcp]\nendpoints = [{json.dumps(text)}]\n'.encode()
+    try:
+        policy = parse_spec(spec, file="s.toml", env={"HOME": "/root", "LNK_HOME": "/tmp/x"})
+        from_spec: str | None = policy.endpoints[0]
+    except SpecError:
+        from_spec = None
+    try:
+        from_rule: str | None = normal_endpoint_entry(text)
+    except HostEntryError:
+        from_rule = None
+    assert from_rule == from_spec
+    try:
+        from_allow: str | None = check_endpoint(text)
+    except AdditionsError:
+        from_allow = None
+    assert from_allow == from_spec or (from_allow is None and from_spec is not None
+                                       and ".localhost:" in from_spec)

@@ -338,3 +338,48 @@ def test_nothing_inside_can_read_or_change_the_additions(
     for step in ("r", "w", "l"):
         assert f"{step}=0" not in result.stdout, result.stdout
     assert added.read_bytes() == before
+
+
+_ECHO = """
+import socket, sys
+try:
+    with socket.create_connection(("denied.lnkt", 7), timeout=10) as s:
+        s.sendall(b"ping")
+        print(s.recv(10).decode())
+except OSError as error:
+    print(type(error).__name__)
+"""
+
+
+def test_an_endpoint_added_with_tcp_is_taken_at_the_next_start_and_taken_away_too(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str],
+) -> None:
+    """`allow --tcp`: an endpoint is a socket inside made before the program starts, so
+    the wire's next start takes it (a program that speaks no proxy reaches it by name);
+    `disallow --tcp`, and the start after has no such name."""
+    spec = wire_spec(write_spec, testnet, "ends")
+    unreached = run_sandbox(spec, PYTHON, "-I", "-c", _ECHO, env=sandbox_env).stdout
+    assert unreached in ("gaierror\n", "OSError\n"), unreached  # no name, or no route
+    assert lnk(sandbox_env, "allow", "--tcp", "ends", "denied.lnkt:7").returncode == 0
+    result = run_sandbox(spec, PYTHON, "-I", "-c", _ECHO, env=sandbox_env)
+    assert result.stdout == "ping\n", result
+    assert "the endpoints denied.lnkt:7" in result.stderr
+    log = (wire_folder(sandbox_env, "ends") / "log").read_text()
+    assert "\tallowed\tdenied.lnkt:7\t" in log and "kind=endpoint" in log
+    assert "change=allow-tcp" in log
+    assert lnk(sandbox_env, "disallow", "--tcp", "ends", "denied.lnkt:7").returncode == 0
+    assert run_sandbox(spec, PYTHON, "-I", "-c", _ECHO, env=sandbox_env).stdout == unreached
+
+
+@pytest.mark.parametrize("endpoint", ["denied.lnkt", "*:7", "127.0.0.1:7", "localhost:7",
+                                      "x.localhost:7", "api.openai.com:443", "a b:7"])
+def test_a_bad_endpoint_is_one_line_and_changes_nothing(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str],
+    endpoint: str,
+) -> None:
+    spec = wire_spec(write_spec, testnet, "strict-ends")
+    run_sandbox(spec, "true", env=sandbox_env)
+    refused = lnk(sandbox_env, "allow", "--tcp", "strict-ends", endpoint)
+    assert refused.returncode == 125 and refused.stderr.count("\n") == 1, refused
+    assert "nothing changed" in refused.stderr
+    assert not (wire_folder(sandbox_env, "strict-ends") / "allowed").exists()
