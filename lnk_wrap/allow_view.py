@@ -4,15 +4,17 @@
 proxy takes at the next call (lnk_proxy.added) with every check a listed host gets;
 `disallow WIRE HOST` takes one away (an open call to it is closed within a second),
 `disallow WIRE --clear` all; `allowed WIRE` shows them. They are kept per wire name
-across its starts. Each change is one `changed` line on the wire's log: what, by whom
-(this user, outside), when.
+across its starts. With `--tcp`, HOST is an endpoint of `[tcp] endpoints`, taken at the
+wire's next start (lnk_wrap.launch.with_additions: a running sandbox keeps the sockets it
+started with). Each change is one `changed` line on the wire's log: what, by whom (this
+user, outside), when.
 
 Order, and nothing is written until all hold: the wire's name (a name, and a wire that
 has run here: its folder in Link's settings) → the host by the spec's own rule for
-`[network] hosts` (lnk_common.hostentry), never `*`, never an address that is no host
-(lnk_common.addresses) nor one of this machine's or its networks'
-(lnk_proxy.machine), never a provider's API host (that is `[verbs] model`'s) → the
-change, under the wire's lock → its line on the log. AllowError is the only exception
+`[network] hosts` or `[tcp] endpoints` (lnk_common.hostentry), never `*`, never an
+address that is no host (lnk_common.addresses) nor one of this machine's or its
+networks' (lnk_proxy.machine), never a provider's API host (that is `[verbs] model`'s)
+→ the change, under the wire's lock → its line on the log. AllowError is the only exception
 that leaves here: one line, and nothing changed.
 """
 
