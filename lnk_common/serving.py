@@ -208,8 +208,9 @@ def _watch_switches(wire: Wire, loop: asyncio.AbstractEventLoop) -> None:
 
 
 def _end_taken_away(wire: Wire, loop: asyncio.AbstractEventLoop) -> None:
-    """The calls whose way out was taken away (a host `disallow` took), cancelled on the
-    loop; when that cannot be told, every open call (fails closed, and says so)."""
+    """The calls whose way out was taken away (a host `disallow` took): their tunnels
+    shut down here, as the kill switch's are, then the calls cancelled on the loop;
+    when that cannot be told, every open call (fails closed, and says so)."""
     import contextlib
 
     try:
@@ -218,6 +219,7 @@ def _end_taken_away(wire: Wire, loop: asyncio.AbstractEventLoop) -> None:
         wire.report_error("the additions could not be read, open calls closed", error)
         tasks = list(wire.open)
     if tasks:
+        wire.sever_calls(tasks)
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(wire.end_calls, tasks)
 

@@ -160,6 +160,71 @@ def test_an_open_tunnel_to_a_host_taken_away_is_closed_within_a_second(
     assert len(ended) == 1 and "sent=" in ended[0]
 
 
+_MANY = """
+import socket, sys, threading, time
+count = int(sys.argv[1])
+def tunnel(name):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+    s.sendall(f"CONNECT {name}:7 HTTP/1.1\\r\\nHost: {name}:7\\r\\n\\r\\n".encode())
+    assert b" 200 " in s.recv(4096)
+    return s
+socks = [tunnel("denied.lnkt") for _ in range(count)]
+listed = tunnel("allowed.lnkt")
+closed_at = {}
+echoed = threading.Semaphore(0)
+def keep(index, s):
+    s.settimeout(30)
+    first = True
+    try:
+        while True:
+            s.sendall(b"x" * 1024)
+            if not s.recv(65536):
+                break
+            if first:
+                first = False
+                echoed.release()
+    except OSError:
+        pass
+    closed_at[index] = time.time()
+threads = [threading.Thread(target=keep, args=(i, s)) for i, s in enumerate(socks)]
+[t.start() for t in threads]
+[echoed.acquire(timeout=30) for _ in socks]  # every tunnel has carried data both ways
+open(sys.argv[2], "w").write(str(time.time()))
+[t.join() for t in threads]
+listed.sendall(b"still")
+print(len(closed_at), max(closed_at.values()), listed.recv(100).decode())
+"""
+
+
+def test_200_open_tunnels_to_a_host_taken_away_are_closed_within_a_second(
+    write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str], tmp_path: Path,
+    run_sandbox: RunSandbox,
+) -> None:
+    """As the kill switch's test (tests/test_wire_controls.py, N9): 200 tunnels moving
+    data, all closed within a second of `disallow`, by the watch's own thread."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    spec = wire_spec(write_spec, testnet, "many", marks, hosts='"allowed.lnkt:7"')
+    run_sandbox(spec, "true", env=sandbox_env)
+    assert lnk(sandbox_env, "allow", "many", "denied.lnkt:7").returncode == 0
+    started = marks / "transferring"
+    run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", PYTHON, "-I",
+                            "-c", _MANY, "200", str(started)], env=sandbox_env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(started.exists, "all 200 tunnels moving data")
+        taken_at = _take_away(sandbox_env, "many", "disallow", "denied.lnkt:7")
+        stdout, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    finally:
+        end_run(run)
+    count, last_closed, alive = stdout.split()
+    assert count == "200", (stdout, stderr)
+    elapsed = float(last_closed) - taken_at
+    print(f"disallow: the last of 200 tunnels closed {elapsed:.3f} s after the file changed")
+    assert elapsed < 1.0, (elapsed, stderr)
+    assert alive == "still"
+
+
 _KEPT_ALIVE = """
 import socket, sys, time
 s = socket.create_connection(("127.0.0.1", 3128), timeout=30)
