@@ -251,10 +251,10 @@ def with_additions(policy: Policy, say: Callable[[str], None] = _say) -> Policy:
     try:
         endpoints.listeners(proxy=policy.has_proxy_port(), endpoints=added, lan=policy.lan,
                             localhost_ports=(*policy.localhost_ports, *policy.local_models))
-    except endpoints.EndpointError as error:
+        return policy.replace(endpoints=added)
+    except (endpoints.EndpointError, PolicyArgvError) as error:
         say(f"the wire {policy.name}'s endpoint additions are not taken: {error}")
         return policy
-    return policy.replace(endpoints=added)
 
 
 def _program_pid(sandbox_pid: int) -> int | None:

@@ -448,3 +448,19 @@ def test_a_bad_endpoint_is_one_line_and_changes_nothing(
     assert refused.returncode == 125 and refused.stderr.count("\n") == 1, refused
     assert "nothing changed" in refused.stderr
     assert not (wire_folder(sandbox_env, "strict-ends") / "allowed").exists()
+
+
+def test_an_endpoint_the_plan_cannot_place_is_said_and_the_start_goes_on_without_it(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str],
+) -> None:
+    """`*.lnkt:3128` would take the proxy's own port on every loopback address: the
+    start says so and takes none of the endpoint additions (nothing more opens)."""
+    spec = wire_spec(write_spec, testnet, "placed")
+    run_sandbox(spec, "true", env=sandbox_env)
+    assert lnk(sandbox_env, "allow", "--tcp", "placed", "*.lnkt:3128").returncode == 0
+    assert lnk(sandbox_env, "allow", "--tcp", "placed", "denied.lnkt:7").returncode == 0
+    result = run_sandbox(spec, PYTHON, "-I", "-c", _ECHO, env=sandbox_env)
+    assert result.stdout in ("gaierror\n", "OSError\n"), result
+    assert "lnk-sandbox: the wire placed's endpoint additions are not taken: *.lnkt:3128: " \
+        "port 3128 is the proxy's own port" in result.stderr
+    assert curl_code(run_sandbox, spec, sandbox_env, "http://allowed.lnkt/ok") == "200"
