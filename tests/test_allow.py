@@ -326,6 +326,45 @@ def test_an_added_host_gets_every_check_a_listed_host_gets(
     assert result.stdout == "self-lo.lnkt resolves to 127.0.0.1 is this machine (loopback)\n"
 
 
+_HELLO = """
+import socket, ssl, sys
+def tunnel(target, sni):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=8)
+    s.sendall(f"CONNECT {target} HTTP/1.1\\r\\nHost: {target}\\r\\n\\r\\n".encode())
+    if b" 200 " not in s.recv(4096):
+        return "no-tunnel"
+    context = ssl.create_default_context(cafile=sys.argv[1])
+    context.check_hostname = False
+    try:
+        t = context.wrap_socket(s, server_hostname=sni)
+        t.sendall(b"GET /ok HTTP/1.1\\r\\nHost: denied.lnkt\\r\\nConnection: close\\r\\n\\r\\n")
+        data = b""
+        while chunk := t.recv(4096):
+            data += chunk
+        return "served" if b"fine" in data else "closed"
+    except (OSError, ssl.SSLError):
+        return "closed"
+print(tunnel("denied.lnkt:443", "denied.lnkt"), tunnel("denied.lnkt:443", "allowed.lnkt"),
+      tunnel("denied.lnkt:443", None))
+"""
+
+
+def test_an_added_host_s_tunnel_on_443_must_name_it_in_its_client_hello(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str],
+) -> None:
+    """N5 for an addition: a CONNECT to the added host on 443 opens only once its
+    ClientHello names that host (another, even a listed one, or none: closed)."""
+    spec = wire_spec(write_spec, testnet, "hello")
+    run_sandbox(spec, "true", env=sandbox_env)
+    assert lnk(sandbox_env, "allow", "hello", "denied.lnkt").returncode == 0
+    result = run_sandbox(spec, PYTHON, "-I", "-c", _HELLO, str(testnet / "cert.pem"),
+                         env=sandbox_env)
+    assert result.stdout.split() == ["served", "closed", "closed"], result
+    log = (wire_folder(sandbox_env, "hello") / "log").read_text()
+    assert "reason=the tunnel's TLS ClientHello names another host (allowed.lnkt)" in log
+    assert "reason=the tunnel's TLS ClientHello names no host" in log
+
+
 def test_a_broken_additions_file_lets_nothing_more_through_and_says_why(
     run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str],
 ) -> None:
