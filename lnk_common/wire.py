@@ -448,9 +448,11 @@ class Wire:
                     _SHUTDOWN(fd, socket.SHUT_RDWR)
 
     def end_calls(self, tasks: list[asyncio.Task[None]]) -> None:
-        """Cancel those of `tasks` still open (on the loop), as close_all does."""
+        """Cancel those of `tasks` still open (on the loop), as close_all does; their
+        ended lines say `closed=taken-away`."""
         for task in tasks:
             if task in self.open:
+                self.log.closed_calls[task] = "taken-away"
                 task.cancel()
 
     def close_all(self) -> None:
@@ -545,6 +547,7 @@ class Wire:
             if task is not None:
                 self.open.discard(task)
                 self.unasked.discard(task)
+                self.log.closed_calls.pop(task, None)
 
     def failed(self, error: Exception) -> None:
         """What ended a call past its own handling, said: a refusal raised that far, or

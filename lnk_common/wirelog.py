@@ -36,7 +36,8 @@ one line when the fold's window ends, or when the process ends:
 
 A call the kill switch or a pause closed says so in its ended line, `closed=kill-switch`
 or `closed=pause` after its bytes (`WireLog.closing`, set by the process's watch and by
-the pause itself before it closes the open calls).
+the pause itself before it closes the open calls); one whose host `disallow` took away,
+`closed=taken-away` (`WireLog.closed_calls`).
 
 An allowed call and its ended line are never folded (each is a call out, with its
 bytes), nor a pause, nor an SRV/TXT asked outside (each is a call).
@@ -128,7 +129,7 @@ class WireLog:
     write(2) under the log's flock, so lines of processes sharing a wire never
     interleave, and a rotation by one never loses another's."""
 
-    __slots__ = ("closing", "file", "folds")
+    __slots__ = ("closed_calls", "closing", "file", "folds")
 
     def __init__(self, settings: str, wire: str) -> None:
         self.file = BoundedLog(log_path(settings, wire))
@@ -136,11 +137,16 @@ class WireLog:
         # What is closing the open calls now ("kill-switch", "pause"; "" when nothing):
         # every ended line written meanwhile is a call it closed, and says so.
         self.closing = ""
+        # Calls closed one by one (their task: a host `disallow` took away), and why: a
+        # call's ended line says so, as a switch's do (`Wire.end_calls` fills it).
+        self.closed_calls: dict[object, str] = {}
 
     def write(self, event: str, target: str, detail: str) -> None:
         now = time.time()
         self._write_counts(self.folds.due(now), now)
         closing = self.closing
+        if event == "ended" and not closing and self.closed_calls:
+            closing = self._closed_call()
         if event == "ended" and closing:
             head, reason, rest = detail.partition("reason=")
             detail = f"{head.rstrip()} closed={closing} {reason}{rest}".strip()
@@ -162,6 +168,16 @@ class WireLog:
             if event == "refused":
                 detail += f" reason=… and {count} more like this: {reason}"
             self._append(now, event, target, detail)
+
+    def _closed_call(self) -> str:
+        """Why the current call was closed one by one, or ""."""
+        import asyncio  # loaded already: only a serving helper closes calls one by one
+
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # no loop runs here
+            return ""
+        return self.closed_calls.get(task, "")
 
     def flush_due(self) -> None:
         """Write the counts of folds whose window has ended (called a few times a

@@ -157,7 +157,10 @@ def test_an_open_tunnel_to_a_host_taken_away_is_closed_within_a_second(
     assert alive == "still"  # the spec's own host's tunnel was left open
     ended = [line for line in (wire_folder(sandbox_env, "taken") / "log").read_text()
              .splitlines() if "\tended\tdenied.lnkt:7\t" in line]
-    assert len(ended) == 1 and "sent=" in ended[0]
+    assert len(ended) == 1 and "sent=" in ended[0] and "closed=taken-away" in ended[0]
+    listed = [line for line in (wire_folder(sandbox_env, "taken") / "log").read_text()
+              .splitlines() if "\tended\tallowed.lnkt:7\t" in line]
+    assert listed and "closed=" not in listed[0]
 
 
 _MANY = """
