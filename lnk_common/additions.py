@@ -198,12 +198,37 @@ def _identity(status: os.stat_result) -> tuple[int, ...]:
             status.st_ctime_ns)
 
 
+def _read_whole(path: str) -> tuple[bytes, os.stat_result]:
+    """The file's bytes (at most MAX_ADDITIONS_BYTES and one more: enough to tell it is
+    too large) and its stat. Never through a link (O_NOFOLLOW: ELOOP), never waiting on
+    a FIFO (O_NONBLOCK, then AdditionsError for anything but a regular file); OSError
+    as the open's (FileNotFoundError: no file)."""
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise AdditionsError("not a regular file")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_ADDITIONS_BYTES:
+            chunk = os.read(fd, MAX_ADDITIONS_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks), status
+    finally:
+        os.close(fd)
+
+
 def added_hosts(settings: str, wire: str) -> Added:
     """The wire's additions now. No file: none. A file that cannot be read or parsed:
     none, and the problem said (a hand-made or broken file lets nothing more through)."""
     path = additions_path(settings, wire)
     try:
-        status = os.stat(path)
+        status = os.lstat(path)
     except FileNotFoundError:
         return _NONE
     except OSError as error:
@@ -212,13 +237,13 @@ def added_hosts(settings: str, wire: str) -> Added:
     if kept is not None and kept[0] == _identity(status):
         return kept[1]
     try:
-        with open(path, "rb") as handle:
-            read_status = os.fstat(handle.fileno())
-            data = handle.read(MAX_ADDITIONS_BYTES + 1)
+        data, read_status = _read_whole(path)
     except FileNotFoundError:
         return _NONE
     except OSError as error:
         return Added((), f"the wire's additions cannot be read ({error.strerror})")
+    except AdditionsError as error:
+        return Added((), f"the wire's additions cannot be read ({error})")
     try:
         found = Added(tuple(entry.host for entry in parse_additions(data) if not entry.tcp))
     except AdditionsError as error:
@@ -235,17 +260,16 @@ def added_hosts(settings: str, wire: str) -> Added:
 def read_entries(settings: str, wire: str) -> tuple[Entry, ...]:
     """The wire's additions whole, for the person's commands: AdditionsError when the
     file cannot be read or taken."""
+    path = additions_path(settings, wire)
     try:
-        with open(additions_path(settings, wire), "rb") as handle:
-            data = handle.read(MAX_ADDITIONS_BYTES + 1)
+        data, _ = _read_whole(path)
+        return parse_additions(data)
     except FileNotFoundError:
         return ()
     except OSError as error:
-        raise AdditionsError(f"{additions_path(settings, wire)}: {error.strerror}") from None
-    try:
-        return parse_additions(data)
+        raise AdditionsError(f"{path}: {error.strerror}") from None
     except AdditionsError as error:
-        raise AdditionsError(f"{additions_path(settings, wire)}: {error}") from None
+        raise AdditionsError(f"{path}: {error}") from None
 
 
 def update_additions(settings: str, wire: str,

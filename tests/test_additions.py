@@ -218,3 +218,25 @@ def test_allow_tcp_takes_an_endpoint_exactly_when_the_spec_takes_it(text: str) -
         from_allow = None
     assert from_allow == from_spec or (from_allow is None and from_spec is not None
                                        and ".localhost:" in from_spec)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link", "folder"])
+def test_what_is_not_a_regular_file_is_never_waited_on_nor_followed(
+        tmp_path: Path, kind: str) -> None:
+    """A FIFO where the file is would hang a reader that opened it plainly (the proxy's
+    loop); a link could point anywhere. Neither is read: no additions, and why."""
+    settings = str(tmp_path)
+    path = Path(additions.additions_path(settings, "w"))
+    path.parent.mkdir(parents=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "link":
+        target = tmp_path / "elsewhere"
+        target.write_bytes(document("a.example.com"))
+        path.symlink_to(target)
+    else:
+        path.mkdir()
+    found = additions.added_hosts(settings, "w")
+    assert found.hosts == () and "cannot be read" in found.problem, found.problem
+    with pytest.raises(AdditionsError, match=str(path)):
+        additions.read_entries(settings, "w")

@@ -506,3 +506,23 @@ def test_an_endpoint_the_plan_cannot_place_is_said_and_the_start_goes_on_without
     assert "lnk-sandbox: the wire placed's endpoint additions are not taken: *.lnkt:3128: " \
         "port 3128 is the proxy's own port" in result.stderr
     assert curl_code(run_sandbox, spec, sandbox_env, "http://allowed.lnkt/ok") == "200"
+
+
+def test_a_fifo_where_the_additions_are_hangs_nothing(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str],
+) -> None:
+    """A FIFO would hold a reader that opened it plainly for ever (the proxy's loop, a
+    start, `allowed`): each refuses it at once and says so."""
+    import os
+
+    spec = wire_spec(write_spec, testnet, "piped")
+    run_sandbox(spec, "true", env=sandbox_env)
+    os.mkfifo(wire_folder(sandbox_env, "piped") / "allowed")
+    result = run_sandbox(spec, "curl", "-s", "-o", "/dev/null", "-m", "5", "-w",
+                         "%{http_code}", "http://denied.lnkt/ok", env=sandbox_env)
+    assert result.stdout == "403" and "not a regular file" in result.stderr, result
+    shown = lnk(sandbox_env, "log", "piped", "--refused").stdout
+    assert "the wire's additions cannot be read (not a regular file)" in shown, shown
+    refused = lnk(sandbox_env, "allowed", "piped")
+    assert refused.returncode == 125 and "not a regular file" in refused.stderr
+    assert lnk(sandbox_env, "disallow", "piped", "--clear").returncode == 0
