@@ -69,7 +69,7 @@ Verbs:
   disallow  Take HOST away from WIRE's additions (--clear: all of them): refused from
           the next call, and its open calls closed within a second.
   allowed WIRE's additions: host, when, by whom (--json: {"wire", "hosts": [{"host",
-          "added", "by"}]}), apart from its spec's own hosts.
+          "added", "by"}], "endpoints": […]}), apart from its spec's own hosts.
   secret  The store of secrets in Link's settings (hidden in every sandbox): `set`
           reads the value of NAME from standard input (never an argument; one
           trailing newline is taken off) and keeps it in a file only you can read;
