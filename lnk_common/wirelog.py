@@ -17,10 +17,11 @@ TARGET "-", the reason in DETAIL), started and exited (a run of the wire began, 
 command exited: written by the launcher, lnk_wrap.runs, TARGET "-", DETAIL `run=ID
 pid=PID` and `run=ID status=N seconds=S`: the runs of one wire told apart), changed
 (the person changed the wire's additions: `lnk-sandbox allow`, `disallow`; TARGET the
-host, or "-" for `--clear`, DETAIL `change=allow|disallow|clear by=USER uid=N`); TARGET
-host:port (an IPv6 address in brackets, "-" when the head was refused before a target
-was read); DETAIL key=value pairs, the reason last and whole. Tabs, newlines and other
-control characters in any field are written as \\xNN; a line is at most MAX_LINE_BYTES.
+host, or "-" for `--clear`, DETAIL `change=allow|disallow|allow-tcp|disallow-tcp|clear
+by=USER uid=N`); TARGET host:port (an IPv6 address in brackets, "-" when the head was
+refused before a target was read); DETAIL key=value pairs, the reason last and whole.
+Tabs, newlines and other control characters in any field are written as \\xNN; a line
+is at most MAX_LINE_BYTES.
 
 The log is bounded (lnk_common.boundedlog): rotated to `log.1` at MAX_LOG_BYTES, and
 repeated lines folded. Folded, within FOLD_SECONDS, are refusals of one kind (`fold_key`:

@@ -376,8 +376,9 @@ def test_a_broken_additions_file_lets_nothing_more_through_and_says_why(
     (wire_folder(sandbox_env, "broken") / "allowed").write_bytes(
         b'{"version": 1, "hosts": [{"host": "denied.lnkt"}, {"host": "*"}]}')
     assert curl_code(run_sandbox, spec, sandbox_env, "http://denied.lnkt/ok") == "403"
-    shown = lnk(sandbox_env, "log", "broken", "--refused").stdout
-    assert "the wire's additions cannot be taken" in shown, shown
+    shown = lnk(sandbox_env, "log", "broken", "--refused")
+    assert "the wire's additions cannot be taken" in shown.stdout, (
+        shown, (wire_folder(sandbox_env, "broken") / "log").read_text())
     assert lnk(sandbox_env, "allowed", "broken").returncode == 125
     # allow never writes over it (it may hold the person's own lines); --clear replaces it.
     refused = lnk(sandbox_env, "allow", "broken", "denied.lnkt")
