@@ -203,6 +203,25 @@ def _watch_switches(wire: Wire, loop: asyncio.AbstractEventLoop) -> None:
             wire.sever()
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(wire.close_all)
+            continue
+        _end_taken_away(wire, loop)
+
+
+def _end_taken_away(wire: Wire, loop: asyncio.AbstractEventLoop) -> None:
+    """The calls whose way out was taken away (a host `disallow` took): their tunnels
+    shut down here, as the kill switch's are, then the calls cancelled on the loop;
+    when that cannot be told, every open call (fails closed, and says so)."""
+    import contextlib
+
+    try:
+        tasks = wire.taken_away()
+    except Exception as error:
+        wire.report_error("the additions could not be read, open calls closed", error)
+        tasks = list(wire.open)
+    if tasks:
+        wire.sever_calls(tasks)
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(wire.end_calls, tasks)
 
 
 def _report_loop_error(wire: Wire, context: dict[str, object]) -> None:

@@ -346,6 +346,8 @@ class Wire:
         # The sockets of open tunnels, for `sever` (under the lock: a descriptor is
         # closed, and its number maybe reused, only once it is out of the set).
         self.tunnel_fds: set[int] = set()
+        # The same sockets by the call (task) whose tunnel they are, for `sever_calls`.
+        self.call_fds: dict[asyncio.Task[None], tuple[int, int]] = {}
         self.tunnel_lock = threading.Lock()
         # What went wrong that is not a call's ordinary end, said on stderr one line a
         # kind, folded as the log folds (from any thread: the loop's and the splices').
@@ -430,6 +432,28 @@ class Wire:
         if wirestate.is_stopped(self.settings):
             return "kill-switch"
         return "pause" if wirestate.paused(self.settings, self.wire) is not None else ""
+
+    def taken_away(self) -> list[asyncio.Task[None]]:
+        """The open calls whose way out was taken away since they were allowed (a
+        proxy's: a host `lnk-sandbox disallow` took from the wire's additions); asked
+        by the process's watch, from its thread. None here."""
+        return []
+
+    def sever_calls(self, tasks: list[asyncio.Task[None]]) -> None:
+        """`sever`, for the tunnels of `tasks` only (a host taken away), from any thread:
+        their sockets shut down before the loop cancels the calls."""
+        with self.tunnel_lock:
+            for task in tasks:
+                for fd in self.call_fds.get(task, ()):
+                    _SHUTDOWN(fd, socket.SHUT_RDWR)
+
+    def end_calls(self, tasks: list[asyncio.Task[None]]) -> None:
+        """Cancel those of `tasks` still open (on the loop), as close_all does; their
+        ended lines say `closed=taken-away`."""
+        for task in tasks:
+            if task in self.open:
+                self.log.closed_calls[task] = "taken-away"
+                task.cancel()
 
     def close_all(self) -> None:
         for task in list(self.open):
@@ -523,6 +547,7 @@ class Wire:
             if task is not None:
                 self.open.discard(task)
                 self.unasked.discard(task)
+                self.log.closed_calls.pop(task, None)
 
     def failed(self, error: Exception) -> None:
         """What ended a call past its own handling, said: a refusal raised that far, or
@@ -593,8 +618,11 @@ class Wire:
         both sockets shut down, the threads waited for, the counts returned."""
         loop = asyncio.get_running_loop()
         client_fd, upstream_fd = ends.client_fd, ends.upstream_fd
+        task = asyncio.current_task()
         with self.tunnel_lock:
             self.tunnel_fds.update((client_fd, upstream_fd))
+            if task is not None:
+                self.call_fds[task] = (client_fd, upstream_fd)
         done: list[asyncio.Future[int]] = [loop.create_future(), loop.create_future()]
         directions = ((client_fd, upstream_fd, ends.client_held, ends.pipes[0]),
                       (upstream_fd, client_fd, ends.upstream_held, ends.pipes[1]))
@@ -623,6 +651,8 @@ class Wire:
                     await asyncio.wait(done)
             with self.tunnel_lock:
                 self.tunnel_fds.difference_update((client_fd, upstream_fd))
+                if task is not None:
+                    self.call_fds.pop(task, None)
                 os.close(client_fd)
                 os.close(upstream_fd)
             if up_writer is not None:

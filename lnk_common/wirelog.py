@@ -15,10 +15,13 @@ log from its start. The line format is stable (docs/decisions/0010-the-wire-filt
 TIME is UTC; EVENT one of allowed, ended, refused, paused (the wire paused by its proxy,
 TARGET "-", the reason in DETAIL), started and exited (a run of the wire began, and its
 command exited: written by the launcher, lnk_wrap.runs, TARGET "-", DETAIL `run=ID
-pid=PID` and `run=ID status=N seconds=S`: the runs of one wire told apart); TARGET
-host:port (an IPv6 address in brackets, "-" when the head was refused before a target
-was read); DETAIL key=value pairs, the reason last and whole. Tabs, newlines and other
-control characters in any field are written as \\xNN; a line is at most MAX_LINE_BYTES.
+pid=PID` and `run=ID status=N seconds=S`: the runs of one wire told apart), changed
+(the person changed the wire's additions: `lnk-sandbox allow`, `disallow`; TARGET the
+host, or "-" for `--clear`, DETAIL `change=allow|disallow|allow-tcp|disallow-tcp|clear
+by=USER uid=N`); TARGET host:port (an IPv6 address in brackets, "-" when the head was
+refused before a target was read); DETAIL key=value pairs, the reason last and whole.
+Tabs, newlines and other control characters in any field are written as \\xNN; a line
+is at most MAX_LINE_BYTES.
 
 The log is bounded (lnk_common.boundedlog): rotated to `log.1` at MAX_LOG_BYTES, and
 repeated lines folded. Folded, within FOLD_SECONDS, are refusals of one kind (`fold_key`:
@@ -34,7 +37,8 @@ one line when the fold's window ends, or when the process ends:
 
 A call the kill switch or a pause closed says so in its ended line, `closed=kill-switch`
 or `closed=pause` after its bytes (`WireLog.closing`, set by the process's watch and by
-the pause itself before it closes the open calls).
+the pause itself before it closes the open calls); one whose host `disallow` took away,
+`closed=taken-away` (`WireLog.closed_calls`).
 
 An allowed call and its ended line are never folded (each is a call out, with its
 bytes), nor a pause, nor an SRV/TXT asked outside (each is a call).
@@ -58,7 +62,7 @@ from lnk_common.boundedlog import (
 __all__ = ["EVENTS", "REASON_CLASS_CHARS", "WireLog", "fold_key", "log_path", "parse_line",
            "printable", "reason_class"]
 
-EVENTS = ("allowed", "ended", "refused", "paused", "started", "exited")
+EVENTS = ("allowed", "ended", "refused", "paused", "started", "exited", "changed")
 
 
 def log_path(settings: str, wire: str) -> str:
@@ -126,7 +130,7 @@ class WireLog:
     write(2) under the log's flock, so lines of processes sharing a wire never
     interleave, and a rotation by one never loses another's."""
 
-    __slots__ = ("closing", "file", "folds")
+    __slots__ = ("closed_calls", "closing", "file", "folds")
 
     def __init__(self, settings: str, wire: str) -> None:
         self.file = BoundedLog(log_path(settings, wire))
@@ -134,11 +138,16 @@ class WireLog:
         # What is closing the open calls now ("kill-switch", "pause"; "" when nothing):
         # every ended line written meanwhile is a call it closed, and says so.
         self.closing = ""
+        # Calls closed one by one (their task: a host `disallow` took away), and why: a
+        # call's ended line says so, as a switch's do (`Wire.end_calls` fills it).
+        self.closed_calls: dict[object, str] = {}
 
     def write(self, event: str, target: str, detail: str) -> None:
         now = time.time()
         self._write_counts(self.folds.due(now), now)
         closing = self.closing
+        if event == "ended" and not closing and self.closed_calls:
+            closing = self._closed_call()
         if event == "ended" and closing:
             head, reason, rest = detail.partition("reason=")
             detail = f"{head.rstrip()} closed={closing} {reason}{rest}".strip()
@@ -160,6 +169,16 @@ class WireLog:
             if event == "refused":
                 detail += f" reason=… and {count} more like this: {reason}"
             self._append(now, event, target, detail)
+
+    def _closed_call(self) -> str:
+        """Why the current call was closed one by one, or ""."""
+        import asyncio  # loaded already: only a serving helper closes calls one by one
+
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # no loop runs here
+            return ""
+        return self.closed_calls.get(task, "")
 
     def flush_due(self) -> None:
         """Write the counts of folds whose window has ended (called a few times a

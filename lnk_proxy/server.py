@@ -44,6 +44,7 @@ from lnk_common.wire import (
 from lnk_common.wirelog import WireLog
 from lnk_proxy import forward as forwarding
 from lnk_proxy import tunnel
+from lnk_proxy.added import AddedHosts
 from lnk_proxy.connection import (
     UNREADABLE_HEAD,
     CallVerb,
@@ -109,6 +110,7 @@ class Proxy(Wire):
         super().__init__(log=log, settings=settings, wire=wire, controls=controls, say=say)
         self.rules = rules
         self.machine = machine
+        self.added = AddedHosts(settings, wire, machine)  # `lnk-sandbox allow`'s hosts
         self.resolver = resolver
         self.book = book
         self.verbs: dict[str, Verb] = dict(verbs or {})
@@ -295,10 +297,15 @@ class Proxy(Wire):
         if target.address is not None and target.address in METADATA_ADDRESSES:
             raise Refused(403, f"{target.address} is a cloud metadata service", metadata=True)
         rule = matching_rule(self.rules, target.host, target.port)
-        if rule is None:
+        if rule is None:  # the additions (lnk_proxy.added), read now, else refused
             named = target.authority if target.address else f"{target.host}:{target.port}"
-            raise Refused(403, f"{named} is not in this sandbox's hosts", ordinary=True)
+            return self.added.admit(target, Refused(
+                403, f"{named} is not in this sandbox's hosts", ordinary=True))
         return rule
+
+    def taken_away(self) -> list[asyncio.Task[None]]:
+        """The open calls an addition let through whose host was taken away since."""
+        return self.added.taken_away()
 
     async def decide(self, target: Target, *, counted: bool = True) -> Address:
         """The address to connect to, or Refused: controls, name, lookup, every address.

@@ -12,6 +12,9 @@ Usage:
   lnk-sandbox on-stop (--list | --remove=NAME)
   lnk-sandbox paused [--json]
   lnk-sandbox resume WIRE
+  lnk-sandbox allow [--tcp] WIRE HOST
+  lnk-sandbox disallow [--tcp] WIRE (HOST | --clear)
+  lnk-sandbox allowed WIRE [--json]
   lnk-sandbox secret set NAME [--rule=FILE]
   lnk-sandbox secret list [--json]
   lnk-sandbox secret remove NAME
@@ -61,6 +64,18 @@ Verbs:
           what is registered, --remove takes one off.
   paused  Every paused wire, why and since when (--json for `lnk agent status`).
   resume  Lift the pause of WIRE.
+  allow   Let the running wire WIRE reach HOST too (`name`, `name:port` or `*.domain`,
+          as in [network] hosts; no port: 80 and 443), taken by its proxy at the next
+          call with every check a listed host gets, and kept for the wire's later
+          starts. Not `*`, an address of this machine, nor a provider's API host (name
+          the provider in [verbs] model). The refused call's line on the wire's log
+          says the very command. One `changed` line on the wire's log. With --tcp, HOST
+          is an endpoint (`name:port`, `*.domain:port`, as in [tcp] endpoints), taken
+          at the wire's next start: a running sandbox keeps the sockets it started with.
+  disallow  Take HOST away from WIRE's additions (--clear: all of them): refused from
+          the next call, and its open calls closed within a second.
+  allowed WIRE's additions: host, when, by whom (--json: {"wire", "hosts": [{"host",
+          "added", "by"}], "endpoints": […]}), apart from its spec's own hosts.
   secret  The store of secrets in Link's settings (hidden in every sandbox): `set`
           reads the value of NAME from standard input (never an argument; one
           trailing newline is taken off) and keeps it in a file only you can read;
@@ -136,8 +151,9 @@ Options:
   --wait        Wait until a question is there (asks).
   --timeout=SECONDS  How long --wait waits (asks); default: for ever.
   --agent=NAME  The agent whose URLs are shown (url).
-  --clear       Lift the kill switch (stop).
+  --clear       Lift the kill switch (stop); take every addition away (disallow).
   --probe       Run the escape attempts in a real sandbox (check).
+  --tcp         HOST is an endpoint of [tcp] endpoints, from the next start (allow, disallow).
   --name=NAME   The registration's name (on-stop); default: a random one.
   --list        What is registered (on-stop).
   --remove=NAME  Take a registration off (on-stop).
@@ -251,6 +267,7 @@ def wrap_line(policy: Policy, command: list[str]) -> list[str]:
 _RUN_DEFAULTS: dict[str, object] = {
     "wrap": False, "run": True, "learn": False, "check": False, "log": False,
     "stop": False, "on-stop": False, "paused": False, "resume": False,
+    "allow": False, "disallow": False, "allowed": False, "HOST": None, "--tcp": False,
     "secret": False, "set": False, "list": False, "remove": False, "NAME": None,
     "--rule": None, "tool": False, "add": False, "--allow": [], "--ask": None,
     "--secret": [], "--env": [], "--home": None, "--cwd": None,
@@ -438,7 +455,14 @@ def _wrap(arguments: Mapping[str, object], env: Mapping[str, str], command: list
     if _platform(arguments) == "macos":
         line = _mac_line(arguments, env, command)
     else:
-        line = wrap_line(_policy(arguments, env), command)
+        policy = _policy(arguments, env)
+        if policy.network == "proxy":  # and the line says it again at each of its starts
+            from lnk_wrap.allow_view import start_note
+
+            note = start_note(policy.settings, policy.name)
+            if note:
+                print(f"lnk-sandbox: {note}", file=sys.stderr)
+        line = wrap_line(policy, command)
     if arguments["--json"]:
         import orjson
 
@@ -540,6 +564,23 @@ def _controls(arguments: Mapping[str, object], env: Mapping[str, str],
     from lnk_wrap.controls_view import controls
 
     return controls(_settings_root(env), arguments, command)
+
+
+def _additions(arguments: Mapping[str, object], env: Mapping[str, str],
+               command: list[str]) -> int:
+    """allow, disallow, allowed: a wire's additions (lnk_wrap.allow_view)."""
+    from lnk_wrap.allow_view import AllowError, allow, allowed, disallow
+
+    settings, wire, host = _settings_root(env), str(arguments["WIRE"]), arguments["HOST"]
+    try:
+        tcp = bool(arguments["--tcp"])
+        if arguments["allow"]:
+            return allow(settings, wire, str(host), tcp=tcp)
+        if arguments["disallow"]:
+            return disallow(settings, wire, host if isinstance(host, str) else None, tcp=tcp)
+        return allowed(settings, wire, as_json=bool(arguments["--json"]))
+    except AllowError as error:
+        raise CliError(str(error)) from None
 
 
 def _log(arguments: Mapping[str, object], env: Mapping[str, str], command: list[str]) -> int:
@@ -689,6 +730,9 @@ _COMMANDS: dict[str, _Handler] = {
     "on-stop": _controls,
     "paused": _controls,
     "resume": _controls,
+    "allow": _additions,
+    "disallow": _additions,
+    "allowed": _additions,
     "log": _log,
     "secret": _secret,
     "tool": _tool,

@@ -225,6 +225,38 @@ def notice_first_run(policy: Policy, say: Callable[[str], None] = _say) -> None:
         f"files (.git, hooks, .envrc, editor settings) of {', '.join(policy.write_dot_files)}")
 
 
+def with_additions(policy: Policy, say: Callable[[str], None] = _say) -> Policy:
+    """A wire with additions (`lnk-sandbox allow`) says so at every start, through `say`
+    (its proxy takes the hosts at each call, beside the spec's), and this start's policy
+    gets its endpoint additions (`allow --tcp`) in its [tcp] endpoints: an endpoint's
+    socket inside is made before the program starts. Only a wire of the proxy's network
+    takes them (its line carries the proxy's libraries); ones the plan cannot place, or
+    a file that cannot be taken, are said and none is taken (nothing more opens). The
+    file is looked for here, before its module is imported
+    (lnk_common.additions.additions_path names the same file), so a start with none
+    costs one stat."""
+    if policy.network != "proxy" or not os.path.lexists(
+            os.path.join(policy.settings, "sandbox", "wires", policy.name, "allowed")):
+        return policy
+    from lnk_common import endpoints
+    from lnk_wrap.allow_view import added_endpoints, start_note
+
+    note = start_note(policy.settings, policy.name)
+    if note:
+        say(note)
+    added = tuple(dict.fromkeys((*policy.endpoints,
+                                 *added_endpoints(policy.settings, policy.name))))
+    if added == policy.endpoints:
+        return policy
+    try:
+        endpoints.listeners(proxy=policy.has_proxy_port(), endpoints=added, lan=policy.lan,
+                            localhost_ports=(*policy.localhost_ports, *policy.local_models))
+        return policy.replace(endpoints=added)
+    except (endpoints.EndpointError, PolicyArgvError) as error:
+        say(f"the wire {policy.name}'s endpoint additions are not taken: {error}")
+        return policy
+
+
 def _program_pid(sandbox_pid: int) -> int | None:
     """bubblewrap's pid 1 inside reaps; the program is its child."""
     try:
@@ -436,6 +468,7 @@ def launch(policy: Policy, command: list[str], env: Mapping[str, str], *,
     check_still_holds(policy)
     check_settings_path(policy)
     ensure_settings_folder(policy.settings)
+    policy = with_additions(policy, notice)
     if cwd is None:
         try:
             cwd = os.getcwd()

@@ -18,6 +18,16 @@ import os
 import pwd
 
 from lnk_common import endpoints as endpoint_plan
+from lnk_common.hostentry import (
+    MAX_ENDPOINT_NAME_CHARACTERS,
+    MAX_ENTRY_CHARACTERS,
+    HostEntryError,
+    normal_endpoint_entry,
+    normal_host_entry,
+)
+from lnk_common.hostentry import (
+    is_host_entry as _shaped_entry,
+)
 from lnk_common.policy import (
     DEFAULT_PAUSE,
     FIELDS,
@@ -51,8 +61,6 @@ MAX_COUNT = 1_000_000
 # A pause's window: long enough for a burst, short enough that yesterday's refusals
 # do not add up with today's.
 MAX_WINDOW_SECONDS = 3600
-# A hosts entry: a DNS name's 253 characters, `*.` and a `:port`.
-MAX_HOST_ENTRY_CHARACTERS = 260
 
 class SpecError(Exception):
     """A spec that cannot run: `file: key: reason`."""
@@ -691,25 +699,10 @@ def _pause(context: _Context, section: dict[str, Any] | None) -> tuple[int, int,
     return refusals, targets, window
 
 
-# A host of [network] hosts: a name (letters, digits, '-', '_' labels), or `*.` and a
-# domain, and an optional port. `*` alone is the whole network: refused. Compiled when a
-# spec names a host (`re` costs 6 ms of a start that names none).
-_HOST_ENTRY = (
-    r"(\*\.)?([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)*[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.?"
-    r"(:[0-9]{1,5})?"
-)
-
-
-def _is_host_entry(text: str) -> bool:
-    import re
-
-    return re.fullmatch(_HOST_ENTRY, text) is not None
-
-
 def is_host_entry(text: str) -> bool:
     """Whether `text` is an entry `[network] hosts` takes as written (`learn` offers
-    only such entries)."""
-    return len(text) <= MAX_HOST_ENTRY_CHARACTERS and _is_host_entry(text)
+    only such entries): the one rule, lnk_common.hostentry's."""
+    return len(text) <= MAX_ENTRY_CHARACTERS and _shaped_entry(text)
 
 
 def _network(context: _Context, section: dict[str, Any] | None) -> tuple[str, tuple[str, ...]]:
@@ -726,19 +719,10 @@ def _network(context: _Context, section: dict[str, Any] | None) -> tuple[str, tu
         if mode != "proxy":
             raise SpecError(context.file, "network.hosts",
                             "hosts are reached through the proxy: set mode = \"proxy\"")
-        text = entry.lower()
-        if text in ("*", "*.") or text.startswith("*:"):
-            raise SpecError(context.file, key,
-                            "\"*\" is every host: the network itself, not a list; name "
-                            "the hosts, or `*.domain` for the names under one")
-        if len(text) > MAX_HOST_ENTRY_CHARACTERS or not _is_host_entry(text):
-            raise SpecError(context.file, key,
-                            f"{entry!r} is not a host name, `*.domain`, or either with :port")
-        name, _, port = text.partition(":")
-        if port and not 1 <= int(port) <= 65535:
-            raise SpecError(context.file, key, f"port {port} out of range")
-        name = name.rstrip(".")
-        normalised = f"{name}:{int(port)}" if port else name
+        try:  # the one rule, which `lnk-sandbox allow` reads too
+            normalised = normal_host_entry(entry)
+        except HostEntryError as error:
+            raise SpecError(context.file, key, str(error)) from None
         if normalised not in hosts:
             hosts.append(normalised)
     if len(hosts) > MAX_PATHS_PER_KEY:
@@ -759,29 +743,30 @@ def _entries(context: _Context, key: str, raw: object, *, lan: bool) -> tuple[st
     found: list[str] = []
     for index, entry in enumerate(raw):
         where = f"{key}[{index}]"
+        if not lan:
+            try:  # the one rule, which `lnk-sandbox allow --tcp` reads too
+                normal = normal_endpoint_entry(entry)
+            except HostEntryError as error:
+                raise SpecError(context.file, where, str(error)) from None
+            if normal not in found:
+                found.append(normal)
+            continue
         text = entry.lower()
         if text in ("*", "*.") or text.startswith("*:"):
             raise SpecError(context.file, where,
                             "\"*\" is every host: the network itself, not a list; name "
-                            "the hosts" + ("" if lan else ", or `*.domain:port`"))
+                            "the hosts")
         try:
             host, port = endpoint_plan.split_host_port(text)
         except endpoint_plan.EndpointError as error:
             raise SpecError(context.file, where, str(error)) from None
         if port and (not port.isdigit() or not 1 <= int(port) <= 65535):
             raise SpecError(context.file, where, f"{entry!r}: the port must be 1 to 65535")
-        if not port and not lan:
-            raise SpecError(context.file, where,
-                            f"{entry!r}: an endpoint names its port, as \"db.example.com:5432\"")
         try:
             address = ipaddress.ip_address(host)
         except ValueError:
             address = None
         if address is not None:
-            if not lan:
-                raise SpecError(context.file, where,
-                                f"{entry!r}: an endpoint is a name (it gets DNS); a machine of "
-                                "the local network by address goes in [lan] hosts")
             # The proxy's own rule (lnk_proxy.decide.address_refusal refuses it at the
             # call too): refused here, at load, with the key.
             why = never_a_host(address)
@@ -792,13 +777,12 @@ def _entries(context: _Context, key: str, raw: object, *, lan: bool) -> tuple[st
             normal = (f"[{host}]" if address.version == 6 else host) + (f":{int(port)}"
                                                                          if port else "")
         else:
-            if lan and host.startswith("*."):
+            if host.startswith("*."):
                 raise SpecError(context.file, where,
                                 f"{entry!r}: a [lan] host is one machine, not `*.domain`")
-            if len(host) > 254 or not _is_host_entry(host) or host in ("localhost",):
-                raise SpecError(context.file, where,
-                                f"{entry!r} is not a host name"
-                                + ("" if lan else " or `*.domain`") + " with :port")
+            if len(host) > MAX_ENDPOINT_NAME_CHARACTERS or not _shaped_entry(host) \
+                    or host in ("localhost",):
+                raise SpecError(context.file, where, f"{entry!r} is not a host name with :port")
             host = host.rstrip(".")
             normal = f"{host}:{int(port)}" if port else host
         if normal not in found:

@@ -179,8 +179,12 @@ def test_N2_an_unlisted_name_gets_403_and_no_dns_query(
     assert tls.stdout == " 403" and tls.returncode == 56, tls  # the CONNECT refused
     assert dns.queries.get("denied.lnkt", 0) == 0
     refused = [line.split("\t")[2:] for line in wire_log(sandbox_env).splitlines()]
-    assert refused == [[target, f"reason={target} is not in this sandbox's hosts"]
-                       for target in ("denied.lnkt:80", "allowed.lnkt:8080", "denied.lnkt:443")]
+    # The log's line (not the program's) says the command that would let it through.
+    assert refused == [[target, f"reason={target} is not in this sandbox's hosts; "
+                                f"`lnk-sandbox allow tests {entry}` lets it through"]
+                       for target, entry in (("denied.lnkt:80", "denied.lnkt"),
+                                             ("allowed.lnkt:8080", "allowed.lnkt:8080"),
+                                             ("denied.lnkt:443", "denied.lnkt"))]
     curl(run_sandbox, wire, "http://allowed.lnkt/ok")
     assert dns.queries.get("allowed.lnkt", 0) >= 1  # the counter does count
 

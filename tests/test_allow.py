@@ -1,0 +1,529 @@
+"""`lnk-sandbox allow` / `disallow` / `allowed` on a running wire, attacked for real: real
+sandboxes, their proxy, curl and Python clients against the test hosts
+(tests/testnet.py); the pure reading of the file is tests/test_additions.py."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import (
+    LNK_SANDBOX,
+    SANDBOX_TIMEOUT_SECONDS,
+    RunSandbox,
+    WriteSpec,
+    end_run,
+    toml_list,
+    wait_until,
+)
+from tests.test_files_attacks import Q
+from tests.testnet import ORIGIN_ADDRESS, _machine_address
+
+PYTHON = "/usr/bin/python3"
+
+
+def lnk(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([LNK_SANDBOX, *args], env=env, capture_output=True, text=True,
+                          timeout=SANDBOX_TIMEOUT_SECONDS, check=False)
+
+
+def wire_spec(write_spec: WriteSpec, testnet: Path, name: str, marks: Path | None = None,
+              hosts: str = '"allowed.lnkt", "allowed.lnkt:7"') -> Path:
+    write = f"write = {toml_list(marks)}\n" if marks is not None else ""
+    return write_spec(f'name = "{name}"\n[files]\nread = {toml_list(testnet)}\n{write}'
+                      f'[network]\nmode = "proxy"\nhosts = [{hosts}]\n')
+
+
+def wire_folder(env: dict[str, str], wire: str) -> Path:
+    return Path(env["LNK_HOME"]) / "sandbox" / "wires" / wire
+
+
+def curl_code(run_sandbox: RunSandbox, spec: Path, env: dict[str, str], url: str) -> str:
+    return run_sandbox(spec, "curl", "-s", "-o", "/dev/null", "-m", "5", "-w", "%{http_code}",
+                       url, env=env).stdout
+
+
+_STEPS = """
+m={marks}
+code() {{ curl -s -o /dev/null -m 5 -w '%{{http_code}}' http://denied.lnkt/ok; }}
+code > $m/first.tmp && mv $m/first.tmp $m/first
+while [ ! -e $m/allowed ]; do sleep 0.02; done
+code > $m/second.tmp && mv $m/second.tmp $m/second
+while [ ! -e $m/disallowed ]; do sleep 0.02; done
+code > $m/third
+"""
+
+
+def test_allow_is_taken_at_the_next_call_and_disallow_too_without_a_restart(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    spec = wire_spec(write_spec, testnet, "live", marks)
+    run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", "/bin/sh", "-c",
+                            _STEPS.format(marks=Q(str(marks)))], env=sandbox_env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_until(lambda: (marks / "first").exists() and (marks / "first").read_text(),
+                          "the first call") == "403"
+        allowed = lnk(sandbox_env, "allow", "live", "denied.lnkt")
+        assert allowed.returncode == 0, allowed.stderr
+        (marks / "allowed").touch()
+        assert wait_until(lambda: (marks / "second").exists()
+                          and (marks / "second").read_text(), "the call after allow") == "200"
+        assert lnk(sandbox_env, "disallow", "live", "denied.lnkt").returncode == 0
+        (marks / "disallowed").touch()
+        run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    finally:
+        end_run(run)
+    assert (marks / "third").read_text() == "403"
+    lines = [line.split("\t") for line in (wire_folder(sandbox_env, "live") / "log")
+             .read_text().splitlines()]
+    changed = [fields[2:] for fields in lines if fields[1] == "changed"]
+    assert [target for target, _ in changed] == ["denied.lnkt", "denied.lnkt"]
+    assert [detail.split()[0] for _, detail in changed] == ["change=allow", "change=disallow"]
+    assert all(re.fullmatch(r"change=\w+ by=\S+ uid=[0-9]+", detail) for _, detail in changed)
+    calls = [fields[1:3] for fields in lines if fields[2] == "denied.lnkt:80"]
+    assert calls[0] == ["refused", "denied.lnkt:80"]
+    assert ["allowed", "denied.lnkt:80"] in calls and calls[-1] == ["refused", "denied.lnkt:80"]
+
+
+_TUNNELS = """
+import socket, sys, time
+def tunnel(name):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+    s.sendall(f"CONNECT {name}:7 HTTP/1.1\\r\\nHost: {name}:7\\r\\n\\r\\n".encode())
+    assert b" 200 " in s.recv(4096)
+    s.sendall(b"x")
+    assert s.recv(10)
+    return s
+added, listed = tunnel("denied.lnkt"), tunnel("allowed.lnkt")
+open(sys.argv[1], "w").write("open")
+added.settimeout(30)
+try:
+    while True:
+        added.sendall(b"x" * 1024)
+        if not added.recv(65536):
+            break
+except OSError:
+    pass
+closed = time.time()
+listed.sendall(b"still")
+print(closed, listed.recv(100).decode())
+"""
+
+
+def _take_away(env: dict[str, str], wire: str, how: str, host: str) -> float:
+    """Take `host` away from the wire's additions `how`; when the file changed."""
+    added = wire_folder(env, wire) / "allowed"
+    if how == "broken":  # a file that cannot be taken lets nothing more through
+        added.write_bytes(b'{"version": 1, "hosts": [')
+    else:
+        words = ("disallow", wire, host) if how == "disallow" else ("disallow", wire, "--clear")
+        assert lnk(env, *words).returncode == 0
+    return added.stat().st_mtime
+
+
+@pytest.mark.parametrize("how", ["disallow", "clear", "broken"])
+def test_an_open_tunnel_to_a_host_taken_away_is_closed_within_a_second(
+    write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str], tmp_path: Path,
+    run_sandbox: RunSandbox, how: str,
+) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    spec = wire_spec(write_spec, testnet, "taken", marks, hosts='"allowed.lnkt:7"')
+    run_sandbox(spec, "true", env=sandbox_env)  # the wire has run: it may be added to
+    assert lnk(sandbox_env, "allow", "taken", "denied.lnkt:7").returncode == 0
+    opened = marks / "open"
+    run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", PYTHON, "-I",
+                            "-c", _TUNNELS, str(opened)], env=sandbox_env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(opened.exists, "both tunnels carrying data")
+        taken_at = _take_away(sandbox_env, "taken", how, "denied.lnkt:7")
+        stdout, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    finally:
+        end_run(run)
+    closed, alive = stdout.split()
+    elapsed = float(closed) - taken_at
+    print(f"{how}: the tunnel closed {elapsed:.3f} s after the file changed")
+    assert elapsed < 1.0, (elapsed, stderr)
+    assert alive == "still"  # the spec's own host's tunnel was left open
+    ended = [line for line in (wire_folder(sandbox_env, "taken") / "log").read_text()
+             .splitlines() if "\tended\tdenied.lnkt:7\t" in line]
+    assert len(ended) == 1 and "sent=" in ended[0] and "closed=taken-away" in ended[0]
+    listed = [line for line in (wire_folder(sandbox_env, "taken") / "log").read_text()
+              .splitlines() if "\tended\tallowed.lnkt:7\t" in line]
+    assert listed and "closed=" not in listed[0]
+
+
+_MANY = """
+import socket, sys, threading, time
+count = int(sys.argv[1])
+def tunnel(name):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+    s.sendall(f"CONNECT {name}:7 HTTP/1.1\\r\\nHost: {name}:7\\r\\n\\r\\n".encode())
+    assert b" 200 " in s.recv(4096)
+    return s
+socks = [tunnel("denied.lnkt") for _ in range(count)]
+listed = tunnel("allowed.lnkt")
+closed_at = {}
+echoed = threading.Semaphore(0)
+def keep(index, s):
+    s.settimeout(30)
+    first = True
+    try:
+        while True:
+            s.sendall(b"x" * 1024)
+            if not s.recv(65536):
+                break
+            if first:
+                first = False
+                echoed.release()
+    except OSError:
+        pass
+    closed_at[index] = time.time()
+threads = [threading.Thread(target=keep, args=(i, s)) for i, s in enumerate(socks)]
+[t.start() for t in threads]
+[echoed.acquire(timeout=30) for _ in socks]  # every tunnel has carried data both ways
+open(sys.argv[2], "w").write(str(time.time()))
+[t.join() for t in threads]
+listed.sendall(b"still")
+print(len(closed_at), max(closed_at.values()), listed.recv(100).decode())
+"""
+
+
+def test_200_open_tunnels_to_a_host_taken_away_are_closed_within_a_second(
+    write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str], tmp_path: Path,
+    run_sandbox: RunSandbox,
+) -> None:
+    """As the kill switch's test (tests/test_wire_controls.py, N9): 200 tunnels moving
+    data, all closed within a second of `disallow`, by the watch's own thread."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    spec = wire_spec(write_spec, testnet, "many", marks, hosts='"allowed.lnkt:7"')
+    run_sandbox(spec, "true", env=sandbox_env)
+    assert lnk(sandbox_env, "allow", "many", "denied.lnkt:7").returncode == 0
+    started = marks / "transferring"
+    run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", PYTHON, "-I",
+                            "-c", _MANY, "200", str(started)], env=sandbox_env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(started.exists, "all 200 tunnels moving data")
+        taken_at = _take_away(sandbox_env, "many", "disallow", "denied.lnkt:7")
+        stdout, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    finally:
+        end_run(run)
+    count, last_closed, alive = stdout.split()
+    assert count == "200", (stdout, stderr)
+    elapsed = float(last_closed) - taken_at
+    print(f"disallow: the last of 200 tunnels closed {elapsed:.3f} s after the file changed")
+    assert elapsed < 1.0, (elapsed, stderr)
+    assert alive == "still"
+
+
+_KEPT_ALIVE = """
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", 3128), timeout=30)
+def get():
+    s.sendall(b"GET http://denied.lnkt/ok HTTP/1.1\\r\\nHost: denied.lnkt\\r\\n\\r\\n")
+    data = b""
+    while not data.endswith(b"fine\\n"):
+        chunk = s.recv(4096)
+        assert chunk, data
+        data += chunk
+get(); get()  # the second on the kept-alive lane
+open(sys.argv[1], "w").write("served")
+try:
+    left = s.recv(4096)
+except OSError:
+    left = b""
+print(time.time(), len(left))
+"""
+
+
+def test_a_kept_alive_connection_to_a_host_taken_away_is_closed_within_a_second(
+    write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str], tmp_path: Path,
+    run_sandbox: RunSandbox,
+) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    spec = wire_spec(write_spec, testnet, "lane", marks)
+    run_sandbox(spec, "true", env=sandbox_env)
+    assert lnk(sandbox_env, "allow", "lane", "denied.lnkt").returncode == 0
+    served = marks / "served"
+    run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", PYTHON, "-I",
+                            "-c", _KEPT_ALIVE, str(served)], env=sandbox_env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(served.exists, "two requests served on one connection")
+        taken_at = _take_away(sandbox_env, "lane", "disallow", "denied.lnkt")
+        stdout, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    finally:
+        end_run(run)
+    closed, left = stdout.split()
+    assert left == "0", stderr
+    assert float(closed) - taken_at < 1.0, (float(closed) - taken_at, stderr)
+
+
+def test_the_refused_line_says_the_allow_command_that_lets_the_call_through(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str],
+) -> None:
+    spec = wire_spec(write_spec, testnet, "advised")
+    assert curl_code(run_sandbox, spec, sandbox_env, "http://denied.lnkt/ok") == "403"
+    # A provider's API host: the model verb is the way, not an addition (refused by name,
+    # before any lookup).
+    assert curl_code(run_sandbox, spec, sandbox_env, "https://api.anthropic.com/") == "000"
+    # An address: the command names it, unless it is this machine's (allow refuses that).
+    assert curl_code(run_sandbox, spec, sandbox_env, f"http://{ORIGIN_ADDRESS}/ok") == "403"
+    assert curl_code(run_sandbox, spec, sandbox_env, f"http://{_machine_address()}/") == "403"
+    shown = lnk(sandbox_env, "log", "advised", "--refused").stdout
+    assert f"`lnk-sandbox allow advised {ORIGIN_ADDRESS}` lets it through" in shown
+    mine = next(line for line in shown.splitlines() if f"{_machine_address()}:80" in line)
+    assert "is not in this sandbox's hosts" in mine and "lnk-sandbox allow" not in mine
+    command = re.search(r"`(lnk-sandbox allow advised [^`]+)` lets it through", shown)
+    assert command is not None, shown
+    assert command.group(1) == "lnk-sandbox allow advised denied.lnkt"
+    provider = next(line for line in shown.splitlines() if "api.anthropic.com:443" in line)
+    assert "[verbs] model" in provider and "lnk-sandbox allow" not in provider
+    words = shlex.split(command.group(1))
+    done = subprocess.run([LNK_SANDBOX, *words[1:]], env=sandbox_env, capture_output=True,
+                          text=True, timeout=SANDBOX_TIMEOUT_SECONDS, check=False)
+    assert done.returncode == 0, done.stderr
+    # Kept for the wire's next start, which says so.
+    result = run_sandbox(spec, "curl", "-s", "-m", "5", "http://denied.lnkt/ok",
+                         env=sandbox_env)
+    assert result.stdout == "fine\n"
+    note = "lnk-sandbox: the wire advised may also reach what `lnk-sandbox allow` added: " \
+           "denied.lnkt (`lnk-sandbox allowed advised` shows them"
+    assert note in result.stderr
+    # `wrap` says it, and the kept line again at each of its starts.
+    wrapped = run_sandbox(spec, "curl", "-s", "-m", "5", "http://denied.lnkt/ok",
+                          env=sandbox_env, verb="wrap")
+    assert note in wrapped.stderr
+    kept = subprocess.run(["/bin/sh", "-c", wrapped.stdout], env=sandbox_env,
+                          capture_output=True, text=True, timeout=SANDBOX_TIMEOUT_SECONDS,
+                          check=False)
+    assert kept.stdout == "fine\n" and note in kept.stderr, kept
+    shown = json.loads(lnk(sandbox_env, "allowed", "advised", "--json").stdout)
+    assert [entry["host"] for entry in shown["hosts"]] == ["denied.lnkt"]
+    assert set(shown["hosts"][0]) == {"host", "added", "by"}
+
+
+def test_an_added_host_gets_every_check_a_listed_host_gets(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str],
+) -> None:
+    """self-lo.lnkt resolves to 127.0.0.1: added, its calls are refused for the address,
+    as a listed host's are."""
+    spec = wire_spec(write_spec, testnet, "checked")
+    run_sandbox(spec, "true", env=sandbox_env)
+    assert lnk(sandbox_env, "allow", "checked", "self-lo.lnkt").returncode == 0
+    result = run_sandbox(spec, "curl", "-s", "-m", "5", "http://self-lo.lnkt/",
+                         env=sandbox_env)
+    assert result.stdout == "self-lo.lnkt resolves to 127.0.0.1 is this machine (loopback)\n"
+
+
+_HELLO = """
+import socket, ssl, sys
+def tunnel(target, sni):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=8)
+    s.sendall(f"CONNECT {target} HTTP/1.1\\r\\nHost: {target}\\r\\n\\r\\n".encode())
+    if b" 200 " not in s.recv(4096):
+        return "no-tunnel"
+    context = ssl.create_default_context(cafile=sys.argv[1])
+    context.check_hostname = False
+    try:
+        t = context.wrap_socket(s, server_hostname=sni)
+        t.sendall(b"GET /ok HTTP/1.1\\r\\nHost: denied.lnkt\\r\\nConnection: close\\r\\n\\r\\n")
+        data = b""
+        while chunk := t.recv(4096):
+            data += chunk
+        return "served" if b"fine" in data else "closed"
+    except (OSError, ssl.SSLError):
+        return "closed"
+print(tunnel("denied.lnkt:443", "denied.lnkt"), tunnel("denied.lnkt:443", "allowed.lnkt"),
+      tunnel("denied.lnkt:443", None))
+"""
+
+
+def test_an_added_host_s_tunnel_on_443_must_name_it_in_its_client_hello(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str],
+) -> None:
+    """N5 for an addition: a CONNECT to the added host on 443 opens only once its
+    ClientHello names that host (another, even a listed one, or none: closed)."""
+    spec = wire_spec(write_spec, testnet, "hello")
+    run_sandbox(spec, "true", env=sandbox_env)
+    assert lnk(sandbox_env, "allow", "hello", "denied.lnkt").returncode == 0
+    result = run_sandbox(spec, PYTHON, "-I", "-c", _HELLO, str(testnet / "cert.pem"),
+                         env=sandbox_env)
+    assert result.stdout.split() == ["served", "closed", "closed"], result
+    log = (wire_folder(sandbox_env, "hello") / "log").read_text()
+    assert "reason=the tunnel's TLS ClientHello names another host (allowed.lnkt)" in log
+    assert "reason=the tunnel's TLS ClientHello names no host" in log
+
+
+def test_a_broken_additions_file_lets_nothing_more_through_and_says_why(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str],
+) -> None:
+    spec = wire_spec(write_spec, testnet, "broken")
+    run_sandbox(spec, "true", env=sandbox_env)
+    (wire_folder(sandbox_env, "broken") / "allowed").write_bytes(
+        b'{"version": 1, "hosts": [{"host": "denied.lnkt"}, {"host": "*"}]}')
+    assert curl_code(run_sandbox, spec, sandbox_env, "http://denied.lnkt/ok") == "403"
+    shown = lnk(sandbox_env, "log", "broken", "--refused")
+    assert "the wire's additions cannot be taken" in shown.stdout, (
+        shown, (wire_folder(sandbox_env, "broken") / "log").read_text())
+    assert lnk(sandbox_env, "allowed", "broken").returncode == 125
+    # allow never writes over it (it may hold the person's own lines); --clear replaces it.
+    refused = lnk(sandbox_env, "allow", "broken", "denied.lnkt")
+    assert refused.returncode == 125 and "disallow broken --clear` replaces it" in refused.stderr
+    assert lnk(sandbox_env, "disallow", "broken", "--clear").returncode == 0
+    assert json.loads(lnk(sandbox_env, "allowed", "broken", "--json").stdout)["hosts"] == []
+    assert lnk(sandbox_env, "allow", "broken", "denied.lnkt").returncode == 0
+    assert curl_code(run_sandbox, spec, sandbox_env, "http://denied.lnkt/ok") == "200"
+
+
+@pytest.mark.parametrize("host", ["*", "*.", "127.0.0.1", "169.254.169.254", "localhost",
+                                  "not a host", "a..b", "x.example.com:0",
+                                  "api.anthropic.com", "*.googleapis.com", "MACHINE"])
+def test_bad_input_is_one_line_and_changes_nothing(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str],
+    host: str,
+) -> None:
+    host = _machine_address() if host == "MACHINE" else host
+    spec = wire_spec(write_spec, testnet, "strict")
+    run_sandbox(spec, "true", env=sandbox_env)
+    assert lnk(sandbox_env, "allow", "strict", "kept.example.com").returncode == 0
+    folder = wire_folder(sandbox_env, "strict")
+    before = ((folder / "allowed").read_bytes(), (folder / "log").read_bytes())
+    refused = lnk(sandbox_env, "allow", "strict", host)
+    assert refused.returncode == 125
+    assert refused.stderr.count("\n") == 1 and "nothing changed" in refused.stderr, refused
+    assert "Traceback" not in refused.stderr
+    if host.startswith("api.") or host.endswith("googleapis.com"):
+        assert "[verbs] model" in refused.stderr
+    assert ((folder / "allowed").read_bytes(), (folder / "log").read_bytes()) == before
+
+
+def test_an_unknown_wire_or_a_host_not_added_is_refused_and_nothing_written(
+    sandbox_env: dict[str, str],
+) -> None:
+    for args in (("allow", "never-ran", "docs.example.com"), ("allow", "../x", "a.com"),
+                 ("disallow", "never-ran", "--clear"), ("allowed", "never-ran")):
+        refused = lnk(sandbox_env, *args)
+        assert refused.returncode == 125 and refused.stderr.count("\n") == 1, refused
+    assert not (Path(sandbox_env["LNK_HOME"]) / "sandbox").exists()
+    wire_folder(sandbox_env, "ran").mkdir(parents=True)
+    refused = lnk(sandbox_env, "disallow", "ran", "docs.example.com")
+    assert refused.returncode == 125 and "not among its additions" in refused.stderr
+
+
+def test_nothing_inside_can_read_or_change_the_additions(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str],
+) -> None:
+    settings = Path(sandbox_env["LNK_HOME"])
+    spec = wire_spec(write_spec, testnet, "hidden")
+    run_sandbox(spec, "true", env=sandbox_env)
+    assert lnk(sandbox_env, "allow", "hidden", "docs.example.com").returncode == 0
+    added = wire_folder(sandbox_env, "hidden") / "allowed"
+    before = added.read_bytes()
+    # A spec that writes the very folder Link's settings are in: they stay hidden.
+    spec = write_spec(f'name = "hidden"\n[files]\nread = {toml_list(testnet)}\n'
+                      f"write = {toml_list(settings.parent)}\n"
+                      '[network]\nmode = "proxy"\nhosts = ["allowed.lnkt"]\n')
+    a = Q(str(added))
+    result = run_sandbox(spec, "/bin/sh", "-c",
+                         f"cat {a}; echo r=$?; echo '{{}}' > {a}; echo w=$?; "
+                         f"rm -f {a}; echo d=$?; ls {Q(str(added.parent))}; echo l=$?",
+                         env=sandbox_env)
+    assert "docs.example.com" not in result.stdout
+    for step in ("r", "w", "l"):
+        assert f"{step}=0" not in result.stdout, result.stdout
+    assert added.read_bytes() == before
+
+
+_ECHO = """
+import socket, sys
+try:
+    with socket.create_connection(("denied.lnkt", 7), timeout=10) as s:
+        s.sendall(b"ping")
+        print(s.recv(10).decode())
+except OSError as error:
+    print(type(error).__name__)
+"""
+
+
+def test_an_endpoint_added_with_tcp_is_taken_at_the_next_start_and_taken_away_too(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str],
+) -> None:
+    """`allow --tcp`: an endpoint is a socket inside made before the program starts, so
+    the wire's next start takes it (a program that speaks no proxy reaches it by name);
+    `disallow --tcp`, and the start after has no such name."""
+    spec = wire_spec(write_spec, testnet, "ends")
+    unreached = run_sandbox(spec, PYTHON, "-I", "-c", _ECHO, env=sandbox_env).stdout
+    assert unreached in ("gaierror\n", "OSError\n"), unreached  # no name, or no route
+    assert lnk(sandbox_env, "allow", "--tcp", "ends", "denied.lnkt:7").returncode == 0
+    result = run_sandbox(spec, PYTHON, "-I", "-c", _ECHO, env=sandbox_env)
+    assert result.stdout == "ping\n", result
+    assert "the endpoints denied.lnkt:7" in result.stderr
+    log = (wire_folder(sandbox_env, "ends") / "log").read_text()
+    assert "\tallowed\tdenied.lnkt:7\t" in log and "kind=endpoint" in log
+    assert "change=allow-tcp" in log
+    assert lnk(sandbox_env, "disallow", "--tcp", "ends", "denied.lnkt:7").returncode == 0
+    assert run_sandbox(spec, PYTHON, "-I", "-c", _ECHO, env=sandbox_env).stdout == unreached
+
+
+@pytest.mark.parametrize("endpoint", ["denied.lnkt", "*:7", "127.0.0.1:7", "localhost:7",
+                                      "x.localhost:7", "api.openai.com:443", "a b:7"])
+def test_a_bad_endpoint_is_one_line_and_changes_nothing(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str],
+    endpoint: str,
+) -> None:
+    spec = wire_spec(write_spec, testnet, "strict-ends")
+    run_sandbox(spec, "true", env=sandbox_env)
+    refused = lnk(sandbox_env, "allow", "--tcp", "strict-ends", endpoint)
+    assert refused.returncode == 125 and refused.stderr.count("\n") == 1, refused
+    assert "nothing changed" in refused.stderr
+    assert not (wire_folder(sandbox_env, "strict-ends") / "allowed").exists()
+
+
+def test_an_endpoint_the_plan_cannot_place_is_said_and_the_start_goes_on_without_it(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str],
+) -> None:
+    """`*.lnkt:3128` would take the proxy's own port on every loopback address: the
+    start says so and takes none of the endpoint additions (nothing more opens)."""
+    spec = wire_spec(write_spec, testnet, "placed")
+    run_sandbox(spec, "true", env=sandbox_env)
+    assert lnk(sandbox_env, "allow", "--tcp", "placed", "*.lnkt:3128").returncode == 0
+    assert lnk(sandbox_env, "allow", "--tcp", "placed", "denied.lnkt:7").returncode == 0
+    result = run_sandbox(spec, PYTHON, "-I", "-c", _ECHO, env=sandbox_env)
+    assert result.stdout in ("gaierror\n", "OSError\n"), result
+    assert "lnk-sandbox: the wire placed's endpoint additions are not taken: *.lnkt:3128: " \
+        "port 3128 is the proxy's own port" in result.stderr
+    assert curl_code(run_sandbox, spec, sandbox_env, "http://allowed.lnkt/ok") == "200"
+
+
+def test_a_fifo_where_the_additions_are_hangs_nothing(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str],
+) -> None:
+    """A FIFO would hold a reader that opened it plainly for ever (the proxy's loop, a
+    start, `allowed`): each refuses it at once and says so."""
+    import os
+
+    spec = wire_spec(write_spec, testnet, "piped")
+    run_sandbox(spec, "true", env=sandbox_env)
+    os.mkfifo(wire_folder(sandbox_env, "piped") / "allowed")
+    result = run_sandbox(spec, "curl", "-s", "-o", "/dev/null", "-m", "5", "-w",
+                         "%{http_code}", "http://denied.lnkt/ok", env=sandbox_env)
+    assert result.stdout == "403" and "not a regular file" in result.stderr, result
+    shown = lnk(sandbox_env, "log", "piped", "--refused").stdout
+    assert "the wire's additions cannot be read (not a regular file)" in shown, shown
+    refused = lnk(sandbox_env, "allowed", "piped")
+    assert refused.returncode == 125 and "not a regular file" in refused.stderr
+    assert lnk(sandbox_env, "disallow", "piped", "--clear").returncode == 0
