@@ -173,6 +173,9 @@ def _refusal(seen: Seen, line: dict[str, str], called: set[str], looked_up: list
              ignore: tuple[str, ...]) -> None:
     """One refused line: an entry to offer, a name looked up, or a reason not to."""
     target, reason = line["target"], line.get("reason", "")
+    # The log's reason may go on with advice after "; " (the `lnk-sandbox allow` command
+    # that would let it through: lnk_proxy.added); the refusal's own words come first.
+    reason = reason.partition("; ")[0]
     if line.get("kind") == "dns":
         name = target.lower().rstrip(".")
         if not reason.endswith(_NOT_A_NAME) or name in ignore or name.endswith(".arpa"):
