@@ -5,6 +5,8 @@ Usage:
   lnk-sandbox run --spec=FILE [--wire=NAME] [--summary=FILE] [--] COMMAND...
   lnk-sandbox learn --spec=FILE [--] COMMAND...
   lnk-sandbox check [--spec=FILE] [--json]
+  lnk-sandbox explain --spec=FILE [--json]
+  lnk-sandbox status [--json | --watch]
   lnk-sandbox log [WIRE] [--follow] [--json] [--since=TIME] [-n N] [--refused]
   lnk-sandbox stop [--clear]
   lnk-sandbox on-stop [--name=NAME] [--] COMMAND...
@@ -102,6 +104,16 @@ Verbs:
   mcp-remote  A stdio MCP server that relays to the remote MCP server at URL (a tool's
           command, run outside: `tool add far -- lnk-sandbox mcp-remote URL --header
           'Authorization: Bearer ${FAR_TOKEN}'`); the same as lnk-sandbox-mcp-remote.
+  explain What the spec FILE opens, in plain words, grouped: what it reads, writes
+          and hides (the dot files held at the top of each written folder among
+          them), which programs may start, every way out by verb, the wire's controls,
+          and what every sandbox closes. The words `guest add` asks with, and a spec's
+          first run with write_dot_files shows. Runs nothing, writes nothing.
+  status  Every wire at a glance: each running sandbox's name and command, calls and
+          refusals in the last minute, open calls, paused or not and why, the kill
+          switch, questions waiting; from Link's settings only. --watch: the same,
+          refreshed in place every second in a terminal; --json for `lnk agent status`
+          (its keys: docs/components/lnk_wrap.md).
   check   What this machine gives (bubblewrap, user namespaces, Landlock, seccomp) and
           which protections are therefore in force; the stated gaps, as open; which
           providers' keys are set. With --spec: which model verbs the spec turns on,
@@ -117,6 +129,7 @@ Options:
   --refused     Only the refusals, and pauses (log).
   --summary=FILE  Write the run's summary there, as JSON, when it has ended (run).
   --wait        Wait until a question is there (asks).
+  --watch       Refresh in place every second until interrupted (status).
   --timeout=SECONDS  How long --wait waits (asks); default: for ever.
   --agent=NAME  The agent whose URLs are shown (url).
   --clear       Lift the kill switch (stop).
@@ -231,6 +244,7 @@ def wrap_line(policy: Policy, command: list[str]) -> list[str]:
 # whole of docopt's answer (tests/test_cli.py holds the two equal on generated argv).
 _RUN_DEFAULTS: dict[str, object] = {
     "wrap": False, "run": True, "learn": False, "check": False, "log": False,
+    "explain": False, "status": False, "--watch": False,
     "stop": False, "on-stop": False, "paused": False, "resume": False,
     "secret": False, "set": False, "list": False, "remove": False, "NAME": None,
     "--rule": None, "tool": False, "add": False, "--allow": [], "--ask": None,
@@ -569,6 +583,21 @@ def _check(arguments: Mapping[str, object], env: Mapping[str, str], command: lis
     return 0 if found["ready"] else EXIT_SANDBOX_FAILED
 
 
+def _explain(arguments: Mapping[str, object], env: Mapping[str, str],
+             command: list[str]) -> int:
+    from lnk_wrap.explain import main as explain
+
+    return explain(_policy(arguments, env), as_json_output=bool(arguments["--json"]))
+
+
+def _status(arguments: Mapping[str, object], env: Mapping[str, str],
+            command: list[str]) -> int:
+    from lnk_wrap.status import main as status
+
+    return status(_settings_root(env), as_json=bool(arguments["--json"]),
+                  watch=bool(arguments["--watch"]))
+
+
 # Each verb's handler, by the key docopt sets for it (default deny: a verb in no row is
 # a usage mistake). A handler takes docopt's answer, the environment and the command.
 # mcp-remote has no row: main hands its argv to its own parser before docopt reads any.
@@ -589,6 +618,8 @@ _VERBS: dict[str, _Handler] = {
     "answer": _asks,
     "url": _url,
     "check": _check,
+    "explain": _explain,
+    "status": _status,
 }
 
 

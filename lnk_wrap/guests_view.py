@@ -29,6 +29,7 @@ import stat
 import sys
 
 from lnk_common.filewrite import write_synced
+from lnk_wrap import explain
 from lnk_wrap import guests as core
 from lnk_wrap.guests import Guest, GuestError
 
@@ -562,7 +563,7 @@ def add(settings: str, name: str, spec_file: str, key_file: str, env: Mapping[st
         kept = read_guests(settings)
         current = _refuse_taken(kept, name, key, keys_path)
         guest = _guest_kept(settings, name, key, line, policy, env)
-        opens = core.describe(policy, home)
+        opens = explain.opens(policy, explain.gather(policy, guest_home=home))
         _show_opens(name, key, policy, opens)
         _ask(settings, name, key, opens)
         _write_guest(settings, [*kept.values(), guest], home, keys_path, current, line)
