@@ -105,8 +105,15 @@ def _tail(path: str, since: str) -> tuple[list[str], bool]:
         os.close(fd)
 
 
-def _recent(settings: str, wire: str, since: str) -> tuple[int, int]:
+def _recent(settings: str, wire: str, since: str, cutoff: float) -> tuple[int, int]:
+    """The last minute's (calls, refusals) of `wire`: none when its log was last written
+    before `cutoff` (a stat, not a read: a machine keeps a log for every wire ever run)."""
     path = log_path(settings, wire)
+    try:
+        if os.stat(path).st_mtime < cutoff:
+            return 0, 0
+    except OSError:
+        return 0, 0
     lines, whole = _tail(path, since)
     if whole:  # rotated within the window: its older file holds the rest
         older, _ = _tail(rotated_path(path), since)
@@ -187,12 +194,13 @@ def _open_calls(folder: str, boot: float) -> int:
     return total
 
 
-def _wire(settings: str, wire: str, since: str, boot: float,
+def _wire(settings: str, wire: str, now: float, boot: float,
           asks: dict[str, int]) -> dict[str, object]:
     from lnk_common import wirestate
 
     folder = os.path.join(settings, "sandbox", "wires", wire)
-    calls, refused = _recent(settings, wire, since)
+    cutoff = now - RECENT_SECONDS
+    calls, refused = _recent(settings, wire, _stamp(cutoff), cutoff)
     pause = wirestate.paused(settings, wire)
     runs = _runs(folder, boot)
     return {"wire": wire, "running": bool(runs), "runs": runs,
@@ -225,7 +233,6 @@ def snapshot(settings: str, now: float) -> dict[str, object]:
     questions waiting; the other wires by name only (`idle_wires`)."""
     from lnk_common import wirestate
 
-    since = _stamp(now - RECENT_SECONDS)
     boot = _boot_time()
     asks, asks_error = _asks(settings)
     try:
@@ -236,7 +243,7 @@ def snapshot(settings: str, now: float) -> dict[str, object]:
     wires: list[dict[str, object]] = []
     idle: list[str] = []
     for name in sorted({*names, *asks}):
-        found = _wire(settings, name, since, boot, asks)
+        found = _wire(settings, name, now, boot, asks)
         if any(found[key] for key in ("running", "paused", "open_calls", "calls_last_minute",
                                       "refused_last_minute", "asks_waiting")):
             wires.append(found)

@@ -106,7 +106,6 @@ NOT_USER_DEPENDENT = {
     "test_dns_core": "the DNS core: pure, fuzzed",
     "test_docs": "the docs against the code and the old notebook (git history): no sandbox",
     "test_endpoint_plan": "the endpoints' plan: pure",
-    "test_explain": "explain's words from the example specs (golden): no sandbox starts",
     "test_gitconfig": "the gitconfig reader: pure, fuzzed",
     "test_gitdiscovery": "git's discovery read on folders in tmp; no sandbox",
     "test_imports": "the packages' layers (import-linter)",

@@ -152,6 +152,48 @@ def test_a_path_that_would_rewrite_the_terminal_is_shown_escaped() -> None:
     assert "\x1b" not in shown and "\\x1b]52;c;cm0=\\x07x" in shown
 
 
+def test_the_store_says_each_secret_s_host_and_each_tool_s_asking(tmp_path: Path) -> None:
+    """Read from Link's settings as a run reads them: a secret's rule's host, a tool's
+    asking, and what is not there said so (a run would refuse to start)."""
+    settings = tmp_path / "lnk-settings"
+    env = {**os.environ, "LNK_HOME": str(settings)}
+
+    def lnk(*words: str, stdin: str = "") -> None:
+        subprocess.run([LNK_SANDBOX, *words], env=env, input=stdin, text=True, check=True,
+                       capture_output=True, timeout=SANDBOX_TIMEOUT_SECONDS)
+
+    lnk("secret", "set", "telegram", "--rule", str(ROOT / "examples" / "telegram-rule.json"),
+        stdin="123456:secret-value\n")
+    lnk("tool", "add", "github", "--allow", "list_issues", "--", "/bin/true")
+    lnk("tool", "add", "quiet", "--ask", "none", "--", "/bin/true")
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[verbs]\nsecrets = ["telegram", "unset"]\n'
+                    'tools = ["github", "quiet", "gone"]\n')
+    said = _explained(str(spec), settings)
+    assert ("  secrets through /_link/secret/ (kept outside, added by their rule, only to its "
+            "host): telegram (to api.telegram.org), unset (no rule read: a run refuses to "
+            "start)\n") in said
+    assert ("  tools that run outside, as you: github (every call asks you but list_issues), "
+            "quiet (no call asks you), gone (not defined: a run refuses to start)\n") in said
+    assert "secret-value" not in said
+
+
+def test_a_first_run_with_write_dot_files_shows_the_same_lines(tmp_path: Path) -> None:
+    """launch.notice_first_run says its line, then explain's, once per spec content."""
+    from lnk_wrap.launch import notice_first_run
+
+    policy = Policy(settings=str(tmp_path), spec="/p/spec.toml", write=("/p/work",),
+                    write_dot_files=("/p/work",))
+    said: list[str] = []
+    notice_first_run(policy, said.append)
+    assert said[0].startswith("first run of /p/spec.toml: it lets the sandbox write the dot "
+                              "files (.git, hooks, .envrc, editor settings) of /p/work")
+    assert said[1:] == [f"  {line}" for line in explain.opens(policy, Facts())]
+    assert "  dot files writable (.git, hooks, .envrc ...) in: /p/work" in said
+    notice_first_run(policy, said.append)
+    assert len(said) == 1 + len(explain.opens(policy, Facts()))  # said once
+
+
 def test_a_bad_spec_is_one_line_naming_file_key_and_reason(tmp_path: Path) -> None:
     spec = tmp_path / "bad.toml"
     spec.write_text('[network]\nmode = "proxy"\nhosts = ["*"]\n')
