@@ -42,6 +42,9 @@ _READ_BYTES = 1 << 16
 # A run's command shown on its row past this many characters is cut (--json has it whole,
 # as kept: lnk_wrap.runs.MAX_COMMAND_BYTES).
 MAX_COMMAND_SHOWN = 100
+# A pause's or the kill switch's reason shown past this many characters is cut (--json
+# has it whole): ours are one line of some 150.
+MAX_REASON_SHOWN = 300
 # A character escaped for the terminal is at most this many (\U0001f600).
 _ESCAPED_CHARS = 10
 # The calls a helper may hold open: far past any real wire (a helper's descriptors run
@@ -263,12 +266,18 @@ def snapshot(settings: str, now: float) -> dict[str, object]:
 _COLUMNS = ("wire", "state", "calls", "refused", "open", "asks", "command")
 
 
-def _plain(text: str, limit: int) -> str:
-    if len(text) <= limit and all(" " <= character <= "~" for character in text):
-        return text
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _plain(line: str) -> str:
+    """A line as the terminal is given it: printable ASCII as it is, anything else
+    escaped, never cut (each part was cut before: `_cut`)."""
+    if all(" " <= character <= "~" for character in line):
+        return line
     from lnk_ask.text import plain
 
-    return plain(text, limit)
+    return plain(line, _ESCAPED_CHARS * len(line))
 
 
 def _row(wire: dict[str, object], stopped: bool) -> list[str]:
@@ -281,9 +290,7 @@ def _row(wire: dict[str, object], stopped: bool) -> list[str]:
     command = "-"
     if runs:
         words = runs[0]["command"]
-        joined = shlex.join(words) if words else "?"
-        cut = joined[:MAX_COMMAND_SHOWN] + ("..." if len(joined) > MAX_COMMAND_SHOWN else "")
-        command = _plain(cut, _ESCAPED_CHARS * len(cut))
+        command = _cut(shlex.join(words) if words else "?", MAX_COMMAND_SHOWN)
         if len(runs) > 1:
             command += f" (+{len(runs) - 1} more run{'s' if len(runs) > 2 else ''})"
     return [str(wire["wire"]), state, str(wire["calls_last_minute"]),
@@ -297,7 +304,7 @@ def render(document: dict[str, object]) -> str:
     lines = [f"lnk-sandbox status at {document['time']}"]
     if document["stopped"]:
         lines.append(f"kill switch: ON since {document['stop_since']}: "
-                     f"{_plain(str(document['stop_reason']), 300)} (lnk-sandbox stop "
+                     f"{_cut(str(document['stop_reason']), MAX_REASON_SHOWN)} (lnk-sandbox stop "
                      "--clear lifts it)")
     else:
         lines.append("kill switch: off")
@@ -312,13 +319,13 @@ def render(document: dict[str, object]) -> str:
     for wire in wires:
         if wire["paused"]:
             lines.append(f"  {wire['wire']} paused since {wire['pause_since']}: "
-                         f"{_plain(str(wire['pause_reason']), 300)} (lnk-sandbox resume "
+                         f"{_cut(str(wire['pause_reason']), MAX_REASON_SHOWN)} (lnk-sandbox resume "
                          f"{wire['wire']})")
     if not wires:
         lines.append("no wire runs, holds a call open, is paused or was used in the last "
                      "minute")
     lines += _footer(document)
-    return "\n".join(lines) + "\n"
+    return "\n".join(_plain(line) for line in lines) + "\n"
 
 
 def _footer(document: dict[str, object]) -> list[str]:
@@ -329,7 +336,8 @@ def _footer(document: dict[str, object]) -> list[str]:
         said.append(f"{len(idle)} other wire{'s' if len(idle) != 1 else ''} idle "
                     "(lnk-sandbox log WIRE)")
     if document["asks_error"]:
-        said.append(f"questions: cannot be read: {_plain(str(document['asks_error']), 300)}")
+        said.append("questions: cannot be read: "
+                    + _cut(str(document["asks_error"]), MAX_REASON_SHOWN))
     elif document["asks_waiting"]:
         said.append(f"{document['asks_waiting']} question(s) waiting: lnk-sandbox asks")
     return said

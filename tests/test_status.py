@@ -69,7 +69,7 @@ DOCUMENT: dict[str, object] = {
         {"wire": "guest-ann", "running": False, "runs": [], "calls_last_minute": 0,
          "refused_last_minute": 20, "open_calls": 0, "paused": True,
          "pause_since": "2026-12-04T10:00:58Z",
-         "pause_reason": "20 different targets refused within 60 s", "asks_waiting": 0},
+         "pause_reason": "20 different targets refused within 60 s\x1b[2J", "asks_waiting": 0},
         {"wire": "evil", "running": True, "runs": [
             {"run": "0a1b2c3f", "pid": 43, "command": ["sh", "-c", "\x1b]52;c;cm0=\x07"]}],
          "calls_last_minute": 0, "refused_last_minute": 0, "open_calls": 0,
