@@ -112,7 +112,8 @@ _HELD_NAMES = ", ".join(name for name, _kind, _placeholder, _why in TOP_NAMES)
 
 
 def _read(policy: Policy, facts: Facts) -> list[Said]:
-    return _line("files", "read", "reads (and runs programs from)", policy.read)
+    label = "reads" if policy.commands else "reads (and runs programs from)"
+    return _line("files", "read", label, policy.read)
 
 
 def _write(policy: Policy, facts: Facts) -> list[Said]:
@@ -146,7 +147,7 @@ def _home(policy: Policy, facts: Facts) -> list[Said]:
 
 
 def _hide(policy: Policy, facts: Facts) -> list[Said]:
-    return _line("files", "hide", "hidden inside those", policy.hide)
+    return _line("files", "hide", "hidden, whatever grants them", policy.hide)
 
 
 def _reopen(policy: Policy, facts: Facts) -> list[Said]:

@@ -14,11 +14,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from lnk_common.policy import FIELDS, Policy
 from lnk_wrap import explain
 from lnk_wrap.explain import FIELD_WORDS, Facts
-from tests.conftest import LNK_SANDBOX, SANDBOX_TIMEOUT_SECONDS
+from tests.conftest import LNK_SANDBOX, SANDBOX_TIMEOUT_SECONDS, fuzz
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "golden" / "explain"
@@ -138,7 +140,7 @@ def test_a_guest_is_shown_its_own_folder_and_ssh() -> None:
         "dot files held read only at the top (.git, .envrc, .vscode, .idea, .husky, git's "
         "hooks and settings, a hook manager's settings), so nothing written there runs as "
         "you outside: /w",
-        "hidden inside those: /r/h",
+        "hidden, whatever grants them: /r/h",
     ]
     assert "its own folder, written, dot files open: /s/guests/ann" in lines
     assert "over SSH: a shell, a command, scp and sftp, all inside; no forwarding of ports, " \
@@ -192,6 +194,34 @@ def test_a_first_run_with_write_dot_files_shows_the_same_lines(tmp_path: Path) -
     assert "  dot files writable (.git, hooks, .envrc ...) in: /p/work" in said
     notice_first_run(policy, said.append)
     assert len(said) == 1 + len(explain.opens(policy, Facts()))  # said once
+
+
+_NAME = st.text(st.characters(exclude_characters="/\0", exclude_categories=["Cs"]),
+                min_size=1, max_size=12).filter(lambda name: name not in (".", ".."))
+_PATHS = st.lists(_NAME.map(lambda name: f"/{name}"), max_size=3, unique=True)
+_HOSTS = st.lists(st.text(min_size=1, max_size=20).filter(
+    lambda host: not host.startswith("-") and not any(c.isspace() for c in host)),
+    max_size=3, unique=True)
+
+
+@fuzz(2)
+@given(read=_PATHS, hide=_PATHS, hosts=_HOSTS, network=st.sampled_from(["none", "proxy"]),
+       ports=st.lists(st.integers(1, 65535), max_size=2, unique=True),
+       flags=st.lists(st.booleans(), min_size=2, max_size=2))
+def test_any_policy_is_said_in_plain_ascii_and_its_json_holds_the_same_lines(
+        read: list[str], hide: list[str], hosts: list[str], network: str, ports: list[int],
+        flags: list[bool]) -> None:
+    policy = Policy(settings="/s", read=tuple(read), hide=tuple(hide), network=network,
+                    hosts=tuple(hosts) if network == "proxy" else (),
+                    localhost_ports=tuple(ports), open_pages=flags[0],
+                    models=("openai",) if flags[1] else (), server_tools=flags[1])
+    shown = explain.text(policy, Facts())
+    assert all(" " <= character <= "~" for character in shown.replace("\n", ""))
+    document = json.loads(json.dumps(explain.as_json(policy, Facts())))
+    said = [line["text"] for group in document["groups"] for line in group["lines"]]
+    assert said == explain.opens(policy, Facts())
+    assert {line["field"] for group in document["groups"] for line in group["lines"]} \
+        <= {*FIELD_WORDS, None}
 
 
 def test_a_bad_spec_is_one_line_naming_file_key_and_reason(tmp_path: Path) -> None:
