@@ -29,7 +29,6 @@ import stat
 import sys
 
 from lnk_common.filewrite import write_synced
-from lnk_wrap import explain
 from lnk_wrap import guests as core
 from lnk_wrap.guests import Guest, GuestError
 
@@ -559,6 +558,8 @@ def add(settings: str, name: str, spec_file: str, key_file: str, env: Mapping[st
     line = core.forced_line(core.forced_command(program, settings, name), key, name)
     keys_path = authorized_keys_path(env)
     home = guest_home(settings, name)
+    from lnk_wrap import explain  # `guest add` only: every guest session imports this module
+
     with _locked(settings):
         kept = read_guests(settings)
         current = _refuse_taken(kept, name, key, keys_path)
