@@ -215,6 +215,21 @@ def test_the_kill_switch_and_a_pause_are_shown_with_their_reasons(
     assert (found["stopped"], found["wires"], found["idle_wires"]) == (False, [], ["watched"])
 
 
+def test_no_start_imports_status_or_explain() -> None:
+    """Each is imported by its own verb only (and explain by `guest add` and a first run
+    with write_dot_files): the modules on a sandbox's start, a helper's and a guest
+    session's import neither."""
+    import sys
+
+    code = ("import sys, lnk_wrap.cli, lnk_wrap.launch, lnk_wrap.runs, lnk_wrap.enter, "
+            "lnk_wrap.guests_view, lnk_common.serving, lnk_proxy.main, lnk_relay.main; "
+            "print(sorted(name for name in sys.modules if name in "
+            "('lnk_wrap.status', 'lnk_wrap.explain')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=SANDBOX_TIMEOUT_SECONDS)
+    assert done.stdout == "[]\n", done
+
+
 def test_watch_needs_a_terminal(sandbox_env: dict[str, str]) -> None:
     done = lnk(sandbox_env, "status", "--watch")
     assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1
