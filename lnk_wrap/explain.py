@@ -353,7 +353,8 @@ def _machine(policy: Policy, facts: Facts) -> list[Said]:
     lan = " (but the machines above)" if policy.lan else ""
     return [Said("closed", f"this machine: its addresses and loopback ports{ports}, and "
                  "unix sockets not made inside the sandbox"),
-            Said("closed", f"this machine's networks (private, link-local, multicast){lan}"),
+            Said("closed", "the networks this machine sits on (a router's page, a printer), "
+                 f"link-local and multicast addresses{lan}"),
             Said("closed", "cloud metadata services (169.254.169.254 and the like)"
                  + (": refused, and the wire paused at once" if policy.has_wire() else ""))]
 
