@@ -75,7 +75,7 @@ def count_recent(lines: list[str], since: str) -> tuple[int, int]:
             calls += 1
         elif event == "refused":
             more = named.get("more", "")
-            refused += int(more) if more.isdigit() else 1
+            refused += int(more) if more.isascii() and more.isdigit() else 1
     return calls, refused
 
 
@@ -191,7 +191,8 @@ def _open_calls(folder: str, boot: float) -> int:
     total = 0
     for name, data, written in _files(os.path.join(folder, "open")):
         text = data.strip()
-        if (name.isdigit() and text.isdigit() and int(text) <= MAX_OPEN_CALLS
+        if (name.isascii() and name.isdigit() and text.isdigit()
+                and int(text) <= MAX_OPEN_CALLS
                 and _alive_since(int(name), written, boot)):
             total += int(text)
     return total

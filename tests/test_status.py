@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from lnk_common import wirestate
 from lnk_wrap import status
@@ -25,6 +27,7 @@ from tests.conftest import (
     SANDBOX_TIMEOUT_SECONDS,
     WriteSpec,
     end_run,
+    fuzz,
     toml_list,
     wait_until,
 )
@@ -55,6 +58,25 @@ def test_the_last_minute_is_counted_from_the_log_s_lines() -> None:
         "not a line",
     ]
     assert status.count_recent(lines, since) == (2, 42)
+    # A digit of another script is no count (int() would take "\uff11" but not "\u00b2").
+    other = ["2026-12-04T10:00:13.000Z\trefused\t*\tmore=\u00b2 reason=x",
+             "2026-12-04T10:00:13.000Z\trefused\t*\tmore=\uff11 reason=x"]
+    assert status.count_recent(other, since) == (0, 2)
+
+
+_FIELD = st.text(alphabet=st.sampled_from(
+    "\t =more\u00b2\uff119Zallowedrefusedkind=dnsoutside\x00\u00e9"), max_size=30)
+
+
+@fuzz(2)
+@given(st.lists(st.tuples(st.sampled_from(["2026-12-04T10:00:00.000Z", "2026"]),
+                          st.sampled_from(["allowed", "refused", "ended", "x"]),
+                          _FIELD, _FIELD).map("\t".join) | st.text(), max_size=20))
+def test_any_log_lines_give_counts_and_nothing_else(lines: list[str]) -> None:
+    """Lines as a log could hold them, or not: counts, never an error (a digit of
+    another script in `more=` is no count)."""
+    calls, refused = status.count_recent(lines, "2026-12-04T10:00:00.000Z")
+    assert 0 <= calls <= len(lines) and refused >= 0
 
 
 DOCUMENT: dict[str, object] = {
@@ -275,17 +297,23 @@ def test_watch_redraws_in_place_and_gives_the_screen_back(
     tmux: Tmux, lnk_home: Path, tmp_path: Path
 ) -> None:
     ended = tmp_path / "ended"
-    tmux.tmux("new-session", "-d", "-x", "120", "-y", "30", "-s", "t", "sh")
+    tmux.tmux("new-session", "-d", "-x", "80", "-y", "30", "-s", "t", "sh")
     tmux.tmux("send-keys", "-t", "t", "clear; echo before-the-watch", "Enter")
     wait_until(lambda: "before-the-watch\n" in tmux.screen(), "the shell's line")
     tmux.tmux("send-keys", "-t", "t", f"{shlex.quote(LNK_SANDBOX)} status --watch; "
               f"echo watch-ended-$? > {shlex.quote(str(ended))}", "Enter")
     wait_until(lambda: "(every 1 s; Ctrl-C ends)" in tmux.screen(), "the watch drawn")
     assert "no wire runs" in tmux.screen()
-    wirestate.pause(str(lnk_home), "watched", "twenty refusals")
+    wirestate.pause(str(lnk_home), "watched", "twenty refusals " + "and more " * 30)
     screen = wait_until(lambda: _holding(tmux, "PAUSED"), "the pause drawn")
     assert "watched  PAUSED" in screen and "before-the-watch" not in screen
     assert screen.count("lnk-sandbox status at") == 1  # in place: drawn over, not below
+    # Each line cut to the terminal's 80 columns: the long reason wraps into no other.
+    lines = screen.splitlines()
+    assert lines[0].startswith("lnk-sandbox status at") and max(map(len, lines)) <= 80
+    paused_at = next(index for index, line in enumerate(lines)
+                     if line.startswith("  watched paused since"))
+    assert lines[paused_at + 1].startswith("calls and refused: in the last minute")
     wirestate.resume(str(lnk_home), "watched")
     wait_until(lambda: "PAUSED" not in tmux.screen() and "1 other wire idle" in tmux.screen(),
                "the resume drawn")
