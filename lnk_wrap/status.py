@@ -239,11 +239,15 @@ def snapshot(settings: str, now: float) -> dict[str, object]:
 
     boot = _boot_time()
     asks, asks_error = _asks(settings)
+    names: list[str] = []
+    wires_error = None
     try:
         names = sorted(entry.name for entry in os.scandir(
             os.path.join(settings, "sandbox", "wires")) if entry.is_dir(follow_symlinks=False))
-    except OSError:
-        names = []
+    except FileNotFoundError:
+        pass  # no wire has run here yet
+    except OSError as error:  # said, never shown as "no wire"
+        wires_error = f"{error.filename}: {error.strerror}"
     wires: list[dict[str, object]] = []
     idle: list[str] = []
     for name in sorted({*names, *asks}):
@@ -258,8 +262,8 @@ def snapshot(settings: str, now: float) -> dict[str, object]:
             "stop_since": None if stop is None else stop.get("since", "unknown"),
             "stop_reason": None if stop is None else stop.get(
                 "reason", "the kill switch's file cannot be read; on all the same"),
-            "wires": wires, "idle_wires": idle, "asks_waiting": sum(asks.values()),
-            "asks_error": asks_error}
+            "wires": wires, "idle_wires": idle, "wires_error": wires_error,
+            "asks_waiting": sum(asks.values()), "asks_error": asks_error}
 
 
 # -- the text ------------------------------------------------------------------------------
@@ -336,6 +340,9 @@ def _footer(document: dict[str, object]) -> list[str]:
     if idle:
         said.append(f"{len(idle)} other wire{'s' if len(idle) != 1 else ''} idle "
                     "(lnk-sandbox log WIRE)")
+    if document["wires_error"]:
+        said.append("the wires cannot be listed: "
+                    + _cut(str(document["wires_error"]), MAX_REASON_SHOWN))
     if document["asks_error"]:
         said.append("questions: cannot be read: "
                     + _cut(str(document["asks_error"]), MAX_REASON_SHOWN))

@@ -97,7 +97,8 @@ DOCUMENT: dict[str, object] = {
          "calls_last_minute": 0, "refused_last_minute": 0, "open_calls": 0,
          "paused": False, "pause_since": None, "pause_reason": None, "asks_waiting": 0},
     ],
-    "idle_wires": ["old", "older"], "asks_waiting": 1, "asks_error": None,
+    "idle_wires": ["old", "older"], "wires_error": None, "asks_waiting": 1,
+    "asks_error": None,
 }
 
 
@@ -250,6 +251,18 @@ def test_no_start_imports_status_or_explain() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True, timeout=SANDBOX_TIMEOUT_SECONDS)
     assert done.stdout == "[]\n", done
+
+
+def test_a_wires_folder_that_cannot_be_read_is_said_not_shown_as_none(
+    sandbox_env: dict[str, str], lnk_home: Path
+) -> None:
+    """A file where the wires' folder is (root passes over a folder's modes): the text and
+    the JSON say the wires cannot be listed, never that there is none."""
+    (lnk_home / "sandbox").mkdir()
+    (lnk_home / "sandbox" / "wires").write_text("not a folder")
+    found = json.loads(lnk(sandbox_env, "status", "--json").stdout)
+    assert found["wires"] == [] and "Not a directory" in found["wires_error"]
+    assert "the wires cannot be listed: " in lnk(sandbox_env, "status").stdout
 
 
 def test_watch_needs_a_terminal(sandbox_env: dict[str, str]) -> None:
