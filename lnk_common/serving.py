@@ -188,8 +188,10 @@ def _watch_switches(wire: Wire, loop: asyncio.AbstractEventLoop) -> None:
     import contextlib
     import time
 
-    from lnk_common.wirestate import write_open_calls
+    from lnk_common.wirestate import sweep_open_calls, write_open_calls
 
+    if wire.settings:
+        sweep_open_calls(wire.settings, wire.wire)
     shown, shown_at = 0, 0.0  # the open calls last written for `lnk-sandbox status`
     while True:
         time.sleep(SWITCH_SECONDS)

@@ -9,7 +9,8 @@ and how many calls each helper of a wire holds open.
                                   now (a number), for `lnk-sandbox status`: replaced
                                   whole at most once a second when it changed, removed
                                   when the helper ends (one a killed helper left is told
-                                  by its pid: lnk_wrap.status)
+                                  by its pid: lnk_wrap.status; the wire's next helper
+                                  removes it)
 
 All live in Link's settings, which no sandbox reads or writes: there is no process to
 signal and nothing a sandbox can undo. Writers write whole files atomically (a
@@ -27,7 +28,7 @@ import time
 __all__ = ["OPEN_CALLS_FOLDER", "clear_stop", "is_stopped", "on_stop_commands",
            "open_calls_path", "pause", "pause_path", "paused", "paused_wires",
            "register_on_stop", "remove_on_stop", "resume", "stop", "stop_path", "stopped",
-           "write_open_calls"]
+           "sweep_open_calls", "write_open_calls"]
 
 # errno's EMFILE and ENFILE (Linux), named here rather than importing errno on the
 # launcher's start path: this process, or the machine, has no descriptor left.
@@ -277,6 +278,29 @@ OPEN_CALLS_FOLDER = "open"
 
 def open_calls_path(settings: str, wire: str, pid: int) -> str:
     return _sandbox(settings, "wires", wire, OPEN_CALLS_FOLDER, str(pid))
+
+
+def sweep_open_calls(settings: str, wire: str) -> None:
+    """Remove the open-calls files of `wire` whose helper's pid no process has (a helper
+    killed by SIGKILL removes none); a pid used again since reads as alive (status tells
+    it by start time). Never raises."""
+    folder = _sandbox(settings, "wires", wire, OPEN_CALLS_FOLDER)
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        if not (name.isascii() and name.isdigit()) or int(name) == os.getpid():
+            continue
+        try:
+            os.kill(int(name), 0)
+        except ProcessLookupError:
+            try:
+                os.unlink(os.path.join(folder, name))
+            except OSError:
+                continue
+        except OSError:
+            continue  # there, another user's: alive
 
 
 def write_open_calls(settings: str, wire: str, count: int | None) -> None:

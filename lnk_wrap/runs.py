@@ -8,7 +8,8 @@ reading `lnk-sandbox log` can tell them apart, and a script can count what one r
 While it runs, `sandbox/wires/<wire>/runs/<ID>` says which command it runs (its pid, a
 newline, then its words each ended by a NUL, at most MAX_COMMAND_BYTES), for
 `lnk-sandbox status`; removed when it ends (one a killed launcher left is told by its pid:
-lnk_wrap.status). Never on the log, which is every call's, not the command's.
+lnk_wrap.status, and removed by the wire's next run's end). Never on the log, which is
+every call's, not the command's.
 
 Order: `Run.start` once the sandbox's ways out exist, just before the program may start;
 `Run.end` after the command has exited and the wire's helpers have ended (their last
@@ -99,10 +100,20 @@ class Run:
             log.close()
 
     def _forget_command(self) -> None:
+        """This run's file removed, and those of the wire's runs whose launcher is gone
+        (killed before it could remove its own): at the end, which nothing waits on."""
+        folder = os.path.dirname(self._command_path())
         try:
-            os.unlink(self._command_path())
+            names = os.listdir(folder)
         except OSError:
             return  # never kept, or its folder gone: status tells a dead run by its pid
+        for name in names:
+            path = os.path.join(folder, name)
+            if name == self.ident or (not name.endswith(".tmp") and _launcher_gone(path)):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    continue  # removed meanwhile by another run's end
 
     def start(self) -> None:
         self.began = time.time()
@@ -113,6 +124,20 @@ class Run:
         self._forget_command()
         self._write("exited", f"run={self.ident} status={status} "
                               f"seconds={time.time() - self.began:.3f}")
+
+
+def _launcher_gone(path: str) -> bool:
+    """Whether the run file at `path` names a pid no process has (a pid used again by
+    another process since reads as alive: left for status, which tells it by start time)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        pid = os.read(fd, 16).partition(b"\n")[0]
+    finally:
+        os.close(fd)
+    return pid.isdigit() and not _alive(pid.decode())
 
 
 def _lines(path: str) -> list[str]:

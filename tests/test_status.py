@@ -160,6 +160,15 @@ def test_a_real_wire_s_calls_refusal_open_call_and_command(
     marks = tmp_path / "marks"
     marks.mkdir()
     spec = _spec(write_spec, testnet, "glance", marks)
+    # What a run and a proxy killed (SIGKILL) before would have left: swept by this
+    # run's end and this run's proxy.
+    folder = Path(sandbox_env["LNK_HOME"]) / "sandbox" / "wires" / "glance"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (folder / "runs").mkdir(parents=True)
+    (folder / "open").mkdir()
+    (folder / "runs" / "deadbeef").write_bytes(f"{dead.pid}\n".encode() + b"old\0")
+    (folder / "open" / str(dead.pid)).write_text("5\n")
     command = [PYTHON, "-I", "-c", _CALLS_THEN_HOLD, str(marks)]
     run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", *command],
                            env=sandbox_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -189,9 +198,8 @@ def test_a_real_wire_s_calls_refusal_open_call_and_command(
     ended = wait_until(lambda: _wire_where(sandbox_env, "glance", "running", False),
                        "the run gone from status")
     assert ended["open_calls"] == 0 and ended["calls_last_minute"] == 2
-    folder = Path(sandbox_env["LNK_HOME"]) / "sandbox" / "wires" / "glance"
     assert list((folder / "runs").iterdir()) == []
-    assert not (folder / "open").exists() or list((folder / "open").iterdir()) == []
+    assert list((folder / "open").iterdir()) == []
 
 
 def test_a_run_killed_before_it_removed_its_file_is_not_running(
