@@ -811,6 +811,8 @@ def _wait_for_program(sandbox: _Sandbox, policy: Policy, info_read: int,
     finally:
         os.close(sandbox.ready)
     stopped = _go_ahead_unless_stopped(sandbox.go_write, sandbox_pid)
+    if run is not None:  # for `lnk-sandbox status`, once the program goes: no start waits
+        run.keep_command()
     if stopped:
         _kill_sandbox(sandbox_pid, child)
     elif policy.network == "host":

@@ -12,8 +12,9 @@ lnk_wrap.status, and removed by the wire's next run's end). Never on the log, wh
 every call's, not the command's.
 
 Order: `Run.start` once the sandbox's ways out exist, just before the program may start;
-`Run.end` after the command has exited and the wire's helpers have ended (their last
-`ended` lines are on the log before it). The summary reads the log between the two.
+`Run.keep_command` once it has its go-ahead (no start waits on it); `Run.end` after the
+command has exited and the wire's helpers have ended (their last `ended` lines are on the
+log before it). The summary reads the log between the two.
 
 Trust: the log lines are written by our helpers and the launcher only (Link's settings
 are hidden in every sandbox); the summary counts them and quotes no target. Light: os,
@@ -67,9 +68,10 @@ class Run:
         return os.path.join(self.settings, "sandbox", "wires", self.wire, RUNS_FOLDER,
                             self.ident)
 
-    def _keep_command(self) -> None:
+    def keep_command(self) -> None:
         """The run's pid and command where `status` reads them (written whole: a new
-        file renamed into place). Nothing a run needs: a write that fails is left."""
+        file renamed into place), once the program has its go-ahead: no start waits on
+        it. Nothing a run needs: a write that fails is left."""
         words = b""
         for word in self.command:
             encoded = word.encode("utf-8", "surrogateescape") + b"\0"
@@ -118,7 +120,6 @@ class Run:
     def start(self) -> None:
         self.began = time.time()
         self._write("started", f"run={self.ident} pid={os.getpid()}")
-        self._keep_command()
 
     def end(self, status: int) -> None:
         self._forget_command()
