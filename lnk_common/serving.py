@@ -34,6 +34,10 @@ DRAIN_SECONDS = 1.0
 # second while one is open; four times a second keeps every close well under a second
 # (a stat of two files, a few microseconds each time).
 SWITCH_SECONDS = 0.25
+# How often at most a helper writes its open calls for `lnk-sandbox status` (only when
+# the count changed): a person reads it at a glance, and a burst of calls must not become
+# a burst of writes to Link's settings.
+OPEN_CALLS_SECONDS = 1.0
 # The options both serving helpers take besides their fields of the policy.
 _OWN = ("--wire", "--socket-fd", "--listen")
 
@@ -151,6 +155,10 @@ def run_wire(wire: Wire, start: Callable[[], Awaitable[Closer]]) -> None:
         try:
             wire.flush_reports(every=True)
             wire.log.close()  # writes the counts still held: nothing folded goes unsaid
+            if wire.settings:
+                from lnk_common.wirestate import write_open_calls
+
+                write_open_calls(wire.settings, wire.wire, None)
         finally:
             os._exit(0)
 
@@ -180,8 +188,18 @@ def _watch_switches(wire: Wire, loop: asyncio.AbstractEventLoop) -> None:
     import contextlib
     import time
 
+    from lnk_common.wirestate import sweep_open_calls, write_open_calls
+
+    if wire.settings:
+        sweep_open_calls(wire.settings, wire.wire)
+    shown, shown_at = 0, 0.0  # the open calls last written for `lnk-sandbox status`
     while True:
         time.sleep(SWITCH_SECONDS)
+        now = time.monotonic()
+        open_calls = max(0, len(wire.open) - len(wire.unasked))
+        if wire.settings and open_calls != shown and now - shown_at >= OPEN_CALLS_SECONDS:
+            write_open_calls(wire.settings, wire.wire, open_calls)
+            shown, shown_at = open_calls, now
         # The log's folded counts are written by the loop (which writes every line),
         # once their window has ended even if no line follows.
         try:

@@ -1,9 +1,16 @@
-"""The wires' controls in Link's settings: the kill switch, pauses, the on-stop commands.
+"""The wires' controls in Link's settings: the kill switch, pauses, the on-stop commands,
+and how many calls each helper of a wire holds open.
 
     sandbox/stop                  the kill switch: while it is there, every proxy refuses
                                   every call and closes every open one
     sandbox/wires/<wire>/paused   a paused wire: every call of it refused until resumed
     sandbox/on-stop/<id>          a command `lnk-sandbox stop` runs (once per stop)
+    sandbox/wires/<wire>/open/<pid>  the calls a proxy or relay of the wire holds open
+                                  now (a number), for `lnk-sandbox status`: replaced
+                                  whole at most once a second when it changed, removed
+                                  when the helper ends (one a killed helper left is told
+                                  by its pid: lnk_wrap.status; the wire's next helper
+                                  removes it)
 
 All live in Link's settings, which no sandbox reads or writes: there is no process to
 signal and nothing a sandbox can undo. Writers write whole files atomically (a
@@ -18,9 +25,10 @@ import functools
 import os
 import time
 
-__all__ = ["clear_stop", "is_stopped", "on_stop_commands", "pause", "pause_path", "paused",
-           "paused_wires", "register_on_stop", "remove_on_stop", "resume", "stop",
-           "stop_path"]
+__all__ = ["OPEN_CALLS_FOLDER", "clear_stop", "is_stopped", "on_stop_commands",
+           "open_calls_path", "pause", "pause_path", "paused", "paused_wires",
+           "register_on_stop", "remove_on_stop", "resume", "stop", "stop_path", "stopped",
+           "sweep_open_calls", "write_open_calls"]
 
 # errno's EMFILE and ENFILE (Linux), named here rather than importing errno on the
 # launcher's start path: this process, or the machine, has no descriptor left.
@@ -116,6 +124,14 @@ def clear_stop(settings: str) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+def stopped(settings: str) -> dict[str, str] | None:
+    """The kill switch's fields ({} when its file cannot be read: on all the same), or
+    None when it is off."""
+    if not is_stopped(settings):
+        return None
+    return _read(stop_path(settings)) or {}
 
 
 def is_stopped(settings: str) -> bool:
@@ -253,3 +269,49 @@ def on_stop_commands(settings: str) -> list[tuple[str, list[str]]]:
         except (OSError, ValueError, KeyError, TypeError):
             continue
     return found
+
+
+# -- the calls a helper holds open ------------------------------------------------------------
+
+OPEN_CALLS_FOLDER = "open"
+
+
+def open_calls_path(settings: str, wire: str, pid: int) -> str:
+    return _sandbox(settings, "wires", wire, OPEN_CALLS_FOLDER, str(pid))
+
+
+def sweep_open_calls(settings: str, wire: str) -> None:
+    """Remove the open-calls files of `wire` whose helper's pid no process has (a helper
+    killed by SIGKILL removes none); a pid used again since reads as alive (status tells
+    it by start time). Never raises."""
+    folder = _sandbox(settings, "wires", wire, OPEN_CALLS_FOLDER)
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        if not (name.isascii() and name.isdigit()) or int(name) == os.getpid():
+            continue
+        try:
+            os.kill(int(name), 0)
+        except ProcessLookupError:
+            try:
+                os.unlink(os.path.join(folder, name))
+            except OSError:
+                continue
+        except OSError:
+            continue  # there, another user's: alive
+
+
+def write_open_calls(settings: str, wire: str, count: int | None) -> None:
+    """This process's open calls on `wire`, replaced whole; None removes the file (the
+    helper ends). Never raises: a count status cannot read is shown as unknown, and no
+    call waits on it."""
+    path = open_calls_path(settings, wire, os.getpid())
+    try:
+        if count is None:
+            os.unlink(path)
+        else:
+            _write(path, f"{count}\n".encode())
+    except OSError:
+        return

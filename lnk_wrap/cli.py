@@ -6,6 +6,8 @@ Usage:
   lnk-sandbox learn --spec=FILE [--] COMMAND...
   lnk-sandbox check [--spec=FILE] [--platform=NAME] [--json]
   lnk-sandbox check --probe [--json]
+  lnk-sandbox explain --spec=FILE [--json]
+  lnk-sandbox status [--json | --watch]
   lnk-sandbox log [WIRE] [--follow] [--json] [--since=TIME] [-n N] [--refused]
   lnk-sandbox stop [--clear]
   lnk-sandbox on-stop [--name=NAME] [--] COMMAND...
@@ -124,6 +126,16 @@ Verbs:
   mcp-remote  A stdio MCP server that relays to the remote MCP server at URL (a tool's
           command, run outside: `tool add far -- lnk-sandbox mcp-remote URL --header
           'Authorization: Bearer ${FAR_TOKEN}'`); the same as lnk-sandbox-mcp-remote.
+  explain What the spec FILE opens, in plain words, grouped: what it reads, writes
+          and hides (the dot files held at the top of each written folder among
+          them), which programs may start, every way out by verb, the wire's controls,
+          and what every sandbox closes. The words `guest add` asks with, and a spec's
+          first run with write_dot_files shows. Runs nothing, writes nothing.
+  status  Every wire at a glance: each running sandbox's name and command, calls and
+          refusals in the last minute, open calls, paused or not and why, the kill
+          switch, questions waiting; from Link's settings only. --watch: the same,
+          refreshed in place every second in a terminal; --json for `lnk agent status`
+          (its keys: docs/components/lnk_wrap.md).
   check   What this machine gives (bubblewrap, user namespaces, Landlock, seccomp) and
           which protections are therefore in force; the stated gaps, as open; which
           providers' keys are set. With --spec: which model verbs the spec turns on,
@@ -149,6 +161,7 @@ Options:
   --refused     Only the refusals, and pauses (log).
   --summary=FILE  Write the run's summary there, as JSON, when it has ended (run).
   --wait        Wait until a question is there (asks).
+  --watch       Refresh in place every second until interrupted (status).
   --timeout=SECONDS  How long --wait waits (asks); default: for ever.
   --agent=NAME  The agent whose URLs are shown (url).
   --clear       Lift the kill switch (stop); take every addition away (disallow).
@@ -266,6 +279,7 @@ def wrap_line(policy: Policy, command: list[str]) -> list[str]:
 # whole of docopt's answer (tests/test_cli.py holds the two equal on generated argv).
 _RUN_DEFAULTS: dict[str, object] = {
     "wrap": False, "run": True, "learn": False, "check": False, "log": False,
+    "explain": False, "status": False, "--watch": False,
     "stop": False, "on-stop": False, "paused": False, "resume": False,
     "allow": False, "disallow": False, "allowed": False, "HOST": None, "--tcp": False,
     "secret": False, "set": False, "list": False, "remove": False, "NAME": None,
@@ -718,6 +732,21 @@ def _probe(machine: dict[str, object], env: Mapping[str, str], *, as_json: bool)
     return 0 if found["held"] else EXIT_OPEN
 
 
+def _explain(arguments: Mapping[str, object], env: Mapping[str, str],
+             command: list[str]) -> int:
+    from lnk_wrap.explain import main as explain
+
+    return explain(_policy(arguments, env), as_json_output=bool(arguments["--json"]))
+
+
+def _status(arguments: Mapping[str, object], env: Mapping[str, str],
+            command: list[str]) -> int:
+    from lnk_wrap.status import main as status
+
+    return status(_settings_root(env), as_json=bool(arguments["--json"]),
+                  watch=bool(arguments["--watch"]))
+
+
 # Each command's handler, by the key docopt sets for it (default deny: a command in no
 # row is a usage mistake). A handler takes docopt's answer, the environment and the
 # program to run (the usage's COMMAND).
@@ -742,6 +771,8 @@ _COMMANDS: dict[str, _Handler] = {
     "answer": _asks,
     "url": _url,
     "check": _check,
+    "explain": _explain,
+    "status": _status,
 }
 
 

@@ -1,4 +1,4 @@
-"""Guests over SSH: the sans-IO core (authorized_keys lines, guests.toml, the words shown).
+"""Guests over SSH: the sans-IO core (authorized_keys lines, guests.toml).
 
 A guest is a person who reaches this machine over SSH with a key of their own and works
 only inside a sandbox of their own, as the machine's owner (no account, no administrator).
@@ -39,7 +39,7 @@ from lnk_common.policy import MAX_NAME_CHARACTERS, Policy, is_name
 
 __all__ = ["GUEST_NAME_CHARACTERS", "KEY_TYPES", "Guest", "GuestError", "Place", "Protected",
            "PublicKey",
-           "add_line", "describe", "forced_command", "forced_line", "guest_document",
+           "add_line", "forced_command", "forced_line", "guest_document",
            "key_lines", "lets_in", "lies_in", "parse_guests", "parse_public_key", "remove_lines",
            "render_guests", "split_options", "wire_name", "written_outside_problem"]
 
@@ -503,52 +503,6 @@ def written_outside_problem(written: tuple[tuple[str, Place], ...], homes: tuple
                             "grant a folder that is none of these, holds none and lies in "
                             "none")
     return None
-
-
-# -- what a guest's spec opens, in plain words ----------------------------------------
-
-def describe(policy: Policy, home: str) -> list[str]:
-    """What a session of a guest with `policy` opens, one line each, plainly."""
-    def listing(paths: tuple[str, ...]) -> str:
-        return ", ".join(paths) if paths else "nothing"
-
-    lines = [
-        f"reads (and runs programs from): {listing(policy.read)}",
-        f"reads and writes: {listing(policy.write)}",
-        f"its own folder, written, dot files open: {home}",
-        "reads, as every sandbox: the system's folders (/usr, /etc, /bin, /lib ...), "
-        "never /etc/shadow, sudoers, SSH host keys or Link's settings",
-    ]
-    if policy.hide:
-        lines.append(f"hidden inside those: {listing(policy.hide)}")
-    if policy.reopen:
-        lines.append(f"given back inside hidden folders: {listing(policy.reopen)}")
-    dots = tuple(path for path in policy.write_dot_files if path != home)
-    if dots:
-        lines.append(f"dot files writable (.git, hooks, .envrc ...) in: {listing(dots)}")
-    lines.append("programs: " + (f"only {listing(policy.commands)}" if policy.commands
-                                 else "any program it can read"))
-    if policy.network == "proxy":
-        lines.append("network: through the filtering proxy, to "
-                     + (listing(policy.hosts) if policy.hosts else "no host"))
-    elif policy.network == "host":
-        lines.append("network: this machine's network as it is (every host, this machine's "
-                     "ports, the local network; no wire, no log)")
-    else:
-        lines.append("network: none")
-    for label, items in (("TCP endpoints", policy.endpoints), ("local network", policy.lan),
-                         ("this machine's ports", tuple(map(str, policy.localhost_ports))),
-                         ("local models on ports", tuple(map(str, policy.local_models))),
-                         ("hosted models (keys kept outside)", policy.models),
-                         ("secrets (kept outside, used by rule)", policy.secrets),
-                         ("tools that run outside (each call asks you)", policy.tools)):
-        if items:
-            lines.append(f"{label}: {listing(items)}")
-    if policy.server_tools:
-        lines.append("a hosted model's server-side tools: KEPT")
-    lines.append("over SSH: a shell, a command, scp and sftp, all inside; no forwarding of "
-                 "ports, agent or X11")
-    return lines
 
 
 # -- guests.toml ----------------------------------------------------------------------

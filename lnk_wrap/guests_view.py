@@ -558,11 +558,13 @@ def add(settings: str, name: str, spec_file: str, key_file: str, env: Mapping[st
     line = core.forced_line(core.forced_command(program, settings, name), key, name)
     keys_path = authorized_keys_path(env)
     home = guest_home(settings, name)
+    from lnk_wrap import explain  # `guest add` only: every guest session imports this module
+
     with _locked(settings):
         kept = read_guests(settings)
         current = _refuse_taken(kept, name, key, keys_path)
         guest = _guest_kept(settings, name, key, line, policy, env)
-        opens = core.describe(policy, home)
+        opens = explain.opens(policy, explain.gather(policy, guest_home=home))
         _show_opens(name, key, policy, opens)
         _ask(settings, name, key, opens)
         _write_guest(settings, [*kept.values(), guest], home, keys_path, current, line)

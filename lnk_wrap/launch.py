@@ -222,7 +222,12 @@ def notice_first_run(policy: Policy, say: Callable[[str], None] = _say) -> None:
     os.write(fd, f"{policy.spec}\n".encode("utf-8", "surrogateescape"))
     os.close(fd)
     say(f"first run of {policy.spec or 'this policy'}: it lets the sandbox write the dot "
-        f"files (.git, hooks, .envrc, editor settings) of {', '.join(policy.write_dot_files)}")
+        f"files (.git, hooks, .envrc, editor settings) of {', '.join(policy.write_dot_files)}"
+        "; what it opens (lnk-sandbox explain):")
+    from lnk_wrap.explain import gather, opens, plain_line
+
+    for line in opens(policy, gather(policy)):
+        say(plain_line(f"  {line}"))
 
 
 def with_additions(policy: Policy, say: Callable[[str], None] = _say) -> Policy:
@@ -609,7 +614,7 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
     _make_home(policy, home)
     sandbox = _start_sandbox(bwrap, policy, (init, command), env, facts, outside,
                              proxy_given)
-    return _wait_for_program(sandbox, policy, info_read, on_run)
+    return _wait_for_program(sandbox, policy, info_read, on_run, tuple(command))
 
 
 def _host_facts(policy: Policy, cwd: str, info_fd: int, python: str, held: tuple[str, ...],
@@ -817,7 +822,7 @@ def _spawn_bubblewrap(argv: list[str], env: Mapping[str, str],
 
 
 def _wait_for_program(sandbox: _Sandbox, policy: Policy, info_read: int,
-                      on_run: Callable[[Run], None] | None) -> int:
+                      on_run: Callable[[Run], None] | None, command: tuple[str, ...]) -> int:
     """Make the ways out inside, give the go-ahead once the init is there (unless a stop
     signal came first), pass on the signals until bubblewrap ends, end the helpers, and
     return the program's exit status."""
@@ -829,7 +834,7 @@ def _wait_for_program(sandbox: _Sandbox, policy: Policy, info_read: int,
         _make_ways_out(sandbox, wire, sandbox_pid, info.get("net-namespace", 0))
         from lnk_wrap.runs import Run  # the run's first line on its wire's log
 
-        run = Run(policy.settings, wire.name)
+        run = Run(policy.settings, wire.name, command)
         run.start()
         if on_run is not None:
             on_run(run)
@@ -839,6 +844,8 @@ def _wait_for_program(sandbox: _Sandbox, policy: Policy, info_read: int,
     finally:
         os.close(sandbox.ready)
     stopped = _go_ahead_unless_stopped(sandbox.go_write, sandbox_pid)
+    if run is not None:  # for `lnk-sandbox status`, once the program goes: no start waits
+        run.keep_command()
     if stopped:
         _kill_sandbox(sandbox_pid, child)
     elif policy.network == "host":

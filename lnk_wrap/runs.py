@@ -5,10 +5,16 @@ Job: several runs of one wire (an agent's sessions, a harness started again) wri
 log; the launcher marks where each run begins and ends (lnk_common.wirelog: `started`,
 TARGET "-", `run=ID pid=PID`; `exited`, `run=ID status=N seconds=S`), so a person
 reading `lnk-sandbox log` can tell them apart, and a script can count what one run did.
+While it runs, `sandbox/wires/<wire>/runs/<ID>` says which command it runs (its pid, a
+newline, then its words each ended by a NUL, at most MAX_COMMAND_BYTES), for
+`lnk-sandbox status`; removed when it ends (one a killed launcher left is told by its pid:
+lnk_wrap.status, and removed by the wire's next run's end). Never on the log, which is
+every call's, not the command's.
 
 Order: `Run.start` once the sandbox's ways out exist, just before the program may start;
-`Run.end` after the command has exited and the wire's helpers have ended (their last
-`ended` lines are on the log before it). The summary reads the log between the two.
+`Run.keep_command` once it has its go-ahead (no start waits on it); `Run.end` after the
+command has exited and the wire's helpers have ended (their last `ended` lines are on the
+log before it). The summary reads the log between the two.
 
 Trust: the log lines are written by our helpers and the launcher only (Link's settings
 are hidden in every sandbox); the summary counts them and quotes no target. Light: os,
@@ -22,11 +28,15 @@ import time
 
 from lnk_common.boundedlog import MAX_LINE_BYTES, BoundedLog, clip, printable, rotated_path
 
-__all__ = ["RUN_ID_BYTES", "Run", "summary"]
+__all__ = ["MAX_COMMAND_BYTES", "RUNS_FOLDER", "RUN_ID_BYTES", "Run", "summary"]
 
 # A run's id: 8 hex digits, enough to tell apart the runs one log holds (a log and its
 # older file hold some 14,000 lines).
 RUN_ID_BYTES = 4
+# A run's command as kept for `status`: a person's command line, or a harness's with its
+# prompt; status shows its start, so more than this is cut (whole words kept).
+MAX_COMMAND_BYTES = 4096
+RUNS_FOLDER = "runs"
 # Read at once from a log (a log and its older file are at most a few MiB).
 _READ_BYTES = 1 << 16
 
@@ -45,13 +55,42 @@ def _stamp(now: float) -> str:
 class Run:
     """One run of a wire, as its log shows it."""
 
-    __slots__ = ("began", "ident", "settings", "wire")
+    __slots__ = ("began", "command", "ident", "settings", "wire")
 
-    def __init__(self, settings: str, wire: str) -> None:
+    def __init__(self, settings: str, wire: str, command: tuple[str, ...] = ()) -> None:
         self.settings = settings
         self.wire = wire
+        self.command = command
         self.ident = os.urandom(RUN_ID_BYTES).hex()
         self.began = time.time()
+
+    def _command_path(self) -> str:
+        return os.path.join(self.settings, "sandbox", "wires", self.wire, RUNS_FOLDER,
+                            self.ident)
+
+    def keep_command(self) -> None:
+        """The run's pid and command where `status` reads them (written whole: a new
+        file renamed into place), once the program has its go-ahead: no start waits on
+        it. Nothing a run needs: a write that fails is left."""
+        words = b""
+        for word in self.command:
+            encoded = word.encode("utf-8", "surrogateescape") + b"\0"
+            if len(words) + len(encoded) > MAX_COMMAND_BYTES:
+                break
+            words += encoded
+        path = self._command_path()
+        temporary = f"{path}.tmp"
+        try:
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, f"{os.getpid()}\n".encode() + words)
+            finally:
+                os.close(fd)
+            os.replace(temporary, path)
+        except OSError:
+            return
 
     def _write(self, event: str, detail: str) -> None:
         log = BoundedLog(_log_path(self.settings, self.wire))
@@ -62,13 +101,44 @@ class Run:
         finally:
             log.close()
 
+    def _forget_command(self) -> None:
+        """This run's file removed, and those of the wire's runs whose launcher is gone
+        (killed before it could remove its own): at the end, which nothing waits on."""
+        folder = os.path.dirname(self._command_path())
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            return  # never kept, or its folder gone: status tells a dead run by its pid
+        for name in names:
+            path = os.path.join(folder, name)
+            if name == self.ident or (not name.endswith(".tmp") and _launcher_gone(path)):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    continue  # removed meanwhile by another run's end
+
     def start(self) -> None:
         self.began = time.time()
         self._write("started", f"run={self.ident} pid={os.getpid()}")
 
     def end(self, status: int) -> None:
+        self._forget_command()
         self._write("exited", f"run={self.ident} status={status} "
                               f"seconds={time.time() - self.began:.3f}")
+
+
+def _launcher_gone(path: str) -> bool:
+    """Whether the run file at `path` names a pid no process has (a pid used again by
+    another process since reads as alive: left for status, which tells it by start time)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        pid = os.read(fd, 16).partition(b"\n")[0]
+    finally:
+        os.close(fd)
+    return pid.isdigit() and not _alive(pid.decode())
 
 
 def _lines(path: str) -> list[str]:

@@ -294,24 +294,6 @@ def test_guests_toml_quotes_names_and_refuses_what_it_does_not_know() -> None:
         assert reason in str(refused.value)
 
 
-def test_describe_says_what_a_session_opens() -> None:
-    policy = Policy(settings="/s", read=("/r",), write=("/w",), hide=("/r/h",),
-                    network="proxy", hosts=("example.com",), models=("anthropic",))
-    assert core.describe(policy, "/s/guests/ann") == [
-        "reads (and runs programs from): /r",
-        "reads and writes: /w",
-        "its own folder, written, dot files open: /s/guests/ann",
-        "reads, as every sandbox: the system's folders (/usr, /etc, /bin, /lib ...), never "
-        "/etc/shadow, sudoers, SSH host keys or Link's settings",
-        "hidden inside those: /r/h",
-        "programs: any program it can read",
-        "network: through the filtering proxy, to example.com",
-        "hosted models (keys kept outside): anthropic",
-        "over SSH: a shell, a command, scp and sftp, all inside; no forwarding of ports, "
-        "agent or X11",
-    ]
-
-
 @pytest.mark.parametrize(("original", "expected"), [
     (None, ["/bin/bash", "-l"]),
     ("ls -la", ["/bin/bash", "-c", "ls -la"]),
