@@ -589,11 +589,19 @@ def init_argv(packages: str) -> tuple[list[str], tuple[str, ...]]:
     """The sandbox's init as bubblewrap starts it, and the folders it needs besides our
     packages: the C init where bin/setup built it in `packages` (nothing else: it is
     static), else lnk_wrap.init, which does the same, and its interpreter's folders.
-    Either refuses to run the program when a step fails: the fallback is as closed."""
+    Either refuses to run the program when a step fails: the fallback is as closed.
+    A C init older than its source (a checkout updated, bin/setup not run again) is not
+    run: it may lack what the source now does, which the Python init has."""
     from lnk_common.chain import helper_argv as chain_argv
 
-    if os.access(os.path.join(packages, *NATIVE_INIT), os.X_OK):
-        return [os.path.join(bwrap_plan.PACKAGES_INSIDE, *NATIVE_INIT)], ()
+    native = os.path.join(packages, *NATIVE_INIT)
+    if os.access(native, os.X_OK):
+        try:
+            source_time = os.stat(native + ".c").st_mtime_ns
+        except FileNotFoundError:
+            source_time = 0  # an install that carries the program and not its source
+        if os.stat(native).st_mtime_ns >= source_time:
+            return [os.path.join(bwrap_plan.PACKAGES_INSIDE, *NATIVE_INIT)], ()
     init = chain_argv("init", inside=bwrap_plan.PACKAGES_INSIDE)
     return init, runtime_paths(init[0])
 

@@ -305,3 +305,12 @@ def test_the_launcher_runs_the_c_init_where_built_else_the_python_one(tmp_path: 
     not_executable.write_bytes(NATIVE.read_bytes())
     not_executable.chmod(stat.S_IRUSR)
     assert init_argv(str(tmp_path))[0] == python
+    built = not_executable
+    built.chmod(0o755)
+    assert init_argv(str(tmp_path))[1] == ()  # no source beside it: what was installed
+    source = built.with_name("lnk-init.c")
+    source.write_text("/* changed since it was built */\n")
+    os.utime(built, ns=(source.stat().st_mtime_ns - 10**9,) * 2)
+    assert init_argv(str(tmp_path))[0] == python  # older than its source: not run
+    os.utime(built, ns=(source.stat().st_mtime_ns,) * 2)
+    assert init_argv(str(tmp_path))[1] == ()

@@ -14,7 +14,7 @@
  * Order of operations, each checked; any failure and the program is not run (exit 125,
  * one line "lnk-sandbox-init: REASON; the program was not run", as init.py says it):
  * 1. Read the options. ACCESS is a name of ACCESS_RIGHTS below, which holds
- *    lnk_wrap.landlock.ACCESS_RIGHTS (tests/test_init_native.py holds the two equal).
+ *    lnk_wrap.landlock.ACCESS_RIGHTS (tests/test_sandbox_init.py holds the two equal).
  * 2. Open a sock_diag netlink socket (it belongs to the sandbox's network namespace: the
  *    watch outside lists the unix sockets bound in it). Start the thread that will send
  *    the filter's listener: a seccomp filter binds the thread that installs it and the
@@ -37,7 +37,7 @@
  * 7. exec the command, searched on PATH as a shell does (127 not found, 126 cannot run).
  *
  * Trust: the launcher outside wrote this argv (bubblewrap passes it on); nothing of the
- * program's has run yet. Nothing here reads the environment but to copy it.
+ * program's has run yet. The environment is only copied, and PATH read from it.
  * Built by bin/setup: cc -O2 -s -static -pthread.
  */
 #define _GNU_SOURCE
