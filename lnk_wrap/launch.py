@@ -66,13 +66,19 @@ if TYPE_CHECKING:
 else:
     import _signal as signal  # not `signal`: its enum wrappers cost 4 ms at every start
 
-__all__ = ["EXIT_SANDBOX_FAILED", "NATIVE_INIT", "LaunchError", "init_argv", "main"]
+__all__ = ["EXIT_SANDBOX_FAILED", "NATIVE_INIT", "NATIVE_INIT_STALE_NS", "LaunchError", "init_argv",
+           "main"]
 
 EXIT_SANDBOX_FAILED = 125
 # The sandbox's init in C, in our packages' folder (built by bin/setup from its .c beside
 # it): it starts in under a millisecond where lnk_wrap.init is a Python start and its
 # imports, some 15 ms a sandbox start (docs/decisions/0039-the-start-back.md).
 NATIVE_INIT = ("lnk_wrap", "sandbox_init", "lnk-init")
+# The C init is not run when its source is newer than it by more than this: an install
+# writes the two within moments, in either order (pip writes a wheel's files in the
+# wheel's order, the program first), while a checkout changes the source long after
+# bin/setup built the program.
+NATIVE_INIT_STALE_NS = 2 * 10**9
 # How the proxy is given the run's model placeholder: in its environment, never in its
 # argv (readable by every user in /proc).
 PLACEHOLDER_VARIABLE = "LNK_PLACEHOLDER"
@@ -590,8 +596,9 @@ def init_argv(packages: str) -> tuple[list[str], tuple[str, ...]]:
     packages: the C init where bin/setup built it in `packages` (nothing else: it is
     static), else lnk_wrap.init, which does the same, and its interpreter's folders.
     Either refuses to run the program when a step fails: the fallback is as closed.
-    A C init older than its source (a checkout updated, bin/setup not run again) is not
-    run: it may lack what the source now does, which the Python init has."""
+    A C init older than its source (a checkout updated, bin/setup not run again; by
+    more than NATIVE_INIT_STALE_NS) is not run: it may lack what the source now does,
+    which the Python init has."""
     from lnk_common.chain import helper_argv as chain_argv
 
     native = os.path.join(packages, *NATIVE_INIT)
@@ -600,7 +607,7 @@ def init_argv(packages: str) -> tuple[list[str], tuple[str, ...]]:
             source_time = os.stat(native + ".c").st_mtime_ns
         except FileNotFoundError:
             source_time = 0  # an install that carries the program and not its source
-        if os.stat(native).st_mtime_ns >= source_time:
+        if os.stat(native).st_mtime_ns >= source_time - NATIVE_INIT_STALE_NS:
             return [os.path.join(bwrap_plan.PACKAGES_INSIDE, *NATIVE_INIT)], ()
     init = chain_argv("init", inside=bwrap_plan.PACKAGES_INSIDE)
     return init, runtime_paths(init[0])

@@ -20,7 +20,7 @@ import pytest
 
 from lnk_common.chain import package_root
 from lnk_wrap import bwrap, landlock
-from lnk_wrap.launch import NATIVE_INIT, init_argv
+from lnk_wrap.launch import NATIVE_INIT, NATIVE_INIT_STALE_NS, init_argv
 from lnk_wrap.outside import LOADER_VARIABLES
 from tests.conftest import SANDBOX_TIMEOUT_SECONDS
 
@@ -310,7 +310,9 @@ def test_the_launcher_runs_the_c_init_where_built_else_the_python_one(tmp_path: 
     assert init_argv(str(tmp_path))[1] == ()  # no source beside it: what was installed
     source = built.with_name("lnk-init.c")
     source.write_text("/* changed since it was built */\n")
-    os.utime(built, ns=(source.stat().st_mtime_ns - 10**9,) * 2)
+    changed = source.stat().st_mtime_ns
+    os.utime(built, ns=(changed - NATIVE_INIT_STALE_NS - 1,) * 2)
     assert init_argv(str(tmp_path))[0] == python  # older than its source: not run
-    os.utime(built, ns=(source.stat().st_mtime_ns,) * 2)
+    # Written with its source by an install, a moment before it (a wheel's order).
+    os.utime(built, ns=(changed - NATIVE_INIT_STALE_NS,) * 2)
     assert init_argv(str(tmp_path))[1] == ()
