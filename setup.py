@@ -55,7 +55,6 @@ class BuildWithBrowser(build_py):
                          "(apt-get install gcc libc6-dev): built without the sandbox's "
                          "browser; [verbs] open refuses to start until it is built\n")
 
-
     def build_sandbox_init(self) -> None:
         target = os.path.join(self.build_lib, SANDBOX_INIT)
         os.makedirs(target, exist_ok=True)

@@ -66,8 +66,8 @@ if TYPE_CHECKING:
 else:
     import _signal as signal  # not `signal`: its enum wrappers cost 4 ms at every start
 
-__all__ = ["EXIT_SANDBOX_FAILED", "NATIVE_INIT", "NATIVE_INIT_STALE_NS", "LaunchError", "init_argv",
-           "main"]
+__all__ = ["EXIT_SANDBOX_FAILED", "NATIVE_INIT", "NATIVE_INIT_STALE_NS", "LaunchError",
+           "init_argv", "main"]
 
 EXIT_SANDBOX_FAILED = 125
 # The sandbox's init in C, in our packages' folder (built by bin/setup from its .c beside
@@ -602,13 +602,14 @@ def init_argv(packages: str) -> tuple[list[str], tuple[str, ...]]:
     from lnk_common.chain import helper_argv as chain_argv
 
     native = os.path.join(packages, *NATIVE_INIT)
-    if os.access(native, os.X_OK):
-        try:
-            source_time = os.stat(native + ".c").st_mtime_ns
-        except FileNotFoundError:
-            source_time = 0  # an install that carries the program and not its source
-        if os.stat(native).st_mtime_ns >= source_time - NATIVE_INIT_STALE_NS:
-            return [os.path.join(bwrap_plan.PACKAGES_INSIDE, *NATIVE_INIT)], ()
+    try:
+        built = os.stat(native).st_mtime_ns if os.access(native, os.X_OK) else None
+        source = os.stat(native + ".c").st_mtime_ns if os.path.exists(native + ".c") else 0
+    except OSError:  # gone since: the Python init
+        built = None
+    # No source beside it: an install that carries the program and not its source.
+    if built is not None and built >= source - NATIVE_INIT_STALE_NS:
+        return [os.path.join(bwrap_plan.PACKAGES_INSIDE, *NATIVE_INIT)], ()
     init = chain_argv("init", inside=bwrap_plan.PACKAGES_INSIDE)
     return init, runtime_paths(init[0])
 
