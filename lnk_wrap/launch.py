@@ -79,6 +79,9 @@ NATIVE_INIT = ("lnk_wrap", "sandbox_init", "lnk-init")
 # wheel's order, the program first), while a checkout changes the source long after
 # bin/setup built the program.
 NATIVE_INIT_STALE_NS = 2 * 10**9
+# The signals CPython sets to be ignored at its start (Python/pylifecycle.c), which a
+# process it spawns would otherwise inherit ignored, and bubblewrap and the init pass on.
+PYTHON_IGNORED_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
 # How the proxy is given the run's model placeholder: in its environment, never in its
 # argv (readable by every user in /proc).
 PLACEHOLDER_VARIABLE = "LNK_PLACEHOLDER"
@@ -812,7 +815,12 @@ def _spawn_bubblewrap(argv: list[str], env: Mapping[str, str],
         os.set_inheritable(fd, True)
     try:
         # Bubblewrap is outside until it has made the sandbox: never a loader variable.
-        return os.posix_spawn(argv[0], argv, without_loader_variables(env))
+        # The signals this interpreter ignores for itself at its start are the
+        # program's at their defaults again, as a shell or Python's subprocess gives
+        # them: an ignored SIGPIPE passed on to the program made `yes | head -1` say
+        # "Broken pipe" in every sandbox.
+        return os.posix_spawn(argv[0], argv, without_loader_variables(env),
+                              setsigdef=PYTHON_IGNORED_SIGNALS)
     finally:
         for fd in given:
             os.close(fd)

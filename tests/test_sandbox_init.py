@@ -8,6 +8,7 @@ search on PATH; and the launcher's choice between the two."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -131,9 +132,11 @@ class _Watch:
 
     def finish(self, word: bytes = b"+", go: bytes | None = b"x") -> tuple[int, str, str]:
         try:
-            self.watch.send(word)
-            if go is not None:
-                os.write(self.go_write, go)
+            # An init that refused before this (its filter, say) has closed both ends.
+            with contextlib.suppress(BrokenPipeError):
+                self.watch.send(word)
+                if go is not None:
+                    os.write(self.go_write, go)
             os.close(self.go_write)
             stdout, stderr = self.process.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
         finally:
