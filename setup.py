@@ -6,6 +6,8 @@ that installs the wheel needs no compiler. The wheel is then one for this platfo
 (`py3-none-linux_<machine>`), not a pure one. Where the build has no C compiler with a
 static C library, the package is built without it and says so: the open verb then
 refuses to start, naming what is missing (lnk_wrap.launch); every other verb works.
+The sandbox's init in C (lnk_wrap/sandbox_init) is built the same way; without it the
+launcher runs the Python init, which does the same, slower.
 """
 
 from __future__ import annotations
@@ -24,9 +26,14 @@ BROWSER = os.path.join("lnk_wrap", "browser")
 BROWSER_NAMES = ("xdg-open", "sensible-browser", "www-browser")
 
 
+# The sandbox's init in C (its source says why); without it the launcher runs the Python one.
+SANDBOX_INIT = os.path.join("lnk_wrap", "sandbox_init")
+
+
 class BuildWithBrowser(build_py):
     def run(self) -> None:
         super().run()
+        self.build_sandbox_init()
         target = os.path.join(self.build_lib, BROWSER)
         os.makedirs(target, exist_ok=True)
         compiler = shutil.which(os.environ.get("CC", "cc"))
@@ -47,6 +54,21 @@ class BuildWithBrowser(build_py):
         sys.stderr.write("lnk-sandbox build: no C compiler with a static C library "
                          "(apt-get install gcc libc6-dev): built without the sandbox's "
                          "browser; [verbs] open refuses to start until it is built\n")
+
+    def build_sandbox_init(self) -> None:
+        target = os.path.join(self.build_lib, SANDBOX_INIT)
+        os.makedirs(target, exist_ok=True)
+        compiler = shutil.which(os.environ.get("CC", "cc"))
+        if compiler is not None:
+            done = subprocess.run(
+                [compiler, "-O2", "-s", "-static", "-pthread", "-o",
+                 os.path.join(target, "lnk-init"), os.path.join(SANDBOX_INIT, "lnk-init.c")],
+                check=False, capture_output=True, text=True)
+            if done.returncode == 0:
+                return
+            sys.stderr.write(done.stderr)
+        sys.stderr.write("lnk-sandbox build: no C compiler with a static C library: built "
+                         "without the sandbox's C init; the Python one runs instead\n")
 
 
 try:  # a wheel with the browser is this platform's, not a pure one

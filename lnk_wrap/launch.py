@@ -24,7 +24,9 @@ Order of operations:
    with it, and put stand-ins where missing ones go, listed with this run
    (lnk_wrap.standins). A spec whose write_dot_files opens folders says so on its
    first run.
-4. Build bubblewrap's argv from typed options (lnk_wrap.bwrap.plan) and the init's.
+4. Build bubblewrap's argv from typed options (lnk_wrap.bwrap.plan) and the init's:
+   the C one where bin/setup built it (lnk_wrap/sandbox_init/lnk-init.c), else
+   lnk_wrap.init, which does the same in Python (init_argv).
 5. Start bubblewrap, then fork the sandbox's watch (lnk_execwatch.main) while
    bubblewrap makes the sandbox; learn the sandbox's pid from --info-fd, wait for the
    watch's word that it holds the init's listener (so the init exists), give the init
@@ -64,9 +66,22 @@ if TYPE_CHECKING:
 else:
     import _signal as signal  # not `signal`: its enum wrappers cost 4 ms at every start
 
-__all__ = ["EXIT_SANDBOX_FAILED", "LaunchError", "main"]
+__all__ = ["EXIT_SANDBOX_FAILED", "NATIVE_INIT", "NATIVE_INIT_STALE_NS", "LaunchError",
+           "init_argv", "main"]
 
 EXIT_SANDBOX_FAILED = 125
+# The sandbox's init in C, in our packages' folder (built by bin/setup from its .c beside
+# it): it starts in under a millisecond where lnk_wrap.init is a Python start and its
+# imports, some 15 ms a sandbox start (docs/decisions/0039-the-start-back.md).
+NATIVE_INIT = ("lnk_wrap", "sandbox_init", "lnk-init")
+# The C init is not run when its source is newer than it by more than this: an install
+# writes the two within moments, in either order (pip writes a wheel's files in the
+# wheel's order, the program first), while a checkout changes the source long after
+# bin/setup built the program.
+NATIVE_INIT_STALE_NS = 2 * 10**9
+# The signals CPython sets to be ignored at its start (Python/pylifecycle.c), which a
+# process it spawns would otherwise inherit ignored, and bubblewrap and the init pass on.
+PYTHON_IGNORED_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
 # How the proxy is given the run's model placeholder: in its environment, never in its
 # argv (readable by every user in /proc).
 PLACEHOLDER_VARIABLE = "LNK_PLACEHOLDER"
@@ -599,7 +614,7 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
                  on_run: Callable[[Run], None] | None = None) -> int:
     """Make the sandbox and run `command` in it: what bubblewrap is told (the host's
     facts), the program's environment and HOME, then the start and the wait."""
-    from lnk_common.chain import helper_argv
+    from lnk_common.chain import package_root
     from lnk_wrap.home import environment as home_environment
 
     # The program's HOME (lnk_wrap.home); the helpers outside keep the caller's.
@@ -607,9 +622,9 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
 
     if _SIGNALS.stop:  # asked to end before anything was started: nothing is
         return 128 + _SIGNALS.stop
-    init = helper_argv("init", inside=bwrap_plan.PACKAGES_INSIDE)
+    init, runtime = init_argv(package_root())
     info_read, info_write = os.pipe()
-    facts = _host_facts(policy, cwd, info_write, init[0], held, home)
+    facts = _host_facts(policy, cwd, info_write, runtime, held, home)
     env, proxy_given = _program_environment(policy, env, facts, held)
     _make_home(policy, home)
     sandbox = _start_sandbox(bwrap, policy, (init, command), env, facts, outside,
@@ -617,13 +632,36 @@ def _run_sandbox(bwrap: str, policy: Policy, command: list[str], env: Mapping[st
     return _wait_for_program(sandbox, policy, info_read, on_run, tuple(command))
 
 
-def _host_facts(policy: Policy, cwd: str, info_fd: int, python: str, held: tuple[str, ...],
-                home: homes.Choice) -> bwrap_plan.HostFacts:
+def init_argv(packages: str) -> tuple[list[str], tuple[str, ...]]:
+    """The sandbox's init as bubblewrap starts it, and the folders it needs besides our
+    packages: the C init where bin/setup built it in `packages` (nothing else: it is
+    static), else lnk_wrap.init, which does the same, and its interpreter's folders.
+    Either refuses to run the program when a step fails: the fallback is as closed.
+    A C init older than its source (a checkout updated, bin/setup not run again; by
+    more than NATIVE_INIT_STALE_NS) is not run: it may lack what the source now does,
+    which the Python init has."""
+    from lnk_common.chain import helper_argv as chain_argv
+
+    native = os.path.join(packages, *NATIVE_INIT)
+    try:
+        built = os.stat(native).st_mtime_ns if os.access(native, os.X_OK) else None
+        source = os.stat(native + ".c").st_mtime_ns if os.path.exists(native + ".c") else 0
+    except OSError:  # gone since: the Python init
+        built = None
+    # No source beside it: an install that carries the program and not its source.
+    if built is not None and built >= source - NATIVE_INIT_STALE_NS:
+        return [os.path.join(bwrap_plan.PACKAGES_INSIDE, *NATIVE_INIT)], ()
+    init = chain_argv("init", inside=bwrap_plan.PACKAGES_INSIDE)
+    return init, runtime_paths(init[0])
+
+
+def _host_facts(policy: Policy, cwd: str, info_fd: int, runtime: tuple[str, ...],
+                held: tuple[str, ...], home: homes.Choice) -> bwrap_plan.HostFacts:
     """What the mount plan needs of this machine; the working folder is / when the
     sandbox cannot see `cwd`, and every [commands] program must be seen."""
     from lnk_common.chain import package_root
 
-    facts = gather(policy, cwd=cwd, info_fd=info_fd, runtime=runtime_paths(python),
+    facts = gather(policy, cwd=cwd, info_fd=info_fd, runtime=runtime,
                    packages=package_root()).with_held(held).with_temporary_home(
                        home.path if home.temporary else "")
     if bwrap_plan.access_at(policy, facts, cwd) is None:
@@ -815,7 +853,12 @@ def _spawn_bubblewrap(argv: list[str], env: Mapping[str, str],
         os.set_inheritable(fd, True)
     try:
         # Bubblewrap is outside until it has made the sandbox: never a loader variable.
-        return os.posix_spawn(argv[0], argv, without_loader_variables(env))
+        # The signals this interpreter ignores for itself at its start are the
+        # program's at their defaults again, as a shell or Python's subprocess gives
+        # them: an ignored SIGPIPE passed on to the program made `yes | head -1` say
+        # "Broken pipe" in every sandbox.
+        return os.posix_spawn(argv[0], argv, without_loader_variables(env),
+                              setsigdef=PYTHON_IGNORED_SIGNALS)
     finally:
         for fd in given:
             os.close(fd)

@@ -20,7 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import LNK_SANDBOX, SANDBOX_TIMEOUT_SECONDS, WriteSpec, end_run, wait_until
+from tests.conftest import (
+    LNK_SANDBOX,
+    SANDBOX_TIMEOUT_SECONDS,
+    RunSandbox,
+    WriteSpec,
+    end_run,
+    toml_list,
+    wait_until,
+)
 from tests.test_dotfiles import listing
 from tests.test_files_attacks import Q, files_spec
 
@@ -203,3 +211,17 @@ def test_a_stop_signal_while_the_launcher_holds_dot_files_means_the_program_neve
     assert run.returncode == 143, stderr
     assert not marker.exists()
     assert listing(written) == before  # its stand-ins were made and taken away
+
+
+def test_the_program_gets_the_signals_python_ignores_at_their_defaults(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, tmp_path: Path
+) -> None:
+    """CPython ignores SIGPIPE and SIGXFSZ for itself at its start; the program gets
+    them at their defaults, as a shell gives them: a pipe whose reader ends ends its
+    writer quietly, not with "Broken pipe"."""
+    spec = write_spec(f"[files]\nread = {toml_list(tmp_path)}\n")
+    done = run_sandbox(spec, "/bin/sh", "-c", "grep SigIgn /proc/self/status; yes | head -1")
+    assert (done.returncode, done.stderr) == (0, ""), done
+    ignored = int(done.stdout.split()[1], 16)
+    assert not ignored & (1 << (signal.SIGPIPE - 1) | 1 << (signal.SIGXFSZ - 1)), done.stdout
+    assert done.stdout.splitlines()[1:] == ["y"]
