@@ -70,13 +70,17 @@ class Facts:
     rule's host ("" when its rule cannot be read, with why), each tool's asking, and the
     guest's own folder when the policy is a guest's sessions' ("" for any other)."""
 
-    __slots__ = ("guest_home", "secret_hosts", "tool_asks")
+    __slots__ = ("added", "guest_home", "secret_hosts", "tool_asks")
 
     def __init__(self, *, secret_hosts: dict[str, str] | None = None,
-                 tool_asks: dict[str, str] | None = None, guest_home: str = "") -> None:
+                 tool_asks: dict[str, str] | None = None, guest_home: str = "",
+                 added: tuple[str, ...] = ()) -> None:
         self.secret_hosts = secret_hosts or {}
         self.tool_asks = tool_asks or {}
         self.guest_home = guest_home
+        # What the person added to the wire (`lnk-sandbox allow`), apart from the spec:
+        # hosts, endpoints as "tcp:NAME:PORT", or the one line saying why none is taken.
+        self.added = added
 
 
 class Words:
@@ -184,13 +188,16 @@ def _network(policy: Policy, facts: Facts) -> list[Said]:
 def _hosts(policy: Policy, facts: Facts) -> list[Said]:
     if policy.network != "proxy":
         return []
+    added = _line("ways out", "hosts", "added by you to the wire, apart from the spec "
+                  "(lnk-sandbox allow; each taken at the next call, disallow takes it "
+                  "away)", facts.added)
     if not policy.hosts:
         return [Said("ways out", "hosts: none (every call is refused, and on the log)",
-                     field="hosts")]
+                     field="hosts"), *added]
     wild = "; *.x is every name under x, not x itself" if any(
         host.startswith("*.") for host in policy.hosts) else ""
     return _line("ways out", "hosts", "hosts, by name, HTTP and HTTPS (ports 80 and 443 "
-                 f"unless one is named{wild})", policy.hosts)
+                 f"unless one is named{wild})", policy.hosts) + added
 
 
 def _endpoints(policy: Policy, facts: Facts) -> list[Said]:
@@ -456,7 +463,22 @@ def gather(policy: Policy, *, guest_home: str = "") -> Facts:
             asks[name] = ("no call asks you" if tool.ask == "none" else
                           f"every call asks you but {_listing(tuple(sorted(tool.allow)))}"
                           if tool.allow else "every call asks you")
-    return Facts(secret_hosts=hosts, tool_asks=asks, guest_home=guest_home)
+    return Facts(secret_hosts=hosts, tool_asks=asks, guest_home=guest_home,
+                 added=_additions(policy))
+
+
+def _additions(policy: Policy) -> tuple[str, ...]:
+    """The wire's additions (lnk_common.additions), endpoints as "tcp:NAME:PORT"; a file
+    that cannot be taken is one entry saying so (the proxy then takes none)."""
+    if policy.network != "proxy" or not policy.name:
+        return ()
+    from lnk_common.additions import AdditionsError, read_entries
+
+    try:
+        return tuple(("tcp:" if entry.tcp else "") + entry.host
+                     for entry in read_entries(policy.settings, policy.name))
+    except AdditionsError as error:
+        return (f"none taken: {error}",)
 
 
 def main(policy: Policy, *, as_json_output: bool) -> int:

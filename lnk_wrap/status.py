@@ -207,13 +207,27 @@ def _wire(settings: str, wire: str, now: float, boot: float,
     calls, refused = _recent(settings, wire, _stamp(cutoff), cutoff)
     pause = wirestate.paused(settings, wire)
     runs = _runs(folder, boot)
+    added, added_error = _additions(settings, wire)
     return {"wire": wire, "running": bool(runs), "runs": runs,
+            "added_hosts": added, "added_error": added_error,
             "calls_last_minute": calls, "refused_last_minute": refused,
             "open_calls": _open_calls(folder, boot), "paused": pause is not None,
             "pause_since": None if pause is None else pause.get("since", "unknown"),
             "pause_reason": None if pause is None else pause.get(
                 "reason", "the pause file cannot be read; paused all the same"),
             "asks_waiting": asks.get(wire, 0)}
+
+
+def _additions(settings: str, wire: str) -> tuple[list[str], str | None]:
+    """The hosts and endpoints the person added to the running wire (`lnk-sandbox
+    allow`), apart from its spec's, endpoints marked `tcp:`; or why they cannot be read."""
+    from lnk_common.additions import AdditionsError, read_entries
+
+    try:
+        return [("tcp:" if entry.tcp else "") + entry.host
+                for entry in read_entries(settings, wire)], None
+    except AdditionsError as error:
+        return [], str(error)
 
 
 def _asks(settings: str) -> tuple[dict[str, int], str | None]:
@@ -233,8 +247,9 @@ def _asks(settings: str) -> tuple[dict[str, int], str | None]:
 
 def snapshot(settings: str, now: float) -> dict[str, object]:
     """What `status --json` prints: the kill switch, then each wire that runs, holds
-    calls open, is paused, made or was refused calls within the last minute, or has
-    questions waiting; the other wires by name only (`idle_wires`)."""
+    calls open, is paused, made or was refused calls within the last minute, has
+    questions waiting or hosts the person added; the other wires by name only
+    (`idle_wires`)."""
     from lnk_common import wirestate
 
     boot = _boot_time()
@@ -253,7 +268,8 @@ def snapshot(settings: str, now: float) -> dict[str, object]:
     for name in sorted({*names, *asks}):
         found = _wire(settings, name, now, boot, asks)
         if any(found[key] for key in ("running", "paused", "open_calls", "calls_last_minute",
-                                      "refused_last_minute", "asks_waiting")):
+                                      "refused_last_minute", "asks_waiting",
+                                      "added_hosts", "added_error")):
             wires.append(found)
         else:
             idle.append(name)
@@ -322,6 +338,15 @@ def render(document: dict[str, object]) -> str:
                  for index, (cell, width) in enumerate(zip(row[:-1], widths[:-1], strict=True))]
         lines.append("  ".join([*cells, row[-1]]).rstrip())
     for wire in wires:
+        added = wire.get("added_hosts")
+        if added:
+            assert isinstance(added, list)
+            lines.append(f"  {wire['wire']} added by you, apart from its spec (lnk-sandbox "
+                         f"allowed {wire['wire']}): "
+                         f"{_cut(', '.join(map(str, added)), MAX_REASON_SHOWN)}")
+        if wire.get("added_error"):
+            lines.append(f"  {wire['wire']} additions cannot be read (none is taken): "
+                         f"{_cut(str(wire['added_error']), MAX_REASON_SHOWN)}")
         if wire["paused"]:
             lines.append(f"  {wire['wire']} paused since {wire['pause_since']}: "
                          f"{_cut(str(wire['pause_reason']), MAX_REASON_SHOWN)} (lnk-sandbox resume "

@@ -527,3 +527,29 @@ def test_a_fifo_where_the_additions_are_hangs_nothing(
     refused = lnk(sandbox_env, "allowed", "piped")
     assert refused.returncode == 125 and "not a regular file" in refused.stderr
     assert lnk(sandbox_env, "disallow", "piped", "--clear").returncode == 0
+
+
+def test_explain_and_status_show_the_additions_apart_from_the_spec(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str],
+) -> None:
+    """The issue's "explain and status show them apart from the spec's own hosts": each
+    says what the person added, on a line of its own naming the command, and a wire
+    with none says nothing of it."""
+    spec = wire_spec(write_spec, testnet, "shown")
+    run_sandbox(spec, "true", env=sandbox_env)
+    plain = lnk(sandbox_env, "explain", "--spec", str(spec))
+    assert plain.returncode == 0 and "added by you" not in plain.stdout, plain
+    assert lnk(sandbox_env, "allow", "shown", "docs.example.com").returncode == 0
+    assert lnk(sandbox_env, "allow", "shown", "*.mirror.example.net:8443").returncode == 0
+    explained = lnk(sandbox_env, "explain", "--spec", str(spec))
+    added = [line for line in explained.stdout.splitlines() if "added by you" in line]
+    assert len(added) == 1 and "lnk-sandbox allow" in added[0], explained.stdout
+    assert added[0].endswith(": docs.example.com, *.mirror.example.net:8443"), added
+    as_json = json.loads(lnk(sandbox_env, "explain", "--spec", str(spec), "--json").stdout)
+    assert "docs.example.com" in json.dumps(as_json)
+    status = json.loads(lnk(sandbox_env, "status", "--json").stdout)
+    wires = {wire["wire"]: wire for wire in status["wires"]}
+    assert wires["shown"]["added_hosts"] == ["docs.example.com", "*.mirror.example.net:8443"]
+    text = lnk(sandbox_env, "status").stdout
+    assert "shown added by you, apart from its spec (lnk-sandbox allowed shown): " \
+           "docs.example.com, *.mirror.example.net:8443" in text, text
