@@ -3,7 +3,7 @@ streamed back, one `allowed` and one `ended` line on the wire's log.
 
 Called only once every check of the request path has passed (lnk_proxy.connection,
 then Proxy.check_name and the address check): nothing here decides. Two ways:
-- `plain_exchange`: a plain request (lnk_proxy.plain: no body) and, when its response
+- `plain_exchange`: a plain request (lnk_proxy.bodiless: no body) and, when its response
   is plain too (one Content-Length), that response, both written anew without h11;
   a response that is not plain goes on as h11's from the bytes read so far
   (`h11_resumed`), the request not sent again.
@@ -19,26 +19,28 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import h11
 
+from lnk_common.bodies import SWITCHED, next_event, pass_response
 from lnk_common.wire import Refused, Wire
-from lnk_proxy.head import RequestHead
-from lnk_proxy.plain import (
+from lnk_proxy.bodiless import (
     HOP_FIELDS,
     ResponseHead,
+    bodiless_request_bytes,
     client_closes,
     response_bytes,
     response_head,
 )
-from lnk_proxy.plain import NEED_MORE as PLAIN_NEED_MORE
-from lnk_proxy.plain import request_bytes as plain_request_bytes
+from lnk_proxy.bodiless import NEED_MORE as PLAIN_NEED_MORE
+from lnk_proxy.head import RequestHead
 from lnk_proxy.streams import read_within
 from lnk_proxy.upstream import CHUNK, Upstream, held_bytes
 
 __all__ = ["CLIENT_WATCH_SECONDS", "IDLE_SECONDS", "UPGRADES", "Outcome", "asks_to_upgrade",
-           "exchange", "h11_resumed", "next_cycle", "next_event", "outgoing", "plain_exchange"]
+           "exchange", "h11_resumed", "next_cycle", "outgoing", "plain_exchange",
+           "reader_of"]
 
 # A connection with nothing moving either way for this long is closed.
 IDLE_SECONDS = 300.0
@@ -110,24 +112,13 @@ async def _watch_client(reader: asyncio.StreamReader, upstream: Upstream,
     upstream.close()
 
 
-async def next_event(connection: h11.Connection, reader: asyncio.StreamReader,
-                     idle: float = IDLE_SECONDS) -> object:
-    """The next h11 event of `connection`, reading from `reader` as it needs more (at
-    most `idle` seconds a read)."""
-    while True:
-        event = connection.next_event()
-        if event is not h11.NEED_DATA:
-            return event
-        connection.receive_data(await read_within(reader, CHUNK, idle))
-
-
 # -- the plain exchange ------------------------------------------------------------------
 
 async def plain_exchange(wire: Wire, authority: str, head: RequestHead, path: str,
                          raw: bytes, reader: asyncio.StreamReader,
                          writer: asyncio.StreamWriter, upstream: Upstream
                          ) -> tuple[Outcome, h11.Connection | None]:
-    """A plain request (lnk_proxy.plain) and its response, without h11 when the
+    """A plain request (lnk_proxy.bodiless) and its response, without h11 when the
     response is plain too: its head written anew, then exactly its Content-Length of
     body streamed as it comes. A response that is not plain is h11's from the bytes
     read so far (the request is not sent again), with h11's reading of the request
@@ -139,7 +130,7 @@ async def plain_exchange(wire: Wire, authority: str, head: RequestHead, path: st
     outcome = Outcome()
     handed = False
     try:
-        upstream.writer.write(plain_request_bytes(head, path))
+        upstream.writer.write(bodiless_request_bytes(head, path))
         received = b""
         while True:
             chunk = await read_within(upstream.reader, CHUNK, IDLE_SECONDS)
@@ -290,8 +281,9 @@ async def _send_request(client: h11.Connection, reader: asyncio.StreamReader,
         await up_writer.drain()
         outcome.sent = len(body)
         return
+    read = reader_of(reader, IDLE_SECONDS)
     while True:  # the client's body, if any, as it comes
-        event = await next_event(client, reader)
+        event = await next_event(client, read)
         if isinstance(event, h11.Data):
             outcome.sent += len(event.data)
             up_writer.write(conn.send(h11.Data(data=event.data)))
@@ -304,47 +296,22 @@ async def _send_request(client: h11.Connection, reader: asyncio.StreamReader,
 
 async def _pass_response(client: h11.Connection, writer: asyncio.StreamWriter,
                          upstream: Upstream, outcome: Outcome) -> bool:
-    """The response, streamed back as it comes; whether it was a 101 (switched). Every
-    event of one read is written at once, with one drain, before the next read (a
-    stream's many small events cost one send each, not one each: 19 µs of CPU an event,
-    measured, was most of a stream's cost)."""
-    conn = upstream.conn
-    out: list[bytes] = []
-    switched = False
-    while True:
-        event = conn.next_event()
-        if event is h11.NEED_DATA:
-            if out:
-                writer.write(b"".join(out))
-                out.clear()
-                await writer.drain()
-            conn.receive_data(await read_within(upstream.reader, CHUNK, IDLE_SECONDS))
-            continue
-        if isinstance(event, h11.InformationalResponse):
-            if event.status_code == 101:  # h11 admits it only when asked for
-                outcome.responded = switched = True
-                out.append(client.send(h11.InformationalResponse(
-                    status_code=101, headers=event.headers, reason=event.reason)))
-                break
-            continue
-        if isinstance(event, h11.Response):
-            outcome.responded = True
-            headers = [(name, value) for name, value in event.headers
-                       if name.lower() not in HOP_FIELDS]
-            out.append(client.send(h11.Response(status_code=event.status_code,
-                                                headers=headers, reason=event.reason)))
-            continue
-        if isinstance(event, h11.Data):
-            outcome.received += len(event.data)
-            out.append(client.send(h11.Data(data=event.data)))
-            continue
-        if isinstance(event, h11.EndOfMessage):
-            out.append(client.send(h11.EndOfMessage()))
-        break
-    if out:
-        writer.write(b"".join(out))
-        await writer.drain()
-    return switched
+    """The response, streamed back as it comes (lnk_common.bodies), its hop-by-hop fields
+    taken out; whether it was a 101 (switched)."""
+    ended = await pass_response(upstream.conn, client, writer,
+                                reader_of(upstream.reader, IDLE_SECONDS), outcome,
+                                fields=_response_fields)
+    return ended == SWITCHED
+
+
+def _response_fields(fields: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    return [(name, value) for name, value in fields if name.lower() not in HOP_FIELDS]
+
+
+def reader_of(reader: asyncio.StreamReader, idle: float) -> Callable[[], Awaitable[bytes]]:
+    """What reads `reader` for lnk_common.bodies: a read of up to CHUNK bytes, waiting
+    at most `idle` seconds (lnk_proxy.streams.read_within)."""
+    return lambda: read_within(reader, CHUNK, idle)
 
 
 async def _relay_switched(wire: Wire, client: h11.Connection, reader: asyncio.StreamReader,

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import h11
 
 from lnk_common.wire import Refused, linger
+from lnk_proxy.bodiless import client_closes
 from lnk_proxy.connection import Forward
 from lnk_proxy.exchange import (
     Outcome,
@@ -33,7 +34,6 @@ from lnk_proxy.exchange import (
     plain_exchange,
 )
 from lnk_proxy.lane import Handoff
-from lnk_proxy.plain import client_closes
 from lnk_proxy.upstream import Upstream
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ The lane looks at it only when it is one whole head, nothing after it, and an up
 is kept for this connection. The head then goes to the connection's own machine
 (lnk_proxy.connection.ClientConnection, the one the task drives), whose checks every
 request passes in their one order. The lane carries out the machine's command itself
-only when it is a plain request (lnk_proxy.plain) to the kept upstream's authority, and
+only when it is a plain request (lnk_proxy.bodiless) to the kept upstream's authority, and
 only after the gate and the name (Proxy.check_name), as the task's path checks them;
 any other command (a refusal, a verb, a CONNECT, a request with a body or to another
 host) is handed to the task as the machine gave it (`Handed`). The request is written
@@ -41,16 +41,16 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from lnk_common.wire import Refused
-from lnk_proxy.connection import ClientConnection, Command, Forward
-from lnk_proxy.head import head_end
-from lnk_proxy.plain import (
+from lnk_proxy.bodiless import (
     NEED_MORE,
     ResponseHead,
+    bodiless_request_bytes,
     client_closes,
-    request_bytes,
     response_bytes,
     response_head,
 )
+from lnk_proxy.connection import ClientConnection, Command, Forward
+from lnk_proxy.head import head_end
 from lnk_proxy.streams import Inbox, held
 
 if TYPE_CHECKING:
@@ -270,7 +270,7 @@ class Lane:
         protocol.sink = self
         if self.protocol.writing_paused:  # the last response is not all sent yet
             self.pause()
-        upstream.writer.write(request_bytes(head, path))  # written anew: lnk_proxy.plain
+        upstream.writer.write(bodiless_request_bytes(head, path))  # written anew (bodiless)
         return True
 
     def client_ended(self, lost: bool) -> None:

@@ -14,7 +14,7 @@ checks is written once:
    (`checked_address`, lnk_proxy.decide), a connection to the very address checked;
 4. then a tunnel (lnk_proxy.tunnel: to 443 only once the ClientHello names the same
    host) or forwarding (lnk_proxy.forward, lnk_proxy.exchange: h11 on both sides, or
-   lnk_proxy.plain's reading when both heads are plain), each call one `allowed` and
+   lnk_proxy.bodiless's reading when both heads are plain), each call one `allowed` and
    one `ended` line on the wire's log.
 Every refusal is a status and one line, in the response and in the wire's log.
 

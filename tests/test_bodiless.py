@@ -1,4 +1,4 @@
-"""The plain exchange (lnk_proxy.plain, issue 18): a request with no body and a response
+"""The body-less exchange (lnk_proxy.bodiless, issue 18): a request with no body and a response
 framed by one Content-Length pass without h11. Held against h11 (what it takes, h11 reads
 the same; what it writes, h11 reads as meant), and through a real sandbox against a host
 that answers with bytes of its own making (tests/testservers.py serve_raw): every framing
@@ -15,18 +15,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lnk_proxy.head import HeadError, check_head
-from lnk_proxy.plain import (
+from lnk_proxy.bodiless import (
     HOP_FIELDS,
     MAX_RESPONSE_HEAD_BYTES,
     NEED_MORE,
     ResponseHead,
+    bodiless_request_bytes,
     client_closes,
-    plain_request,
-    request_bytes,
+    is_bodiless,
     response_bytes,
     response_head,
 )
+from lnk_proxy.head import HeadError, check_head
 from tests.conftest import RunSandbox, WriteSpec, fuzz, toml_list
 from tests.testservers import RAW_PORT
 
@@ -51,7 +51,7 @@ def _head(*lines: str) -> bytes:
     (("GET http://a.example/x HTTP/1.1", "Host: a.example", "Upgrade: websocket"), False),
 ])
 def test_which_requests_are_plain(lines: tuple[str, ...], plain: bool) -> None:
-    assert plain_request(check_head(_head(*lines))) is plain
+    assert is_bodiless(check_head(_head(*lines))) is plain
 
 
 def test_the_request_sent_on_is_written_anew_host_first_without_hop_fields() -> None:
@@ -59,7 +59,7 @@ def test_the_request_sent_on_is_written_anew_host_first_without_hop_fields() -> 
                             "Connection: keep-alive, X-Mine", "Host: a.example",
                             "Proxy-Authorization: Basic eA==", "X-Mine:  kept  ",
                             "Keep-Alive: 5", "TE: trailers", "User-Agent: t\xe9st"))
-    assert request_bytes(head, "/x?y") == (
+    assert bodiless_request_bytes(head, "/x?y") == (
         b"GET /x?y HTTP/1.1\r\nhost: a.example\r\naccept: */*\r\nx-mine: kept\r\n"
         b"user-agent: t\xe9st\r\n\r\n")
     assert not client_closes(head)
@@ -89,7 +89,7 @@ def test_fuzz_h11_reads_every_plain_request_as_the_head_check_did(
         head = check_head(raw)
     except HeadError:
         return
-    if not plain_request(head):
+    if not is_bodiless(head):
         return
     server = h11.Connection(h11.SERVER)
     server.receive_data(raw)
@@ -100,7 +100,7 @@ def test_fuzz_h11_reads_every_plain_request_as_the_head_check_did(
     assert [(name.decode(), value.decode("latin-1")) for name, value in request.headers] == \
         head.fields
     host = h11.Connection(h11.SERVER)
-    host.receive_data(request_bytes(head, "/p?q"))
+    host.receive_data(bodiless_request_bytes(head, "/p?q"))
     sent = host.next_event()
     assert isinstance(sent, h11.Request)
     assert host.next_event() == h11.EndOfMessage()

@@ -1,4 +1,4 @@
-"""The plain exchange: a request with no body, answered by a response framed by one
+"""The body-less exchange: a request with no body, answered by a response framed by one
 Content-Length, passed on without h11 (most of a kept-alive request's cost was h11's:
 a state machine, event objects and a validating regex per field, on each side, twice).
 
@@ -16,7 +16,7 @@ body, an Expect or Upgrade field, HTTP/1.0 or HEAD; a response that is 1xx, 204 
 304, HTTP/1.0, chunked, without one Content-Length, with obs-fold, a tab, a control
 character, a bare CR or LF, or a head larger than h11's own bound. It never refuses:
 "not plain" is its only verdict against a head, and h11 then reads it and decides as it
-always did (tests/test_plain.py holds the two readings side by side).
+always did (tests/test_bodiless.py holds the two readings side by side).
 """
 
 from __future__ import annotations
@@ -25,9 +25,17 @@ import re
 
 from lnk_proxy.head import RequestHead
 
-__all__ = ["HOP_FIELDS", "MAX_RESPONSE_HEAD_BYTES", "NEED_MORE", "ResponseHead",
-           "client_closes", "plain_request", "request_bytes", "response_bytes",
-           "response_head"]
+__all__ = [
+    "HOP_FIELDS",
+    "MAX_RESPONSE_HEAD_BYTES",
+    "NEED_MORE",
+    "ResponseHead",
+    "bodiless_request_bytes",
+    "client_closes",
+    "is_bodiless",
+    "response_bytes",
+    "response_head",
+]
 
 # Hop-by-hop fields (RFC 9110 7.6.1), never sent on; `upgrade` and `connection` are
 # sent on only for a request that asks to switch protocols (WebSocket: h11's path).
@@ -55,7 +63,7 @@ _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _CONTROL = re.compile(rb"[\x00-\x1f\x7f]")
 
 
-def plain_request(head: RequestHead) -> bool:
+def is_bodiless(head: RequestHead) -> bool:
     """Whether `head` is taken here: HTTP/1.1, no body, nothing asked of the exchange
     beyond one response (HEAD's response has a length and no body: h11's)."""
     if head.version != "HTTP/1.1" or head.method == "HEAD":
@@ -70,7 +78,7 @@ def client_closes(head: RequestHead) -> bool:
                for name, value in head.fields)
 
 
-def request_bytes(head: RequestHead, path: str) -> bytes:
+def bodiless_request_bytes(head: RequestHead, path: str) -> bytes:
     """The request as sent to the host: its line with the origin-form `path`, Host
     first (as h11 writes it), then every field but the hop-by-hop ones, in order."""
     lines = [f"{head.method} {path} HTTP/1.1\r\n"]
