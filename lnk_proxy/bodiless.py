@@ -29,6 +29,7 @@ __all__ = [
     "HOP_FIELDS",
     "MAX_RESPONSE_HEAD_BYTES",
     "NEED_MORE",
+    "BodilessResponse",
     "ResponseHead",
     "bodiless_request_bytes",
     "client_closes",
@@ -158,3 +159,67 @@ def response_bytes(response: ResponseHead, close: bool) -> bytes:
         lines.append(b"Connection: close\r\n")
     lines.append(b"\r\n")
     return b"".join(lines)
+
+
+class BodilessResponse:
+    """One body-less request's response, read as its bytes come (sans IO): its head read
+    here (`response_head`) and written anew, then exactly its Content-Length of body
+    passed on, never a byte past its end (those are counted: the connection is not
+    used again). The lane (in callbacks) and the task's exchange (lnk_proxy.exchange)
+    both read a response through one of these, so it is framed in one place. `close`:
+    the program's connection ends after it (`Connection: close` is added)."""
+
+    __slots__ = ("close", "extra", "held", "passed", "received", "remaining", "response")
+
+    def __init__(self, close: bool) -> None:
+        self.close = close
+        self.received = b""  # the response's bytes until its head is whole (h11's, if
+        self.response: ResponseHead | None = None  # it is not body-less)
+        self.held = b""  # its head written anew, held until the body's first bytes
+        self.remaining = 0  # of its body, not come yet
+        self.passed = 0  # of its body, passed on
+        self.extra = False  # bytes past its end came
+
+    def feed(self, data: bytes) -> bytes | None:
+        """What the program is sent for `data` now (b"": nothing yet); None when the
+        response is not body-less (h11 reads it, from `received`)."""
+        if self.response is not None:
+            body = data[:self.remaining]
+            self.extra = self.extra or len(data) > self.remaining
+            sent, self.held = self.held + body, b""
+            self.remaining -= len(body)
+            self.passed += len(body)
+            return sent
+        self.received += data
+        found = response_head(self.received)
+        if found is NEED_MORE:
+            return b""
+        if not isinstance(found, tuple):
+            return None
+        response, start = found
+        self.response = response
+        body = self.received[start:start + response.length]
+        self.extra = len(self.received) > start + response.length
+        self.remaining = response.length - len(body)
+        head = response_bytes(response, self.close)
+        if self.remaining and not body:
+            # A head alone is not sent on: it goes with the body's first bytes, one send
+            # and one wake of the program where there were two (a server that writes its
+            # head, then its body, as most do).
+            self.held = head
+            return b""
+        self.passed = len(body)
+        return head + body
+
+    @property
+    def done(self) -> bool:
+        """The whole response has been passed on."""
+        return self.response is not None and not self.remaining
+
+    @property
+    def reusable(self) -> bool:
+        """Its upstream connection may carry the next request: the response ended
+        exactly at its length, nothing after it, and the host does not close."""
+        response = self.response
+        return (response is not None and not response.close and not self.remaining
+                and not self.extra)

@@ -27,13 +27,10 @@ from lnk_common.bodies import SWITCHED, next_event, pass_response
 from lnk_common.wire import Refused, Wire
 from lnk_proxy.bodiless import (
     HOP_FIELDS,
-    ResponseHead,
+    BodilessResponse,
     bodiless_request_bytes,
     client_closes,
-    response_bytes,
-    response_head,
 )
-from lnk_proxy.bodiless import NEED_MORE as PLAIN_NEED_MORE
 from lnk_proxy.head import RequestHead
 from lnk_proxy.streams import read_within
 from lnk_proxy.upstream import CHUNK, Upstream, held_bytes
@@ -118,78 +115,48 @@ async def plain_exchange(wire: Wire, authority: str, head: RequestHead, path: st
                          raw: bytes, reader: asyncio.StreamReader,
                          writer: asyncio.StreamWriter, upstream: Upstream
                          ) -> tuple[Outcome, h11.Connection | None]:
-    """A plain request (lnk_proxy.bodiless) and its response, without h11 when the
-    response is plain too: its head written anew, then exactly its Content-Length of
-    body streamed as it comes. A response that is not plain is h11's from the bytes
-    read so far (the request is not sent again), with h11's reading of the request
-    (returned, for the connection's next cycle). One `allowed` and one `ended` line
-    either way; the upstream is closed here unless it is reusable."""
+    """A body-less request (lnk_proxy.bodiless) and its response, without h11 when the
+    response is body-less too (read by a BodilessResponse, as the lane reads it: its
+    head written anew, then exactly its Content-Length of body streamed as it comes). A
+    response that is not is h11's from the bytes read so far (the request is not sent
+    again), with h11's reading of the request (returned, for the connection's next
+    cycle). One `allowed` and one `ended` line either way; the upstream is closed here
+    unless it is reusable."""
     call = next(wire.ids)
     wire.log.write("allowed", authority, f"id={call} kind=http")
     started = time.monotonic()
     outcome = Outcome()
+    reading = BodilessResponse(client_closes(head))
     handed = False
     try:
         upstream.writer.write(bodiless_request_bytes(head, path))
-        received = b""
-        while True:
+        while not reading.done:
             chunk = await read_within(upstream.reader, CHUNK, IDLE_SECONDS)
             if not chunk:
-                raise ConnectionResetError("the host closed before its response")
-            received += chunk
-            found = response_head(received)
-            if found is not PLAIN_NEED_MORE:
-                break
-        if not isinstance(found, tuple):  # not plain: h11 reads it, as before
-            handed = True  # the ended line is the exchange's now
-            return await h11_resumed(wire, authority, raw, path, reader, writer, upstream,
-                                     (call, started, received))
-        await _plain_response(found, received, head, writer, upstream, outcome)
+                raise ConnectionResetError("the host closed before its response ended")
+            sent = reading.feed(chunk)
+            if sent is None:  # not body-less: h11 reads it, as before
+                handed = True  # the ended line is the exchange's now
+                return await h11_resumed(wire, authority, raw, path, reader, writer, upstream,
+                                         (call, started, reading.received))
+            if sent:
+                writer.write(sent)
+                await writer.drain()
+        # More than its length from the host is no response of this request: the
+        # connection is not used again.
+        outcome.reusable = reading.reusable and not held_bytes(upstream)
     except (h11.ProtocolError, ConnectionError, TimeoutError) as error:
         outcome.failure = f" error={type(error).__name__}"
     finally:
         if not handed:  # an ended line for every allowed one, even when stopping
+            outcome.responded = reading.response is not None
+            outcome.received = reading.passed
             if not outcome.reusable:
                 upstream.close()
             wire.log.write("ended", authority,
                            f"id={call} sent=0 received={outcome.received} "
                            f"seconds={time.monotonic() - started:.3f}{outcome.failure}")
     return outcome, None
-
-
-async def _plain_response(found: tuple[ResponseHead, int], received: bytes,
-                          head: RequestHead, writer: asyncio.StreamWriter, upstream: Upstream,
-                          outcome: Outcome) -> None:
-    """A plain response (its head parsed in `found`, `received` its bytes so far) written
-    anew to the client, exactly its Content-Length of body streamed after it."""
-    response, start = found
-    up_reader = upstream.reader
-    outcome.responded = True
-    body = received[start:start + response.length]
-    remaining = response.length - len(body)
-    if remaining and not body:
-        # A head alone is not sent on: it goes with the body's first bytes, one send
-        # and one wake of the program where there were two (a server that writes its
-        # head, then its body, as most do).
-        body = await read_within(up_reader, min(CHUNK, remaining), IDLE_SECONDS)
-        if not body:
-            raise ConnectionResetError("the host closed inside its body")
-        remaining -= len(body)
-    writer.write(response_bytes(response, client_closes(head)) + body)
-    outcome.received = len(body)
-    while remaining:
-        await writer.drain()
-        chunk = await read_within(up_reader, min(CHUNK, remaining), IDLE_SECONDS)
-        if not chunk:
-            raise ConnectionResetError("the host closed inside its body")
-        writer.write(chunk)
-        outcome.received += len(chunk)
-        remaining -= len(chunk)
-    await writer.drain()
-    # More than its length from the host is no response of this request: the
-    # connection is not used again.
-    outcome.reusable = (not response.close and len(received) <= start + response.length
-                        and not held_bytes(upstream))
 
 
 async def h11_resumed(wire: Wire, authority: str, raw: bytes, path: str,
