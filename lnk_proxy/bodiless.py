@@ -3,7 +3,7 @@ Content-Length, passed on without h11 (most of a kept-alive request's cost was h
 a state machine, event objects and a validating regex per field, on each side, twice).
 
 Sans IO: a RequestHead (already admitted by lnk_proxy.head) and bytes in; bytes, a
-ResponseHead, or "not plain" out. Both sides are written anew from what was read here:
+ResponseHead, or "not body-less" out. Both sides are written anew from what was read here:
 the host gets a request line and fields built from the admitted head, the program a
 status line and fields built from the parsed response and exactly `length` bytes of
 body. So what each side reads is exactly what this module read, and a difference
@@ -15,7 +15,7 @@ sent (the request) or before a byte is passed back (the response): a request wit
 body, an Expect or Upgrade field, HTTP/1.0 or HEAD; a response that is 1xx, 204 or
 304, HTTP/1.0, chunked, without one Content-Length, with obs-fold, a tab, a control
 character, a bare CR or LF, or a head larger than h11's own bound. It never refuses:
-"not plain" is its only verdict against a head, and h11 then reads it and decides as it
+"not body-less" is its only verdict against a head, and h11 then reads it and decides as it
 always did (tests/test_bodiless.py holds the two readings side by side).
 """
 
@@ -46,9 +46,9 @@ _HOP_NAMES = frozenset(name.decode("ascii") for name in HOP_FIELDS)
 # A response head still incomplete past this many bytes goes to h11, which refuses it
 # as before (its own bound on an incomplete event, h11.Connection's default).
 MAX_RESPONSE_HEAD_BYTES = 16 * 1024
-# Fields of a request that make it other than plain: it has a body, asks for a 100
+# Fields of a request that make it other than body-less: it has a body, asks for a 100
 # first, or may ask to switch protocols.
-_NOT_PLAIN_REQUEST = frozenset({"content-length", "transfer-encoding", "expect", "upgrade"})
+_NOT_BODILESS_REQUEST = frozenset({"content-length", "transfer-encoding", "expect", "upgrade"})
 # Statuses whose framing is not their Content-Length (RFC 9112 6.3): no body at all.
 _NO_BODY = frozenset({204, 304})
 # Content-Length's digits at most (as lnk_proxy.head takes a request's): past this it
@@ -60,7 +60,7 @@ NEED_MORE = object()
 _STATUS_LINE = re.compile(rb"HTTP/1\.1 ([0-9]{3})(?: ([\x20-\x7e\x80-\xff]*))?")
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # Inside a head with its CRLFs taken out: any control character (a tab, a bare CR or LF
-# among them) makes it other than plain.
+# among them) makes it other than body-less.
 _CONTROL = re.compile(rb"[\x00-\x1f\x7f]")
 
 
@@ -69,7 +69,7 @@ def is_bodiless(head: RequestHead) -> bool:
     beyond one response (HEAD's response has a length and no body: h11's)."""
     if head.version != "HTTP/1.1" or head.method == "HEAD":
         return False
-    return not any(name in _NOT_PLAIN_REQUEST for name, _ in head.fields)
+    return not any(name in _NOT_BODILESS_REQUEST for name, _ in head.fields)
 
 
 def client_closes(head: RequestHead) -> bool:
@@ -91,7 +91,7 @@ def bodiless_request_bytes(head: RequestHead, path: str) -> bytes:
 
 
 class ResponseHead:
-    """A plain response's head: status, reason, fields (names lower-cased, in order),
+    """A body-less response's head: status, reason, fields (names lower-cased, in order),
     the body's length, and whether the host closes after it."""
 
     __slots__ = ("close", "fields", "length", "reason", "status")
@@ -107,7 +107,7 @@ class ResponseHead:
 
 def response_head(buffer: bytes) -> tuple[ResponseHead, int] | object | None:
     """The response head at the start of `buffer` and where its body begins; NEED_MORE
-    when the head has not all come; None when it is not plain (h11 reads it)."""
+    when the head has not all come; None when it is not body-less (h11 reads it)."""
     end = buffer.find(b"\r\n\r\n")
     if end < 0:
         if b"\n\n" in buffer or b"\n\r\n" in buffer:

@@ -3,9 +3,9 @@ streamed back, one `allowed` and one `ended` line on the wire's log.
 
 Called only once every check of the request path has passed (lnk_proxy.connection,
 then Proxy.check_name and the address check): nothing here decides. Two ways:
-- `plain_exchange`: a plain request (lnk_proxy.bodiless: no body) and, when its response
-  is plain too (one Content-Length), that response, both written anew without h11;
-  a response that is not plain goes on as h11's from the bytes read so far
+- `bodiless_exchange`: a body-less request (lnk_proxy.bodiless) and, when its response
+  is body-less too (one Content-Length), that response, both written anew without h11;
+  a response that is not body-less goes on as h11's from the bytes read so far
   (`h11_resumed`), the request not sent again.
 - `exchange`: h11 on both sides; the request's body streamed as it comes (or a verb's,
   held whole), the response streamed back as it arrives, never held whole; after a
@@ -35,9 +35,19 @@ from lnk_proxy.head import RequestHead
 from lnk_proxy.streams import read_within
 from lnk_proxy.upstream import CHUNK, Upstream, held_bytes
 
-__all__ = ["CLIENT_WATCH_SECONDS", "IDLE_SECONDS", "UPGRADES", "Outcome", "asks_to_upgrade",
-           "exchange", "h11_resumed", "next_cycle", "outgoing", "plain_exchange",
-           "reader_of"]
+__all__ = [
+    "CLIENT_WATCH_SECONDS",
+    "IDLE_SECONDS",
+    "UPGRADES",
+    "Outcome",
+    "asks_to_upgrade",
+    "bodiless_exchange",
+    "exchange",
+    "h11_resumed",
+    "next_cycle",
+    "outgoing",
+    "reader_of",
+]
 
 # A connection with nothing moving either way for this long is closed.
 IDLE_SECONDS = 300.0
@@ -109,12 +119,12 @@ async def _watch_client(reader: asyncio.StreamReader, upstream: Upstream,
     upstream.close()
 
 
-# -- the plain exchange ------------------------------------------------------------------
+# -- the body-less exchange --------------------------------------------------------------
 
-async def plain_exchange(wire: Wire, authority: str, head: RequestHead, path: str,
-                         raw: bytes, reader: asyncio.StreamReader,
-                         writer: asyncio.StreamWriter, upstream: Upstream
-                         ) -> tuple[Outcome, h11.Connection | None]:
+async def bodiless_exchange(wire: Wire, authority: str, head: RequestHead, path: str,
+                            raw: bytes, reader: asyncio.StreamReader,
+                            writer: asyncio.StreamWriter, upstream: Upstream
+                            ) -> tuple[Outcome, h11.Connection | None]:
     """A body-less request (lnk_proxy.bodiless) and its response, without h11 when the
     response is body-less too (read by a BodilessResponse, as the lane reads it: its
     head written anew, then exactly its Content-Length of body streamed as it comes). A
@@ -163,12 +173,12 @@ async def h11_resumed(wire: Wire, authority: str, raw: bytes, path: str,
                       reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                       upstream: Upstream, resumed: tuple[int, float, bytes]
                       ) -> tuple[Outcome, h11.Connection]:
-    """A plain request's exchange whose response is not plain, h11's from the bytes
-    read so far (`resumed`: the call's id, its start, those bytes); the request is not
+    """A body-less request's exchange whose response is not body-less, h11's from the
+    bytes read so far (`resumed`: the call's id, its start, those bytes); the request is not
     sent again."""
     client = h11.Connection(h11.SERVER)
     client.receive_data(raw)
-    request = client.next_event()  # h11 takes every plain head
+    request = client.next_event()  # h11 takes every body-less head
     assert isinstance(request, h11.Request)
     return await exchange(wire, authority, "http", client, reader, writer, upstream,
                           outgoing(request, path, False), body=None, resumed=resumed), client
@@ -187,7 +197,7 @@ async def exchange(wire: Wire, authority: str, kind: str, client: h11.Connection
     are. An `allowed` and an `ended` line on the wire's log. The upstream is closed
     here unless the exchange left it reusable (both DONE). `watch_client`: a client
     that goes away ends the upstream call (a model's answer can take minutes before its
-    first byte). `resumed`: the plain exchange's call (its id, its start, and the
+    first byte). `resumed`: the body-less exchange's call (its id, its start, and the
     response's bytes read so far): `request` was sent already and its allowed line
     written."""
     if resumed is None:
@@ -234,7 +244,7 @@ async def _send_request(client: h11.Connection, reader: asyncio.StreamReader,
                         upstream: Upstream, request: h11.Request, body: bytes | None,
                         resumed: tuple[int, float, bytes] | None, outcome: Outcome) -> None:
     """The request's head and its body to the upstream (a resumed exchange's were sent
-    by the plain exchange, byte for byte what h11 would send: h11 is only told)."""
+    by the body-less exchange, byte for byte what h11 would send: h11 is only told)."""
     conn, up_writer = upstream.conn, upstream.writer
     if resumed is None:
         up_writer.write(conn.send(request))

@@ -1,4 +1,4 @@
-"""The kept-alive lane: a plain request on a connection whose upstream is kept, served
+"""The kept-alive lane: a body-less request on a connection whose upstream is kept, served
 in the protocols' callbacks, with no task woken, no future and no timer.
 
 A request kept alive to the host of the last one is most of what a harness's tools
@@ -12,7 +12,7 @@ The lane looks at it only when it is one whole head, nothing after it, and an up
 is kept for this connection. The head then goes to the connection's own machine
 (lnk_proxy.connection.ClientConnection, the one the task drives), whose checks every
 request passes in their one order. The lane carries out the machine's command itself
-only when it is a plain request (lnk_proxy.bodiless) to the kept upstream's authority, and
+only when it is a body-less request (lnk_proxy.bodiless) to the kept upstream's authority, and
 only after the gate and the name (Proxy.check_name), as the task's path checks them;
 any other command (a refusal, a verb, a CONNECT, a request with a body or to another
 host) is handed to the task as the machine gave it (`Handed`). The request is written
@@ -22,7 +22,7 @@ back. Two turns of the loop a request; one `allowed` and one `ended` line as eve
 
 Bytes that are not one whole head, or come with no upstream kept, are the task's: the
 lane declines them (the client's protocol feeds them to the reader) and wakes the task.
-A response that is not plain is handed to the task with the bytes read so far
+A response that is not body-less is handed to the task with the bytes read so far
 (`Handoff`, read by h11, the request not sent again); a kept upstream that closed
 before answering is the task's to retry once on a new connection (`Retry`), as it
 always was; a refusal of the gate or the name is written here and ends the connection
@@ -69,7 +69,7 @@ END = _End()
 
 
 class Retry:
-    """The kept upstream closed before it answered a plain request (its ended line is
+    """The kept upstream closed before it answered a body-less request (its ended line is
     written): the task sends it again, once, on a new connection."""
 
     __slots__ = ("request",)
@@ -79,7 +79,7 @@ class Retry:
 
 
 class Handoff:
-    """A response that is not plain, to the task's h11 from the bytes read so far (the
+    """A response that is not body-less, to the task's h11 from the bytes read so far (the
     request was sent, its allowed line written)."""
 
     __slots__ = ("authority", "call", "received", "request", "started", "upstream")
