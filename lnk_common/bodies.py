@@ -21,8 +21,8 @@ import h11
 
 from lnk_common.wire import Refused
 
-__all__ = ["PASSED", "SWITCHED", "UPSTREAM_CLOSED", "Streamed", "next_event",
-           "pass_response", "read_body"]
+__all__ = ["PASSED", "SWITCHED", "UPSTREAM_CLOSED", "BodyShare", "HeldBodies", "Streamed",
+           "next_event", "pass_response", "read_body"]
 
 Read = Callable[[], Awaitable[bytes]]
 Fields = list[tuple[bytes, bytes]]
@@ -33,6 +33,49 @@ Fields = list[tuple[bytes, bytes]]
 PASSED = "passed"
 SWITCHED = "switched"
 UPSTREAM_CLOSED = "upstream-closed"
+
+
+class HeldBodies:
+    """The request bodies one process holds at once, across its calls, at most `limit`
+    bytes: each call holds its body whole (up to its own limit) until it is sent on, and
+    a program opening many connections with large bodies would otherwise hold gigabytes
+    of this machine's memory, outside the sandbox. Past it, a call is refused (503,
+    `full`: the caller's fixed reason), nothing read. The proxy's verbs and the relay's
+    models port each have one (their MAX_HELD_BODY_BYTES)."""
+
+    __slots__ = ("full", "held", "limit")
+
+    def __init__(self, limit: int, full: str) -> None:
+        self.limit = limit
+        self.full = full
+        self.held = 0
+
+    def share(self) -> BodyShare:
+        """A new call's share, empty."""
+        return BodyShare(self)
+
+
+class BodyShare:
+    """One call's share of its process's HeldBodies: its Content-Length taken before a
+    byte is read (a chunked body's pieces as they come: `take`, read_body's), given back
+    by `release` however the call ends (and again harmlessly)."""
+
+    __slots__ = ("bodies", "taken")
+
+    def __init__(self, bodies: HeldBodies) -> None:
+        self.bodies = bodies
+        self.taken = 0
+
+    def take(self, count: int) -> None:
+        bodies = self.bodies
+        if bodies.held + count > bodies.limit:
+            raise Refused(503, bodies.full, counts=False)
+        bodies.held += count
+        self.taken += count
+
+    def release(self) -> None:
+        self.bodies.held -= self.taken
+        self.taken = 0
 
 
 class Streamed(Protocol):

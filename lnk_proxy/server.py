@@ -31,6 +31,7 @@ import contextlib
 import socket
 from collections.abc import Awaitable, Callable, Mapping
 
+from lnk_common.bodies import HeldBodies
 from lnk_common.controls import Controls, SharedControls
 from lnk_common.endpoints import AddressBook
 from lnk_common.wire import (
@@ -113,7 +114,8 @@ class Proxy(Wire):
         self.book = book
         self.verbs: dict[str, Verb] = dict(verbs or {})
         self.enabled = frozenset(self.verbs)  # every other verb answers 404
-        self.held_body_bytes = 0  # of every verb call's body, at most MAX_HELD_BODY_BYTES
+        # Every verb call's body, at most MAX_HELD_BODY_BYTES (lnk_common.bodies).
+        self.held_bodies = HeldBodies(MAX_HELD_BODY_BYTES, HELD_BODIES_FULL)
 
     def close_verbs(self) -> None:
         """The verbs' kept connections and tools' processes ended (the proxy stops)."""

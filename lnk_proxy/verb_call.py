@@ -93,7 +93,7 @@ class VerbCall:
     client's connection, and the call's share of MAX_HELD_BODY_BYTES (given back by
     `release`, however the call ends)."""
 
-    __slots__ = ("client", "proxy", "reader", "request", "taken", "writer")
+    __slots__ = ("client", "proxy", "reader", "request", "share", "writer")
 
     def __init__(self, proxy: Proxy, request: h11.Request, client: h11.Connection,
                  reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -102,7 +102,7 @@ class VerbCall:
         self.client = client
         self.reader = reader
         self.writer = writer
-        self.taken = 0
+        self.share = proxy.held_bodies.share()
 
     def header(self, name: bytes) -> str | None:
         for field, value in self.request.headers:
@@ -112,15 +112,8 @@ class VerbCall:
 
     # -- the body -----------------------------------------------------------------------
 
-    def _take(self, count: int) -> None:
-        if self.proxy.held_body_bytes + count > MAX_HELD_BODY_BYTES:
-            raise Refused(503, HELD_BODIES_FULL, counts=False)
-        self.proxy.held_body_bytes += count
-        self.taken += count
-
     def release(self) -> None:
-        self.proxy.held_body_bytes -= self.taken
-        self.taken = 0
+        self.share.release()
 
     async def body(self, limit: int) -> bytes:
         """The request's whole body, at most `limit` bytes, or Refused: 413 over the limit
@@ -132,7 +125,7 @@ class VerbCall:
         too_large = Refused(413, f"the body is over {size_text} (the verb's limit)")
         return await read_body(self.request, self.client, self.writer,
                                reader_of(self.reader, BODY_IDLE_SECONDS), limit=limit,
-                               too_large=too_large, take=self._take,
+                               too_large=too_large, take=self.share.take,
                                unreadable=UNREADABLE_BODY, stalled=BODY_STALLED)
 
     # -- answers ------------------------------------------------------------------------

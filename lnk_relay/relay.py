@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 
 import h11
 
-from lnk_common.bodies import PASSED, pass_response, read_body
+from lnk_common.bodies import PASSED, BodyShare, HeldBodies, pass_response, read_body
 from lnk_common.controls import Controls, SharedControls
 from lnk_common.wire import (
     OUT_OF_DESCRIPTORS,
@@ -53,6 +53,8 @@ RESPONSE_IDLE_SECONDS = 3600.0
 # on; a program opening many connections with large bodies would otherwise hold gigabytes
 # of this machine's memory, outside the sandbox. Four bodies at the limit; over it, 503.
 MAX_HELD_BODY_BYTES = 128 * 1024 * 1024
+HELD_BODIES_FULL = (f"the relay holds {MAX_HELD_BODY_BYTES // (1024 * 1024)} MiB of request "
+                    "bodies already (MAX_HELD_BODY_BYTES); try again when a call has ended")
 # What one read takes from a socket.
 _CHUNK = 65536
 # Never sent back to the program: hop-by-hop fields (RFC 9110 7.6.1); `connection: close`
@@ -76,7 +78,8 @@ class Relay(Wire):
         self.to_port = to_port
         self.model_ports = model_ports
         self.server_tools = server_tools
-        self.held_body_bytes = 0  # of every call's _Held, at most MAX_HELD_BODY_BYTES
+        # Every models call's body, at most MAX_HELD_BODY_BYTES (lnk_common.bodies).
+        self.held_bodies = HeldBodies(MAX_HELD_BODY_BYTES, HELD_BODIES_FULL)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         came_to = writer.get_extra_info("sockname")
@@ -140,7 +143,7 @@ class Relay(Wire):
         target = f"localhost:{port}"
         client = h11.Connection(h11.SERVER,
                                 max_incomplete_event_size=local_models.MAX_HEAD_BYTES)
-        held = _Held(self)
+        held = self.held_bodies.share()
         try:
             await self._filtered_call(reader, writer, port, came_to, target, client, held)
         finally:
@@ -148,7 +151,7 @@ class Relay(Wire):
 
     async def _filtered_call(self, reader: asyncio.StreamReader,
                              writer: asyncio.StreamWriter, port: int, came_to: str,
-                             target: str, client: h11.Connection, held: _Held) -> None:
+                             target: str, client: h11.Connection, held: BodyShare) -> None:
         from lnk_proxy import local_models
 
         up_writer: asyncio.StreamWriter | None = None
@@ -208,7 +211,7 @@ class Relay(Wire):
     async def _exchange(self, target: str, client: h11.Connection,
                         reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                         up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter,
-                        outgoing: h11.Request, payload: list[bytes], held: _Held) -> None:
+                        outgoing: h11.Request, payload: list[bytes], held: BodyShare) -> None:
         """The one allowed request sent on, and its response streamed back as it comes:
         each piece the runtime sends is written to the program at once. An `allowed` and
         an `ended` line on the wire's log (the ended one also when the call is cancelled
@@ -303,32 +306,9 @@ async def _request_head(client: h11.Connection, reader: asyncio.StreamReader
     return event
 
 
-class _Held:
-    """One call's share of MAX_HELD_BODY_BYTES: its Content-Length taken before a byte is
-    read (a chunked body's pieces as they come), given back once sent on or refused."""
-
-    __slots__ = ("relay", "taken")
-
-    def __init__(self, relay: Relay) -> None:
-        self.relay = relay
-        self.taken = 0
-
-    def take(self, count: int) -> None:
-        if self.relay.held_body_bytes + count > MAX_HELD_BODY_BYTES:
-            raise Refused(503, f"the relay holds {MAX_HELD_BODY_BYTES // (1024 * 1024)} MiB "
-                               "of request bodies already (MAX_HELD_BODY_BYTES); try again "
-                               "when a call has ended", counts=False)
-        self.relay.held_body_bytes += count
-        self.taken += count
-
-    def release(self) -> None:
-        self.relay.held_body_bytes -= self.taken
-        self.taken = 0
-
-
 async def _request_body(request: h11.Request, client: h11.Connection,
                         reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                        held: _Held) -> bytes:
+                        held: BodyShare) -> bytes:
     """The request's whole body, at most the filter's MAX_BODY_BYTES, or Refused (413
     from the Content-Length before a byte is read, else as it passes; 503 when the relay
     holds MAX_HELD_BODY_BYTES already)."""

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 import h11
 import pytest
 
-from lnk_common.bodies import PASSED, next_event, pass_response, read_body
+from lnk_common.bodies import PASSED, HeldBodies, next_event, pass_response, read_body
 from lnk_common.wire import Refused
 
 Pair = tuple[asyncio.StreamReader, asyncio.StreamWriter, asyncio.StreamReader,
@@ -98,6 +98,24 @@ def test_a_chunked_body_is_taken_as_it_comes_and_refused_as_it_passes_the_limit(
         asyncio.run(_read_body(_post("Transfer-Encoding: chunked") + chunk + chunk
                                + b"0\r\n\r\n"))
     assert refused.value is TOO_LARGE
+
+
+def test_the_bodies_held_at_once_are_bounded_across_calls_and_given_back() -> None:
+    bodies = HeldBodies(10, "the test holds 10 bytes of bodies already")
+    first, second = bodies.share(), bodies.share()
+    first.take(6)
+    second.take(4)  # at the limit: taken
+    with pytest.raises(Refused) as refused:
+        second.take(1)  # past it: refused, nothing taken
+    assert (refused.value.status, refused.value.reason, refused.value.counts) == (
+        503, "the test holds 10 bytes of bodies already", False)  # no pause's count
+    assert bodies.held == 10
+    first.release()
+    first.release()  # however the call ends, and again: given back once
+    assert bodies.held == 4
+    second.take(6)
+    second.release()
+    assert bodies.held == 0
 
 
 def test_the_callers_bound_refuses_with_its_own_refusal() -> None:
