@@ -194,8 +194,12 @@ async def _emptied(reader: asyncio.StreamReader) -> bytes:
     (asyncio's buffer is private, and may change without notice). Its transport's reading
     is paused, so nothing more comes to it: its end is marked (`feed_eof`), and each read
     then returns at once, until it is empty. The reader is never read again: the rest of
-    its connection's bytes go by splice(2). A reader whose connection failed raises its
-    error here, and the tunnel is not made."""
+    its connection's bytes go by splice(2). A reader whose connection failed (reset) gives
+    nothing: its bytes go nowhere, and the splice finds its socket ended, so the call is
+    on the log as allowed and ended as before (its first bytes may have gone upstream
+    already: a tunnel's ClientHello)."""
+    if reader.exception() is not None:
+        return b""
     reader.feed_eof()
     held = []
     while chunk := await reader.read(_EMPTIED_READ_BYTES):

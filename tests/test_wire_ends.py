@@ -95,6 +95,16 @@ def test_a_streams_held_bytes_are_taken_out_whole_by_its_public_methods() -> Non
     assert head + held + rest == sent
 
 
+def test_a_stream_whose_connection_failed_gives_nothing_and_raises_nothing() -> None:
+    async def scenario() -> bytes:
+        reader = asyncio.StreamReader()
+        reader.feed_data(b"sent before the reset")
+        reader.set_exception(ConnectionResetError())
+        return await wire._emptied(reader)
+
+    assert asyncio.run(scenario()) == b""
+
+
 def test_no_product_module_reads_a_streams_private_buffer() -> None:
     root = Path(__file__).resolve().parent.parent
     readers = [path.relative_to(root).as_posix() for path in root.glob("lnk_*/**/*.py")
