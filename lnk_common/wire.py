@@ -41,6 +41,9 @@ _SHUTDOWN.argtypes = (ctypes.c_int, ctypes.c_int)
 # A pipe this large lets one splice move a whole read of a fast connection.
 PIPE_BYTES = 1024 * 1024
 _F_SETPIPE_SZ = 1031
+# What one read takes of a stream's bytes held before a splice: any size would do (the
+# bytes are there, each read returns at once); a client's reader holds up to 1 MiB.
+_EMPTIED_READ_BYTES = 65536
 # A splice thread whose tunnel ended waits this long for the next tunnel's direction
 # before it ends: a new thread cost some 300 µs to start here (threading's start waits
 # until the thread runs), two a tunnel, more than the rest of a tunnel's setup.
@@ -184,6 +187,24 @@ OUT_OF_DESCRIPTORS = "out of descriptors (the wire's open-file limit is reached)
 
 def is_out_of_descriptors(error: OSError) -> bool:
     return error.errno in (errno.EMFILE, errno.ENFILE)
+
+
+async def _emptied(reader: asyncio.StreamReader) -> bytes:
+    """What `reader` holds that nothing has read, taken out by its public methods only
+    (asyncio's buffer is private, and may change without notice). Its transport's reading
+    is paused, so nothing more comes to it: its end is marked (`feed_eof`), and each read
+    then returns at once, until it is empty. The reader is never read again: the rest of
+    its connection's bytes go by splice(2). A reader whose connection failed (reset) gives
+    nothing: its bytes go nowhere, and the splice finds its socket ended, so the call is
+    on the log as allowed and ended as before (its first bytes may have gone upstream
+    already: a tunnel's ClientHello)."""
+    if reader.exception() is not None:
+        return b""
+    reader.feed_eof()
+    held = []
+    while chunk := await reader.read(_EMPTIED_READ_BYTES):
+        held.append(chunk)
+    return b"".join(held)
 
 
 def _close_all(fds: list[int]) -> None:
@@ -583,8 +604,7 @@ class Wire:
             for stream_reader, stream_writer in streams:
                 stream_writer.transport.pause_reading()  # type: ignore[attr-defined]
                 await stream_writer.drain()
-                held.append(bytes(stream_reader._buffer))  # type: ignore[attr-defined]
-                stream_reader._buffer.clear()  # type: ignore[attr-defined]
+                held.append(await _emptied(stream_reader))
                 made.append(os.dup(stream_writer.get_extra_info("socket").fileno()))
                 os.set_blocking(made[-1], True)
             pipes = []

@@ -10,7 +10,7 @@ do; nothing here reads a socket, sleeps or logs. The order of a request's checks
    from the first byte of a head: `NeedData.within_head`);
 2. the head guard (lnk_proxy.head.check_head): what any parser here reads;
 3. a CONNECT: its target (lnk_proxy.target.parse_connect), never inside a tunnel;
-4. h11's reading of a head that is not plain (lnk_proxy.plain): refused if h11
+4. h11's reading of a head that is not body-less (lnk_proxy.bodiless): refused if h11
    refuses what the guard admitted, before anything is sent on;
 5. where it goes (`_route`): the verbs' namespace on the proxy's own address, an
    absolute-form target, or a port-80 tunnel's own host; its Host the very host.
@@ -20,7 +20,7 @@ The shell (lnk_proxy.server) goes on from the command, in this order: the wire's
 (Proxy.check_name), the lookup and every address (Proxy.checked_address), a connection
 to the very address checked, the TLS ClientHello's name for a tunnel to 443, the log.
 The kept-alive lane (lnk_proxy.lane) has no checks of its own: it gives a whole head to
-this same machine and carries out only a plain request to its kept upstream's host,
+this same machine and carries out only a body-less request to its kept upstream's host,
 after the same gate and name.
 
 Every refusal is a `Refuse` with its one line; a command the machine has no row for is
@@ -36,8 +36,8 @@ import h11
 
 from lnk_common.endpoints import PROXY_ADDRESS, PROXY_PORT
 from lnk_common.wire import Refused
+from lnk_proxy.bodiless import is_bodiless
 from lnk_proxy.head import HeadError, RequestHead, check_head, head_end
-from lnk_proxy.plain import plain_request
 from lnk_proxy.target import Target, TargetError, parse_absolute, parse_connect
 from lnk_proxy.verbs import is_verb_target
 
@@ -115,7 +115,7 @@ class Forward:
     """A request to pass on to `target`, with `path` as its target upstream. `raw` is
     its admitted head, `rest` what the client sent after it (its body begun, or the
     next request); `parsed`: h11's reading (its server side fed raw + rest, and the
-    Request), None for a plain request, which nothing else reads."""
+    Request), None for a body-less request, which nothing else reads."""
 
     head: RequestHead
     raw: bytes
@@ -296,7 +296,7 @@ class ClientConnection:
             self.buffer = rest  # a port-80 tunnel's requests; else the shell's `early`
             return OpenTunnel(target=target, early=rest)
         parsed = None
-        if not plain_request(head):
+        if not is_bodiless(head):
             parsed = _h11_reading(raw + rest)
             if parsed is None:
                 return self._refuse(self.where, Refused(400, UNREADABLE_HEAD))
@@ -305,7 +305,7 @@ class ClientConnection:
             self.state = _State.DONE
             return found
         if isinstance(found, str):
-            if parsed is None:  # h11 takes every plain head (tests/test_plain.py)
+            if parsed is None:  # h11 takes every body-less head (tests/test_bodiless.py)
                 parsed = _h11_reading(raw + rest)
                 if parsed is None:
                     return self._refuse(self.where, Refused(400, UNREADABLE_HEAD))

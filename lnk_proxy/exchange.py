@@ -3,9 +3,9 @@ streamed back, one `allowed` and one `ended` line on the wire's log.
 
 Called only once every check of the request path has passed (lnk_proxy.connection,
 then Proxy.check_name and the address check): nothing here decides. Two ways:
-- `plain_exchange`: a plain request (lnk_proxy.plain: no body) and, when its response
-  is plain too (one Content-Length), that response, both written anew without h11;
-  a response that is not plain goes on as h11's from the bytes read so far
+- `bodiless_exchange`: a body-less request (lnk_proxy.bodiless) and, when its response
+  is body-less too (one Content-Length), that response, both written anew without h11;
+  a response that is not body-less goes on as h11's from the bytes read so far
   (`h11_resumed`), the request not sent again.
 - `exchange`: h11 on both sides; the request's body streamed as it comes (or a verb's,
   held whole), the response streamed back as it arrives, never held whole; after a
@@ -19,26 +19,35 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import h11
 
+from lnk_common.bodies import SWITCHED, next_event, pass_response
 from lnk_common.wire import Refused, Wire
-from lnk_proxy.head import RequestHead
-from lnk_proxy.plain import (
+from lnk_proxy.bodiless import (
     HOP_FIELDS,
-    ResponseHead,
+    BodilessResponse,
+    bodiless_request_bytes,
     client_closes,
-    response_bytes,
-    response_head,
 )
-from lnk_proxy.plain import NEED_MORE as PLAIN_NEED_MORE
-from lnk_proxy.plain import request_bytes as plain_request_bytes
+from lnk_proxy.head import RequestHead
 from lnk_proxy.streams import read_within
 from lnk_proxy.upstream import CHUNK, Upstream, held_bytes
 
-__all__ = ["CLIENT_WATCH_SECONDS", "IDLE_SECONDS", "UPGRADES", "Outcome", "asks_to_upgrade",
-           "exchange", "h11_resumed", "next_cycle", "next_event", "outgoing", "plain_exchange"]
+__all__ = [
+    "CLIENT_WATCH_SECONDS",
+    "IDLE_SECONDS",
+    "UPGRADES",
+    "Outcome",
+    "asks_to_upgrade",
+    "bodiless_exchange",
+    "exchange",
+    "h11_resumed",
+    "next_cycle",
+    "outgoing",
+    "reader_of",
+]
 
 # A connection with nothing moving either way for this long is closed.
 IDLE_SECONDS = 300.0
@@ -110,54 +119,48 @@ async def _watch_client(reader: asyncio.StreamReader, upstream: Upstream,
     upstream.close()
 
 
-async def next_event(connection: h11.Connection, reader: asyncio.StreamReader,
-                     idle: float = IDLE_SECONDS) -> object:
-    """The next h11 event of `connection`, reading from `reader` as it needs more (at
-    most `idle` seconds a read)."""
-    while True:
-        event = connection.next_event()
-        if event is not h11.NEED_DATA:
-            return event
-        connection.receive_data(await read_within(reader, CHUNK, idle))
+# -- the body-less exchange --------------------------------------------------------------
 
-
-# -- the plain exchange ------------------------------------------------------------------
-
-async def plain_exchange(wire: Wire, authority: str, head: RequestHead, path: str,
-                         raw: bytes, reader: asyncio.StreamReader,
-                         writer: asyncio.StreamWriter, upstream: Upstream
-                         ) -> tuple[Outcome, h11.Connection | None]:
-    """A plain request (lnk_proxy.plain) and its response, without h11 when the
-    response is plain too: its head written anew, then exactly its Content-Length of
-    body streamed as it comes. A response that is not plain is h11's from the bytes
-    read so far (the request is not sent again), with h11's reading of the request
-    (returned, for the connection's next cycle). One `allowed` and one `ended` line
-    either way; the upstream is closed here unless it is reusable."""
+async def bodiless_exchange(wire: Wire, authority: str, head: RequestHead, path: str,
+                            raw: bytes, reader: asyncio.StreamReader,
+                            writer: asyncio.StreamWriter, upstream: Upstream
+                            ) -> tuple[Outcome, h11.Connection | None]:
+    """A body-less request (lnk_proxy.bodiless) and its response, without h11 when the
+    response is body-less too (read by a BodilessResponse, as the lane reads it: its
+    head written anew, then exactly its Content-Length of body streamed as it comes). A
+    response that is not is h11's from the bytes read so far (the request is not sent
+    again), with h11's reading of the request (returned, for the connection's next
+    cycle). One `allowed` and one `ended` line either way; the upstream is closed here
+    unless it is reusable."""
     call = next(wire.ids)
     wire.log.write("allowed", authority, f"id={call} kind=http")
     started = time.monotonic()
     outcome = Outcome()
+    reading = BodilessResponse(client_closes(head))
     handed = False
     try:
-        upstream.writer.write(plain_request_bytes(head, path))
-        received = b""
-        while True:
+        upstream.writer.write(bodiless_request_bytes(head, path))
+        while not reading.done:
             chunk = await read_within(upstream.reader, CHUNK, IDLE_SECONDS)
             if not chunk:
-                raise ConnectionResetError("the host closed before its response")
-            received += chunk
-            found = response_head(received)
-            if found is not PLAIN_NEED_MORE:
-                break
-        if not isinstance(found, tuple):  # not plain: h11 reads it, as before
-            handed = True  # the ended line is the exchange's now
-            return await h11_resumed(wire, authority, raw, path, reader, writer, upstream,
-                                     (call, started, received))
-        await _plain_response(found, received, head, writer, upstream, outcome)
+                raise ConnectionResetError("the host closed before its response ended")
+            sent = reading.feed(chunk)
+            if sent is None:  # not body-less: h11 reads it, as before
+                handed = True  # the ended line is the exchange's now
+                return await h11_resumed(wire, authority, raw, path, reader, writer, upstream,
+                                         (call, started, reading.received))
+            if sent:
+                writer.write(sent)
+                await writer.drain()
+        # More than its length from the host is no response of this request: the
+        # connection is not used again.
+        outcome.reusable = reading.reusable and not held_bytes(upstream)
     except (h11.ProtocolError, ConnectionError, TimeoutError) as error:
         outcome.failure = f" error={type(error).__name__}"
     finally:
         if not handed:  # an ended line for every allowed one, even when stopping
+            outcome.responded = reading.response is not None
+            outcome.received = reading.passed
             if not outcome.reusable:
                 upstream.close()
             wire.log.write("ended", authority,
@@ -166,51 +169,16 @@ async def plain_exchange(wire: Wire, authority: str, head: RequestHead, path: st
     return outcome, None
 
 
-async def _plain_response(found: tuple[ResponseHead, int], received: bytes,
-                          head: RequestHead, writer: asyncio.StreamWriter, upstream: Upstream,
-                          outcome: Outcome) -> None:
-    """A plain response (its head parsed in `found`, `received` its bytes so far) written
-    anew to the client, exactly its Content-Length of body streamed after it."""
-    response, start = found
-    up_reader = upstream.reader
-    outcome.responded = True
-    body = received[start:start + response.length]
-    remaining = response.length - len(body)
-    if remaining and not body:
-        # A head alone is not sent on: it goes with the body's first bytes, one send
-        # and one wake of the program where there were two (a server that writes its
-        # head, then its body, as most do).
-        body = await read_within(up_reader, min(CHUNK, remaining), IDLE_SECONDS)
-        if not body:
-            raise ConnectionResetError("the host closed inside its body")
-        remaining -= len(body)
-    writer.write(response_bytes(response, client_closes(head)) + body)
-    outcome.received = len(body)
-    while remaining:
-        await writer.drain()
-        chunk = await read_within(up_reader, min(CHUNK, remaining), IDLE_SECONDS)
-        if not chunk:
-            raise ConnectionResetError("the host closed inside its body")
-        writer.write(chunk)
-        outcome.received += len(chunk)
-        remaining -= len(chunk)
-    await writer.drain()
-    # More than its length from the host is no response of this request: the
-    # connection is not used again.
-    outcome.reusable = (not response.close and len(received) <= start + response.length
-                        and not held_bytes(upstream))
-
-
 async def h11_resumed(wire: Wire, authority: str, raw: bytes, path: str,
                       reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                       upstream: Upstream, resumed: tuple[int, float, bytes]
                       ) -> tuple[Outcome, h11.Connection]:
-    """A plain request's exchange whose response is not plain, h11's from the bytes
-    read so far (`resumed`: the call's id, its start, those bytes); the request is not
+    """A body-less request's exchange whose response is not body-less, h11's from the
+    bytes read so far (`resumed`: the call's id, its start, those bytes); the request is not
     sent again."""
     client = h11.Connection(h11.SERVER)
     client.receive_data(raw)
-    request = client.next_event()  # h11 takes every plain head
+    request = client.next_event()  # h11 takes every body-less head
     assert isinstance(request, h11.Request)
     return await exchange(wire, authority, "http", client, reader, writer, upstream,
                           outgoing(request, path, False), body=None, resumed=resumed), client
@@ -229,7 +197,7 @@ async def exchange(wire: Wire, authority: str, kind: str, client: h11.Connection
     are. An `allowed` and an `ended` line on the wire's log. The upstream is closed
     here unless the exchange left it reusable (both DONE). `watch_client`: a client
     that goes away ends the upstream call (a model's answer can take minutes before its
-    first byte). `resumed`: the plain exchange's call (its id, its start, and the
+    first byte). `resumed`: the body-less exchange's call (its id, its start, and the
     response's bytes read so far): `request` was sent already and its allowed line
     written."""
     if resumed is None:
@@ -276,7 +244,7 @@ async def _send_request(client: h11.Connection, reader: asyncio.StreamReader,
                         upstream: Upstream, request: h11.Request, body: bytes | None,
                         resumed: tuple[int, float, bytes] | None, outcome: Outcome) -> None:
     """The request's head and its body to the upstream (a resumed exchange's were sent
-    by the plain exchange, byte for byte what h11 would send: h11 is only told)."""
+    by the body-less exchange, byte for byte what h11 would send: h11 is only told)."""
     conn, up_writer = upstream.conn, upstream.writer
     if resumed is None:
         up_writer.write(conn.send(request))
@@ -290,8 +258,9 @@ async def _send_request(client: h11.Connection, reader: asyncio.StreamReader,
         await up_writer.drain()
         outcome.sent = len(body)
         return
+    read = reader_of(reader, IDLE_SECONDS)
     while True:  # the client's body, if any, as it comes
-        event = await next_event(client, reader)
+        event = await next_event(client, read)
         if isinstance(event, h11.Data):
             outcome.sent += len(event.data)
             up_writer.write(conn.send(h11.Data(data=event.data)))
@@ -304,47 +273,22 @@ async def _send_request(client: h11.Connection, reader: asyncio.StreamReader,
 
 async def _pass_response(client: h11.Connection, writer: asyncio.StreamWriter,
                          upstream: Upstream, outcome: Outcome) -> bool:
-    """The response, streamed back as it comes; whether it was a 101 (switched). Every
-    event of one read is written at once, with one drain, before the next read (a
-    stream's many small events cost one send each, not one each: 19 µs of CPU an event,
-    measured, was most of a stream's cost)."""
-    conn = upstream.conn
-    out: list[bytes] = []
-    switched = False
-    while True:
-        event = conn.next_event()
-        if event is h11.NEED_DATA:
-            if out:
-                writer.write(b"".join(out))
-                out.clear()
-                await writer.drain()
-            conn.receive_data(await read_within(upstream.reader, CHUNK, IDLE_SECONDS))
-            continue
-        if isinstance(event, h11.InformationalResponse):
-            if event.status_code == 101:  # h11 admits it only when asked for
-                outcome.responded = switched = True
-                out.append(client.send(h11.InformationalResponse(
-                    status_code=101, headers=event.headers, reason=event.reason)))
-                break
-            continue
-        if isinstance(event, h11.Response):
-            outcome.responded = True
-            headers = [(name, value) for name, value in event.headers
-                       if name.lower() not in HOP_FIELDS]
-            out.append(client.send(h11.Response(status_code=event.status_code,
-                                                headers=headers, reason=event.reason)))
-            continue
-        if isinstance(event, h11.Data):
-            outcome.received += len(event.data)
-            out.append(client.send(h11.Data(data=event.data)))
-            continue
-        if isinstance(event, h11.EndOfMessage):
-            out.append(client.send(h11.EndOfMessage()))
-        break
-    if out:
-        writer.write(b"".join(out))
-        await writer.drain()
-    return switched
+    """The response, streamed back as it comes (lnk_common.bodies), its hop-by-hop fields
+    taken out; whether it was a 101 (switched)."""
+    ended = await pass_response(upstream.conn, client, writer,
+                                reader_of(upstream.reader, IDLE_SECONDS), outcome,
+                                fields=_response_fields)
+    return ended == SWITCHED
+
+
+def _response_fields(fields: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    return [(name, value) for name, value in fields if name.lower() not in HOP_FIELDS]
+
+
+def reader_of(reader: asyncio.StreamReader, idle: float) -> Callable[[], Awaitable[bytes]]:
+    """What reads `reader` for lnk_common.bodies: a read of up to CHUNK bytes, waiting
+    at most `idle` seconds (lnk_proxy.streams.read_within)."""
+    return lambda: read_within(reader, CHUNK, idle)
 
 
 async def _relay_switched(wire: Wire, client: h11.Connection, reader: asyncio.StreamReader,

@@ -9,9 +9,9 @@ Proxy.check_name); otherwise a new one, decided afresh (gate, name, lookup, ever
 address: Proxy.decide) and opened to the very address checked. Then the exchange
 (lnk_proxy.exchange), the upstream kept for the next request when it ended clean, and,
 when a kept upstream had closed before answering (a server's idle timeout), the
-request sent again, once, on a new connection: a plain request has no body, so nothing
-of it was lost. A kept-alive plain request the lane served (lnk_proxy.lane) comes here
-only for that retry (`Retry`) or when its response is not plain (`Handoff`).
+request sent again, once, on a new connection: a body-less request has no body, so nothing
+of it was lost. A kept-alive body-less request the lane served (lnk_proxy.lane) comes here
+only for that retry (`Retry`) or when its response is not body-less (`Handoff`).
 """
 
 from __future__ import annotations
@@ -22,18 +22,18 @@ from typing import TYPE_CHECKING
 import h11
 
 from lnk_common.wire import Refused, linger
+from lnk_proxy.bodiless import client_closes
 from lnk_proxy.connection import Forward
 from lnk_proxy.exchange import (
     Outcome,
     asks_to_upgrade,
+    bodiless_exchange,
     exchange,
     h11_resumed,
     next_cycle,
     outgoing,
-    plain_exchange,
 )
 from lnk_proxy.lane import Handoff
-from lnk_proxy.plain import client_closes
 from lnk_proxy.upstream import Upstream
 
 if TYPE_CHECKING:
@@ -68,9 +68,9 @@ async def forward(proxy: Proxy, request: Forward, reader: asyncio.StreamReader,
         return False, b""
     client: h11.Connection | None
     if request.parsed is None:
-        outcome, client = await plain_exchange(proxy, target.authority, request.head,
-                                               request.path, request.raw, reader, writer,
-                                               upstream)
+        outcome, client = await bodiless_exchange(proxy, target.authority, request.head,
+                                                  request.path, request.raw, reader, writer,
+                                                  upstream)
     else:
         client, asked = request.parsed
         outcome = await exchange(proxy, target.authority, "http", client, reader, writer,
@@ -84,7 +84,7 @@ async def forward(proxy: Proxy, request: Forward, reader: asyncio.StreamReader,
 async def handed(proxy: Proxy, note: Handoff, reader: asyncio.StreamReader,
                  writer: asyncio.StreamWriter, kept: list[Upstream | None]
                  ) -> tuple[bool, bytes]:
-    """A lane's request whose response is not plain: h11's from the bytes read."""
+    """A lane's request whose response is not body-less: h11's from the bytes read."""
     outcome, client = await h11_resumed(
         proxy, note.authority, note.request.raw, note.request.path, reader, writer,
         note.upstream, (note.call, note.started, note.received))
@@ -98,8 +98,8 @@ async def _settle(proxy: Proxy, outcome: Outcome, client: h11.Connection | None,
                   kept: list[Upstream | None]) -> tuple[bool, bytes]:
     """After a passed request's exchange: its upstream kept when reusable, the request
     sent again when its kept upstream had closed, and whether the client's connection
-    goes on. `client`: h11's reading of the exchange (None: plain throughout); a plain
-    request's `rest` is what followed it."""
+    goes on. `client`: h11's reading of the exchange (None: body-less throughout); a
+    body-less request's `rest` is what followed it."""
     if outcome.reusable:
         if client is not None:  # h11 read this exchange: its state goes round
             upstream.conn.start_next_cycle()

@@ -1,4 +1,4 @@
-"""The kept-alive lane: a plain request on a connection whose upstream is kept, served
+"""The kept-alive lane: a body-less request on a connection whose upstream is kept, served
 in the protocols' callbacks, with no task woken, no future and no timer.
 
 A request kept alive to the host of the last one is most of what a harness's tools
@@ -12,7 +12,7 @@ The lane looks at it only when it is one whole head, nothing after it, and an up
 is kept for this connection. The head then goes to the connection's own machine
 (lnk_proxy.connection.ClientConnection, the one the task drives), whose checks every
 request passes in their one order. The lane carries out the machine's command itself
-only when it is a plain request (lnk_proxy.plain) to the kept upstream's authority, and
+only when it is a body-less request (lnk_proxy.bodiless) to the kept upstream's authority, and
 only after the gate and the name (Proxy.check_name), as the task's path checks them;
 any other command (a refusal, a verb, a CONNECT, a request with a body or to another
 host) is handed to the task as the machine gave it (`Handed`). The request is written
@@ -22,7 +22,7 @@ back. Two turns of the loop a request; one `allowed` and one `ended` line as eve
 
 Bytes that are not one whole head, or come with no upstream kept, are the task's: the
 lane declines them (the client's protocol feeds them to the reader) and wakes the task.
-A response that is not plain is handed to the task with the bytes read so far
+A response that is not body-less is handed to the task with the bytes read so far
 (`Handoff`, read by h11, the request not sent again); a kept upstream that closed
 before answering is the task's to retry once on a new connection (`Retry`), as it
 always was; a refusal of the gate or the name is written here and ends the connection
@@ -41,16 +41,9 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from lnk_common.wire import Refused
+from lnk_proxy.bodiless import BodilessResponse, bodiless_request_bytes, client_closes
 from lnk_proxy.connection import ClientConnection, Command, Forward
 from lnk_proxy.head import head_end
-from lnk_proxy.plain import (
-    NEED_MORE,
-    ResponseHead,
-    client_closes,
-    request_bytes,
-    response_bytes,
-    response_head,
-)
 from lnk_proxy.streams import Inbox, held
 
 if TYPE_CHECKING:
@@ -76,7 +69,7 @@ END = _End()
 
 
 class Retry:
-    """The kept upstream closed before it answered a plain request (its ended line is
+    """The kept upstream closed before it answered a body-less request (its ended line is
     written): the task sends it again, once, on a new connection."""
 
     __slots__ = ("request",)
@@ -86,7 +79,7 @@ class Retry:
 
 
 class Handoff:
-    """A response that is not plain, to the task's h11 from the bytes read so far (the
+    """A response that is not body-less, to the task's h11 from the bytes read so far (the
     request was sent, its allowed line written)."""
 
     __slots__ = ("authority", "call", "received", "request", "started", "upstream")
@@ -134,8 +127,8 @@ def _ring(parked: asyncio.Future[Note | _Rung]) -> None:
 class _Exchange:
     """The lane's call in flight."""
 
-    __slots__ = ("authority", "call", "extra", "held", "paused", "protocol", "received",
-                 "remaining", "request", "response", "sent_back", "started", "upstream")
+    __slots__ = ("authority", "call", "paused", "protocol", "reading", "request", "started",
+                 "upstream")
 
     def __init__(self, call: int, request: Forward, upstream: Upstream,
                  protocol: UpstreamProtocol) -> None:
@@ -145,12 +138,9 @@ class _Exchange:
         self.request = request
         self.upstream = upstream
         self.protocol = protocol  # the upstream's, whose bytes come here while it runs
-        self.received = b""  # the response's bytes until its head is whole
-        self.response: ResponseHead | None = None
-        self.held = b""  # a response's head, held until its body's first bytes
-        self.remaining = 0
-        self.sent_back = 0
-        self.extra = False  # bytes past the response's end came: not used again
+        # The response, read as the task's exchange reads one (lnk_proxy.bodiless); the
+        # program asked for no close (else the task serves it).
+        self.reading = BodilessResponse(False)
         self.paused = False  # the upstream's reading paused for the client's buffer
 
 
@@ -270,7 +260,7 @@ class Lane:
         protocol.sink = self
         if self.protocol.writing_paused:  # the last response is not all sent yet
             self.pause()
-        upstream.writer.write(request_bytes(head, path))  # written anew: lnk_proxy.plain
+        upstream.writer.write(bodiless_request_bytes(head, path))  # written anew (bodiless)
         return True
 
     def client_ended(self, lost: bool) -> None:
@@ -310,38 +300,13 @@ class Lane:
 
     def _response(self, exchange: _Exchange, data: bytes) -> None:
         self.last = time.monotonic()
-        response = exchange.response
-        if response is None:
-            exchange.received += data
-            found = response_head(exchange.received)
-            if found is NEED_MORE:
-                return
-            if not isinstance(found, tuple):  # not plain: h11's, from the bytes read
-                self._hand_off(exchange)
-                return
-            response, start = found
-            exchange.response = response
-            body = exchange.received[start:start + response.length]
-            exchange.extra = len(exchange.received) > start + response.length
-            exchange.remaining = response.length - len(body)
-            head = response_bytes(response, False)
-            if exchange.remaining and not body:
-                exchange.held = head  # sent with the body's first bytes: one send
-                return
-            self.writer.write(head + body)
-            exchange.sent_back = len(body)
-        else:
-            body = data[:exchange.remaining]
-            if len(data) > exchange.remaining:
-                exchange.extra = True
-            if exchange.held:
-                self.writer.write(exchange.held + body)
-                exchange.held = b""
-            else:
-                self.writer.write(body)
-            exchange.remaining -= len(body)
-            exchange.sent_back += len(body)
-        if not exchange.remaining:
+        sent = exchange.reading.feed(data)
+        if sent is None:  # not body-less: h11's, from the bytes read
+            self._hand_off(exchange)
+            return
+        if sent:
+            self.writer.write(sent)
+        if exchange.reading.done:
             self._finish("")
 
     def upstream_ended(self) -> None:
@@ -355,7 +320,7 @@ class Lane:
         exchange = self.exchange
         if exchange is None:
             return
-        if exchange.response is None:
+        if exchange.reading.response is None:
             self._finish(" error=ConnectionResetError", wake=False)
             self._wake(Retry(exchange.request))
             return
@@ -367,7 +332,7 @@ class Lane:
         self.exchange = None
         exchange.protocol.sink = None
         self._wake(Handoff(exchange.call, exchange.started, exchange.request,
-                           exchange.upstream, exchange.received))
+                           exchange.upstream, exchange.reading.received))
 
     def _finish(self, failure: str, *, wake: bool = True) -> None:
         """The exchange's end: its upstream kept for the next request when the response
@@ -378,9 +343,7 @@ class Lane:
         self.exchange = None
         upstream = exchange.upstream
         exchange.protocol.sink = None
-        response = exchange.response
-        if (not failure and response is not None and not response.close
-                and not exchange.extra and not exchange.remaining):
+        if not failure and exchange.reading.reusable:
             if exchange.paused:
                 upstream.writer.transport.resume_reading()  # type: ignore[attr-defined]
             self.kept[0] = upstream
@@ -390,7 +353,7 @@ class Lane:
             self.connection.request_done(b"")  # the machine takes the next head
         self.proxy.log.write(
             "ended", exchange.authority,
-            f"id={exchange.call} sent=0 received={exchange.sent_back} "
+            f"id={exchange.call} sent=0 received={exchange.reading.passed} "
             f"seconds={time.monotonic() - exchange.started:.3f}{failure}")
         if not wake:
             return
@@ -414,7 +377,7 @@ class Lane:
             with contextlib.suppress(Exception):
                 self.proxy.log.write(
                     "ended", exchange.authority,
-                    f"id={exchange.call} sent=0 received={exchange.sent_back} "
+                    f"id={exchange.call} sent=0 received={exchange.reading.passed} "
                     f"seconds={time.monotonic() - exchange.started:.3f} "
                     f"error={type(error).__name__}")
         self._wake(END)

@@ -490,7 +490,7 @@ def match(rule: Rule, method: bytes, target: bytes, placeholder: bytes,
                               + ", ".join(sorted(m.decode() for m in rule.methods)) + ")")
     path, question, query = target.partition(b"?")
     path, spelled = _secret_colon_spelled_encoded(path)
-    _refuse_unplain_path(path)
+    _refuse_unclean_path(path)
     segments = path[1:].split(b"/")
     shape = _shape_of(rule, segments)
     if spelled is not None and (spelled >= len(shape) or shape[spelled].kind != "secret"):
@@ -538,7 +538,7 @@ def _secret_colon_spelled_encoded(path: bytes) -> tuple[bytes, int | None]:
     """(path, None) when it has no '%'; else the path with '%3A' read as ':' in the one
     segment that holds a '%', and that segment's index among the shape's parts (the
     caller refuses it unless it is the secret's). Any other '%' is left for
-    _refuse_unplain_path to refuse."""
+    _refuse_unclean_path to refuse."""
     if b"%" not in path:
         return path, None
     segments = path.split(b"/")
@@ -550,7 +550,7 @@ def _secret_colon_spelled_encoded(path: bytes) -> tuple[bytes, int | None]:
     return b"/".join(segments), encoded[0] - 1
 
 
-def _refuse_unplain_path(path: bytes) -> None:
+def _refuse_unclean_path(path: bytes) -> None:
     if not path.startswith(b"/"):
         raise SecretRuleError(404, "the secret verb's path is /_link/secret/<name>/<the "
                                    "service's own path>")

@@ -4,7 +4,7 @@ Each piece it drives is sans IO or small and single-purpose, and the order of a 
 checks is written once:
 1. the connection's machine (lnk_proxy.connection): the head's size and time, the head
    guard (lnk_proxy.head), a CONNECT's target, h11's reading of a head that is not
-   plain, and the route (a verb's path on the proxy's own address, an absolute-form
+   body-less, and the route (a verb's path on the proxy's own address, an absolute-form
    target, a port-80 tunnel's host; the Host the very host);
 2. a verb (`/_link/…`): the registry here, each verb off unless the policy turned it
    on (404 naming the key that does), each in its own module behind one interface
@@ -14,13 +14,13 @@ checks is written once:
    (`checked_address`, lnk_proxy.decide), a connection to the very address checked;
 4. then a tunnel (lnk_proxy.tunnel: to 443 only once the ClientHello names the same
    host) or forwarding (lnk_proxy.forward, lnk_proxy.exchange: h11 on both sides, or
-   lnk_proxy.plain's reading when both heads are plain), each call one `allowed` and
+   lnk_proxy.bodiless's reading when both heads are body-less), each call one `allowed` and
    one `ended` line on the wire's log.
 Every refusal is a status and one line, in the response and in the wire's log.
 
-A kept-alive plain request to the host of the last one is served in the protocols'
+A kept-alive body-less request to the host of the last one is served in the protocols'
 callbacks by the connection's lane (lnk_proxy.lane) while this task is parked: the lane
-gives the head to the same machine and carries out only its plain request to the kept
+gives the head to the same machine and carries out only its body-less request to the kept
 upstream's host, after the same `check_name`; any other command it hands back here.
 """
 
@@ -31,6 +31,7 @@ import contextlib
 import socket
 from collections.abc import Awaitable, Callable, Mapping
 
+from lnk_common.bodies import HeldBodies
 from lnk_common.controls import Controls, SharedControls
 from lnk_common.endpoints import AddressBook
 from lnk_common.wire import (
@@ -115,7 +116,8 @@ class Proxy(Wire):
         self.book = book
         self.verbs: dict[str, Verb] = dict(verbs or {})
         self.enabled = frozenset(self.verbs)  # every other verb answers 404
-        self.held_body_bytes = 0  # of every verb call's body, at most MAX_HELD_BODY_BYTES
+        # Every verb call's body, at most MAX_HELD_BODY_BYTES (lnk_common.bodies).
+        self.held_bodies = HeldBodies(MAX_HELD_BODY_BYTES, HELD_BODIES_FULL)
 
     def close_verbs(self) -> None:
         """The verbs' kept connections and tools' processes ended (the proxy stops)."""
@@ -209,7 +211,7 @@ class Proxy(Wire):
                                 connection: ClientConnection, lane: Lane | None
                                 ) -> bool | Command:
         """Idle between requests: parked in the lane (which gives whole heads to the
-        connection's machine and serves plain requests to the kept upstream itself)
+        connection's machine and serves body-less requests to the kept upstream itself)
         until it hands work back, else the client's next bytes given to `connection`.
         True: go on; a command of the machine's that the lane handed over: carry it out
         next; False: the connection ends (quiet past IDLE_SECONDS, its end, a refusal of

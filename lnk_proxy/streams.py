@@ -21,8 +21,8 @@ __all__ = ["Inbox", "held", "read_within"]
 class Inbox(asyncio.StreamReader):
     """A StreamReader whose `held` is the bytes fed to it and not yet read out. Every way
     bytes leave it (read, readexactly, readuntil, readline) is counted; a reader handed
-    to the splice (lnk_common.wire.Wire.splice_ends, which empties it) is never read
-    again."""
+    to the splice (lnk_common.wire.Wire.splice_ends, which empties it by its public
+    methods) is never read again."""
 
     def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(limit=limit, loop=loop)

@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import h11
 
+from lnk_common.bodies import read_body
 from lnk_common.wire import Refused, linger
-from lnk_proxy.exchange import Outcome, exchange, next_cycle, next_event
+from lnk_proxy.exchange import Outcome, exchange, next_cycle, reader_of
 from lnk_proxy.target import Target
 from lnk_proxy.upstream import Pool, Upstream, open_upstream
 from lnk_proxy.verbs import asked_line
@@ -92,7 +93,7 @@ class VerbCall:
     client's connection, and the call's share of MAX_HELD_BODY_BYTES (given back by
     `release`, however the call ends)."""
 
-    __slots__ = ("client", "proxy", "reader", "request", "taken", "writer")
+    __slots__ = ("client", "proxy", "reader", "request", "share", "writer")
 
     def __init__(self, proxy: Proxy, request: h11.Request, client: h11.Connection,
                  reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -101,7 +102,7 @@ class VerbCall:
         self.client = client
         self.reader = reader
         self.writer = writer
-        self.taken = 0
+        self.share = proxy.held_bodies.share()
 
     def header(self, name: bytes) -> str | None:
         for field, value in self.request.headers:
@@ -111,15 +112,8 @@ class VerbCall:
 
     # -- the body -----------------------------------------------------------------------
 
-    def _take(self, count: int) -> None:
-        if self.proxy.held_body_bytes + count > MAX_HELD_BODY_BYTES:
-            raise Refused(503, HELD_BODIES_FULL, counts=False)
-        self.proxy.held_body_bytes += count
-        self.taken += count
-
     def release(self) -> None:
-        self.proxy.held_body_bytes -= self.taken
-        self.taken = 0
+        self.share.release()
 
     async def body(self, limit: int) -> bytes:
         """The request's whole body, at most `limit` bytes, or Refused: 413 over the limit
@@ -129,36 +123,10 @@ class VerbCall:
         size_text = (f"{limit // (1024 * 1024)} MiB" if limit % (1024 * 1024) == 0
                      else f"{limit} bytes")
         too_large = Refused(413, f"the body is over {size_text} (the verb's limit)")
-        declared: int | None = None
-        for name, value in self.request.headers:
-            if name == b"content-length":
-                declared = int(value)  # h11 checked it is one number
-                if declared > limit:
-                    raise too_large
-                self._take(declared)
-        if self.client.they_are_waiting_for_100_continue:
-            self.writer.write(self.client.send(
-                h11.InformationalResponse(status_code=100, headers=[])))
-        chunks: list[bytes] = []
-        size = 0
-        try:
-            while True:
-                event = await next_event(self.client, self.reader, BODY_IDLE_SECONDS)
-                if isinstance(event, h11.Data):
-                    size += len(event.data)
-                    if size > limit:
-                        raise too_large
-                    if declared is None:
-                        self._take(len(event.data))
-                    chunks.append(event.data)
-                    continue
-                if isinstance(event, h11.EndOfMessage):
-                    return b"".join(chunks)
-                raise ConnectionError("the client closed before its body ended")
-        except h11.RemoteProtocolError:
-            raise Refused(400, UNREADABLE_BODY) from None
-        except TimeoutError:
-            raise Refused(408, BODY_STALLED) from None
+        return await read_body(self.request, self.client, self.writer,
+                               reader_of(self.reader, BODY_IDLE_SECONDS), limit=limit,
+                               too_large=too_large, take=self.share.take,
+                               unreadable=UNREADABLE_BODY, stalled=BODY_STALLED)
 
     # -- answers ------------------------------------------------------------------------
 

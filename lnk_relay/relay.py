@@ -16,10 +16,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import h11
 
+from lnk_common.bodies import PASSED, BodyShare, HeldBodies, pass_response, read_body
 from lnk_common.controls import Controls, SharedControls
 from lnk_common.wire import (
     OUT_OF_DESCRIPTORS,
@@ -52,6 +53,8 @@ RESPONSE_IDLE_SECONDS = 3600.0
 # on; a program opening many connections with large bodies would otherwise hold gigabytes
 # of this machine's memory, outside the sandbox. Four bodies at the limit; over it, 503.
 MAX_HELD_BODY_BYTES = 128 * 1024 * 1024
+HELD_BODIES_FULL = (f"the relay holds {MAX_HELD_BODY_BYTES // (1024 * 1024)} MiB of request "
+                    "bodies already (MAX_HELD_BODY_BYTES); try again when a call has ended")
 # What one read takes from a socket.
 _CHUNK = 65536
 # Never sent back to the program: hop-by-hop fields (RFC 9110 7.6.1); `connection: close`
@@ -75,7 +78,8 @@ class Relay(Wire):
         self.to_port = to_port
         self.model_ports = model_ports
         self.server_tools = server_tools
-        self.held_body_bytes = 0  # of every call's _Held, at most MAX_HELD_BODY_BYTES
+        # Every models call's body, at most MAX_HELD_BODY_BYTES (lnk_common.bodies).
+        self.held_bodies = HeldBodies(MAX_HELD_BODY_BYTES, HELD_BODIES_FULL)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         came_to = writer.get_extra_info("sockname")
@@ -139,7 +143,7 @@ class Relay(Wire):
         target = f"localhost:{port}"
         client = h11.Connection(h11.SERVER,
                                 max_incomplete_event_size=local_models.MAX_HEAD_BYTES)
-        held = _Held(self)
+        held = self.held_bodies.share()
         try:
             await self._filtered_call(reader, writer, port, came_to, target, client, held)
         finally:
@@ -147,7 +151,7 @@ class Relay(Wire):
 
     async def _filtered_call(self, reader: asyncio.StreamReader,
                              writer: asyncio.StreamWriter, port: int, came_to: str,
-                             target: str, client: h11.Connection, held: _Held) -> None:
+                             target: str, client: h11.Connection, held: BodyShare) -> None:
         from lnk_proxy import local_models
 
         up_writer: asyncio.StreamWriter | None = None
@@ -207,7 +211,7 @@ class Relay(Wire):
     async def _exchange(self, target: str, client: h11.Connection,
                         reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                         up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter,
-                        outgoing: h11.Request, payload: list[bytes], held: _Held) -> None:
+                        outgoing: h11.Request, payload: list[bytes], held: BodyShare) -> None:
         """The one allowed request sent on, and its response streamed back as it comes:
         each piece the runtime sends is written to the program at once. An `allowed` and
         an `ended` line on the wire's log (the ended one also when the call is cancelled
@@ -215,7 +219,8 @@ class Relay(Wire):
         call = next(self.ids)
         self.log.write("allowed", target, f"id={call} kind=local-model")
         started = time.monotonic()
-        sent = received = 0
+        sent = 0
+        streamed = _Streamed()
         failure = ""
         conn = h11.Connection(h11.CLIENT)
         gone = asyncio.ensure_future(_client_gone(reader, up_writer))
@@ -231,36 +236,12 @@ class Relay(Wire):
             held.release()  # sent on: the answer may stream for minutes without it
             # What one read from the runtime holds (a token, or several when the runtime
             # is faster than the program) goes to the program in one write, before the
-            # next read: never held past the read that brought it.
-            pending: list[bytes] = []
-            while True:
-                event = conn.next_event()
-                if event is h11.NEED_DATA:
-                    if pending:
-                        writer.write(b"".join(pending))
-                        pending.clear()
-                        await writer.drain()
-                    conn.receive_data(await asyncio.wait_for(up_reader.read(_CHUNK),
-                                                             RESPONSE_IDLE_SECONDS))
-                elif isinstance(event, h11.InformationalResponse):
-                    continue  # a 100 for a body already sent whole; no switch was asked
-                elif isinstance(event, h11.Response):
-                    headers = [(name, value) for name, value in event.headers
-                               if name.lower() not in _HOP_FIELDS]
-                    headers.append((b"connection", b"close"))
-                    pending.append(client.send(h11.Response(
-                        status_code=event.status_code, headers=headers, reason=event.reason)))
-                elif isinstance(event, h11.Data):
-                    received += len(event.data)
-                    pending.append(client.send(h11.Data(data=event.data)) or b"")
-                elif isinstance(event, h11.EndOfMessage):
-                    pending.append(client.send(h11.EndOfMessage()) or b"")
-                    writer.write(b"".join(pending))
-                    await writer.drain()
-                    break
-                else:  # the runtime closed before its response ended
-                    failure = " error=runtime-closed"
-                    break
+            # next read: never held past the read that brought it (lnk_common.bodies).
+            ended = await pass_response(conn, client, writer,
+                                        _reads(up_reader, RESPONSE_IDLE_SECONDS), streamed,
+                                        fields=_response_fields)
+            if ended != PASSED:  # the runtime closed before its response ended (h11
+                failure = " error=runtime-closed"  # admits no 101: none was asked)
         except (h11.ProtocolError, ConnectionError, TimeoutError, asyncio.IncompleteReadError
                 ) as error:
             failure = f" error={type(error).__name__}"
@@ -270,19 +251,30 @@ class Relay(Wire):
                 failure = " error=client-gone"
             up_writer.close()
             self.log.write("ended", target,
-                           f"id={call} sent={sent} received={received} "
+                           f"id={call} sent={sent} received={streamed.received} "
                            f"seconds={time.monotonic() - started:.3f}{failure}")
 
 
-async def _next_event(connection: h11.Connection, reader: asyncio.StreamReader,
-                      idle: float) -> object:
-    """The next h11 event of `connection`, reading from `reader` as it needs more (at
-    most `idle` seconds a read)."""
-    while True:
-        event = connection.next_event()
-        if event is not h11.NEED_DATA:
-            return event
-        connection.receive_data(await asyncio.wait_for(reader.read(_CHUNK), idle))
+class _Streamed:
+    """What the response's passing moved (lnk_common.bodies.Streamed)."""
+
+    __slots__ = ("received", "responded")
+
+    def __init__(self) -> None:
+        self.received = 0
+        self.responded = False
+
+
+def _response_fields(fields: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The runtime's response fields as the program gets them: no hop-by-hop field, and
+    `connection: close` (one request a connection)."""
+    return [*((name, value) for name, value in fields if name.lower() not in _HOP_FIELDS),
+            (b"connection", b"close")]
+
+
+def _reads(reader: asyncio.StreamReader, idle: float) -> Callable[[], Awaitable[bytes]]:
+    """A read of up to _CHUNK bytes of `reader`, waiting at most `idle` seconds."""
+    return lambda: asyncio.wait_for(reader.read(_CHUNK), idle)
 
 
 async def _request_head(client: h11.Connection, reader: asyncio.StreamReader
@@ -314,32 +306,9 @@ async def _request_head(client: h11.Connection, reader: asyncio.StreamReader
     return event
 
 
-class _Held:
-    """One call's share of MAX_HELD_BODY_BYTES: its Content-Length taken before a byte is
-    read (a chunked body's pieces as they come), given back once sent on or refused."""
-
-    __slots__ = ("relay", "taken")
-
-    def __init__(self, relay: Relay) -> None:
-        self.relay = relay
-        self.taken = 0
-
-    def take(self, count: int) -> None:
-        if self.relay.held_body_bytes + count > MAX_HELD_BODY_BYTES:
-            raise Refused(503, f"the relay holds {MAX_HELD_BODY_BYTES // (1024 * 1024)} MiB "
-                               "of request bodies already (MAX_HELD_BODY_BYTES); try again "
-                               "when a call has ended", counts=False)
-        self.relay.held_body_bytes += count
-        self.taken += count
-
-    def release(self) -> None:
-        self.relay.held_body_bytes -= self.taken
-        self.taken = 0
-
-
 async def _request_body(request: h11.Request, client: h11.Connection,
                         reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                        held: _Held) -> bytes:
+                        held: BodyShare) -> bytes:
     """The request's whole body, at most the filter's MAX_BODY_BYTES, or Refused (413
     from the Content-Length before a byte is read, else as it passes; 503 when the relay
     holds MAX_HELD_BODY_BYTES already)."""
@@ -347,35 +316,10 @@ async def _request_body(request: h11.Request, client: h11.Connection,
 
     too_large = Refused(413, f"the body is over {MAX_BODY_BYTES // (1024 * 1024)} MiB "
                              "(MAX_BODY_BYTES)")
-    declared: int | None = None
-    for name, value in request.headers:
-        if name == b"content-length":
-            declared = int(value)  # h11 checked it is one number
-            if declared > MAX_BODY_BYTES:
-                raise too_large
-            held.take(declared)
-    if client.they_are_waiting_for_100_continue:
-        writer.write(client.send(h11.InformationalResponse(status_code=100, headers=[])))
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        while True:
-            event = await _next_event(client, reader, BODY_IDLE_SECONDS)
-            if isinstance(event, h11.Data):
-                size += len(event.data)
-                if size > MAX_BODY_BYTES:
-                    raise too_large
-                if declared is None:
-                    held.take(len(event.data))
-                chunks.append(event.data)
-            elif isinstance(event, h11.EndOfMessage):
-                return b"".join(chunks)
-            else:
-                raise ConnectionError("the client closed before its body ended")
-    except h11.RemoteProtocolError:
-        raise Refused(400, "the request body is not HTTP/1.1 as h11 reads it") from None
-    except TimeoutError:
-        raise Refused(408, "the request body stalled") from None
+    return await read_body(request, client, writer, _reads(reader, BODY_IDLE_SECONDS),
+                           limit=MAX_BODY_BYTES, too_large=too_large, take=held.take,
+                           unreadable="the request body is not HTTP/1.1 as h11 reads it",
+                           stalled="the request body stalled")
 
 
 async def _client_gone(reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter) -> bool:

@@ -103,6 +103,7 @@ def ended(pid: int) -> bool:
 # therefore run as both users until someone lists it here with its reason.
 NOT_USER_DEPENDENT = {
     "test_additions": "a wire's additions file and the host rule: pure, fuzzed; files in tmp",
+    "test_bodies": "the shared body reader and response stream over loopback sockets",
     "test_bwrap": "bubblewrap's argv planned from typed values (golden); no bwrap runs",
     "test_dead_code": "vulture over the product's source: no sandbox",
     "test_dns_core": "the DNS core: pure, fuzzed",

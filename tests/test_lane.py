@@ -630,16 +630,16 @@ def test_a_fault_in_the_lane_is_said_its_call_ended_and_only_its_connection_clos
     never escapes into asyncio (which would close the upstream's transport and leave
     the task parked): said in one line, the call's ended line, the connection closed;
     the proxy serves the next connection."""
-    from lnk_proxy import lane
+    from lnk_proxy import bodiless  # the lane's reading of a response (BodilessResponse)
 
-    reading = getattr(lane, "response_head")  # noqa: B009
+    reading = getattr(bodiless, "response_head")  # noqa: B009
 
     def broken(buffer: bytes) -> object:
         if b"n=03" in buffer:
             raise RuntimeError("a fault of the lane's")
         return reading(buffer)
 
-    monkeypatch.setattr(lane, "response_head", broken)
+    monkeypatch.setattr(bodiless, "response_head", broken)
 
     async def test() -> None:
         rig, reader, writer = await _kept(

@@ -6,6 +6,10 @@ loop's self-pipe (also the signal wake-up descriptor), SIGTERM's byte was droppe
 "Exception ignored when trying to write to the signal wakeup fd", and the helper would
 not stop when told (test_errors_attacks N10 caught the line on a busy machine). The ends
 now reach the loop in batches (lnk_common.wire._Ended). Real threads, a real signal.
+
+And a tunnel's first bytes: what a stream holds when its tunnel is spliced is taken out
+by the stream's public methods (asyncio's buffer is private), every byte once, over a
+real loopback connection; no product module reads a `._buffer`.
 """
 
 from __future__ import annotations
@@ -13,8 +17,10 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import threading
 import time
+from pathlib import Path
 
 from lnk_common import wire
 
@@ -46,3 +52,61 @@ def test_a_flood_of_tunnel_ends_while_the_loop_is_busy_loses_no_signal() -> None
     termed, total = asyncio.run(scenario())
     assert termed
     assert total == sum(range(ENDS))  # every end settled, with its own count
+
+
+
+def test_a_streams_held_bytes_are_taken_out_whole_by_its_public_methods() -> None:
+    """As splice_ends readies a tunnel: reading paused, what the stream holds taken out,
+    the rest read from the socket itself (there, by splice(2)): every byte once, in
+    order."""
+    sent = bytes(range(256)) * 4096  # 1 MiB: some held by the stream, some not yet read
+
+    def rest_of(fd: int) -> bytes:
+        os.set_blocking(fd, True)
+        with socket.socket(fileno=fd) as sock:
+            return b"".join(iter(lambda: sock.recv(65536), b""))
+
+    async def scenario() -> tuple[bytes, bytes, bytes]:
+        done: asyncio.Future[tuple[bytes, bytes, bytes]] = (
+            asyncio.get_running_loop().create_future())
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            head = await reader.readexactly(4)
+            await asyncio.sleep(0.05)  # more comes to the stream meanwhile
+            writer.transport.pause_reading()  # type: ignore[attr-defined]
+            held = await wire._emptied(reader)
+            fd = os.dup(writer.get_extra_info("socket").fileno())
+            done.set_result((head, held, await asyncio.to_thread(rest_of, fd)))
+            writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0, limit=1 << 20)
+        port = server.sockets[0].getsockname()[1]
+        _, client = await asyncio.open_connection("127.0.0.1", port)
+        client.write(sent)
+        await client.drain()
+        client.close()
+        try:
+            return await asyncio.wait_for(done, 60)
+        finally:
+            server.close()
+
+    head, held, rest = asyncio.run(scenario())
+    assert held  # the stream held bytes: they were taken out, not lost
+    assert head + held + rest == sent
+
+
+def test_a_stream_whose_connection_failed_gives_nothing_and_raises_nothing() -> None:
+    async def scenario() -> bytes:
+        reader = asyncio.StreamReader()
+        reader.feed_data(b"sent before the reset")
+        reader.set_exception(ConnectionResetError())
+        return await wire._emptied(reader)
+
+    assert asyncio.run(scenario()) == b""
+
+
+def test_no_product_module_reads_a_streams_private_buffer() -> None:
+    root = Path(__file__).resolve().parent.parent
+    readers = [path.relative_to(root).as_posix() for path in root.glob("lnk_*/**/*.py")
+               if "._buffer" in path.read_text(encoding="utf-8")]
+    assert readers == []

@@ -1,4 +1,4 @@
-"""The plain exchange (lnk_proxy.plain, issue 18): a request with no body and a response
+"""The body-less exchange (lnk_proxy.bodiless, issue 18): a request with no body and a response
 framed by one Content-Length pass without h11. Held against h11 (what it takes, h11 reads
 the same; what it writes, h11 reads as meant), and through a real sandbox against a host
 that answers with bytes of its own making (tests/testservers.py serve_raw): every framing
@@ -7,6 +7,7 @@ the next request's response."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -15,18 +16,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lnk_proxy.head import HeadError, check_head
-from lnk_proxy.plain import (
+from lnk_proxy.bodiless import (
     HOP_FIELDS,
     MAX_RESPONSE_HEAD_BYTES,
     NEED_MORE,
+    BodilessResponse,
     ResponseHead,
+    bodiless_request_bytes,
     client_closes,
-    plain_request,
-    request_bytes,
+    is_bodiless,
     response_bytes,
     response_head,
 )
+from lnk_proxy.head import HeadError, check_head
 from tests.conftest import RunSandbox, WriteSpec, fuzz, toml_list
 from tests.testservers import RAW_PORT
 
@@ -51,7 +53,7 @@ def _head(*lines: str) -> bytes:
     (("GET http://a.example/x HTTP/1.1", "Host: a.example", "Upgrade: websocket"), False),
 ])
 def test_which_requests_are_plain(lines: tuple[str, ...], plain: bool) -> None:
-    assert plain_request(check_head(_head(*lines))) is plain
+    assert is_bodiless(check_head(_head(*lines))) is plain
 
 
 def test_the_request_sent_on_is_written_anew_host_first_without_hop_fields() -> None:
@@ -59,7 +61,7 @@ def test_the_request_sent_on_is_written_anew_host_first_without_hop_fields() -> 
                             "Connection: keep-alive, X-Mine", "Host: a.example",
                             "Proxy-Authorization: Basic eA==", "X-Mine:  kept  ",
                             "Keep-Alive: 5", "TE: trailers", "User-Agent: t\xe9st"))
-    assert request_bytes(head, "/x?y") == (
+    assert bodiless_request_bytes(head, "/x?y") == (
         b"GET /x?y HTTP/1.1\r\nhost: a.example\r\naccept: */*\r\nx-mine: kept\r\n"
         b"user-agent: t\xe9st\r\n\r\n")
     assert not client_closes(head)
@@ -89,7 +91,7 @@ def test_fuzz_h11_reads_every_plain_request_as_the_head_check_did(
         head = check_head(raw)
     except HeadError:
         return
-    if not plain_request(head):
+    if not is_bodiless(head):
         return
     server = h11.Connection(h11.SERVER)
     server.receive_data(raw)
@@ -100,7 +102,7 @@ def test_fuzz_h11_reads_every_plain_request_as_the_head_check_did(
     assert [(name.decode(), value.decode("latin-1")) for name, value in request.headers] == \
         head.fields
     host = h11.Connection(h11.SERVER)
-    host.receive_data(request_bytes(head, "/p?q"))
+    host.receive_data(bodiless_request_bytes(head, "/p?q"))
     sent = host.next_event()
     assert isinstance(sent, h11.Request)
     assert host.next_event() == h11.EndOfMessage()
@@ -238,6 +240,75 @@ def test_fuzz_what_is_taken_without_h11_h11_reads_the_same(
     assert [(name, value) for name, value in shown.headers] == [
         (name, value) for name, value in response.fields if name not in HOP_FIELDS] + [
         (b"connection", b"close")]
+
+
+# -- the response read as it comes (the lane's and the task's one reader) ---------------------
+
+
+def test_a_response_read_as_it_comes_passes_its_head_with_its_body_and_nothing_past_it() -> None:
+    reading = BodilessResponse(False)
+    assert reading.feed(b"HTTP/1.1 200 OK\r\nContent-") == b""  # no whole head yet
+    assert reading.feed(b"Length: 5\r\nKeep-Alive: 5\r\n\r\n") == b""  # held for the body
+    assert not reading.done
+    assert reading.feed(b"he") == b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhe"
+    assert reading.feed(b"llo") == b"llo"
+    assert reading.done and reading.reusable and reading.passed == 5
+
+
+def test_bytes_past_the_end_are_not_passed_and_the_connection_is_not_used_again() -> None:
+    reading = BodilessResponse(True)
+    sent = reading.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200")
+    assert sent == b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nConnection: close\r\n\r\nok"
+    assert reading.done and not reading.reusable and reading.extra
+
+
+def test_a_response_that_is_not_body_less_is_h11s_from_every_byte_read() -> None:
+    reading = BodilessResponse(False)
+    assert reading.feed(b"HTTP/1.1 200 OK\r\nTransfer-") == b""
+    assert reading.feed(b"Encoding: chunked\r\n\r\n0\r\n") is None
+    assert reading.received == b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n"
+    assert not reading.done and not reading.reusable
+    closing = BodilessResponse(False)
+    closing.feed(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+    assert closing.done and not closing.reusable  # the host closes after it
+
+
+@fuzz(3)
+@given(st.sampled_from([b"Content-Length: 0", b"Content-Length: 7", b"Connection: close",
+                        b"Transfer-Encoding: chunked", b"X-A: b"]),
+       st.sampled_from([b"Content-Length: 7", b"X-B: c", b""]),
+       st.binary(max_size=24), st.lists(st.integers(0, 80), max_size=8))
+def test_fuzz_a_response_cut_anywhere_is_passed_as_read_whole(
+    first: bytes, second: bytes, after: bytes, cuts: list[int]
+) -> None:
+    """However the host's bytes are cut, the program is sent the same bytes as for the
+    response read whole: the head written anew and exactly its length of body, never a
+    byte past it; and a response that is not body-less is h11's with every byte read."""
+    data = (b"HTTP/1.1 200 OK\r\n" + first + b"\r\n" + (second + b"\r\n" if second else b"")
+            + b"\r\n" + after)
+    found = response_head(data)
+    points = sorted({0, len(data), *(cut % (len(data) + 1) for cut in cuts)})
+    reading = BodilessResponse(False)
+    sent = b""
+    for start, end in itertools.pairwise(points):
+        out = reading.feed(data[start:end])
+        if out is None:
+            assert found is None and data.startswith(reading.received)
+            return
+        sent += out
+    if found is NEED_MORE or found is None:
+        assert sent == b"" and not reading.done
+        return
+    assert isinstance(found, tuple)
+    response, begins = found
+    body = data[begins:begins + response.length]
+    if len(body) < response.length:
+        assert not reading.done
+        assert sent in (b"", response_bytes(response, False) + body)
+        return
+    assert sent == response_bytes(response, False) + body
+    assert reading.done and reading.passed == response.length
+    assert reading.reusable == (len(data) == begins + response.length and not response.close)
 
 
 # -- through a real sandbox -----------------------------------------------------------------

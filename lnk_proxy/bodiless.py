@@ -1,9 +1,9 @@
-"""The plain exchange: a request with no body, answered by a response framed by one
+"""The body-less exchange: a request with no body, answered by a response framed by one
 Content-Length, passed on without h11 (most of a kept-alive request's cost was h11's:
 a state machine, event objects and a validating regex per field, on each side, twice).
 
 Sans IO: a RequestHead (already admitted by lnk_proxy.head) and bytes in; bytes, a
-ResponseHead, or "not plain" out. Both sides are written anew from what was read here:
+ResponseHead, or "not body-less" out. Both sides are written anew from what was read here:
 the host gets a request line and fields built from the admitted head, the program a
 status line and fields built from the parsed response and exactly `length` bytes of
 body. So what each side reads is exactly what this module read, and a difference
@@ -15,8 +15,8 @@ sent (the request) or before a byte is passed back (the response): a request wit
 body, an Expect or Upgrade field, HTTP/1.0 or HEAD; a response that is 1xx, 204 or
 304, HTTP/1.0, chunked, without one Content-Length, with obs-fold, a tab, a control
 character, a bare CR or LF, or a head larger than h11's own bound. It never refuses:
-"not plain" is its only verdict against a head, and h11 then reads it and decides as it
-always did (tests/test_plain.py holds the two readings side by side).
+"not body-less" is its only verdict against a head, and h11 then reads it and decides as it
+always did (tests/test_bodiless.py holds the two readings side by side).
 """
 
 from __future__ import annotations
@@ -25,9 +25,18 @@ import re
 
 from lnk_proxy.head import RequestHead
 
-__all__ = ["HOP_FIELDS", "MAX_RESPONSE_HEAD_BYTES", "NEED_MORE", "ResponseHead",
-           "client_closes", "plain_request", "request_bytes", "response_bytes",
-           "response_head"]
+__all__ = [
+    "HOP_FIELDS",
+    "MAX_RESPONSE_HEAD_BYTES",
+    "NEED_MORE",
+    "BodilessResponse",
+    "ResponseHead",
+    "bodiless_request_bytes",
+    "client_closes",
+    "is_bodiless",
+    "response_bytes",
+    "response_head",
+]
 
 # Hop-by-hop fields (RFC 9110 7.6.1), never sent on; `upgrade` and `connection` are
 # sent on only for a request that asks to switch protocols (WebSocket: h11's path).
@@ -37,9 +46,9 @@ _HOP_NAMES = frozenset(name.decode("ascii") for name in HOP_FIELDS)
 # A response head still incomplete past this many bytes goes to h11, which refuses it
 # as before (its own bound on an incomplete event, h11.Connection's default).
 MAX_RESPONSE_HEAD_BYTES = 16 * 1024
-# Fields of a request that make it other than plain: it has a body, asks for a 100
+# Fields of a request that make it other than body-less: it has a body, asks for a 100
 # first, or may ask to switch protocols.
-_NOT_PLAIN_REQUEST = frozenset({"content-length", "transfer-encoding", "expect", "upgrade"})
+_NOT_BODILESS_REQUEST = frozenset({"content-length", "transfer-encoding", "expect", "upgrade"})
 # Statuses whose framing is not their Content-Length (RFC 9112 6.3): no body at all.
 _NO_BODY = frozenset({204, 304})
 # Content-Length's digits at most (as lnk_proxy.head takes a request's): past this it
@@ -51,16 +60,16 @@ NEED_MORE = object()
 _STATUS_LINE = re.compile(rb"HTTP/1\.1 ([0-9]{3})(?: ([\x20-\x7e\x80-\xff]*))?")
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # Inside a head with its CRLFs taken out: any control character (a tab, a bare CR or LF
-# among them) makes it other than plain.
+# among them) makes it other than body-less.
 _CONTROL = re.compile(rb"[\x00-\x1f\x7f]")
 
 
-def plain_request(head: RequestHead) -> bool:
+def is_bodiless(head: RequestHead) -> bool:
     """Whether `head` is taken here: HTTP/1.1, no body, nothing asked of the exchange
     beyond one response (HEAD's response has a length and no body: h11's)."""
     if head.version != "HTTP/1.1" or head.method == "HEAD":
         return False
-    return not any(name in _NOT_PLAIN_REQUEST for name, _ in head.fields)
+    return not any(name in _NOT_BODILESS_REQUEST for name, _ in head.fields)
 
 
 def client_closes(head: RequestHead) -> bool:
@@ -70,7 +79,7 @@ def client_closes(head: RequestHead) -> bool:
                for name, value in head.fields)
 
 
-def request_bytes(head: RequestHead, path: str) -> bytes:
+def bodiless_request_bytes(head: RequestHead, path: str) -> bytes:
     """The request as sent to the host: its line with the origin-form `path`, Host
     first (as h11 writes it), then every field but the hop-by-hop ones, in order."""
     lines = [f"{head.method} {path} HTTP/1.1\r\n"]
@@ -82,7 +91,7 @@ def request_bytes(head: RequestHead, path: str) -> bytes:
 
 
 class ResponseHead:
-    """A plain response's head: status, reason, fields (names lower-cased, in order),
+    """A body-less response's head: status, reason, fields (names lower-cased, in order),
     the body's length, and whether the host closes after it."""
 
     __slots__ = ("close", "fields", "length", "reason", "status")
@@ -98,7 +107,7 @@ class ResponseHead:
 
 def response_head(buffer: bytes) -> tuple[ResponseHead, int] | object | None:
     """The response head at the start of `buffer` and where its body begins; NEED_MORE
-    when the head has not all come; None when it is not plain (h11 reads it)."""
+    when the head has not all come; None when it is not body-less (h11 reads it)."""
     end = buffer.find(b"\r\n\r\n")
     if end < 0:
         if b"\n\n" in buffer or b"\n\r\n" in buffer:
@@ -150,3 +159,67 @@ def response_bytes(response: ResponseHead, close: bool) -> bytes:
         lines.append(b"Connection: close\r\n")
     lines.append(b"\r\n")
     return b"".join(lines)
+
+
+class BodilessResponse:
+    """One body-less request's response, read as its bytes come (sans IO): its head read
+    here (`response_head`) and written anew, then exactly its Content-Length of body
+    passed on, never a byte past its end (those are counted: the connection is not
+    used again). The lane (in callbacks) and the task's exchange (lnk_proxy.exchange)
+    both read a response through one of these, so it is framed in one place. `close`:
+    the program's connection ends after it (`Connection: close` is added)."""
+
+    __slots__ = ("close", "extra", "held", "passed", "received", "remaining", "response")
+
+    def __init__(self, close: bool) -> None:
+        self.close = close
+        self.received = b""  # the response's bytes until its head is whole (h11's, if
+        self.response: ResponseHead | None = None  # it is not body-less)
+        self.held = b""  # its head written anew, held until the body's first bytes
+        self.remaining = 0  # of its body, not come yet
+        self.passed = 0  # of its body, passed on
+        self.extra = False  # bytes past its end came
+
+    def feed(self, data: bytes) -> bytes | None:
+        """What the program is sent for `data` now (b"": nothing yet); None when the
+        response is not body-less (h11 reads it, from `received`)."""
+        if self.response is not None:
+            body = data[:self.remaining]
+            self.extra = self.extra or len(data) > self.remaining
+            sent, self.held = self.held + body, b""
+            self.remaining -= len(body)
+            self.passed += len(body)
+            return sent
+        self.received += data
+        found = response_head(self.received)
+        if found is NEED_MORE:
+            return b""
+        if not isinstance(found, tuple):
+            return None
+        response, start = found
+        self.response = response
+        body = self.received[start:start + response.length]
+        self.extra = len(self.received) > start + response.length
+        self.remaining = response.length - len(body)
+        head = response_bytes(response, self.close)
+        if self.remaining and not body:
+            # A head alone is not sent on: it goes with the body's first bytes, one send
+            # and one wake of the program where there were two (a server that writes its
+            # head, then its body, as most do).
+            self.held = head
+            return b""
+        self.passed = len(body)
+        return head + body
+
+    @property
+    def done(self) -> bool:
+        """The whole response has been passed on."""
+        return self.response is not None and not self.remaining
+
+    @property
+    def reusable(self) -> bool:
+        """Its upstream connection may carry the next request: the response ended
+        exactly at its length, nothing after it, and the host does not close."""
+        response = self.response
+        return (response is not None and not response.close and not self.remaining
+                and not self.extra)
