@@ -7,6 +7,7 @@ import os
 import pwd
 import re
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +26,7 @@ from lnk_wrap.spec import (
     load_spec,
     parse_spec,
 )
-from tests.conftest import RunSandbox, WriteSpec, toml_list
+from tests.conftest import LNK_SANDBOX, RunSandbox, WriteSpec, toml_list
 
 EXIT_SANDBOX_FAILED = 125
 NAME_REASON = "use letters, digits, '.', '_' and '-'"
@@ -1113,6 +1114,18 @@ def test_F2_F6_read_home_reads_your_home_but_what_is_closed_in_it(
         f"closed {settings}/agents/other/url-secret", f"wrote {person}/work",
         f"wrote {settings}/agents/main", f"read only {person}"]
     assert not (person / "new").exists()
+
+
+def test_read_home_is_explained_under_reads(
+    sandbox_env: dict[str, str], write_spec: WriteSpec
+) -> None:
+    """`explain` shows the home folder where it shows `read`: it is a read grant."""
+    spec = write_spec("[files]\nread_home = true\n")
+    done = subprocess.run([LNK_SANDBOX, "explain", "--spec", str(spec)], env=sandbox_env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    home = os.path.realpath(pwd.getpwuid(os.getuid()).pw_dir)
+    assert done.returncode == 0, done.stderr
+    assert f"  reads (and runs programs from): {home}\n" in done.stdout
 
 
 def test_cli_missing_grant_runs_nothing(
