@@ -9,7 +9,8 @@ paths (a reopen lies in a hidden folder, nothing is granted inside Link's settin
 Every error names the file, the key and the reason, in one line. SpecError is the only
 exception that leaves this module; anything else is a bug.
 
-Inputs are explicit: the environment (HOME, LNK_HOME, XDG_CONFIG_HOME) is passed in.
+Inputs are explicit: the environment (HOME, LNK_HOME, XDG_CONFIG_HOME) is passed in, and
+so may be the person's home folder `read_home` grants (else the password database's).
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ _SCHEMA: dict[str, dict[str, str] | str] = {
         "reopen": _PATH_LIST,
         "write_dot_files": _PATH_LIST,
         "home": _PATH,
-        "read_home": "macOS only, and the macOS profile is not built yet",
+        "read_home": _BOOLEAN,
     },
     "agent": {"name": _STRING, "home": _PATH, "files": _PATH},
     "commands": {"run": _PATH_LIST},
@@ -129,16 +130,22 @@ class _Context:
     """Where a spec came from: its file (for messages), folder (for relative paths), and
     the environment its `~` expands with."""
 
-    __slots__ = ("env", "file", "folder")
+    __slots__ = ("env", "file", "folder", "person_home")
 
-    def __init__(self, *, file: str, folder: str, env: Mapping[str, str]) -> None:
+    def __init__(self, *, file: str, folder: str, env: Mapping[str, str],
+                 person_home: str | None = None) -> None:
         self.file = file
         self.folder = folder
         self.env = env
+        # `[files] read_home`'s folder; None: the running user's, from the password database.
+        self.person_home = person_home
 
 
-def load_spec(path: str | os.PathLike[str], env: Mapping[str, str]) -> Policy:
-    """Read the spec at `path` and resolve it, or raise SpecError."""
+def load_spec(path: str | os.PathLike[str], env: Mapping[str, str], *,
+              person_home: str | None = None) -> Policy:
+    """Read the spec at `path` and resolve it, or raise SpecError. `person_home` is the
+    folder `[files] read_home` grants; None (always, but in tests): the running user's
+    home folder from the password database."""
     file = os.path.abspath(os.fspath(path))
     try:
         with open(file, "rb") as handle:
@@ -153,7 +160,7 @@ def load_spec(path: str | os.PathLike[str], env: Mapping[str, str]) -> Policy:
         raise SpecError(file, "", f"cannot be read ({error.strerror})") from None
     if len(data) > MAX_SPEC_BYTES:
         raise SpecError(file, "", f"larger than {MAX_SPEC_BYTES} bytes; a spec is a short file")
-    return parse_spec(data, file=file, env=env)
+    return parse_spec(data, file=file, env=env, person_home=person_home)
 
 
 def commands_as_written(path: str, env: Mapping[str, str]) -> dict[str, str]:
@@ -182,7 +189,8 @@ def commands_as_written(path: str, env: Mapping[str, str]) -> dict[str, str]:
     return found
 
 
-def parse_spec(data: bytes, *, file: str, env: Mapping[str, str]) -> Policy:
+def parse_spec(data: bytes, *, file: str, env: Mapping[str, str],
+               person_home: str | None = None) -> Policy:
     """Resolve spec bytes read from `file` (used for messages and relative paths)."""
     try:
         text = data.decode("utf-8")
@@ -194,7 +202,7 @@ def parse_spec(data: bytes, *, file: str, env: Mapping[str, str]) -> Policy:
         raise SpecError(file, "", f"not valid TOML: {error}") from None
     except RecursionError:
         raise SpecError(file, "", "not valid TOML: nested too deeply") from None
-    context = _Context(file=file, folder=os.path.dirname(file), env=env)
+    context = _Context(file=file, folder=os.path.dirname(file), env=env, person_home=person_home)
     _check_schema(context, document)
     return _resolve(context, document)
 
@@ -420,6 +428,31 @@ def _own_home(context: _Context, key: str, raw: str, settings_root: str) -> str:
     return home
 
 
+def _read_home(context: _Context, settings_root: str) -> str:
+    """`[files] read_home`: the person's home folder, read only, as if listed in `read`.
+    The real one of the user running lnk-sandbox, from the password database: not HOME,
+    which a harness may set to its own folder, nor `[files] home`, the sandbox's. What is
+    closed inside it stays closed on both platforms (hides, Link's settings, the agents'
+    folders, the machine's secrets), and what the policy gives inside it is given again:
+    each is deeper, so mounted after it (Linux) or written after it (macOS)."""
+    key = "files.read_home"
+    home = context.person_home
+    if home is None:
+        try:
+            home = pwd.getpwuid(os.getuid()).pw_dir
+        except KeyError:
+            raise SpecError(context.file, key, f"user {os.getuid()} is not in the password "
+                            "database, so has no home folder to read") from None
+    if not os.path.isabs(home):
+        raise SpecError(context.file, key,
+                        f"the home folder {home!r} (password database) is not an absolute path")
+    folder = _canonical(context, key, home, must_exist=True)
+    if not os.path.isdir(folder):
+        raise SpecError(context.file, key, f"the home folder {home!r} is not a folder")
+    _refuse_settings(context, key, folder, settings_root)
+    return folder
+
+
 def _inside(path: str, folder: str) -> bool:
     """True when `path` is `folder` or lies below it (both canonical)."""
     return path == folder or path.startswith(folder.rstrip("/") + "/")
@@ -473,8 +506,9 @@ def _resolve(context: _Context, document: dict[str, Any]) -> Policy:
 
 def _files(context: _Context, files: dict[str, Any], agent: dict[str, Any] | None,
            settings_root: str) -> dict[str, object]:
-    """[files] and [agent]: the Policy's read, write, hide, reopen, write_dot_files and
-    home, every path canonical and the relations between them checked."""
+    """[files] and [agent]: the Policy's read (with the person's home folder when
+    `read_home`), write, hide, reopen, write_dot_files and home, every path canonical and
+    the relations between them checked."""
     read = _paths(context, files, "files", "read")
     write = _paths(context, files, "files", "write")
     hide = _paths(context, files, "files", "hide", must_exist=False)
@@ -485,6 +519,10 @@ def _files(context: _Context, files: dict[str, Any], agent: dict[str, Any] | Non
     for key, paths in (("files.read", read), ("files.write", write), ("files.reopen", reopen)):
         for path in paths:
             _refuse_settings(context, key, path, settings_root)
+    if files.get("read_home", False):
+        person_home = _read_home(context, settings_root)
+        if person_home not in read:
+            read.append(person_home)
     home = ""
     if "home" in files:
         home = _own_home(context, "files.home", files["home"], settings_root)

@@ -614,6 +614,85 @@ def test_the_machines_secrets_stay_closed_whatever_the_spec_grants(tmp_path: Pat
     assert not home.may_read("/Library/Keychains/System.keychain")
 
 
+# -- [files] read_home: the person's home folder read, what the policy closes in it closed ----
+
+# A home folder as a person's is: a file, a hidden folder with a reopen, a written
+# project, Link's settings with the agent's own folder and another's.
+_HOME_TREE = (".ssh", "src/app/.git", ".config/lnk/secrets",
+              ".config/lnk/agents/main", ".config/lnk/agents/other")
+_HOME_FILES = ("notes.txt", ".ssh/id_ed25519", ".ssh/known_hosts", "src/app/main.py",
+               "src/app/.git/config",
+               ".config/lnk/secrets/anthropic", ".config/lnk/agents/other/url-secret",
+               ".config/lnk/agents/main/config.toml")
+_READ_HOME_SPEC = """[agent]
+name = "main"
+[files]
+read_home = true
+write = ["~/src/app"]
+hide = ["~/.ssh"]
+reopen = ["~/.ssh/known_hosts"]
+[network]
+mode = "proxy"
+hosts = ["api.github.com"]
+"""
+
+
+def _read_home_policy(tmp_path: Path) -> tuple[Policy, Path]:
+    """The spec above as the loader reads it, the person's home folder a tree in tmp."""
+    person = tmp_path.resolve() / "u"
+    for folder in _HOME_TREE:
+        (person / folder).mkdir(parents=True)
+    for file in _HOME_FILES:
+        (person / file).write_text("x")
+    spec = person / "spec.toml"
+    spec.write_text(_READ_HOME_SPEC)
+    env = {"HOME": str(person), "LNK_HOME": str(person / ".config/lnk")}
+    return load_spec(spec, env, person_home=str(person)), person
+
+
+def test_read_home_profile_golden(tmp_path: Path) -> None:
+    policy, person = _read_home_policy(tmp_path)
+    assert policy.read == (str(person),)
+
+    def moved(path: str) -> str:
+        return "/Users/u" + path[len(str(person)):] if _inside_of(path, str(person)) else path
+    changes: dict[str, object] = {
+        name: tuple(moved(path) for path in getattr(policy, name))
+        for name in ("read", "write", "hide", "reopen", "write_dot_files", "commands")}
+    golden = policy.replace(settings=moved(policy.settings), home=moved(policy.home),
+                            spec=moved(policy.spec), **changes)
+    made, argv = _made(golden, str(tmp_path))
+    _golden("read_home_agent", _as_golden(made, argv))
+    rules = evaluate(made.text, dict(made.parameters))
+    assert rules.may_read("/Users/u/notes.txt") and not rules.may_write("/Users/u/notes.txt")
+    # A Mac's Keychains in the home folder: closed after the tree, whatever it grants.
+    assert not rules.may_read("/Users/u/Library/Keychains/login.keychain-db")
+    assert rules.may_read("/Users/u/Library/Preferences/x.plist")
+
+
+def test_F2_F6_read_home_means_the_same_on_both(tmp_path: Path) -> None:
+    """read_home: the home folder read, never written; the hide, Link's settings and the
+    other agent's folder in it closed; the reopen, the written folder and the agent's own
+    given again after it: on the Mac (deepest last) as on Linux (mounted after)."""
+    policy, person = _read_home_policy(tmp_path)
+    found = find(policy, {"HOME": str(person)})
+    held = {*found.held, *found.standins}
+    made = profile(policy, proxy_port=40781, system=())
+    rules = evaluate(made.text, dict(made.parameters))
+    expected = {
+        "notes.txt": (True, False), "spec.toml": (True, False), "new": (True, False),
+        ".ssh/id_ed25519": (False, False), ".ssh/known_hosts": (True, False),
+        "src/app/main.py": (True, True), "src/app/.git/config": (True, False),
+        ".config/lnk/secrets/anthropic": (False, False),
+        ".config/lnk/agents/other/url-secret": (False, False),
+        ".config/lnk/agents/main/config.toml": (True, True),
+    }
+    for rest, (readable, writable) in expected.items():
+        path = str(person / rest)
+        mac = (rules.may_read(mac_path(path)), rules.may_write(mac_path(path)))
+        assert _linux(policy, path, held) == mac == (readable, writable), rest
+
+
 def test_the_argv_is_built_from_typed_options() -> None:
     assert Parameter("WRITE_0", "/a=b c").to_args() == ["-DWRITE_0=/a=b c"]
     assert ProfileText("(version 1)").to_args() == ["-p", "(version 1)"]
@@ -775,7 +854,7 @@ def test_every_operation_and_filter_is_one_a_peer_uses() -> None:
     operations: set[str] = set()
     filters: set[str] = set()
     goldens = sorted(GOLDEN.glob("*.json"))
-    assert len(goldens) == len(MATRIX_SPECS) + len(MADE)
+    assert len(goldens) == len(MATRIX_SPECS) + len(MADE) + 1  # and read_home_agent
     for path in goldens:
         for form in parse("\n".join(json.loads(path.read_text()).get("profile", []))):
             _names(form, operations, filters)

@@ -6,6 +6,10 @@ from __future__ import annotations
 import os
 import pwd
 import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import hypothesis
@@ -22,7 +26,7 @@ from lnk_wrap.spec import (
     load_spec,
     parse_spec,
 )
-from tests.conftest import RunSandbox, WriteSpec, toml_list
+from tests.conftest import LNK_SANDBOX, RunSandbox, WriteSpec, toml_list
 
 EXIT_SANDBOX_FAILED = 125
 NAME_REASON = "use letters, digits, '.', '_' and '-'"
@@ -285,18 +289,93 @@ def test_an_agent_spec_names_its_agent_for_its_placeholder(
     assert load_spec(write_spec("[verbs]\n"), env).agent == ""
 
 
-@pytest.mark.parametrize(
-    ("key", "value", "reason"),
-    [
-        ("read_home", "true", "macOS only, and the macOS profile is not built yet"),
-        ("read_home", "false", "macOS only, and the macOS profile is not built yet"),
-    ],
-)
-def test_files_key_not_built_yet_is_refused_not_ignored(
-    write_spec: WriteSpec, env: dict[str, str], key: str, value: str, reason: str
+# --- [files] read_home: the person's home folder, as if listed in `read` -----------------
+
+
+def test_read_home_true_reads_the_persons_home_folder(
+    write_spec: WriteSpec, env: dict[str, str], tmp: Path
 ) -> None:
-    spec = write_spec(f"[files]\n{key} = {value}\n")
-    assert _error(spec, env) == (str(spec), f"files.{key}", reason)
+    person = _folder(tmp / "person")
+    source = _folder(tmp / "src")
+    spec = write_spec(f"[files]\nread = {toml_list(source)}\nread_home = true\n")
+    assert load_spec(spec, env, person_home=str(person)).read == (str(source), str(person))
+    # Named in `read` too: once.
+    twice = write_spec(f"[files]\nread = {toml_list(person)}\nread_home = true\n")
+    assert load_spec(twice, env, person_home=str(person)).read == (str(person),)
+
+
+def test_read_home_is_the_password_databases_not_home_nor_files_home(
+    write_spec: WriteSpec, env: dict[str, str], tmp: Path
+) -> None:
+    """Without `person_home` (every run but a test's), the running user's home folder in
+    the password database; env's HOME (tmp/home) and `[files] home` are not it."""
+    own = _folder(tmp / "own")
+    spec = write_spec(f"[files]\nhome = {toml_list(own)[1:-1]}\nread_home = true\n")
+    policy = load_spec(spec, env)
+    assert policy.read == (os.path.realpath(pwd.getpwuid(os.getuid()).pw_dir),)
+    assert (policy.home, policy.write) == (str(own), (str(own),))
+
+
+def test_read_home_false_or_absent_reads_nothing(
+    write_spec: WriteSpec, env: dict[str, str], tmp: Path
+) -> None:
+    person = str(_folder(tmp / "person"))
+    for text in ("[files]\nread_home = false\n", "[files]\n"):
+        assert load_spec(write_spec(text), env, person_home=person).read == ()
+
+
+@pytest.mark.parametrize(("value", "kind"), [('"true"', "a string"), ("1", "an integer"),
+                                             ("[]", "a list"), ("{}", "a table")])
+def test_read_home_not_a_boolean_is_refused(
+    write_spec: WriteSpec, env: dict[str, str], value: str, kind: str
+) -> None:
+    spec = write_spec(f"[files]\nread_home = {value}\n")
+    assert _error(spec, env) == (str(spec), "files.read_home", f"must be true or false, not {kind}")
+
+
+def test_read_home_written_stays_written_and_hides_and_reopens_inside_hold(
+    write_spec: WriteSpec, env: dict[str, str], tmp: Path
+) -> None:
+    person = _folder(tmp / "person")
+    known = person / ".ssh" / "known_hosts"
+    _folder(known.parent)
+    known.write_text("")
+    spec = write_spec(f"[files]\nread_home = true\nhide = {toml_list(known.parent)}\n"
+                      f"reopen = {toml_list(known)}\n")
+    policy = load_spec(spec, env, person_home=str(person))
+    assert (policy.read, policy.hide, policy.reopen) == (
+        (str(person),), (str(known.parent),), (str(known),))
+    written = write_spec(f"[files]\nwrite = {toml_list(person)}\nread_home = true\n")
+    assert load_spec(written, env, person_home=str(person)).read == ()
+
+
+def test_read_home_inside_links_settings_is_refused(
+    write_spec: WriteSpec, env: dict[str, str], lnk_home: Path
+) -> None:
+    person = _folder(lnk_home / "person")
+    spec = write_spec("[files]\nread_home = true\n")
+    with pytest.raises(SpecError) as caught:
+        load_spec(spec, env, person_home=str(person))
+    assert (caught.value.key, caught.value.reason) == (
+        "files.read_home", f"{person.resolve()} {SETTINGS_REASON}")
+
+
+@pytest.mark.parametrize(("home", "reason"), [
+    ("missing", "'{tmp}/missing' does not exist"),
+    ("file", "the home folder '{tmp}/file' is not a folder"),
+    ("relative", "the home folder 'relative' (password database) is not an absolute path"),
+    ("/", WHOLE_FS_REASON),
+])
+def test_read_home_without_a_home_folder_is_refused(
+    write_spec: WriteSpec, env: dict[str, str], tmp: Path, home: str, reason: str
+) -> None:
+    (tmp / "file").write_text("")
+    given = home if home in ("relative", "/") else str(tmp / home)
+    spec = write_spec("[files]\nread_home = true\n")
+    with pytest.raises(SpecError) as caught:
+        load_spec(spec, env, person_home=given)
+    assert (caught.value.key, caught.value.reason) == (
+        "files.read_home", reason.format(tmp=tmp))
 
 
 # --- names ---------------------------------------------------------------------------
@@ -982,11 +1061,71 @@ def test_cli_unknown_key_runs_nothing(
     _assert_nothing_ran(run_sandbox, spec, tmp_path, "files.red")
 
 
-def test_cli_section_not_built_yet_runs_nothing(
+def test_cli_read_home_not_a_boolean_runs_nothing(
     run_sandbox: RunSandbox, write_spec: WriteSpec, tmp_path: Path
 ) -> None:
-    spec = write_spec(f'[files]\nwrite = {toml_list(tmp_path)}\nread_home = true\n')
+    spec = write_spec(f'[files]\nwrite = {toml_list(tmp_path)}\nread_home = "yes"\n')
     _assert_nothing_ran(run_sandbox, spec, tmp_path, "files.read_home")
+
+
+@pytest.fixture
+def in_your_home() -> Iterator[Path]:
+    """A folder of the test's own inside the running user's real home folder (the
+    password database's: what read_home grants), removed after."""
+    folder = tempfile.mkdtemp(prefix="lnk-read-home-", dir=pwd.getpwuid(os.getuid()).pw_dir)
+    yield Path(folder).resolve()
+    shutil.rmtree(folder)
+
+
+# Each path read (or written) inside, and what it gave: `read PATH` or `closed PATH`.
+_PROBE = ('for f in "$@"; do if cat "$f" >/dev/null 2>&1; then echo "read $f"; '
+          'else echo "closed $f"; fi; done; for d in "$WORK" "$HOME" "$PERSON"; do '
+          'if echo x > "$d/new" 2>/dev/null; then echo "wrote $d"; else echo "read only $d"; fi; '
+          "done")
+
+
+def test_F2_F6_read_home_reads_your_home_but_what_is_closed_in_it(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, in_your_home: Path
+) -> None:
+    """read_home = true on a real sandbox: a file of the home folder is read, not written;
+    a hidden folder in it, Link's settings in it and another agent's folder stay closed; a
+    reopen, a written folder and the agent's own folder in it are given again after it."""
+    person = in_your_home
+    settings = person / "lnk"
+    for folder in (".ssh", "work", "lnk/secrets", "lnk/agents/main", "lnk/agents/other"):
+        _folder(person / folder)
+    for file in ("note", ".ssh/id_ed25519", ".ssh/known_hosts", "lnk/secrets/anthropic",
+                 "lnk/agents/other/url-secret"):
+        (person / file).write_text("x\n")
+    spec = write_spec(f'[agent]\nname = "main"\n[files]\nread_home = true\n'
+                      f'write = {toml_list(person / "work")}\nhide = {toml_list(person / ".ssh")}\n'
+                      f'reopen = {toml_list(person / ".ssh/known_hosts")}\n')
+    probes = [str(person / file) for file in ("note", ".ssh/id_ed25519", ".ssh/known_hosts",
+                                              "lnk/secrets/anthropic",
+                                              "lnk/agents/other/url-secret")]
+    env = {**os.environ, "LNK_HOME": str(settings), "WORK": str(person / "work"),
+           "PERSON": str(person)}
+    result = run_sandbox(spec, "sh", "-c", _PROBE, "probe", *probes, env=env,
+                         cwd=person / "work")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        f"read {person}/note", f"closed {person}/.ssh/id_ed25519",
+        f"read {person}/.ssh/known_hosts", f"closed {settings}/secrets/anthropic",
+        f"closed {settings}/agents/other/url-secret", f"wrote {person}/work",
+        f"wrote {settings}/agents/main", f"read only {person}"]
+    assert not (person / "new").exists()
+
+
+def test_read_home_is_explained_under_reads(
+    sandbox_env: dict[str, str], write_spec: WriteSpec
+) -> None:
+    """`explain` shows the home folder where it shows `read`: it is a read grant."""
+    spec = write_spec("[files]\nread_home = true\n")
+    done = subprocess.run([LNK_SANDBOX, "explain", "--spec", str(spec)], env=sandbox_env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    home = os.path.realpath(pwd.getpwuid(os.getuid()).pw_dir)
+    assert done.returncode == 0, done.stderr
+    assert f"  reads (and runs programs from): {home}\n" in done.stdout
 
 
 def test_cli_missing_grant_runs_nothing(
