@@ -210,15 +210,9 @@ def _read_whole(path: str) -> tuple[bytes, os.stat_result]:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):
             raise AdditionsError("not a regular file")
-        chunks: list[bytes] = []
-        size = 0
-        while size <= MAX_ADDITIONS_BYTES:
-            chunk = os.read(fd, MAX_ADDITIONS_BYTES + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        return b"".join(chunks), status
+        from lnk_common.filewrite import read_whole
+
+        return read_whole(fd, MAX_ADDITIONS_BYTES), status
     finally:
         os.close(fd)
 

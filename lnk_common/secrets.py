@@ -48,7 +48,7 @@ import os
 import re
 import stat
 
-from lnk_common.filewrite import write_synced
+from lnk_common.filewrite import read_whole, write_synced
 
 __all__ = [
     "MAX_NAME_LENGTH",
@@ -251,19 +251,12 @@ def _read_file(settings_root: str, filename: str, shown: str, limit: int, *,
         if info.st_uid != os.geteuid() or stat.S_IMODE(info.st_mode) != _FILE_MODE:
             raise SecretError(f"{shown} must be yours and 0600 (it is "
                               f"{stat.S_IMODE(info.st_mode):04o}, owner {info.st_uid}); refused")
-        chunks: list[bytes] = []
-        size = 0
-        while size <= limit:
-            chunk = os.read(fd, limit + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
+        data = read_whole(fd, limit)
     except OSError as error:
         raise SecretError(f"{shown} cannot be read: {error.strerror}") from None
     finally:
         os.close(fd)
-    return b"".join(chunks)
+    return data
 
 
 def list_secrets(settings_root: str) -> list[str]:

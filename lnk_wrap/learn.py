@@ -49,8 +49,6 @@ TEMP_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm")
 # DNS answers every other name NXDOMAIN and logs it.
 LEARN_DNS_NAME = "dns-for-learn.invalid"
 LEARN_DNS_ENDPOINT = LEARN_DNS_NAME + ":9"
-# Read at once from the wire's log (a log and its older file are a few MiB at most).
-_READ_BYTES = 1 << 16
 
 
 @dataclass
@@ -133,17 +131,17 @@ def _seen(policy: Policy, run: Run) -> Seen:
 
 
 def _read_lines(path: str) -> list[str]:
+    from lnk_common.filewrite import read_whole
+
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         return []
     try:
-        chunks = []
-        while chunk := os.read(fd, _READ_BYTES):
-            chunks.append(chunk)
+        data = read_whole(fd)
     finally:
         os.close(fd)
-    return b"".join(chunks).decode("utf-8", "replace").splitlines()
+    return data.decode("utf-8", "replace").splitlines()
 
 
 def format_commands(listed: tuple[str, ...], offered: list[str],

@@ -37,8 +37,6 @@ RUN_ID_BYTES = 4
 # prompt; status shows its start, so more than this is cut (whole words kept).
 MAX_COMMAND_BYTES = 4096
 RUNS_FOLDER = "runs"
-# Read at once from a log (a log and its older file are at most a few MiB).
-_READ_BYTES = 1 << 16
 
 
 def _log_path(settings: str, wire: str) -> str:
@@ -143,6 +141,8 @@ def _launcher_gone(path: str) -> bool:
 
 def _lines(path: str) -> list[str]:
     """The log's lines, its older file's first (whole lines only)."""
+    from lnk_common.filewrite import read_whole
+
     found: list[str] = []
     for name in (rotated_path(path), path):
         try:
@@ -150,13 +150,11 @@ def _lines(path: str) -> list[str]:
         except FileNotFoundError:
             continue
         try:
-            chunks = []
-            while chunk := os.read(fd, _READ_BYTES):
-                chunks.append(chunk)
+            data = read_whole(fd)
         finally:
             os.close(fd)
         found += [line.decode("utf-8", "replace")
-                  for line in b"".join(chunks).split(b"\n") if line]
+                  for line in data.split(b"\n") if line]
     return found
 
 

@@ -109,6 +109,7 @@ NOT_USER_DEPENDENT = {
     "test_dns_core": "the DNS core: pure, fuzzed",
     "test_docs": "the docs against the code and the old notebook (git history): no sandbox",
     "test_endpoint_plan": "the endpoints' plan: pure",
+    "test_filewrite": "a file's bytes read and written whole, on files in tmp",
     "test_gitconfig": "the gitconfig reader: pure, fuzzed",
     "test_gitdiscovery": "git's discovery read on folders in tmp; no sandbox",
     "test_imports": "the packages' layers (import-linter)",
