@@ -33,6 +33,7 @@ from lnk_wrap.learn_network import (
 from lnk_wrap.spec import is_host_entry
 from tests.conftest import LNK_SANDBOX, RunSandbox, WriteSpec, fuzz, toml_list, wire_log_of
 from tests.test_harnesses import HARNESS_TIMEOUT_SECONDS, HARNESSES, copy_recipe, settings_with_key
+from tests.testnet import NPM_PACKAGE, NPM_REGISTRY
 from tests.testservers import DNS_SERVER
 
 NOT_IN_HOSTS = "is not in this sandbox's hosts"
@@ -273,19 +274,31 @@ def test_a_spec_of_the_machines_network_has_no_wire_to_learn_from(
 
 
 # The package indexes, on the test network: tests/testnet.py serves a tiny PEP 503 index
-# with one real wheel (lnktpkg) at allowed.lnkt/simple/; no npm registry is there, so
-# npm's is other.lnkt, which answers its request 404. Each is refused by name while
-# unlisted (no lookup is made for a name not listed); once listed, the proxy reaches it.
-def _pip(target: Path) -> tuple[str, ...]:
+# with one real wheel (lnktpkg) at allowed.lnkt/simple/, and a minimal npm registry with
+# one real package tarball (lnktpkg 1.0.0) at other.lnkt/npm/. Each is refused by name
+# while unlisted (no lookup is made for a name not listed); once listed, the proxy
+# reaches it and the package is installed in the written folder.
+def _pip(work: Path) -> tuple[str, ...]:
     return ("/usr/bin/python3", "-m", "pip", "--isolated", "install", "--no-cache-dir",
-            "--retries", "0", "--timeout", "10", "--target", str(target),
+            "--retries", "0", "--timeout", "10", "--target", str(work / "site"),
             "--index-url", "http://allowed.lnkt/simple/", "--trusted-host", "allowed.lnkt",
             "lnktpkg")
 
 
-def _npm(target: Path) -> tuple[str, ...]:
-    return ("/usr/bin/npm", "install", "--no-audit", "--no-fund", "--fetch-retries", "0",
-            "--registry", "http://other.lnkt/npm/", "lnk-probe-package")
+def _npm(work: Path) -> tuple[str, ...]:
+    """npm told every place it would write or ask: the registry on the test network, its
+    cache (and its logs) in the written folder, no audit, funding or update check (each
+    a call to a registry of its own)."""
+    return ("/usr/bin/npm", "install", "--no-audit", "--no-fund", "--no-update-notifier",
+            "--fetch-retries", "0", "--cache", str(work / "npm-cache"),
+            "--prefix", str(work), "--registry", NPM_REGISTRY, NPM_PACKAGE)
+
+
+def _installed(tool: str, work: Path) -> bool:
+    """The package as the tool installs it: pip's wheel, npm's tarball, unpacked."""
+    if tool == "pip":
+        return (work / "site" / "lnktpkg" / "__init__.py").is_file()
+    return (work / "node_modules" / NPM_PACKAGE / "package.json").is_file()
 
 
 @pytest.mark.parametrize(("tool", "host"), [("pip", "allowed.lnkt"), ("npm", "other.lnkt")])
@@ -294,11 +307,12 @@ def test_learn_an_install_then_the_offered_host_is_reached(
     tmp_path: Path, sandbox_env: dict[str, str], testnet: Path,
 ) -> None:
     """`pip install` and `npm install` from a test index: learn offers the index's host
-    and nothing else; with it listed, the same install reaches it through the proxy (pip
-    installs the wheel), and learn offers nothing more."""
+    and nothing else; with it listed, the same install reaches it through the proxy and
+    installs the package (pip the wheel, npm the tarball, its integrity checked), and
+    learn offers nothing more."""
     work = tmp_path / "project"
     work.mkdir()
-    install = (_pip if tool == "pip" else _npm)(work / "site")
+    install = (_pip if tool == "pip" else _npm)(work)
     if not Path(install[0]).exists():
         pytest.fail(f"{install[0]} is not installed here (the test image has it)")
     grants = f"[files]\nread = {toml_list(tmp_path)}\nwrite = {toml_list(work)}\n"
@@ -307,16 +321,21 @@ def test_learn_an_install_then_the_offered_host_is_reached(
     assert learned.returncode != 0  # the index was refused: nothing to install
     assert _body(learned.stdout)["network"] == {"mode": "proxy", "hosts": [host]}, (
         learned.stdout, learned.stderr[-2000:])
-    assert not (work / "site" / "lnktpkg").exists()
+    assert not _installed(tool, work)
     listed = write_spec(grants + f'[network]\nmode = "proxy"\nhosts = ["{host}"]\n')
     wire = f"learn-{tool}"
     done = subprocess.run([LNK_SANDBOX, "run", "--wire", wire, "--spec", str(listed), "--",
                            *install], cwd=str(work), env=sandbox_env, capture_output=True,
                           text=True, timeout=120, check=False)
     assert f"\tallowed\t{host}:80\t" in wire_log_of(sandbox_env, wire), done.stderr[-2000:]
+    assert done.returncode == 0, done.stderr[-2000:]
     if tool == "pip":
-        assert done.returncode == 0, done.stderr[-2000:]
         assert (work / "site" / "lnktpkg" / "__init__.py").read_text() == "VALUE = 42\n"
+    else:
+        package = json.loads((work / "node_modules" / NPM_PACKAGE / "package.json").read_text())
+        assert (package["name"], package["version"]) == (NPM_PACKAGE, "1.0.0")
+        assert (work / "node_modules" / NPM_PACKAGE / "index.js").read_text() == (
+            "module.exports = 42;\n")
     again = run_sandbox(listed, *install, cwd=work, verb="learn")
     assert _body(again.stdout)["network"] == {"mode": "proxy", "hosts": [host]}
     assert "# new" not in again.stdout.partition("[network]")[2]

@@ -6,12 +6,17 @@
 An origin namespace (10.212.0.2) reached through a router namespace, so that its network
 is not one of this machine's own (this machine's own networks are refused by the
 proxy), serving HTTP on 80 and HTTPS on 443 (a self-signed certificate the clients are
-told to trust) from a folder of test files (and two paths of its own: `/upgrade` with an
-Upgrade field answers 101 and echoes every byte after; `/drop-next` answers, then closes
-its connection unanswered at the next request on it), a plain TCP echo on 7, a "bulk" source on 9
-(send a byte count and a newline, get that many zeros), a DNS server on 53 (UDP and TCP,
-answering from STATE/dns/zone.json: tests/testservers.py) and PostgreSQL 15 on 5432
-(trust authentication; database `lnkt`, table `greeting` holding 'hello-from-origin').
+told to trust) from a folder of test files (among them a git repository, a PEP 503 index
+for pip at `/simple/` with one real wheel, lnktpkg 1.0, and a minimal npm registry at
+`/npm/` (NPM_REGISTRY names it on other.lnkt): lnktpkg 1.0.0's package document, sent as
+JSON, whose `dist.tarball` names `/npm/-/lnktpkg-1.0.0.tgz` on the same host, a real
+package tarball made at `up` with its `dist.integrity` and `dist.shasum`; and two paths
+of its own: `/upgrade` with an Upgrade field answers 101 and echoes every byte after;
+`/drop-next` answers, then closes its connection unanswered at the next request on it),
+a plain TCP echo on 7, a "bulk" source on 9 (send a byte count and a newline, get that
+many zeros), a DNS server on 53 (UDP and TCP, answering from STATE/dns/zone.json:
+tests/testservers.py) and PostgreSQL 15 on 5432 (trust authentication; database `lnkt`,
+table `greeting` holding 'hello-from-origin').
 Names go into /etc/hosts (and are removed): allowed.lnkt, denied.lnkt, other.lnkt → the
 origin; self-lo.lnkt → 127.0.0.1; self-eth.lnkt → this machine's own address; meta.lnkt →
 169.254.169.254. A second origin address (10.212.0.3) serves the fake model providers
@@ -56,15 +61,25 @@ PROVIDERS = Path(__file__).with_name("fakeproviders.py")
 WAIT_SECONDS = 20
 NAMES = ("allowed.lnkt", "denied.lnkt", "other.lnkt")
 HOSTS_MARK = "# lnk-sandbox tests"
+# The npm registry the origin serves (tests/test_learn_network.py installs from it): a
+# name of its own, so that learn's offer for npm is not pip's index (allowed.lnkt).
+NPM_REGISTRY = "http://other.lnkt/npm/"
+NPM_PACKAGE = "lnktpkg"
 
 _SERVER = r'''
-import http.server, socket, socketserver, ssl, sys, threading, functools
+import http.server, os, socket, socketserver, ssl, sys, threading, functools
 root, cert, key, addr = sys.argv[1:5]
 class Handler(http.server.SimpleHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as real servers do
     disable_nagle_algorithm = True
     def log_message(self, *args):
         pass
+    def guess_type(self, path):
+        # The npm registry's package documents have no suffix; a registry sends them as
+        # JSON.
+        if os.path.relpath(path, root).startswith("npm" + os.sep) and not path.endswith(".tgz"):
+            return "application/json"
+        return super().guess_type(path)
     def do_GET(self):
         if getattr(self, "drop_next", False):
             # The request after /drop-next: the connection is closed unanswered, as a
@@ -165,6 +180,7 @@ def _files(state: Path) -> None:
                    check=True)
     subprocess.run(["git", "-C", str(www / "repo.git"), "update-server-info"], check=True)
     _wheel(www)
+    _npm_registry(www, NPM_REGISTRY)
 
 
 def _wheel(www: Path) -> None:
@@ -193,6 +209,47 @@ def _wheel(www: Path) -> None:
         archive.writestr("lnktpkg-1.0.dist-info/RECORD", "\n".join(record) + "\n")
     (folder / "index.html").write_text(f'<a href="{name}">{name}</a>\n')
     (www / "simple" / "index.html").write_text('<a href="lnktpkg/">lnktpkg</a>\n')
+
+
+def _npm_tarball() -> bytes:
+    """lnktpkg 1.0.0 as npm packs it: `package/package.json` and `package/index.js` in a
+    gzip'd tar, with fixed times and owners so that its digests are the same every `up`."""
+    import gzip
+    import io
+    import tarfile
+
+    files = {"package/package.json": json.dumps({"name": NPM_PACKAGE, "version": "1.0.0",
+                                                  "main": "index.js", "license": "MIT"},
+                                                 indent=2) + "\n",
+             "package/index.js": "module.exports = 42;\n"}
+    packed = io.BytesIO()
+    with tarfile.open(fileobj=packed, mode="w", format=tarfile.USTAR_FORMAT) as archive:
+        for path, text in files.items():
+            member = tarfile.TarInfo(path)
+            member.size, member.mode, member.mtime = len(text.encode()), 0o644, 0
+            archive.addfile(member, io.BytesIO(text.encode()))
+    return gzip.compress(packed.getvalue(), mtime=0)
+
+
+def _npm_registry(www: Path, registry: str) -> None:
+    """A minimal npm registry at `registry` (served from www/npm/): lnktpkg's package
+    document (what `npm install lnktpkg` asks for first) and its tarball, which the
+    document names by an absolute address on the same host, as a registry does, with the
+    digests npm checks it by (`dist.integrity`, sha512; `dist.shasum`, sha1)."""
+    import base64
+    import hashlib
+
+    tarball = _npm_tarball()
+    name = f"{NPM_PACKAGE}-1.0.0.tgz"
+    folder = www / "npm"
+    (folder / "-").mkdir(parents=True)
+    (folder / "-" / name).write_bytes(tarball)
+    integrity = "sha512-" + base64.b64encode(hashlib.sha512(tarball).digest()).decode()
+    version = {"name": NPM_PACKAGE, "version": "1.0.0", "main": "index.js", "license": "MIT",
+               "dist": {"tarball": f"{registry}-/{name}", "integrity": integrity,
+                        "shasum": hashlib.sha1(tarball).hexdigest()}}  # noqa: S324 (npm's)
+    (folder / NPM_PACKAGE).write_text(json.dumps(
+        {"name": NPM_PACKAGE, "dist-tags": {"latest": "1.0.0"}, "versions": {"1.0.0": version}}))
 
 
 def _postgres_folder(state: Path) -> Path:
