@@ -2,7 +2,7 @@
 
 Usage:
   lnk-sandbox wrap --spec=FILE [--wire=NAME] [--platform=NAME] [--json] [--] COMMAND...
-  lnk-sandbox run --spec=FILE [--wire=NAME] [--summary=FILE] [--] COMMAND...
+  lnk-sandbox run --spec=FILE [--wire=NAME] [--platform=NAME] [--summary=FILE] [--] COMMAND...
   lnk-sandbox learn --spec=FILE [--] COMMAND...
   lnk-sandbox check [--spec=FILE] [--platform=NAME] [--json]
   lnk-sandbox check --probe [--json]
@@ -45,6 +45,9 @@ Verbs:
           gets one JSON object when it has ended, for a script: {"status", "wire",
           "run", "calls", "refused", "paused", "pause_reason", "stopped",
           "other_runs"} (a file, not stderr: the command's own output stays its own).
+          With --platform macos, the macOS line run with its parent outside it (the
+          agent's proxy on its port, the log reader, signals): on a Mac only; it has
+          never run on one.
   learn   Run COMMAND once under the spec's other grants with every program open, and
           print the [commands] list that lets it run: what the spec lists, and what
           ran besides (never a program in a folder the sandbox writes or a temp
@@ -153,7 +156,7 @@ Verbs:
 Options:
   --spec=FILE   The spec (TOML) that says what the sandbox may touch.
   --wire=NAME   Name the sandbox's wire (its log and pause); default: the spec's name.
-  --platform=NAME  linux (this machine's sandbox, the default) or macos (wrap, check).
+  --platform=NAME  linux (this machine's sandbox, the default) or macos (wrap, run, check).
   --json        Machine-readable output.
   --follow      Keep showing lines as they come (log).
   --since=TIME  Only lines from TIME on (log): 30s, 10m, 2h, 1d ago, or an ISO time.
@@ -436,11 +439,11 @@ def _settings_root(env: Mapping[str, str]) -> str:
 
 
 def _platform(arguments: Mapping[str, object]) -> str:
-    from lnk_wrap.seatbelt_wrap import PLATFORMS
-
     given = arguments.get("--platform")
     if given is None:
-        return PLATFORMS[0]
+        return "linux"  # PLATFORMS[0], without the macOS modules' imports on run's path
+    from lnk_wrap.seatbelt_wrap import PLATFORMS
+
     if given not in PLATFORMS:
         raise CliError(f"--platform {given!r}: one of {', '.join(PLATFORMS)}")
     return str(given)
@@ -491,6 +494,8 @@ def _wrap(arguments: Mapping[str, object], env: Mapping[str, str], command: list
 def _run(arguments: Mapping[str, object], env: Mapping[str, str], command: list[str]) -> int:
     from lnk_wrap.launch import LaunchError, launch, record_signals
 
+    if _platform(arguments) == "macos":
+        return _run_macos(arguments, env, command)
     record_signals()  # a stop signal from here on means the program never starts
     policy = _policy(arguments, env)
     given = arguments["--summary"]
@@ -500,6 +505,30 @@ def _run(arguments: Mapping[str, object], env: Mapping[str, str], command: list[
         return launch(policy, command, env)
     except (LaunchError, OSError) as error:
         raise CliError(str(error)) from None
+
+
+def _run_macos(arguments: Mapping[str, object], env: Mapping[str, str],
+               command: list[str]) -> int:
+    """run --platform macos (lnk_wrap.seatbelt_run): the macOS line, its parent outside
+    it; where there is no sandbox-exec (not a Mac), one line and nothing runs."""
+    from lnk_wrap.seatbelt import SANDBOX_EXEC, MacosError
+    from lnk_wrap.seatbelt_ports import PortsError
+    from lnk_wrap.seatbelt_run import run_macos
+    from lnk_wrap.seatbelt_wrap import make_agent_folder
+
+    if arguments["--summary"] is not None:
+        raise CliError("run --platform macos: --summary is not built for macOS; nothing ran")
+    if not os.access(SANDBOX_EXEC, os.X_OK):
+        raise CliError(f"run --platform macos: no {SANDBOX_EXEC}: this is not a Mac (wrap "
+                       "--platform macos prints the line on any machine); nothing ran")
+    make_agent_folder(str(arguments["--spec"]), _settings_root(env))
+    policy = _policy(arguments, env)
+    try:
+        return run_macos(policy, command, env)
+    except (MacosError, PortsError) as error:
+        raise CliError(f"{policy.spec}: macOS: {error}; nothing ran") from None
+    except OSError as error:
+        raise CliError(f"run --platform macos: {error}; nothing ran") from None
 
 
 def _run_with_summary(policy: Policy, command: list[str], env: Mapping[str, str],

@@ -252,7 +252,7 @@ def test_every_entry_refuses_bad_input_as_before(
         said = usage.stderr.splitlines()
         assert len(said) == 3 and said[0].startswith("lnk-sandbox: "), argv
         assert said[1] == ("usage: lnk-sandbox run --spec=FILE [--wire=NAME] "
-                           "[--summary=FILE] [--] COMMAND..."), argv
+                           "[--platform=NAME] [--summary=FILE] [--] COMMAND..."), argv
         assert "unmatched" not in usage.stderr and "Argument(" not in usage.stderr
     assert not marker.exists()
 

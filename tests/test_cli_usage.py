@@ -17,7 +17,8 @@ from lnk_wrap.learn import format_commands
 from tests.conftest import LNK_SANDBOX, SANDBOX_TIMEOUT_SECONDS, RunSandbox, WriteSpec, toml_list
 
 DOC = cli.__doc__ or ""
-RUN_USAGE = "usage: lnk-sandbox run --spec=FILE [--wire=NAME] [--summary=FILE] [--] COMMAND...\n"
+RUN_USAGE = ("usage: lnk-sandbox run --spec=FILE [--wire=NAME] [--platform=NAME] "
+             "[--summary=FILE] [--] COMMAND...\n")
 
 
 def lnk(env: dict[str, str], *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
@@ -140,16 +141,22 @@ def test_command_help_shows_that_command(sandbox_env: dict[str, str], command: s
 def test_run_help_golden() -> None:
     assert usage.command_help(DOC, "run") == "\n".join([
         "Usage:",
-        "  lnk-sandbox run --spec=FILE [--wire=NAME] [--summary=FILE] [--] COMMAND...",
+        "  lnk-sandbox run --spec=FILE [--wire=NAME] [--platform=NAME] [--summary=FILE] [--] "
+        "COMMAND...",
         "",
         "  run     Run COMMAND sandboxed now: the same line, run at once. With --summary, FILE",
         '          gets one JSON object when it has ended, for a script: {"status", "wire",',
         '          "run", "calls", "refused", "paused", "pause_reason", "stopped",',
         '          "other_runs"} (a file, not stderr: the command\'s own output stays its own).',
+        "          With --platform macos, the macOS line run with its parent outside it (the",
+        "          agent's proxy on its port, the log reader, signals): on a Mac only; it has",
+        "          never run on one.",
         "",
         "Options:",
         "  --spec=FILE   The spec (TOML) that says what the sandbox may touch.",
         "  --wire=NAME   Name the sandbox's wire (its log and pause); default: the spec's name.",
+        "  --platform=NAME  linux (this machine's sandbox, the default) or macos (wrap, run, "
+        "check).",
         "  --summary=FILE  Write the run's summary there, as JSON, when it has ended (run).",
     ])
 

@@ -50,9 +50,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("lnk_wrap/landlock.py", "REFER"): _LANDLOCK_BIT,
     ("lnk_wrap/seccomp_filter.py", "filter_path"): _GEN_SECCOMP,
     ("lnk_wrap/seccomp_filter.py", "compile_filter"): _GEN_SECCOMP,
-    ("lnk_wrap/seatbelt_run.py", "run_macos"): (
-        "the Mac's parent, tested here (tests/test_macos_run.py); `run --platform macos` "
-        "is to call it once a Mac can run it (record 0042, What is left)"),
 }
 
 

@@ -163,3 +163,26 @@ def test_the_programs_environment_holds_no_placeholder_variable_of_the_proxys(
     assert "LNK_PLACEHOLDER" not in program and given["LNK_PLACEHOLDER"].startswith("lnk-")
     assert program["OPENAI_BASE_URL"] == "http://127.0.0.1:40791/_link/model/openai/v1"
     assert program["OPENAI_API_KEY"] == given["LNK_PLACEHOLDER"]
+
+
+def test_run_platform_macos_on_this_machine_is_one_line_and_runs_nothing(
+    tmp_path: Path,
+) -> None:
+    """`lnk-sandbox run --platform macos` reaches the Mac's parent (run_macos); here,
+    with no sandbox-exec, it says so in one line (125) and runs nothing; --summary, not
+    built for macOS, is refused the same way."""
+    import subprocess
+
+    from .conftest import LNK_SANDBOX
+
+    marker = tmp_path / "ran"
+    spec = tmp_path / "spec.toml"
+    spec.write_text(f'[files]\nread = ["{tmp_path}"]\nwrite = ["{tmp_path}"]\n')
+    env = {**os.environ, "LNK_HOME": str(tmp_path / "settings")}
+    for extra in ([], ["--summary", str(tmp_path / "summary.json")]):
+        done = subprocess.run([LNK_SANDBOX, "run", "--platform", "macos", "--spec", str(spec),
+                               *extra, "--", "/usr/bin/touch", str(marker)],
+                              capture_output=True, text=True, env=env, timeout=60, check=False)
+        assert done.returncode == 125 and done.stderr.count("\n") == 1, done
+        assert "nothing ran" in done.stderr and "Traceback" not in done.stderr, done
+        assert not marker.exists()
