@@ -395,6 +395,13 @@ def test_every_framing_through_the_proxy_and_nothing_read_past_a_response(
     log = (Path(sandbox_env["LNK_HOME"]) / "sandbox" / "wires" / "tests" / "log").read_text()
     allowed = [line for line in log.splitlines() if "\tallowed\t" in line]
     ended = [line for line in log.splitlines() if "\tended\t" in line]
-    assert len(allowed) == len(ended) == 28 + 1 + 1 + 3, log
+    # On a loaded machine a kept upstream the host has just closed may be written to
+    # before its end is seen: reset at once, nothing received, and the request sent
+    # again once on a new one (as for two-lengths); the program sees its answer whole
+    # (above). Such a retry is one more pair of lines, at most once here.
+    retried = [line for line in ended if " sent=0 received=0 " in line
+               and line.endswith("error=ConnectionResetError")]
+    assert len(retried) <= 1, log
+    assert len(allowed) == len(ended) == 28 + 1 + 1 + 3 + len(retried), log
     assert "/raw/" not in log
     assert any("received=3000000 " in line for line in ended)
