@@ -792,22 +792,32 @@ async def wait_for_ended(rig: Rig) -> None:
     raise AssertionError("the host's connection was never closed")
 
 
+@pytest.mark.parametrize("method", ["POST", "HEAD"])
 def test_an_empty_body_is_sent_again_once_when_its_kept_upstream_had_closed(
-        tmp_path: Path, origin: Path) -> None:
-    """A request whose body ended before anything was sent, on a kept upstream that
-    closes unanswering: sent again once on a new connection, its end given again by the
-    machine (BodyEnd until request_done)."""
+        tmp_path: Path, origin: Path, method: str) -> None:
+    """A request h11 reads whose body ended before anything was sent (an empty POST, a
+    HEAD), on a kept upstream that closes unanswering: sent again once on a new
+    connection, its end given again by the machine (BodyEnd until request_done); main
+    waited for the client there until the idle time."""
+    empty = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+
+    def script(number: int, _head: bytes) -> Answer:
+        if number == 2:
+            return CLOSE
+        return empty if number == 3 and method == "HEAD" else FINE
+
     async def test() -> None:
-        rig, reader, writer = await _kept(tmp_path, lambda n, _head: CLOSE if n == 2 else FINE)
-        post = rig.request("/again").replace(b"GET ", b"POST ", 1)[:-2]
-        writer.write(post + b"Content-Length: 0\r\n\r\n")
-        assert (await _response(reader))[1] == b"fine\n"
+        rig, reader, writer = await _kept(tmp_path, script)
+        asked = rig.request("/again").replace(b"GET ", f"{method} ".encode(), 1)[:-2]
+        writer.write(asked + (b"Content-Length: 0\r\n" if method == "POST" else b"")
+                     + b"\r\n")
+        assert (await _response(reader))[1] == (b"fine\n" if method == "POST" else b"")
         writer.write(rig.request())
         assert (await _response(reader))[1] == b"fine\n"
         writer.close()
         rig.close()
         assert [head.split(b" ")[:2] for head in rig.host.requests[1:3]] == [
-            [b"POST", b"/again"]] * 2
+            [method.encode(), b"/again"]] * 2
         assert rig.host.connections == 2
         ended = rig.events("ended")
         assert len(rig.events("allowed")) == len(ended) == 4, rig.lines()
