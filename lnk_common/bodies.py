@@ -21,10 +21,14 @@ import h11
 
 from lnk_common.wire import Refused
 
-__all__ = ["PASSED", "SWITCHED", "UPSTREAM_CLOSED", "BodyShare", "HeldBodies", "Streamed",
-           "next_event", "pass_response", "read_body"]
+__all__ = ["PASSED", "SWITCHED", "UPSTREAM_CLOSED", "BodyRead", "BodyShare", "HeldBodies",
+           "Streamed", "collect_body", "h11_body", "next_event", "pass_response",
+           "read_body"]
 
 Read = Callable[[], Awaitable[bytes]]
+# A body's next bytes, None at its end: h11's reading (`h11_body`, the relay's), or the
+# proxy's connection machine's body commands (lnk_proxy.exchange.client_body).
+BodyRead = Callable[[], Awaitable[bytes | None]]
 Fields = list[tuple[bytes, bytes]]
 
 # How a response's passing ended: its end passed (the exchange may be kept), a `101
@@ -99,11 +103,43 @@ async def read_body(request: h11.Request, client: h11.Connection,
                     writer: asyncio.StreamWriter, read: Read, *, limit: int,
                     too_large: Refused, take: Callable[[int], None], unreadable: str,
                     stalled: str) -> bytes:
-    """The request's whole body, at most `limit` bytes, or Refused: `too_large` (413)
-    from the Content-Length before a byte is read, else as it passes; what `take`
-    raises (its share taken from the Content-Length, or a chunked body's as it comes);
-    400 `unreadable` for framing h11 refuses; 408 `stalled` when `read` times out. A
-    client waiting for a 100 is sent one: the body is taken here."""
+    """`collect_body` of the body h11 reads from `client` (`h11_body`), `read` giving
+    it more bytes as it needs them."""
+    return await collect_body(request, h11_body(client, writer, read), limit=limit,
+                              too_large=too_large, take=take, unreadable=unreadable,
+                              stalled=stalled)
+
+
+def h11_body(client: h11.Connection, writer: asyncio.StreamWriter, read: Read) -> BodyRead:
+    """The request body's pieces as h11 reads them from `client`, `read` giving it more
+    bytes as it needs them. A client waiting for a 100 is sent one when the body is
+    first asked for: the body is taken here."""
+    asked = False
+
+    async def piece() -> bytes | None:
+        nonlocal asked
+        if not asked:
+            asked = True
+            if client.they_are_waiting_for_100_continue:
+                writer.write(client.send(h11.InformationalResponse(status_code=100,
+                                                                   headers=[])) or b"")
+        event = await next_event(client, read)
+        if isinstance(event, h11.Data):
+            return bytes(event.data)
+        if isinstance(event, h11.EndOfMessage):
+            return None
+        raise ConnectionError("the client closed before its body ended")
+    return piece
+
+
+async def collect_body(request: h11.Request, read: BodyRead, *, limit: int,
+                       too_large: Refused, take: Callable[[int], None], unreadable: str,
+                       stalled: str) -> bytes:
+    """The request's whole body, at most `limit` bytes, from `read`'s pieces, or
+    Refused: `too_large` (413) from the Content-Length before a byte is read, else as it
+    passes; what `take` raises (its share taken from the Content-Length, or a chunked
+    body's as it comes); 400 `unreadable` for framing h11 refuses; 408 `stalled` when
+    `read` times out; what `read` raises itself."""
     declared: int | None = None
     for name, value in request.headers:
         if name == b"content-length":
@@ -111,24 +147,19 @@ async def read_body(request: h11.Request, client: h11.Connection,
             if declared > limit:
                 raise too_large
             take(declared)
-    if client.they_are_waiting_for_100_continue:
-        writer.write(client.send(h11.InformationalResponse(status_code=100, headers=[])))
     chunks: list[bytes] = []
     size = 0
     try:
         while True:
-            event = await next_event(client, read)
-            if isinstance(event, h11.Data):
-                size += len(event.data)
-                if size > limit:
-                    raise too_large
-                if declared is None:
-                    take(len(event.data))
-                chunks.append(event.data)
-                continue
-            if isinstance(event, h11.EndOfMessage):
+            piece = await read()
+            if piece is None:
                 return b"".join(chunks)
-            raise ConnectionError("the client closed before its body ended")
+            size += len(piece)
+            if size > limit:
+                raise too_large
+            if declared is None:
+                take(len(piece))
+            chunks.append(piece)
     except h11.RemoteProtocolError:
         raise Refused(400, unreadable) from None
     except TimeoutError:

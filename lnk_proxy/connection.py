@@ -1,10 +1,12 @@
 """One client connection's requests, sans IO: the client's bytes in, what to do out.
 
 The proxy's request path, its checks in one place and in one order. Events come in
-(`receive_data`, with b"" for the client's end; `head_timed_out`; `request_done` when
-the shell has finished an exchange; `tunnel_opened` when a CONNECT to port 80 was
-answered), commands go out (`next_command`), as h11's Connection and mitmproxy's layers
-do; nothing here reads a socket, sleeps or logs. The order of a request's checks:
+(`receive_data`, with b"" for the client's end; `head_timed_out`; `limit_body` when a
+verb gives its body's limit; `request_done` when the shell has finished an exchange;
+`tunnel_opened` when a CONNECT to port 80 was answered), commands go out
+(`next_command` for heads, `next_body` for a request's body), as h11's Connection and
+mitmproxy's layers do; nothing here reads a socket, sleeps or logs. The order of a
+request's checks:
 
 1. the head's size (MAX_HEAD_BYTES) as it arrives, and its time (the shell's timer,
    from the first byte of a head: `NeedData.within_head`);
@@ -14,6 +16,16 @@ do; nothing here reads a socket, sleeps or logs. The order of a request's checks
    refuses what the guard admitted, before anything is sent on;
 5. where it goes (`_route`): the verbs' namespace on the proxy's own address, an
    absolute-form target, or a port-80 tunnel's own host; its Host the very host.
+
+A request that h11 read (step 4, and every verb call) has a body, empty or not: the
+machine is then in its body state until the body's end. `next_body` gives the body as
+h11 reads it from the client's bytes (`BodyData`, `BodyEnd`; `NeedBody` for more; a
+`Continue` once, for a client that waits for a 100 before it sends), refusing a body
+h11 refuses (400, UNREADABLE_BODY) or one past its verb's limit (413, from the
+Content-Length before a byte is read, else as it passes). The shell sends the body on
+(lnk_proxy.exchange) or holds it for a verb (lnk_proxy.verb_call) from those commands
+only; `request_done` has no row before `BodyEnd`. The response is written through the
+same h11 connection (`parsed`), which must see both sides of the exchange.
 
 The shell (lnk_proxy.server) goes on from the command, in this order: the wire's gate
 (kill switch, pause, calls a minute) and the name against the rules before any lookup
@@ -43,16 +55,23 @@ from lnk_proxy.verbs import is_verb_target
 
 __all__ = [
     "OWN_AUTHORITIES",
+    "UNREADABLE_BODY",
     "UNREADABLE_HEAD",
+    "BodyCommand",
+    "BodyData",
+    "BodyEnd",
     "CallVerb",
     "ClientConnection",
     "Closed",
     "Command",
     "ConnectionStateError",
+    "Continue",
     "Forward",
+    "NeedBody",
     "NeedData",
     "OpenTunnel",
     "Refuse",
+    "body_too_large",
 ]
 
 # The proxy's own address inside a sandbox: a request to it (as a base URL, or through
@@ -64,6 +83,10 @@ OWN_AUTHORITIES = (f"{PROXY_ADDRESS}:{PROXY_PORT}", f"localhost:{PROXY_PORT}")
 # text of the program's choice, its URL secret and placeholder included, in the refusal
 # and the wire's log). The program learns the class, not the byte.
 UNREADABLE_HEAD = "the request is not HTTP/1.1 as h11 reads it"
+# The same for a body h11 refuses (its chunked framing, its length, its end before its
+# length).
+UNREADABLE_BODY = ("the request body is not HTTP/1.1 as h11 reads it (its chunked framing "
+                   "or its length)")
 HEAD_TOO_SLOW = "the request head took too long"
 CONNECT_IN_TUNNEL = "a CONNECT inside a tunnel"
 NOT_FOR_THE_PROXY = ("the proxy takes absolute-form requests (http://host/…), CONNECT, "
@@ -137,10 +160,51 @@ class CallVerb:
 Command = NeedData | Closed | Refuse | OpenTunnel | Forward | CallVerb
 
 
+# -- body commands: what the shell is to do next with a request's body ----------------
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NeedBody:
+    """Read more of the client's bytes for the body (within the shell's idle time for a
+    body: IDLE_SECONDS forwarded, BODY_IDLE_SECONDS for a verb)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Continue:
+    """Write `data` (a 100 Continue) to the client, which waits for it before it sends
+    its body: given once, when the body is first asked for (no client waits a second for
+    a 100 that would come only after the upstream's answer)."""
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BodyData:
+    """The body's next bytes, as h11 read them."""
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BodyEnd:
+    """The body ended (what followed it is h11's, for the connection's next cycle)."""
+
+
+BodyCommand = NeedBody | Continue | BodyData | BodyEnd | Refuse
+
+
 class _State(enum.Enum):
     IDLE = "idle"  # between requests: a head may begin
+    BODY = "body"  # a request h11 read: its body is read through `next_body`
     BUSY = "busy"  # a command is the shell's; `request_done` or `tunnel_opened` next
     DONE = "done"  # refused or closed: nothing more
+
+
+def body_too_large(limit: int) -> Refused:
+    """The 413 of a verb's body over `limit`, its limit said in MiB when it is whole
+    MiB."""
+    size_text = (f"{limit // (1024 * 1024)} MiB" if limit % (1024 * 1024) == 0
+                 else f"{limit} bytes")
+    return Refused(413, f"the body is over {size_text} (the verb's limit)")
 
 
 # -- the steps, each a pure function ----------------------------------------------------
@@ -219,13 +283,21 @@ class ClientConnection:
     """One client connection's requests (see the module's text). `tunnel`: the port-80
     tunnel its requests travel in from the start (an endpoint's address on port 80)."""
 
-    __slots__ = ("buffer", "ended", "state", "tunnel")
+    __slots__ = ("body_ended", "body_size", "buffer", "continued", "declared", "ended",
+                 "limit", "reading", "state", "tunnel")
 
     def __init__(self, tunnel: Target | None = None) -> None:
         self.tunnel = tunnel
         self.buffer = b""
         self.ended = False
         self.state = _State.IDLE
+        # The request h11 read (its server side): its body comes from here.
+        self.reading: h11.Connection | None = None
+        self.declared: int | None = None  # the body's Content-Length, if it has one
+        self.limit: int | None = None  # a verb's, once it gives it; else none
+        self.body_size = 0
+        self.body_ended = False
+        self.continued = False  # the 100 for a client that waits for one is given
 
     @property
     def where(self) -> str:
@@ -235,13 +307,25 @@ class ClientConnection:
     # -- events in --------------------------------------------------------------------
 
     def receive_data(self, data: bytes) -> None:
-        """The client's bytes; b"" for its end."""
-        if self.state is _State.DONE:
+        """The client's bytes; b"" for its end. In the body state they are h11's."""
+        if self.state is _State.DONE or self.ended:
             return
         if not data:
             self.ended = True
-        else:
+        if self.state is _State.BODY:
+            assert self.reading is not None  # the body state has its reading
+            self.reading.receive_data(data)
+        elif data:
             self.buffer += data
+
+    def limit_body(self, limit: int) -> Refuse | None:
+        """A verb's limit for the body: past it, 413 (body_too_large). Refused now when
+        the Content-Length is over it, before a byte of the body is read."""
+        self._expect(_State.BODY)
+        self.limit = limit
+        if self.declared is not None and self.declared > limit:
+            return self._refuse(self.where, body_too_large(limit))
+        return None
 
     def head_timed_out(self) -> Refuse:
         """The head's time ran out before it was whole: 408, and the end."""
@@ -251,9 +335,10 @@ class ClientConnection:
 
     def request_done(self, leftover: bytes) -> None:
         """The shell's exchange ended and the connection goes on; `leftover`: what the
-        client sent of its next request meanwhile."""
+        client sent of its next request meanwhile. No row before a body's end."""
         self._expect(_State.BUSY)
         self.buffer = leftover
+        self.reading = None
         self.state = _State.IDLE
 
     def tunnel_opened(self, target: Target) -> None:
@@ -309,10 +394,58 @@ class ClientConnection:
                 parsed = _h11_reading(raw + rest)
                 if parsed is None:
                     return self._refuse(self.where, Refused(400, UNREADABLE_HEAD))
+            self._begin_body(parsed)
             return CallVerb(path=found, parsed=parsed)
         target, path = found
+        if parsed is not None:
+            self._begin_body(parsed)
         return Forward(head=head, raw=raw, rest=rest, target=target, path=path,
                        parsed=parsed)
+
+    def _begin_body(self, parsed: tuple[h11.Connection, h11.Request]) -> None:
+        self.reading = parsed[0]
+        if self.ended:  # the client's end came with the head: h11's too
+            self.reading.receive_data(b"")
+        self.declared = next((int(value) for name, value in parsed[1].headers
+                              if name == b"content-length"), None)  # h11 checked it
+        self.limit = None
+        self.body_size = 0
+        self.body_ended = self.continued = False
+        self.state = _State.BODY
+
+    def next_body(self) -> BodyCommand:
+        """What the shell is to do next with the request's body (default deny: a state
+        with no row raises). After the body's end, until `request_done`, BodyEnd again
+        (a request sent once more on a new connection sends its end once more)."""
+        if self.state is _State.BUSY and self.body_ended:
+            return BodyEnd()
+        self._expect(_State.BODY)
+        reading = self.reading
+        assert reading is not None  # the body state has its reading
+        if not self.continued:
+            self.continued = True
+            if reading.they_are_waiting_for_100_continue:
+                return Continue(data=reading.send(
+                    h11.InformationalResponse(status_code=100, headers=[])) or b"")
+        try:
+            event = reading.next_event()
+        except h11.RemoteProtocolError:
+            return self._refuse(self.where, Refused(400, UNREADABLE_BODY))
+        if event is h11.NEED_DATA:
+            return NeedBody()
+        if isinstance(event, h11.Data):
+            self.body_size += len(event.data)
+            if self.limit is not None and self.body_size > self.limit:
+                return self._refuse(self.where, body_too_large(self.limit))
+            return BodyData(data=bytes(event.data))
+        if isinstance(event, h11.EndOfMessage):
+            self.body_ended = True
+            self.state = _State.BUSY
+            return BodyEnd()
+        # In SEND_BODY h11 gives nothing else (an end before the body's raises): a bug,
+        # refused rather than let through.
+        return self._refuse(self.where, Refused(400, UNREADABLE_BODY))
+
 
     def _refuse(self, where: str, refusal: Refused) -> Refuse:
         self.state = _State.DONE

@@ -7,8 +7,9 @@ then Proxy.check_name and the address check): nothing here decides. Two ways:
   is body-less too (one Content-Length), that response, both written anew without h11;
   a response that is not body-less goes on as h11's from the bytes read so far
   (`h11_resumed`), the request not sent again.
-- `exchange`: h11 on both sides; the request's body streamed as it comes (or a verb's,
-  held whole), the response streamed back as it arrives, never held whole; after a
+- `exchange`: h11 on both sides; the request's body streamed as it comes (from the
+  connection's machine, `client_body`: lnk_proxy.connection reads it) or a verb's, held
+  whole; the response streamed back as it arrives, never held whole; after a
   `101 Switching Protocols` (a WebSocket asked for, UPGRADES) the two connections
   relayed as they are.
 An upstream is left reusable only when its response ended exactly at its end (both
@@ -23,7 +24,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import h11
 
-from lnk_common.bodies import SWITCHED, next_event, pass_response
+from lnk_common.bodies import SWITCHED, BodyRead, pass_response
 from lnk_common.wire import Refused, Wire
 from lnk_proxy.bodiless import (
     HOP_FIELDS,
@@ -31,6 +32,7 @@ from lnk_proxy.bodiless import (
     bodiless_request_bytes,
     client_closes,
 )
+from lnk_proxy.connection import BodyData, BodyEnd, ClientConnection, Continue, NeedBody
 from lnk_proxy.head import RequestHead
 from lnk_proxy.streams import read_within
 from lnk_proxy.upstream import CHUNK, Upstream, held_bytes
@@ -39,9 +41,11 @@ __all__ = [
     "CLIENT_WATCH_SECONDS",
     "IDLE_SECONDS",
     "UPGRADES",
+    "BodyRefused",
     "Outcome",
     "asks_to_upgrade",
     "bodiless_exchange",
+    "client_body",
     "exchange",
     "h11_resumed",
     "next_cycle",
@@ -119,6 +123,39 @@ async def _watch_client(reader: asyncio.StreamReader, upstream: Upstream,
     upstream.close()
 
 
+# -- the client's body, from the connection's machine --------------------------------
+
+class BodyRefused(Exception):
+    """The connection's machine refused the request's body (`refusal`: 400 for framing
+    h11 refuses, 413 past a verb's limit); the connection ends."""
+
+    def __init__(self, refusal: Refused) -> None:
+        super().__init__(refusal.reason)
+        self.refusal = refusal
+
+
+def client_body(connection: ClientConnection, reader: asyncio.StreamReader,
+                writer: asyncio.StreamWriter, idle: float) -> BodyRead:
+    """What reads the request's body for lnk_common.bodies and the exchange: the
+    machine's body commands carried out (the client's bytes read as it needs them,
+    waiting at most `idle` seconds; a 100 written for a client that waits for one) until
+    its next bytes (BodyData) or None at its end; BodyRefused for its refusal."""
+    async def read() -> bytes | None:
+        while True:
+            command = connection.next_body()
+            if isinstance(command, NeedBody):
+                connection.receive_data(await read_within(reader, CHUNK, idle))
+            elif isinstance(command, Continue):
+                writer.write(command.data)
+            elif isinstance(command, BodyData):
+                return command.data
+            elif isinstance(command, BodyEnd):
+                return None
+            else:
+                raise BodyRefused(command.refusal)
+    return read
+
+
 # -- the body-less exchange --------------------------------------------------------------
 
 async def bodiless_exchange(wire: Wire, authority: str, head: RequestHead, path: str,
@@ -180,26 +217,28 @@ async def h11_resumed(wire: Wire, authority: str, raw: bytes, path: str,
     client.receive_data(raw)
     request = client.next_event()  # h11 takes every body-less head
     assert isinstance(request, h11.Request)
+    end = client.next_event()  # and reads its body as none
+    assert isinstance(end, h11.EndOfMessage)
     return await exchange(wire, authority, "http", client, reader, writer, upstream,
-                          outgoing(request, path, False), body=None, resumed=resumed), client
+                          outgoing(request, path, False), body=b"", resumed=resumed), client
 
 
 # -- h11's exchange ----------------------------------------------------------------------
 
 async def exchange(wire: Wire, authority: str, kind: str, client: h11.Connection,
                    reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                   upstream: Upstream, request: h11.Request, *, body: bytes | None,
+                   upstream: Upstream, request: h11.Request, *, body: bytes | BodyRead,
                    watch_client: bool = False,
                    resumed: tuple[int, float, bytes] | None = None) -> Outcome:
-    """One allowed call: `request` and its body (`body`, taken whole already, or None:
-    the client's, streamed as it comes) to `upstream`, and the response streamed back
-    as it arrives, never held whole; after a 101 the two connections relayed as they
-    are. An `allowed` and an `ended` line on the wire's log. The upstream is closed
-    here unless the exchange left it reusable (both DONE). `watch_client`: a client
-    that goes away ends the upstream call (a model's answer can take minutes before its
-    first byte). `resumed`: the body-less exchange's call (its id, its start, and the
-    response's bytes read so far): `request` was sent already and its allowed line
-    written."""
+    """One allowed call: `request` and its body (`body`, taken whole already, or what
+    reads the client's, streamed as it comes: `client_body`) to `upstream`, and the
+    response streamed back as it arrives, never held whole; after a 101 the two
+    connections relayed as they are. An `allowed` and an `ended` line on the wire's
+    log. The upstream is closed here unless the exchange left it reusable (both DONE).
+    `watch_client`: a client that goes away ends the upstream call (a model's answer
+    can take minutes before its first byte). `resumed`: the body-less exchange's call
+    (its id, its start, and the response's bytes read so far): `request` was sent
+    already and its allowed line written."""
     if resumed is None:
         call = next(wire.ids)
         wire.log.write("allowed", authority, f"id={call} kind={kind}")
@@ -207,21 +246,20 @@ async def exchange(wire: Wire, authority: str, kind: str, client: h11.Connection
     else:
         call, started, _ = resumed
     conn = upstream.conn
-    if body is None and client.they_are_waiting_for_100_continue:
-        # The proxy takes the body itself and streams it on: no client waits a second
-        # for a 100 that would otherwise come only after the upstream's answer.
-        writer.write(client.send(h11.InformationalResponse(status_code=100, headers=[])))
     outcome = Outcome()
     switched = False
     watcher = (asyncio.ensure_future(_watch_client(reader, upstream, outcome))
                if watch_client else None)
     try:
-        await _send_request(client, reader, upstream, request, body, resumed, outcome)
+        await _send_request(upstream, request, body, resumed, outcome)
         switched = await _pass_response(client, writer, upstream, outcome)
         if switched:
             await _relay_switched(wire, client, reader, writer, upstream, outcome)
     except (h11.ProtocolError, ConnectionError, TimeoutError) as error:
         outcome.failure = outcome.failure or f" error={type(error).__name__}"
+    except BodyRefused:  # a forwarded body has no limit: h11 refused its framing, which
+        # the log says by h11's error's name, as it always did
+        outcome.failure = outcome.failure or " error=RemoteProtocolError"
     except Refused:  # no descriptor left for the switched connection's relay
         outcome.failure = " error=out-of-descriptors"
     finally:  # an ended line for every allowed one, even when the proxy is stopping
@@ -240,8 +278,7 @@ async def exchange(wire: Wire, authority: str, kind: str, client: h11.Connection
     return outcome
 
 
-async def _send_request(client: h11.Connection, reader: asyncio.StreamReader,
-                        upstream: Upstream, request: h11.Request, body: bytes | None,
+async def _send_request(upstream: Upstream, request: h11.Request, body: bytes | BodyRead,
                         resumed: tuple[int, float, bytes] | None, outcome: Outcome) -> None:
     """The request's head and its body to the upstream (a resumed exchange's were sent
     by the body-less exchange, byte for byte what h11 would send: h11 is only told)."""
@@ -251,24 +288,22 @@ async def _send_request(client: h11.Connection, reader: asyncio.StreamReader,
     else:
         conn.send(request)
         conn.receive_data(resumed[2])
-    if body is not None:
+    if isinstance(body, bytes):
         if body:
             up_writer.write(conn.send(h11.Data(data=body)))
         up_writer.write(conn.send(h11.EndOfMessage()))
         await up_writer.drain()
         outcome.sent = len(body)
         return
-    read = reader_of(reader, IDLE_SECONDS)
-    while True:  # the client's body, if any, as it comes
-        event = await next_event(client, read)
-        if isinstance(event, h11.Data):
-            outcome.sent += len(event.data)
-            up_writer.write(conn.send(h11.Data(data=event.data)))
+    while True:  # the client's body, if any, as the machine gives it
+        piece = await body()
+        if piece is None:
+            up_writer.write(conn.send(h11.EndOfMessage()))
             await up_writer.drain()
-            continue
-        up_writer.write(conn.send(h11.EndOfMessage()))
+            return
+        outcome.sent += len(piece)
+        up_writer.write(conn.send(h11.Data(data=piece)))
         await up_writer.drain()
-        return
 
 
 async def _pass_response(client: h11.Connection, writer: asyncio.StreamWriter,

@@ -23,11 +23,13 @@ import h11
 
 from lnk_common.wire import Refused, linger
 from lnk_proxy.bodiless import client_closes
-from lnk_proxy.connection import Forward
+from lnk_proxy.connection import ClientConnection, Forward
 from lnk_proxy.exchange import (
+    IDLE_SECONDS,
     Outcome,
     asks_to_upgrade,
     bodiless_exchange,
+    client_body,
     exchange,
     h11_resumed,
     next_cycle,
@@ -43,11 +45,11 @@ __all__ = ["forward", "handed"]
 
 
 async def forward(proxy: Proxy, request: Forward, reader: asyncio.StreamReader,
-                  writer: asyncio.StreamWriter, kept: list[Upstream | None]
-                  ) -> tuple[bool, bytes]:
+                  writer: asyncio.StreamWriter, kept: list[Upstream | None],
+                  connection: ClientConnection) -> tuple[bool, bytes]:
     """The request and its response; (whether the client's connection goes on to
     another request, the bytes it already sent of that one). `kept` holds the
-    connection's upstream between requests."""
+    connection's upstream between requests; `connection` (its machine) reads a body."""
     target = request.target
     previous = kept[0]
     kept[0] = None
@@ -76,26 +78,27 @@ async def forward(proxy: Proxy, request: Forward, reader: asyncio.StreamReader,
         outcome = await exchange(proxy, target.authority, "http", client, reader, writer,
                                  upstream, outgoing(asked, request.path,
                                                     asks_to_upgrade(asked.headers)),
-                                 body=None)
+                                 body=client_body(connection, reader, writer, IDLE_SECONDS))
     return await _settle(proxy, outcome, client, upstream, upstream is previous, request,
-                         reader, writer, kept)
+                         reader, writer, kept, connection)
 
 
 async def handed(proxy: Proxy, note: Handoff, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter, kept: list[Upstream | None]
-                 ) -> tuple[bool, bytes]:
+                 writer: asyncio.StreamWriter, kept: list[Upstream | None],
+                 connection: ClientConnection) -> tuple[bool, bytes]:
     """A lane's request whose response is not body-less: h11's from the bytes read."""
     outcome, client = await h11_resumed(
         proxy, note.authority, note.request.raw, note.request.path, reader, writer,
         note.upstream, (note.call, note.started, note.received))
     return await _settle(proxy, outcome, client, note.upstream, True, note.request, reader,
-                         writer, kept)
+                         writer, kept, connection)
 
 
 async def _settle(proxy: Proxy, outcome: Outcome, client: h11.Connection | None,
                   upstream: Upstream, was_kept: bool, request: Forward,
                   reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                  kept: list[Upstream | None]) -> tuple[bool, bytes]:
+                  kept: list[Upstream | None], connection: ClientConnection
+                  ) -> tuple[bool, bytes]:
     """After a passed request's exchange: its upstream kept when reusable, the request
     sent again when its kept upstream had closed, and whether the client's connection
     goes on. `client`: h11's reading of the exchange (None: body-less throughout); a
@@ -106,9 +109,10 @@ async def _settle(proxy: Proxy, outcome: Outcome, client: h11.Connection | None,
         kept[0] = upstream
     if outcome.failure and was_kept and not outcome.responded and outcome.sent == 0:
         # The kept connection was closed by the server meanwhile: a request with no body
-        # is sent again, once, on a new connection (checked afresh), which is then kept
-        # in `kept` as any other (and closed with the client's).
-        return await proxy.forward(request, reader, writer, kept)
+        # sent is sent again, once, on a new connection (checked afresh), which is then
+        # kept in `kept` as any other (and closed with the client's). Its body goes on
+        # from the machine where it is (an ended one gives its end again).
+        return await proxy.forward(request, reader, writer, kept, connection)
     if client is None:
         return not outcome.failure and not client_closes(request.head), request.rest
     keep, trailing = next_cycle(client, outcome)

@@ -199,9 +199,9 @@ class Proxy(Wire):
                 connection.tunnel_opened(command.target)
                 continue
             if isinstance(command, CallVerb):
-                keep, leftover = await self._verb(command, reader, writer)
+                keep, leftover = await self._verb(command, reader, writer, connection)
             else:
-                keep, leftover = await self.forward(command, reader, writer, kept)
+                keep, leftover = await self.forward(command, reader, writer, kept, connection)
             if not keep:
                 return
             connection.request_done(leftover)
@@ -224,9 +224,11 @@ class Proxy(Wire):
                 return note.command
             if isinstance(note, Retry | Handoff):
                 if isinstance(note, Retry):  # the kept upstream closed unanswering
-                    keep, leftover = await self.forward(note.request, reader, writer, kept)
+                    keep, leftover = await self.forward(note.request, reader, writer, kept,
+                                                        connection)
                 else:
-                    keep, leftover = await forwarding.handed(self, note, reader, writer, kept)
+                    keep, leftover = await forwarding.handed(self, note, reader, writer, kept,
+                                                             connection)
                 if keep:
                     connection.request_done(leftover)
                 return keep
@@ -237,18 +239,19 @@ class Proxy(Wire):
         return True
 
     async def forward(self, request: Forward, reader: asyncio.StreamReader,
-                      writer: asyncio.StreamWriter, kept: list[Upstream | None]) -> Keep:
+                      writer: asyncio.StreamWriter, kept: list[Upstream | None],
+                      connection: ClientConnection) -> Keep:
         """A request the task passes on (lnk_proxy.forward): every one that is not the
         lane's, and a lane's sent again on a new connection."""
-        return await forwarding.forward(self, request, reader, writer, kept)
+        return await forwarding.forward(self, request, reader, writer, kept, connection)
 
     async def _verb(self, command: CallVerb, reader: asyncio.StreamReader,
-                    writer: asyncio.StreamWriter) -> Keep:
+                    writer: asyncio.StreamWriter, connection: ClientConnection) -> Keep:
         """A call to a verb: 404 for no such verb or one that is off (counted as any
-        refusal), else the verb's own; its body's share of MAX_HELD_BODY_BYTES given
-        back when it ends."""
+        refusal), else the verb's own (its body read through `connection`, the
+        machine); its body's share of MAX_HELD_BODY_BYTES given back when it ends."""
         client, request = command.parsed
-        call = VerbCall(self, request, client, reader, writer)
+        call = VerbCall(self, request, client, connection, reader, writer)
         try:
             name, rest = split_verb(command.path, self.enabled)
         except VerbError as error:

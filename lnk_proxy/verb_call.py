@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import h11
 
-from lnk_common.bodies import read_body
+from lnk_common.bodies import collect_body
 from lnk_common.wire import Refused, linger
-from lnk_proxy.exchange import Outcome, exchange, next_cycle, reader_of
+from lnk_proxy.connection import UNREADABLE_BODY, ClientConnection, body_too_large
+from lnk_proxy.exchange import BodyRefused, Outcome, client_body, exchange, next_cycle
 from lnk_proxy.target import Target
 from lnk_proxy.upstream import Pool, Upstream, open_upstream
 from lnk_proxy.verbs import asked_line
@@ -63,11 +64,7 @@ MAX_HELD_BODY_BYTES = 128 * 1024 * 1024
 # share of MAX_HELD_BODY_BYTES is let go (408) within this. The relay's BODY_IDLE_SECONDS.
 BODY_IDLE_SECONDS = 60.0
 
-# The reasons of refusals whose cause is h11's reading of the program's bytes: fixed
-# text, never h11's message (which quotes the bytes it refused). The program learns the
-# class, not the byte.
-UNREADABLE_BODY = ("the request body is not HTTP/1.1 as h11 reads it (its chunked framing "
-                   "or its length)")
+# UNREADABLE_BODY, a body h11 refuses, is the connection's machine's (it decides it).
 BODY_STALLED = f"the request body stalled (nothing for {BODY_IDLE_SECONDS:g} s)"
 HELD_BODIES_FULL = (f"the proxy holds {MAX_HELD_BODY_BYTES // (1024 * 1024)} MiB of verb "
                     "request bodies already (MAX_HELD_BODY_BYTES); try again when a call "
@@ -90,16 +87,19 @@ class Verb(Protocol):
 
 class VerbCall:
     """One verb call's I/O (see the module's text): the request as h11 read it, the
-    client's connection, and the call's share of MAX_HELD_BODY_BYTES (given back by
-    `release`, however the call ends)."""
+    client's connection and its machine (`connection`, whose body commands give the
+    body), and the call's share of MAX_HELD_BODY_BYTES (given back by `release`, however
+    the call ends)."""
 
-    __slots__ = ("client", "proxy", "reader", "request", "share", "writer")
+    __slots__ = ("client", "connection", "proxy", "reader", "request", "share", "writer")
 
     def __init__(self, proxy: Proxy, request: h11.Request, client: h11.Connection,
-                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+                 connection: ClientConnection, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter) -> None:
         self.proxy = proxy
         self.request = request
         self.client = client
+        self.connection = connection
         self.reader = reader
         self.writer = writer
         self.share = proxy.held_bodies.share()
@@ -119,14 +119,23 @@ class VerbCall:
         """The request's whole body, at most `limit` bytes, or Refused: 413 over the limit
         (from the Content-Length before a byte is read, else as it passes), 503 past
         MAX_HELD_BODY_BYTES, 400 for framing h11 refuses, 408 for a body that stalls.
-        The reasons are fixed text: nothing of the program's bytes is quoted."""
-        size_text = (f"{limit // (1024 * 1024)} MiB" if limit % (1024 * 1024) == 0
-                     else f"{limit} bytes")
-        too_large = Refused(413, f"the body is over {size_text} (the verb's limit)")
-        return await read_body(self.request, self.client, self.writer,
-                               reader_of(self.reader, BODY_IDLE_SECONDS), limit=limit,
-                               too_large=too_large, take=self.share.take,
-                               unreadable=UNREADABLE_BODY, stalled=BODY_STALLED)
+        The reasons are fixed text: nothing of the program's bytes is quoted. The 413
+        and the 400 are the connection's machine's (lnk_proxy.connection), its bytes
+        the machine's body commands."""
+        refused = self.connection.limit_body(limit)  # the Content-Length, before a byte
+        if refused is not None:
+            raise refused.refusal
+        pieces = client_body(self.connection, self.reader, self.writer, BODY_IDLE_SECONDS)
+
+        async def read() -> bytes | None:
+            try:
+                return await pieces()
+            except BodyRefused as error:
+                raise error.refusal from None
+
+        return await collect_body(self.request, read, limit=limit,
+                                  too_large=body_too_large(limit), take=self.share.take,
+                                  unreadable=UNREADABLE_BODY, stalled=BODY_STALLED)
 
     # -- answers ------------------------------------------------------------------------
 

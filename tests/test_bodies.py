@@ -11,7 +11,14 @@ from collections.abc import Awaitable, Callable
 import h11
 import pytest
 
-from lnk_common.bodies import PASSED, HeldBodies, next_event, pass_response, read_body
+from lnk_common.bodies import (
+    PASSED,
+    HeldBodies,
+    collect_body,
+    next_event,
+    pass_response,
+    read_body,
+)
 from lnk_common.wire import Refused
 
 Pair = tuple[asyncio.StreamReader, asyncio.StreamWriter, asyncio.StreamReader,
@@ -205,3 +212,37 @@ def test_a_response_broken_off_keeps_what_went_counted() -> None:
     assert isinstance(ended, h11.RemoteProtocolError)  # the host closed inside the body
     assert (streamed.received, streamed.responded) == (4, True)  # the ended line says so
     assert got.endswith(b"\r\n\r\nabcd")  # what came went on, as it came
+
+
+def test_a_body_from_pieces_of_the_callers_own_is_held_within_the_same_limits() -> None:
+    """collect_body over the pieces the proxy's machine gives (lnk_proxy.exchange's
+    client_body): the same limit and shares as h11's, and the caller's own refusal
+    passed on as it is, never said as another."""
+    request = h11.Request(method="POST", target="/v",
+                          headers=[("Host", "a"), ("Transfer-Encoding", "chunked")])
+
+    def pieces(*given: bytes | Refused | None) -> Callable[[], Awaitable[bytes | None]]:
+        left = list(given)
+
+        async def read() -> bytes | None:
+            piece = left.pop(0)
+            if isinstance(piece, Refused):
+                raise piece
+            return piece
+        return read
+
+    def collect(read: Callable[[], Awaitable[bytes | None]], taken: list[int]) -> bytes:
+        return asyncio.run(collect_body(request, read, limit=LIMIT, too_large=TOO_LARGE,
+                                        take=taken.append, unreadable="unreadable",
+                                        stalled="stalled"))
+
+    taken: list[int] = []
+    assert collect(pieces(b"ab", b"c" * 998, None), taken) == b"ab" + b"c" * 998
+    assert taken == [2, 998]
+    with pytest.raises(Refused) as over:
+        collect(pieces(b"a" * LIMIT, b"b", None), [])
+    assert over.value is TOO_LARGE
+    own = Refused(400, "the machine's own reason")
+    with pytest.raises(Refused) as refused:
+        collect(pieces(b"ab", own), [])
+    assert refused.value is own

@@ -55,6 +55,7 @@ class Host:
     def __init__(self, script: Script) -> None:
         self.script = script
         self.requests: list[bytes] = []
+        self.bodies: list[bytes] = []  # each request's body as framed on the wire
         self.connections = 0
         self.served_here = 0  # answered on the connection of the request being answered
         self.ended = 0  # connections whose other end (the proxy) closed them
@@ -81,6 +82,12 @@ class Host:
                     buffer += chunk
                 head, _, buffer = buffer.partition(b"\r\n\r\n")
                 self.requests.append(head)
+                framed = await _framed_body(head, buffer, reader)
+                if framed is None:  # the proxy closed inside the body
+                    self.ended += 1
+                    return
+                body, buffer = framed
+                self.bodies.append(body)
                 self.served_here = served
                 served += 1
                 answer = self.script(len(self.requests), head)
@@ -111,6 +118,38 @@ class Host:
         self.server.close()
         for writer in self.writers:
             writer.close()
+
+
+async def _framed_body(head: bytes, buffer: bytes, reader: asyncio.StreamReader
+                       ) -> tuple[bytes, bytes] | None:
+    """(the request's body as framed on the wire, what follows it): its Content-Length
+    of bytes, or chunks up to the last one (no trailer fields: the proxy sends none);
+    None when the connection ended before the body did."""
+    fields = head.lower().split(b"\r\n")[1:]
+    length = next((int(field.split(b":", 1)[1]) for field in fields
+                   if field.startswith(b"content-length:")), 0)
+    chunked = b"transfer-encoding: chunked" in fields
+    end = b"\r\n0\r\n\r\n"
+    while (len(buffer) < length if not chunked
+           else not (buffer.startswith(end[2:]) or end in buffer)):
+        chunk = await reader.read(65536)
+        if not chunk:
+            return None
+        buffer += chunk
+    if chunked:
+        at = 0 if buffer.startswith(end[2:]) else buffer.index(end) + 2
+        return buffer[:at + len(end) - 2], buffer[at + len(end) - 2:]
+    return buffer[:length], buffer[length:]
+
+
+def _unchunked(framed: bytes) -> bytes:
+    body = b""
+    while True:
+        size_line, _, framed = framed.partition(b"\r\n")
+        size = int(size_line, 16)
+        if not size:
+            return body
+        body, framed = body + framed[:size], framed[size + 2:]
 
 
 class Rig:
@@ -683,5 +722,107 @@ def test_a_note_given_as_the_parked_tasks_timer_rings_is_not_lost(
         assert await asyncio.wait_for(reader.read(), 2) == b""
         writer.close()
         rig.close()
+
+    _run(test)
+
+
+# -- bodies, read by the connection's machine (lnk_proxy.connection) ------------------
+
+
+def test_a_body_goes_on_as_the_machine_reads_it_and_the_next_request_follows(
+        tmp_path: Path, origin: Path) -> None:
+    """A chunked body sent in pieces and a Content-Length one after a 100: each sent on
+    whole as the client sent it, counted on its ended line, and the connection goes on
+    to the next request (the machine's request_done only after the body's end)."""
+    async def test() -> None:
+        rig = await _rig(tmp_path, lambda _n, _head: FINE)
+        reader, writer = await asyncio.open_connection("127.0.0.1", rig.port)
+        post = rig.request("/up").replace(b"GET ", b"POST ", 1)[:-2]
+        writer.write(post + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+        await writer.drain()
+        writer.write(b"6\r\n world\r\n")
+        await writer.drain()
+        writer.write(b"0\r\n\r\n")
+        assert (await _response(reader))[1] == b"fine\n"
+        writer.write(post + b"Content-Length: 4\r\nExpect: 100-continue\r\n\r\n")
+        assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 100 ")
+        writer.write(b"data" + rig.request())
+        assert (await _response(reader))[1] == b"fine\n"
+        assert (await _response(reader))[1] == b"fine\n"
+        writer.close()
+        rig.close()
+        assert len(rig.host.requests) == 3 and rig.host.connections == 1
+        assert _unchunked(rig.host.bodies[0]) == b"hello world"
+        assert rig.host.bodies[1:] == [b"data", b""]
+        assert b"expect" not in rig.host.requests[1].lower()
+        ended = rig.events("ended")
+        assert [line.split(" sent=")[1].split()[0] for line in ended] == ["11", "4", "0"]
+
+    _run(test)
+
+
+def test_a_body_the_machine_refuses_ends_the_call_and_sends_none_of_it(
+        tmp_path: Path, origin: Path) -> None:
+    """Chunked framing h11 refuses: nothing of the body reaches the host, the call ends
+    with h11's error's name on its line (never the bytes), the connection closes."""
+    async def test() -> None:
+        rig = await _rig(tmp_path, lambda _n, _head: FINE)
+        reader, writer = await asyncio.open_connection("127.0.0.1", rig.port)
+        post = rig.request("/up").replace(b"GET ", b"POST ", 1)[:-2]
+        writer.write(post + b"Transfer-Encoding: chunked\r\n\r\nzz\r\nsecret\r\n")
+        assert await asyncio.wait_for(reader.read(), 10) == b""
+        writer.close()
+        await wait_for_ended(rig)
+        rig.close()
+        assert b"secret" not in b"".join(rig.host.bodies)
+        (ended,) = rig.events("ended")
+        assert " sent=0 received=0 " in ended, ended
+        assert ended.endswith(" error=RemoteProtocolError"), ended
+        assert "secret" not in "".join(rig.lines())
+
+    _run(test)
+
+
+async def wait_for_ended(rig: Rig) -> None:
+    """Until the host saw the proxy close its connection (polled)."""
+    for _ in range(500):
+        if rig.host.ended:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the host's connection was never closed")
+
+
+@pytest.mark.parametrize("method", ["POST", "HEAD"])
+def test_an_empty_body_is_sent_again_once_when_its_kept_upstream_had_closed(
+        tmp_path: Path, origin: Path, method: str) -> None:
+    """A request h11 reads whose body ended before anything was sent (an empty POST, a
+    HEAD), on a kept upstream that closes unanswering: sent again once on a new
+    connection, its end given again by the machine (BodyEnd until request_done); main
+    waited for the client there until the idle time."""
+    empty = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+
+    def script(number: int, _head: bytes) -> Answer:
+        if number == 2:
+            return CLOSE
+        return empty if number == 3 and method == "HEAD" else FINE
+
+    async def test() -> None:
+        rig, reader, writer = await _kept(tmp_path, script)
+        asked = rig.request("/again").replace(b"GET ", f"{method} ".encode(), 1)[:-2]
+        writer.write(asked + (b"Content-Length: 0\r\n" if method == "POST" else b"")
+                     + b"\r\n")
+        assert (await _response(reader))[1] == (b"fine\n" if method == "POST" else b"")
+        writer.write(rig.request())
+        assert (await _response(reader))[1] == b"fine\n"
+        writer.close()
+        rig.close()
+        assert [head.split(b" ")[:2] for head in rig.host.requests[1:3]] == [
+            [method.encode(), b"/again"]] * 2
+        assert rig.host.connections == 2
+        ended = rig.events("ended")
+        assert len(rig.events("allowed")) == len(ended) == 4, rig.lines()
+        # h11 read the closed upstream's end: its error's name, as for any h11 call
+        assert " sent=0 received=0 " in ended[1], ended
+        assert ended[1].endswith(" error=RemoteProtocolError"), ended
 
     _run(test)
