@@ -643,12 +643,14 @@ def init_argv(packages: str) -> tuple[list[str], tuple[str, ...]]:
     from lnk_common.chain import helper_argv as chain_argv
 
     native = os.path.join(packages, *NATIVE_INIT)
+    built: int | None = None
     try:
         built = os.stat(native).st_mtime_ns if os.access(native, os.X_OK) else None
-        source = os.stat(native + ".c").st_mtime_ns if os.path.exists(native + ".c") else 0
-    except OSError:  # gone since: the Python init
+        source = os.stat(native + ".c").st_mtime_ns
+    except FileNotFoundError:  # no source beside it: an install that carries the program
+        source = 0
+    except OSError:  # gone since, or unreadable: the Python init
         built = None
-    # No source beside it: an install that carries the program and not its source.
     if built is not None and built >= source - NATIVE_INIT_STALE_NS:
         return [os.path.join(bwrap_plan.PACKAGES_INSIDE, *NATIVE_INIT)], ()
     init = chain_argv("init", inside=bwrap_plan.PACKAGES_INSIDE)
