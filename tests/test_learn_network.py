@@ -32,7 +32,13 @@ from lnk_wrap.learn_network import (
 )
 from lnk_wrap.spec import is_host_entry
 from tests.conftest import LNK_SANDBOX, RunSandbox, WriteSpec, fuzz, toml_list, wire_log_of
-from tests.test_harnesses import HARNESS_TIMEOUT_SECONDS, HARNESSES, copy_recipe, settings_with_key
+from tests.test_harnesses import (
+    HARNESS_TIMEOUT_SECONDS,
+    HARNESSES,
+    Harness,
+    copy_recipe,
+    settings_with_key,
+)
 from tests.testnet import NPM_PACKAGE, NPM_REGISTRY
 from tests.testservers import DNS_SERVER
 
@@ -363,6 +369,21 @@ def test_learn_a_database_client_names_its_endpoint_then_it_reaches_postgres(
     assert done.stdout.strip() == "hello-from-origin", done.stderr
 
 
+def _learn_recipe(harness: Harness, recipe: Path, env: dict[str, str],
+                  key: str) -> subprocess.CompletedProcess[str]:
+    """`learn` over the harness's recipe (proxy.toml), asked to write a file; it ends
+    well, and its key is nowhere in what it printed."""
+    command = [word if word != "{prompt}" else "lnk-write-file hello.txt learned"
+               for word in harness.command]
+    learned = subprocess.run([LNK_SANDBOX, "learn", "--spec", str(recipe / "proxy.toml"),
+                              "--", *command], cwd=str(recipe / "work"), env=env,
+                             stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                             timeout=HARNESS_TIMEOUT_SECONDS, check=False)
+    assert learned.returncode == 0, (learned.stdout[-3000:], learned.stderr[-3000:])
+    assert key not in learned.stdout + learned.stderr
+    return learned
+
+
 def test_learn_a_harness_recipe_offers_what_it_tried_beside_its_model(
     tmp_path: Path, testnet: Path
 ) -> None:
@@ -373,14 +394,7 @@ def test_learn_a_harness_recipe_offers_what_it_tried_beside_its_model(
     harness = HARNESSES["codex"]
     recipe = copy_recipe(harness, tmp_path)
     env, key = settings_with_key(harness, tmp_path, testnet)
-    command = [word if word != "{prompt}" else "lnk-write-file hello.txt learned"
-               for word in harness.command]
-    learned = subprocess.run([LNK_SANDBOX, "learn", "--spec", str(recipe / "proxy.toml"),
-                              "--", *command], cwd=str(recipe / "work"), env=env,
-                             stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                             timeout=HARNESS_TIMEOUT_SECONDS, check=False)
-    assert learned.returncode == 0, (learned.stdout[-3000:], learned.stderr[-3000:])
-    assert key not in learned.stdout + learned.stderr
+    learned = _learn_recipe(harness, recipe, env, key)
     hosts = _body(learned.stdout)["network"]["hosts"]
     # Which of these Codex gets to before it exits depends on its own timing (measured:
     # all three, or only github.com, run to run); nothing else is ever offered.
@@ -400,14 +414,7 @@ def test_learn_a_harness_that_calls_its_provider_directly_is_told_to_use_the_ver
     recipe = copy_recipe(harness, tmp_path)
     (recipe / "home" / ".claude" / "settings.json").unlink()
     env, key = settings_with_key(harness, tmp_path, testnet)
-    command = [word if word != "{prompt}" else "lnk-write-file hello.txt learned"
-               for word in harness.command]
-    learned = subprocess.run([LNK_SANDBOX, "learn", "--spec", str(recipe / "proxy.toml"),
-                              "--", *command], cwd=str(recipe / "work"), env=env,
-                             stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                             timeout=HARNESS_TIMEOUT_SECONDS, check=False)
-    assert learned.returncode == 0, (learned.stdout[-3000:], learned.stderr[-3000:])
-    assert key not in learned.stdout + learned.stderr
+    learned = _learn_recipe(harness, recipe, env, key)
     assert "api.anthropic.com" not in _body(learned.stdout).get("network", {}).get("hosts", [])
     assert ("lnk-sandbox: not offered: api.anthropic.com:443: the anthropic model provider's "
             'API: use [verbs] model = ["anthropic"] instead (a hosts entry would open a tunnel '
