@@ -3,7 +3,7 @@
 Usage:
   lnk-sandbox wrap --spec=FILE [--wire=NAME] [--platform=NAME] [--json] [--] COMMAND...
   lnk-sandbox run --spec=FILE [--wire=NAME] [--platform=NAME] [--summary=FILE] [--] COMMAND...
-  lnk-sandbox learn --spec=FILE [--] COMMAND...
+  lnk-sandbox learn --spec=FILE [--platform=NAME] [--] COMMAND...
   lnk-sandbox check [--spec=FILE] [--platform=NAME] [--json]
   lnk-sandbox check --probe [--json]
   lnk-sandbox explain --spec=FILE [--json]
@@ -40,7 +40,10 @@ Verbs:
           (or a JSON array with --json). It needs no process of ours and no open file
           to run: keep it and run it from anywhere. With --platform macos, the
           macOS line (/usr/bin/sandbox-exec -p PROFILE -D… -- …), printed on any
-          machine; it has never run on a Mac.
+          machine; it has never run on a Mac. Its network is the agent's proxy on
+          the agent's port, which the line does not start (what runs inside
+          Seatbelt cannot be the proxy): run it under `run --platform macos`, or
+          with that proxy kept running; stderr says so.
   run     Run COMMAND sandboxed now: the same line, run at once. With --summary, FILE
           gets one JSON object when it has ended, for a script: {"status", "wire",
           "run", "calls", "refused", "paused", "pause_reason", "stopped",
@@ -450,17 +453,18 @@ def _platform(arguments: Mapping[str, object]) -> str:
 
 
 def _mac_line(arguments: Mapping[str, object], env: Mapping[str, str],
-              command: list[str]) -> list[str]:
+              command: list[str]) -> tuple[list[str], int | None]:
     """wrap --platform macos (lnk_wrap.seatbelt_wrap): the agent's folder made as its
-    first start would, then the spec read as on Linux, then the macOS line."""
+    first start would, then the spec read as on Linux, then the macOS line and the
+    agent's proxy port it needs (None: no network through a proxy)."""
     from lnk_wrap.seatbelt import MacosError
     from lnk_wrap.seatbelt_ports import PortsError
-    from lnk_wrap.seatbelt_wrap import mac_line, make_agent_folder
+    from lnk_wrap.seatbelt_wrap import mac_parts, make_agent_folder
 
     make_agent_folder(str(arguments["--spec"]), _settings_root(env))
     policy = _policy(arguments, env)
     try:
-        return mac_line(policy, command)
+        return mac_parts(policy, command)
     except (MacosError, PortsError) as error:
         raise CliError(f"{policy.spec}: macOS: {error}; nothing was printed") from None
     except OSError as error:
@@ -468,9 +472,16 @@ def _mac_line(arguments: Mapping[str, object], env: Mapping[str, str],
                        ) from None
 
 
+def _mac_proxy_note(port: int) -> str:
+    from lnk_wrap.seatbelt_wrap import PROXY_NOTE
+
+    return PROXY_NOTE.format(port=port)
+
+
 def _wrap(arguments: Mapping[str, object], env: Mapping[str, str], command: list[str]) -> int:
+    port: int | None = None
     if _platform(arguments) == "macos":
-        line = _mac_line(arguments, env, command)
+        line, port = _mac_line(arguments, env, command)
     else:
         policy = _policy(arguments, env)
         if policy.network == "proxy":  # and the line says it again at each of its starts
@@ -488,6 +499,9 @@ def _wrap(arguments: Mapping[str, object], env: Mapping[str, str], command: list
         import shlex
 
         print(shlex.join(line))
+    if port is not None:  # after the line, so that the line is what output begins with
+        sys.stdout.flush()
+        print(f"lnk-sandbox: {_mac_proxy_note(port)}", file=sys.stderr)
     return 0
 
 
@@ -558,6 +572,8 @@ def _learn(arguments: Mapping[str, object], env: Mapping[str, str], command: lis
     from lnk_wrap.launch import LaunchError
     from lnk_wrap.learn import format_commands, learn
 
+    if _platform(arguments) == "macos":
+        return _learn_macos(arguments, env, command)
     policy = _policy(arguments, env)
     if policy.network != "host" and not policy.site_packages:
         policy = policy.with_site_packages(_site_packages())  # its wire's proxy (h11)
@@ -574,6 +590,41 @@ def _learn(arguments: Mapping[str, object], env: Mapping[str, str], command: lis
     for path, why in found.refused:
         print(f"lnk-sandbox: not offered: {path}: {why}", file=sys.stderr)
     _print_network(policy, found.network)
+    if found.status != 0:
+        print(f"lnk-sandbox: the command exited with status {found.status}; a run that stops "
+              "early may not have started every program it needs", file=sys.stderr)
+    return found.status
+
+
+def _learn_macos(arguments: Mapping[str, object], env: Mapping[str, str],
+                 command: list[str]) -> int:
+    """learn --platform macos (lnk_wrap.learn.learn_macos): the programs from Seatbelt's
+    reports; on a machine with no sandbox-exec, one line and nothing run."""
+    from lnk_wrap.learn import format_commands, learn_macos
+    from lnk_wrap.seatbelt import SANDBOX_EXEC, MacosError
+    from lnk_wrap.seatbelt_ports import PortsError
+    from lnk_wrap.seatbelt_wrap import make_agent_folder
+
+    if not os.access(SANDBOX_EXEC, os.X_OK):
+        raise CliError(f"learn --platform macos: no {SANDBOX_EXEC}: this is not a Mac (wrap "
+                       "--platform macos prints the line on any machine); nothing ran")
+    make_agent_folder(str(arguments["--spec"]), _settings_root(env))
+    policy = _policy(arguments, env)
+    try:
+        found = learn_macos(policy, command, env, sandbox_exec=SANDBOX_EXEC)
+    except (MacosError, PortsError) as error:
+        raise CliError(f"learn --platform macos: {error}; nothing ran") from None
+    print(f"# lnk-sandbox learn: the programs the command ran, from Seatbelt's reports, "
+          f"under {policy.spec} (nothing was written)")
+    print(format_commands(policy.commands, found.offered))
+    for path, why in found.refused:
+        print(f"lnk-sandbox: not offered: {path}: {why}", file=sys.stderr)
+    if not found.offered:
+        print("lnk-sandbox: learn --platform macos: no program was reported; a Mac whose "
+              "reports read otherwise than the seed says offers none (never a wrong one)",
+              file=sys.stderr)
+    print("lnk-sandbox: learn --platform macos reads no hosts: `lnk-sandbox log WIRE "
+          "--refused` lists the calls its wire refused", file=sys.stderr)
     if found.status != 0:
         print(f"lnk-sandbox: the command exited with status {found.status}; a run that stops "
               "early may not have started every program it needs", file=sys.stderr)

@@ -39,14 +39,17 @@ if TYPE_CHECKING:
 
     from lnk_wrap.runs import Run
 
-__all__ = ["LEARN_DNS_ENDPOINT", "TEMP_FOLDERS", "Learned", "format_commands", "learn",
-           "learning_policy"]
+__all__ = ["LEARN_DNS_ENDPOINT", "MAC_TEMP_FOLDERS", "TEMP_FOLDERS", "Learned",
+           "format_commands", "learn", "learn_macos", "learning_policy"]
 
 # The sandbox's own temp folders: anything in them was written by the program.
 TEMP_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm")
 # The endpoint that gives a learning run its own DNS when the spec's sandbox has none:
 # `.invalid` never resolves (RFC 6761 §6.4), so a call to it reaches nothing, and the
 # DNS answers every other name NXDOMAIN and logs it.
+# A Mac's temp folders as Seatbelt's reports name them (resolved: /tmp is /private/tmp;
+# /private/var/folders holds each user's $TMPDIR).
+MAC_TEMP_FOLDERS = ("/private/tmp", "/private/var/tmp", "/private/var/folders")
 LEARN_DNS_NAME = "dns-for-learn.invalid"
 LEARN_DNS_ENDPOINT = LEARN_DNS_NAME + ":9"
 
@@ -114,6 +117,29 @@ def learn(policy: Policy, command: list[str], env: Mapping[str, str]) -> Learned
                                          replaceable=(*policy.write, *TEMP_FOLDERS))
     if found.runs:
         found.network = _seen(policy, found.runs[0])
+    return found
+
+
+def learn_macos(policy: Policy, command: list[str], env: Mapping[str, str], *,
+                sandbox_exec: str) -> Learned:
+    """`learn --platform macos`: the command run once by the Mac's parent (lnk_wrap.
+    seatbelt_run) under a profile that allows every program with report, the programs
+    named from Seatbelt's reports (lnk_wrap.seatbelt_log), offered as on Linux. Its
+    wire's hosts are not read here (`log WIRE --refused` lists them). Never run on a
+    Mac: the words of an allowed report are the seed's, not seen (seatbelt_log)."""
+    from lnk_wrap.seatbelt import mac_path
+    from lnk_wrap.seatbelt_run import run_reported
+
+    # Policy.learn marks the run as a learning one; on a Mac the reports are the record,
+    # so this path (never made) is only the mark.
+    learning = policy.replace(commands=(), learn=os.path.join(policy.settings, "sandbox",
+                                                              "learn", "seatbelt-reports"))
+    status, seen = run_reported(learning, command, env, sandbox_exec=sandbox_exec)
+    found = Learned(status=status, offered=[], refused=[])
+    written = tuple(mac_path(path) for path in policy.write)
+    found.offered, found.refused = offer(seen, listed=tuple(mac_path(path) for path in
+                                                            policy.commands),
+                                         replaceable=(*written, *MAC_TEMP_FOLDERS))
     return found
 
 

@@ -33,7 +33,7 @@ TYPE_CHECKING = False  # the typing module costs an import at every start
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["PROXY_START_SECONDS", "environments", "run_macos"]
+__all__ = ["PROXY_START_SECONDS", "environments", "run_macos", "run_reported"]
 
 # How long the proxy has to take connections: it imports nothing heavy before its first.
 PROXY_START_SECONDS = 20.0
@@ -106,6 +106,16 @@ def _start_proxy(policy: Policy, port: int, env: dict[str, str]) -> subprocess.P
 def run_macos(policy: Policy, command: list[str], env: Mapping[str, str], *,
               sandbox_exec: str = SANDBOX_EXEC) -> int:
     """Run `command` under `policy`'s profile (the module's order); its status."""
+    status, named = run_reported(policy, command, env, sandbox_exec=sandbox_exec)
+    for path in named:
+        print(f"lnk-sandbox: [commands] refused {path} (Seatbelt's report)", file=sys.stderr)
+    return status
+
+
+def run_reported(policy: Policy, command: list[str], env: Mapping[str, str], *,
+                 sandbox_exec: str = SANDBOX_EXEC) -> tuple[int, list[str]]:
+    """Run `command` under `policy`'s profile: its status, and the programs Seatbelt
+    reported (refused ones; for a learning policy, the ones it ran)."""
     argv, port = mac_parts(policy, command)
     if not os.access(sandbox_exec, os.X_OK):
         raise MacosError(f"no {sandbox_exec}: this is not a Mac")
@@ -121,12 +131,12 @@ def run_macos(policy: Policy, command: list[str], env: Mapping[str, str], *,
 
 
 def _run_child(policy: Policy, argv: list[str], program_env: dict[str, str],
-               env: Mapping[str, str]) -> int:
+               env: Mapping[str, str]) -> tuple[int, list[str]]:
     child = subprocess.Popen(argv, env=program_env)
     reader = None
-    if policy.commands:
+    if policy.commands or policy.learn:
         try:
-            reader = LogReader(child.pid, env)
+            reader = LogReader(child.pid, env, learning=bool(policy.learn))
         except OSError as error:
             print(f"lnk-sandbox: {error}", file=sys.stderr)
     previous = {number: signal.signal(number, lambda got, _: child.send_signal(got))
@@ -136,6 +146,5 @@ def _run_child(policy: Policy, argv: list[str], program_env: dict[str, str],
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
-    for path in reader.stop() if reader is not None else []:
-        print(f"lnk-sandbox: [commands] refused {path} (Seatbelt's report)", file=sys.stderr)
-    return 128 - status if status < 0 else status
+    named = reader.stop() if reader is not None else []
+    return (128 - status if status < 0 else status), named

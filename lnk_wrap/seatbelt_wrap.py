@@ -22,7 +22,7 @@ from lnk_wrap.bwrap import NO_PROXY_LOOPBACK, NODE_PROXY_SWITCH, PROXY_VARIABLES
 from lnk_wrap.seatbelt import MacosError, mac_path, profile, sandbox_exec_argv
 from lnk_wrap.seatbelt_ports import PortsError, open_folder, port_for
 
-__all__ = ["ENV", "LOOPBACK", "PLATFORMS", "mac_line", "mac_parts", "make_agent_folder",
+__all__ = ["ENV", "LOOPBACK", "PLATFORMS", "mac_parts", "make_agent_folder",
            "program_environment", "proxy_argv"]
 
 # The platforms `wrap` and `check` take: this machine's own (the default), or macOS.
@@ -46,9 +46,17 @@ def program_environment(policy: Policy, port: int | None) -> list[str]:
     return words
 
 
-def mac_line(policy: Policy, command: list[str]) -> list[str]:
-    """The macOS line of `policy` running `command` (the module's order)."""
-    return mac_parts(policy, command)[0]
+# What `wrap --platform macos` says on stderr after the line when it needs a proxy. The
+# seed keeps lnk-sandbox outside as the parent of sandbox-exec (the proxy, the log
+# reader): whatever runs inside Seatbelt is confined with the program, so the line cannot
+# start its own proxy. `run --platform macos` is that parent; a kept line needs the
+# agent's proxy kept running (Link's service: the port is fixed per agent so that it is
+# known before the harness starts). Record 0042, "The parent outside".
+PROXY_NOTE = ("this line reaches the network only through the agent's proxy on "
+              "127.0.0.1:{port}, which it does not start: run the command with `lnk-sandbox "
+              "run --platform macos` (the proxy, the log reader and signals kept outside "
+              "it), or keep that proxy running while the line runs; until then every "
+              "call is refused")
 
 
 def mac_parts(policy: Policy, command: list[str]) -> tuple[list[str], int | None]:

@@ -39,7 +39,7 @@ from lnk_wrap.seatbelt import (
     profile,
     sandbox_exec_argv,
 )
-from lnk_wrap.seatbelt_wrap import ENV, mac_line, program_environment, proxy_argv
+from lnk_wrap.seatbelt_wrap import ENV, mac_parts, program_environment, proxy_argv
 from lnk_wrap.spec import SpecError, load_spec
 
 from .conftest import LNK_SANDBOX, ROOT, VENV_PYTHON, fuzz
@@ -479,6 +479,10 @@ def _spec(tmp_path: Path) -> Path:
     return spec
 
 
+def mac_line(policy: Policy, command: list[str]) -> list[str]:
+    return mac_parts(policy, command)[0]
+
+
 def test_wrap_platform_macos_prints_the_line_and_json_the_same_argv(tmp_path: Path) -> None:
     env = {**os.environ, **_settings_env(tmp_path)}
     spec = _spec(tmp_path)
@@ -497,6 +501,31 @@ def test_wrap_platform_macos_prints_the_line_and_json_the_same_argv(tmp_path: Pa
     rules = evaluate(argv[2], dict(word[2:].split("=", 1) for word in argv
                                    if word.startswith("-D")))
     assert rules.may_connect(40781)
+    # The line starts no proxy (nothing inside Seatbelt can be it): stderr says so, after
+    # the line, so that what the output begins with is the line (record 0042).
+    for done in (shown, as_json):
+        assert done.stderr.count("lnk-sandbox: ") == 1
+        assert "proxy on 127.0.0.1:40781, which it does not start" in done.stderr
+        assert "run --platform macos" in done.stderr
+    both = subprocess.run([*command, "--", "/bin/echo", "hi"], env=env, check=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=60)
+    assert both.stdout.startswith("/usr/bin/sandbox-exec -p ")
+    assert both.stdout.rstrip("\n").endswith("which it does not start: run the command "
+                                              "with `lnk-sandbox run --platform macos` (the "
+                                              "proxy, the log reader and signals kept outside "
+                                              "it), or keep that proxy running while the line "
+                                              "runs; until then every call is refused")
+
+
+def test_wrap_platform_macos_without_a_wire_says_nothing_of_a_proxy(tmp_path: Path) -> None:
+    env = {**os.environ, **_settings_env(tmp_path)}
+    spec = tmp_path / "none.toml"
+    spec.write_text('[network]\nmode = "none"\n')
+    done = subprocess.run([LNK_SANDBOX, "wrap", "--platform", "macos", "--spec", str(spec),
+                           "--", "/bin/echo", "hi"], env=env, capture_output=True, text=True,
+                          check=True, timeout=60)
+    assert done.stdout.startswith("/usr/bin/sandbox-exec -p ") and done.stderr == ""
 
 
 def test_wrap_platform_macos_refuses_with_the_reason(tmp_path: Path) -> None:

@@ -19,10 +19,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lnk_wrap.seatbelt_log import (
+    LEARN_PREDICATE,
     MAX_REPORT_BYTES,
     PREDICATE,
     LogReader,
     Naming,
+    log_stream_argv,
     parent_of,
     parse_report,
 )
@@ -111,9 +113,35 @@ def test_parse_report_table() -> None:
                  "Sandbox: sh(1) deny(1) file-read-data /etc/x",
                  "Sandbox: sh(x) deny(1) process-exec* /bin/x",
                  "Sandbox: sh(1) deny(1) process-exec* relative",
-                 "Sandbox: sh(1) allow process-exec* /bin/x",
+                 "Sandbox: sh(1) allowed process-exec* /bin/x",
+                 "Sandbox: sh(1) allow(x) process-exec* /bin/x",
                  "Sandbox: sh(1) deny(1) process-exec* /" + "a" * MAX_REPORT_BYTES):
         assert parse_report(line) is None, line
+
+
+def test_a_learning_runs_reports_are_the_allowed_ones() -> None:
+    """learn --platform macos: the profile allows every program with report; the reader
+    names the allowed ones (with or without the count a refusal's line has: the words of
+    an allowed report are the seed's, not seen on a Mac), each once, and a learning
+    reader names no refusal, as a run's names no allowed program."""
+    for line in ("Sandbox: sh(12) allow process-exec* /usr/bin/git",
+                 "Sandbox: sh(12) allow(1) process-exec /usr/bin/git"):
+        report = parse_report(line)
+        assert report is not None and report.allowed and report.path == "/usr/bin/git"
+    refused = parse_report("Sandbox: sh(12) deny(1) process-exec* /usr/bin/git")
+    assert refused is not None and not refused.allowed
+    parents = {12: 10, 10: 1}
+    learning, running = Naming(10, parents.get, allowed=True), Naming(10, parents.get)
+    for line in ("Sandbox: sh(12) allow process-exec* /usr/bin/git",
+                 "Sandbox: sh(12) deny(1) process-exec* /usr/bin/curl",
+                 "Sandbox: sh(12) allow(1) process-exec* /usr/bin/git",
+                 "Sandbox: sh(10) allow process-exec* /bin/sh"):
+        learning.feed(line)
+        running.feed(line)
+    assert learning.named == ["/usr/bin/git", "/bin/sh"]
+    assert running.named == ["/usr/bin/curl"]
+    assert log_stream_argv("log", learning=True)[-1] == LEARN_PREDICATE
+    assert log_stream_argv("log")[-1] == PREDICATE
 
 
 @fuzz()

@@ -186,3 +186,69 @@ def test_run_platform_macos_on_this_machine_is_one_line_and_runs_nothing(
         assert done.returncode == 125 and done.stderr.count("\n") == 1, done
         assert "nothing ran" in done.stderr and "Traceback" not in done.stderr, done
         assert not marker.exists()
+
+
+FAKE_LEARN_LOG = """#!/bin/sh
+while [ ! -s "$FAKE_PID" ]; do sleep 0.01; done
+pid=$(cat "$FAKE_PID")
+for line in "allow process-exec* /usr/bin/git" "allow(1) process-exec* $FAKE_WRITTEN/tool" \
+    "allow process-exec* /private/tmp/x" "allow process-exec* /usr/bin/listed" \
+    "deny(1) process-exec* /usr/bin/refused" "allow process-exec* /usr/bin/git"; do
+  echo "2026-12-05 02:00:00.000 E  kernel[0:1] (Sandbox) Sandbox: sh($pid) $line"
+done
+: > "$FAKE_PRINTED"
+exec sleep 600
+"""
+LEARNING_PROGRAM = """
+import os, time
+open(os.environ["FAKE_PID"], "w").write(str(os.getpid()))
+while not os.path.exists(os.environ["FAKE_PRINTED"]):
+    time.sleep(0.01)
+"""
+
+
+def test_learn_platform_macos_offers_the_programs_seatbelt_reported(tmp_path: Path) -> None:
+    """learn --platform macos: the profile allows every program with report; the parent
+    reads the allowed reports of its run and offers them as Linux's learn does (each once;
+    never one in a written or temp folder; a listed one not again; a refusal not at
+    all)."""
+    from lnk_wrap.learn import learn_macos
+
+    settings = tmp_path / "lnk"
+    settings.mkdir()
+    written = "/Users/someone/out"  # a Mac's folder, as its reports name it; not in a temp one
+    bin_folder = tmp_path / "bin"
+    bin_folder.mkdir()
+    fake = _script(bin_folder / "sandbox-exec", FAKE_SANDBOX_EXEC)
+    _script(bin_folder / "log", FAKE_LEARN_LOG)
+    policy = Policy(settings=str(settings), network="none", write=(written,),
+                    commands=("/usr/bin/listed",))
+    env = {"PATH": f"{bin_folder}:{os.environ['PATH']}", "HOME": str(tmp_path),
+           "FAKE_WRITTEN": written,
+           **{name: str(tmp_path / name.lower()) for name in (
+               "FAKE_PROFILE", "FAKE_PARAMETERS", "FAKE_PID", "FAKE_PRINTED")}}
+    found = learn_macos(policy, [VENV_PYTHON, "-c", LEARNING_PROGRAM], env,
+                        sandbox_exec=fake)
+    assert found.status == 0
+    assert found.offered == ["/usr/bin/git"]
+    assert [path for path, _ in found.refused] == [f"{written}/tool", "/private/tmp/x"]
+    profile = (tmp_path / "fake_profile").read_text()
+    assert "(allow process-exec* (with report))" in profile
+
+
+def test_learn_platform_macos_on_this_machine_is_one_line_and_runs_nothing(
+        tmp_path: Path) -> None:
+    import subprocess
+
+    from .conftest import LNK_SANDBOX
+
+    marker = tmp_path / "ran"
+    spec = tmp_path / "spec.toml"
+    spec.write_text(f'[files]\nread = ["{tmp_path}"]\nwrite = ["{tmp_path}"]\n')
+    env = {**os.environ, "LNK_HOME": str(tmp_path / "settings")}
+    done = subprocess.run([LNK_SANDBOX, "learn", "--platform", "macos", "--spec", str(spec),
+                           "--", "/usr/bin/touch", str(marker)],
+                          capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert done.returncode == 125 and done.stderr.count("\n") == 1, done
+    assert "learn --platform macos: no /usr/bin/sandbox-exec: this is not a Mac" in done.stderr
+    assert "nothing ran" in done.stderr and not marker.exists() and done.stdout == ""
