@@ -521,22 +521,32 @@ def _run(arguments: Mapping[str, object], env: Mapping[str, str], command: list[
         raise CliError(str(error)) from None
 
 
+def _mac_policy(command: str, arguments: Mapping[str, object],
+                env: Mapping[str, str]) -> Policy:
+    """The policy of `run` or `learn` with --platform macos: where there is no
+    sandbox-exec (not a Mac), one line and nothing runs; else the agent's folder made as
+    its first start would, then the spec read as on Linux."""
+    from lnk_wrap.seatbelt import SANDBOX_EXEC
+    from lnk_wrap.seatbelt_wrap import make_agent_folder
+
+    if not os.access(SANDBOX_EXEC, os.X_OK):
+        raise CliError(f"{command} --platform macos: no {SANDBOX_EXEC}: this is not a Mac "
+                       "(wrap --platform macos prints the line on any machine); nothing ran")
+    make_agent_folder(str(arguments["--spec"]), _settings_root(env))
+    return _policy(arguments, env)
+
+
 def _run_macos(arguments: Mapping[str, object], env: Mapping[str, str],
                command: list[str]) -> int:
     """run --platform macos (lnk_wrap.seatbelt_run): the macOS line, its parent outside
     it; where there is no sandbox-exec (not a Mac), one line and nothing runs."""
-    from lnk_wrap.seatbelt import SANDBOX_EXEC, MacosError
+    from lnk_wrap.seatbelt import MacosError
     from lnk_wrap.seatbelt_ports import PortsError
     from lnk_wrap.seatbelt_run import run_macos
-    from lnk_wrap.seatbelt_wrap import make_agent_folder
 
     if arguments["--summary"] is not None:
         raise CliError("run --platform macos: --summary is not built for macOS; nothing ran")
-    if not os.access(SANDBOX_EXEC, os.X_OK):
-        raise CliError(f"run --platform macos: no {SANDBOX_EXEC}: this is not a Mac (wrap "
-                       "--platform macos prints the line on any machine); nothing ran")
-    make_agent_folder(str(arguments["--spec"]), _settings_root(env))
-    policy = _policy(arguments, env)
+    policy = _mac_policy("run", arguments, env)
     try:
         return run_macos(policy, command, env)
     except (MacosError, PortsError) as error:
@@ -603,16 +613,13 @@ def _learn_macos(arguments: Mapping[str, object], env: Mapping[str, str],
     from lnk_wrap.learn import format_commands, learn_macos
     from lnk_wrap.seatbelt import SANDBOX_EXEC, MacosError
     from lnk_wrap.seatbelt_ports import PortsError
-    from lnk_wrap.seatbelt_wrap import make_agent_folder
 
-    if not os.access(SANDBOX_EXEC, os.X_OK):
-        raise CliError(f"learn --platform macos: no {SANDBOX_EXEC}: this is not a Mac (wrap "
-                       "--platform macos prints the line on any machine); nothing ran")
-    make_agent_folder(str(arguments["--spec"]), _settings_root(env))
-    policy = _policy(arguments, env)
+    policy = _mac_policy("learn", arguments, env)
     try:
         found = learn_macos(policy, command, env, sandbox_exec=SANDBOX_EXEC)
     except (MacosError, PortsError) as error:
+        raise CliError(f"{policy.spec}: macOS: {error}; nothing ran") from None
+    except OSError as error:
         raise CliError(f"learn --platform macos: {error}; nothing ran") from None
     print(f"# lnk-sandbox learn: the programs the command ran, from Seatbelt's reports, "
           f"under {policy.spec} (nothing was written)")

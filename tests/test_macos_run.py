@@ -48,11 +48,15 @@ process-exec* /usr/bin/forbidden"
 : > "$FAKE_PRINTED"
 exec sleep 600
 """
-PROGRAM = """
-import json, os, sys, time, urllib.request
+# The program's first lines: its pid given to the fake `log`, then wait until it printed.
+WAIT_FOR_LOG = """
+import os, time
 open(os.environ["FAKE_PID"], "w").write(str(os.getpid()))
 while not os.path.exists(os.environ["FAKE_PRINTED"]):
     time.sleep(0.01)
+"""
+PROGRAM = WAIT_FOR_LOG + """
+import json, sys, urllib.request
 opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 url = os.environ["LNK_SANDBOX_URL"] + "/local/" + sys.argv[1] + "/api/tags"
 body = opener.open(url, timeout=20).read()
@@ -199,12 +203,6 @@ done
 : > "$FAKE_PRINTED"
 exec sleep 600
 """
-LEARNING_PROGRAM = """
-import os, time
-open(os.environ["FAKE_PID"], "w").write(str(os.getpid()))
-while not os.path.exists(os.environ["FAKE_PRINTED"]):
-    time.sleep(0.01)
-"""
 
 
 def test_learn_platform_macos_offers_the_programs_seatbelt_reported(tmp_path: Path) -> None:
@@ -227,7 +225,7 @@ def test_learn_platform_macos_offers_the_programs_seatbelt_reported(tmp_path: Pa
            "FAKE_WRITTEN": written,
            **{name: str(tmp_path / name.lower()) for name in (
                "FAKE_PROFILE", "FAKE_PARAMETERS", "FAKE_PID", "FAKE_PRINTED")}}
-    found = learn_macos(policy, [VENV_PYTHON, "-c", LEARNING_PROGRAM], env,
+    found = learn_macos(policy, [VENV_PYTHON, "-c", WAIT_FOR_LOG], env,
                         sandbox_exec=fake)
     assert found.status == 0
     assert found.offered == ["/usr/bin/git"]
