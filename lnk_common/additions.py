@@ -15,10 +15,10 @@ folder's lock so that two commands at once lose neither's change):
                               "by": "alice (uid 1000)"}],
      "endpoints": [{"host": "db.example.com:5432", "added": "…", "by": "…"}]}
 
-"endpoints" (`allow --tcp`: additions to `[tcp] endpoints`) are taken at the wire's next
-start, not at the next call: an endpoint is a name given an address inside the sandbox
-and a socket listening there on its port, made before the program starts
-(lnk_common.endpoints); the launcher adds them to the plan (lnk_wrap.launch).
+"endpoints" (`allow --tcp`: additions to `[tcp] endpoints`) are taken at each start
+(the launcher adds them to the plan, lnk_wrap.launch) and, by a running sandbox with
+DNS of its own, at the next call: the proxy has a socket made inside for the name when
+it is looked up (lnk_proxy.added_endpoints), and takes it away as it takes a host.
 
 Every host is read by the spec's own rule for `[network] hosts` and every endpoint by
 its rule for `[tcp] endpoints` (lnk_common.hostentry); a host may not be an address that
@@ -174,13 +174,16 @@ def encode_additions(entries: tuple[Entry, ...]) -> bytes:
 
 
 class Added:
-    """What a reader takes from the file: the hosts (empty when there is none, or when
-    it cannot be taken), and why it could not be (`problem`, "" when it could)."""
+    """What a reader takes from the file: the hosts and the endpoints (empty when there
+    is none, or when it cannot be taken), and why it could not be (`problem`, "" when
+    it could)."""
 
-    __slots__ = ("hosts", "problem")
+    __slots__ = ("endpoints", "hosts", "problem")
 
-    def __init__(self, hosts: tuple[str, ...], problem: str = "") -> None:
+    def __init__(self, hosts: tuple[str, ...], problem: str = "", *,
+                 endpoints: tuple[str, ...] = ()) -> None:
         self.hosts = hosts
+        self.endpoints = endpoints
         self.problem = problem
 
 
@@ -239,7 +242,9 @@ def added_hosts(settings: str, wire: str) -> Added:
     except AdditionsError as error:
         return Added((), f"the wire's additions cannot be read ({error})")
     try:
-        found = Added(tuple(entry.host for entry in parse_additions(data) if not entry.tcp))
+        entries = parse_additions(data)
+        found = Added(tuple(entry.host for entry in entries if not entry.tcp),
+                      endpoints=tuple(entry.host for entry in entries if entry.tcp))
     except AdditionsError as error:
         found = Added((), f"the wire's additions cannot be taken: {error}")
     if time.time_ns() - max(read_status.st_mtime_ns, read_status.st_ctime_ns) > SETTLE_NS:

@@ -125,7 +125,8 @@ def _take_away(env: dict[str, str], wire: str, how: str, host: str) -> float:
     if how == "broken":  # a file that cannot be taken lets nothing more through
         added.write_bytes(b'{"version": 1, "hosts": [')
     else:
-        words = ("disallow", wire, host) if how == "disallow" else ("disallow", wire, "--clear")
+        words = {"disallow": ("disallow", wire, host), "tcp": ("disallow", "--tcp", wire, host),
+                 "clear": ("disallow", wire, "--clear")}[how]
         assert lnk(env, *words).returncode == 0
     return added.stat().st_mtime
 
@@ -553,3 +554,83 @@ def test_explain_and_status_show_the_additions_apart_from_the_spec(
     text = lnk(sandbox_env, "status").stdout
     assert "shown added by you, apart from its spec (lnk-sandbox allowed shown): " \
            "docs.example.com, *.mirror.example.net:8443" in text, text
+
+
+_ENDPOINT_STEPS = """
+import os, socket, sys, time
+marks = sys.argv[1]
+def mark(name, text):
+    open(f"{marks}/{name}.tmp", "w").write(text)
+    os.rename(f"{marks}/{name}.tmp", f"{marks}/{name}")
+def wait(name):
+    while not os.path.exists(f"{marks}/{name}"):
+        time.sleep(0.02)
+def echo():
+    try:
+        s = socket.create_connection(("denied.lnkt", 7), timeout=10)
+        s.sendall(b"ping")
+        return s, s.recv(10).decode()
+    except OSError as error:
+        return None, type(error).__name__
+mark("first", echo()[1])
+wait("allowed")
+kept, said = echo()
+mark("second", said)
+kept.settimeout(20)
+try:
+    while True:
+        kept.sendall(b"x" * 1024)
+        if not kept.recv(65536):
+            break
+except OSError:
+    pass
+mark("closed", repr(time.time()))
+wait("disallowed")
+mark("third", echo()[1])
+"""
+
+
+def test_an_endpoint_added_with_tcp_is_taken_at_the_next_call_and_taken_away_within_a_second(
+    write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str], tmp_path: Path,
+) -> None:
+    """`allow --tcp` on a running sandbox with DNS of its own (its spec names an
+    endpoint): the program's next lookup of the name gets an address inside, where the
+    proxy had a socket made since, and its connection goes through, without a restart;
+    `disallow --tcp` closes the open connection within a second, and the next lookup
+    is refused again."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    spec = write_spec(f'name = "live-ends"\n[files]\nread = {toml_list(testnet)}\n'
+                      f'write = {toml_list(marks)}\n[network]\nmode = "proxy"\n'
+                      '[tcp]\nendpoints = ["allowed.lnkt:7"]\n')
+    run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", PYTHON, "-I", "-c",
+                            _ENDPOINT_STEPS, str(marks)], env=sandbox_env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = wait_until(lambda: (marks / "first").exists() and (marks / "first").read_text(),
+                           "the first lookup")
+        assert first == "gaierror", first
+        allowed = lnk(sandbox_env, "allow", "--tcp", "live-ends", "denied.lnkt:7")
+        assert allowed.returncode == 0, allowed.stderr
+        assert "from its next call" in allowed.stdout, allowed.stdout
+        (marks / "allowed").touch()
+        second = wait_until(lambda: (marks / "second").exists()
+                            and (marks / "second").read_text(), "the call after allow")
+        assert second == "ping", second
+        taken = _take_away(sandbox_env, "live-ends", "tcp", "denied.lnkt:7")
+        closed = float(str(wait_until(lambda: (marks / "closed").exists()
+                                      and (marks / "closed").read_text(), "the close")))
+        print(f"HOW: the endpoint's connection closed {closed - taken:.3f} s after the file "
+              "changed")
+        assert closed - taken < 1.0
+        (marks / "disallowed").touch()
+        _, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    finally:
+        end_run(run)
+    assert (marks / "third").read_text() == "gaierror", stderr
+    log = (wire_folder(sandbox_env, "live-ends") / "log").read_text()
+    lines = [line.split("\t") for line in log.splitlines()]
+    ended = [fields for fields in lines if fields[1] == "ended" and fields[2] == "denied.lnkt:7"]
+    assert len(ended) == 1 and "closed=taken-away" in ended[0][3], log
+    assert any(fields[1] == "allowed" and fields[2] == "denied.lnkt" and "type=A" in fields[3]
+               for fields in lines), log
