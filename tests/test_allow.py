@@ -590,14 +590,16 @@ mark("third", echo()[1])
 """
 
 
+@pytest.mark.parametrize("how", ["tcp", "clear", "broken"])
 def test_an_endpoint_added_with_tcp_is_taken_at_the_next_call_and_taken_away_within_a_second(
     write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str], tmp_path: Path,
+    how: str,
 ) -> None:
     """`allow --tcp` on a running sandbox with DNS of its own (its spec names an
     endpoint): the program's next lookup of the name gets an address inside, where the
     proxy had a socket made since, and its connection goes through, without a restart;
-    `disallow --tcp` closes the open connection within a second, and the next lookup
-    is refused again."""
+    `disallow --tcp` (or `--clear`, or a broken file) closes the open connection within
+    a second, and the next lookup is refused again."""
     marks = tmp_path / "marks"
     marks.mkdir()
     spec = write_spec(f'name = "live-ends"\n[files]\nread = {toml_list(testnet)}\n'
@@ -617,7 +619,7 @@ def test_an_endpoint_added_with_tcp_is_taken_at_the_next_call_and_taken_away_wit
         second = wait_until(lambda: (marks / "second").exists()
                             and (marks / "second").read_text(), "the call after allow")
         assert second == "ping", second
-        taken = _take_away(sandbox_env, "live-ends", "tcp", "denied.lnkt:7")
+        taken = _take_away(sandbox_env, "live-ends", how, "denied.lnkt:7")
         closed = float(str(wait_until(lambda: (marks / "closed").exists()
                                       and (marks / "closed").read_text(), "the close")))
         print(f"HOW: the endpoint's connection closed {closed - taken:.3f} s after the file "
@@ -634,3 +636,90 @@ def test_an_endpoint_added_with_tcp_is_taken_at_the_next_call_and_taken_away_wit
     assert len(ended) == 1 and "closed=taken-away" in ended[0][3], log
     assert any(fields[1] == "allowed" and fields[2] == "denied.lnkt" and "type=A" in fields[3]
                for fields in lines), log
+
+
+_LOOKED_UP_LATER = """
+import os, socket, sys, time
+marks = sys.argv[1]
+{before}
+while not os.path.exists(f"{{marks}}/go"):
+    time.sleep(0.02)
+for name in sys.argv[2:]:
+    try:
+        with socket.create_connection((name, 7), timeout=10) as s:
+            s.sendall(b"ping")
+            print(name, s.recv(10).decode())
+    except OSError as error:
+        print(name, type(error).__name__)
+"""
+
+
+def _looked_up_after(sandbox_env: dict[str, str], spec: Path, marks: Path, added: str,
+                     names: tuple[str, ...], before: str = "") -> list[str]:
+    """A running program (after `before`) that waits, `allow --tcp` of `added` on its
+    wire, then its lookups of `names` and a connection to port 7 of each: what each got."""
+    run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", PYTHON, "-I", "-c",
+                            _LOOKED_UP_LATER.format(before=before), str(marks), *names],
+                           env=sandbox_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    try:
+        wait_until(lambda: "started" in (wire_folder(sandbox_env, "later") / "log").read_text()
+                   if (wire_folder(sandbox_env, "later") / "log").exists() else False,
+                   "the run's start")
+        allowed = lnk(sandbox_env, "allow", "--tcp", "later", added)
+        assert allowed.returncode == 0, allowed.stderr
+        (marks / "go").touch()
+        stdout, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    finally:
+        end_run(run)
+    assert run.returncode == 0, stderr
+    return stdout.splitlines()
+
+
+def _later_spec(write_spec: WriteSpec, testnet: Path, marks: Path, endpoint: str) -> Path:
+    return write_spec(f'name = "later"\n[files]\nread = {toml_list(testnet)}\n'
+                      f'write = {toml_list(marks)}\n[network]\nmode = "proxy"\n'
+                      f'[tcp]\nendpoints = ["{endpoint}"]\n')
+
+
+def test_a_wildcard_endpoint_added_to_a_running_sandbox_gives_each_name_its_address(
+    write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str], tmp_path: Path,
+) -> None:
+    """`allow --tcp WIRE *.lnkt:7` on a running sandbox (its spec's endpoint on port 9):
+    one socket on port 7 on every address inside, each name under the domain its own
+    address, both reached by name."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    spec = _later_spec(write_spec, testnet, marks, "allowed.lnkt:9")
+    said = _looked_up_after(sandbox_env, spec, marks, "*.lnkt:7", ("denied.lnkt", "other.lnkt"))
+    assert said == ["denied.lnkt ping", "other.lnkt ping"], said
+    log = (wire_folder(sandbox_env, "later") / "log").read_text()
+    answers = set(re.findall(r"\tallowed\t(?:denied|other)\.lnkt\tkind=dns type=A answer=(\S+)",
+                             log))
+    assert len(answers) == 2, log
+
+
+@pytest.mark.parametrize(("spec_endpoint", "added", "before"), [
+    # The program listens on every address on port 7000 before the addition: its port.
+    ("allowed.lnkt:7", "denied.lnkt:7000",
+     "held = socket.create_server(('0.0.0.0', 7000))"),
+    # A `*.` endpoint's port is taken on every address: the spec's endpoint has port 7.
+    ("allowed.lnkt:7", "*.lnkt:7", ""),
+])
+def test_an_endpoint_that_cannot_be_placed_in_a_running_sandbox_is_refused_and_said(
+    write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str], tmp_path: Path,
+    spec_endpoint: str, added: str, before: str,
+) -> None:
+    """A port taken inside: the name is refused at its lookup, the log's line says why
+    in one line, and nothing else changed (the spec's endpoint still served)."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    spec = _later_spec(write_spec, testnet, marks, spec_endpoint)
+    said = _looked_up_after(sandbox_env, spec, marks, added, ("denied.lnkt", "allowed.lnkt"),
+                            before)
+    assert said == ["denied.lnkt gaierror", "allowed.lnkt ping"], said
+    log = (wire_folder(sandbox_env, "later") / "log").read_text()
+    refused = [line for line in log.splitlines()
+               if "\trefused\tdenied.lnkt\tkind=dns type=A " in line]
+    assert refused and all("not placed in the running sandbox: cannot listen on " in line
+                           and "Address already in use" in line for line in refused), log
