@@ -181,7 +181,9 @@ def _made_inside(inside_fd: int, places: list[Place]) -> list[socket.socket]:
         for address, port in places:
             argv += ["--place", f"{address}:{port}"]
         try:
-            done = subprocess.run(argv, pass_fds=(network_fd, theirs.fileno()),
+            # An empty environment: the proxy's holds the run's placeholders and URL
+            # secret, which a process that binds sockets has no use for.
+            done = subprocess.run(argv, pass_fds=(network_fd, theirs.fileno()), env={},
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, timeout=HELPER_SECONDS, check=False)
         except subprocess.TimeoutExpired:

@@ -575,6 +575,7 @@ def echo():
 mark("first", echo()[1])
 wait("allowed")
 kept, said = echo()
+address = kept.getpeername()[0]
 mark("second", said)
 kept.settimeout(20)
 try:
@@ -587,6 +588,16 @@ except OSError:
 mark("closed", repr(time.time()))
 wait("disallowed")
 mark("third", echo()[1])
+# The address it was given: its socket inside closed too (within a second).
+deadline, said = time.time() + 1, "open"
+while time.time() < deadline:
+    try:
+        socket.create_connection((address, 7), timeout=1).close()
+    except ConnectionRefusedError:
+        said = "refused"
+        break
+    time.sleep(0.05)
+mark("direct", said)
 """
 
 
@@ -630,6 +641,7 @@ def test_an_endpoint_added_with_tcp_is_taken_at_the_next_call_and_taken_away_wit
     finally:
         end_run(run)
     assert (marks / "third").read_text() == "gaierror", stderr
+    assert (marks / "direct").read_text() == "refused"
     log = (wire_folder(sandbox_env, "live-ends") / "log").read_text()
     lines = [line.split("\t") for line in log.splitlines()]
     ended = [fields for fields in lines if fields[1] == "ended" and fields[2] == "denied.lnkt:7"]
