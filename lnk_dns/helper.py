@@ -27,7 +27,12 @@ lnk-sandbox-dns-helper): docs/glossary.md, "DNS helper"; docs/decisions/0040.
 
 The launcher does not run this program: it calls `make_sockets` in a fork of its own,
 which saves starting a Python (some 20 ms) at every sandbox start. The console script is
-the same code for an administrator or a test, given a sandbox's pid. Its options that
+the same code for an administrator or a test, given a sandbox's pid. Its second form is
+a running sandbox's proxy's, for an endpoint `lnk-sandbox allow --tcp` added since the
+start (lnk_proxy.added_endpoints): given a descriptor of the sandbox's network (never a
+pid) and the places to listen on, it joins as the first form does and sends a socket for
+each back (`place_more`), all or none; the proxy has threads, so it starts this program
+rather than fork. Its options that
 carry the policy are its fields', spelt and checked as the launcher's are
 (lnk_common.policy.FIELDS).
 
