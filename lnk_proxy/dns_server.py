@@ -341,8 +341,8 @@ class DnsService:
             return self.refuse_oversized(data, len(data))
         key = answer_key(data)
         cached = self.answered.get((udp, key)) if key is not None else None
-        if cached is not None and cached[0] == "refused" and self._added_names(cached[1]):
-            cached = None  # refused before `allow --tcp` named it: decided again
+        if cached is not None and self._added_names(cached[1]):
+            cached = None  # answered before `allow --tcp` named it: decided again
         if cached is not None:
             event, name, detail, answer = cached
             try:
@@ -369,10 +369,11 @@ class DnsService:
         return self._decided(query, key, udp)
 
     def _added_names(self, name: str) -> tuple[HostRule, ...]:
-        """The added endpoints naming `name` (a service name's host) when the spec's
-        names do not (a stat of the additions, at a query the spec refuses)."""
+        """The added endpoints naming `name` (a service name's host): a stat of the
+        additions at each query, even of a name the spec lists (an endpoint added on
+        another port of it needs its socket too). None without the additions' shell."""
         host = service_host(name)
-        if self.added is None or not host or self.allowed(host):
+        if self.added is None or not host:
             return ()
         return self.added.rules_for(host)
 
@@ -394,8 +395,11 @@ class DnsService:
             decision = decide(query, allowed=lambda host: bool(added) or self.allowed(host),
                               give=self.give)
         except PlacingError as error:
-            decision = Refuse("NXDOMAIN", f"{service_host(name)} is an endpoint `lnk-sandbox "
-                              f"allow --tcp` added, not placed in the running sandbox: {error}")
+            # A name the spec lists is answered as the spec says (nothing else changed).
+            decision = decide(query, allowed=self.allowed, give=self.give) if self.allowed(
+                service_host(name)) else Refuse(
+                "NXDOMAIN", f"{service_host(name)} is an endpoint `lnk-sandbox allow --tcp` "
+                f"added, not placed in the running sandbox: {error}")
         if isinstance(decision, Refuse | Local):
             # The same query gets the same answer for the sandbox's life (an address
             # once given is kept): the reply is kept, and a repeat skips the parsing.

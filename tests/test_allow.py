@@ -661,7 +661,7 @@ while not os.path.exists(f"{{marks}}/go"):
     time.sleep(0.02)
 for name in sys.argv[2:]:
     try:
-        with socket.create_connection((name, 7), timeout=10) as s:
+        with socket.create_connection((name.split(":")[0], 7), timeout=10) as s:
             s.sendall(b"ping")
             print(name, s.recv(10).decode())
     except OSError as error:
@@ -712,6 +712,20 @@ def test_a_wildcard_endpoint_added_to_a_running_sandbox_gives_each_name_its_addr
     answers = set(re.findall(r"\tallowed\t(?:denied|other)\.lnkt\tkind=dns type=A answer=(\S+)",
                              log))
     assert len(answers) == 2, log
+
+
+def test_an_endpoint_added_on_another_port_of_a_name_the_spec_lists_gets_its_socket(
+    write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str], tmp_path: Path,
+) -> None:
+    """The spec lists allowed.lnkt:9 and the program looked the name up (its answer
+    kept by the sandbox's DNS); `allow --tcp allowed.lnkt:7`: the next lookup has the
+    name's socket on port 7 made, at the address the name had."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    spec = _later_spec(write_spec, testnet, marks, "allowed.lnkt:9")
+    said = _looked_up_after(sandbox_env, spec, marks, "allowed.lnkt:7", ("allowed.lnkt",),
+                            "socket.getaddrinfo('allowed.lnkt', 9)")
+    assert said == ["allowed.lnkt ping"], said
 
 
 @pytest.mark.parametrize(("spec_endpoint", "added", "before"), [
