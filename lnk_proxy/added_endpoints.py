@@ -173,7 +173,11 @@ def _made_inside(inside_fd: int, places: list[Place]) -> list[socket.socket]:
         network_fd = fcntl.ioctl(inside_fd, _SIOCGSKNS)
     except OSError as error:
         raise PlacingError(f"the sandbox's network cannot be named ({error.strerror})") from None
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    except OSError as error:
+        os.close(network_fd)
+        raise PlacingError(f"no channel to the helper ({error.strerror})") from None
     received: list[socket.socket] = []
     try:
         argv = [*helper_argv("dns-helper"), "--namespace-fd", str(network_fd),
@@ -188,9 +192,15 @@ def _made_inside(inside_fd: int, places: list[Place]) -> list[socket.socket]:
                                   stderr=subprocess.PIPE, timeout=HELPER_SECONDS, check=False)
         except subprocess.TimeoutExpired:
             raise PlacingError(f"the helper did not end within {HELPER_SECONDS:g} s") from None
+        except OSError as error:  # out of descriptors or processes: said, nothing made
+            raise PlacingError(f"the helper could not start ({error.strerror})") from None
         theirs.close()
-        while (item := receive_labelled(ours.fileno())) is not None:
-            received.append(socket.socket(fileno=item[0]))
+        try:
+            while (item := receive_labelled(ours.fileno())) is not None:
+                received.append(socket.socket(fileno=item[0]))
+        except OSError as error:
+            raise PlacingError(f"the helper's sockets could not be taken ({error.strerror})"
+                               ) from None
         if done.returncode != 0 or len(received) != len(places):
             said = done.stderr.decode("utf-8", "replace").strip().splitlines()
             raise PlacingError((said[-1] if said else f"status {done.returncode}")
