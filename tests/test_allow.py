@@ -669,6 +669,12 @@ for name in sys.argv[2:]:
 """
 
 
+def _wait_for_start(env: dict[str, str], wire: str) -> None:
+    """Until the wire's run has its `started` line (its folder then exists)."""
+    log = wire_folder(env, wire) / "log"
+    wait_until(lambda: log.exists() and "\tstarted\t" in log.read_text(), "the run's start")
+
+
 def _looked_up_after(sandbox_env: dict[str, str], spec: Path, marks: Path, added: str,
                      names: tuple[str, ...], before: str = "") -> list[str]:
     """A running program (after `before`) that waits, `allow --tcp` of `added` on its
@@ -678,9 +684,7 @@ def _looked_up_after(sandbox_env: dict[str, str], spec: Path, marks: Path, added
                            env=sandbox_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True)
     try:
-        wait_until(lambda: "started" in (wire_folder(sandbox_env, "later") / "log").read_text()
-                   if (wire_folder(sandbox_env, "later") / "log").exists() else False,
-                   "the run's start")
+        _wait_for_start(sandbox_env, "later")
         allowed = lnk(sandbox_env, "allow", "--tcp", "later", added)
         assert allowed.returncode == 0, allowed.stderr
         (marks / "go").touch()
@@ -793,3 +797,41 @@ def test_an_endpoint_added_to_a_running_sandbox_without_dns_is_reached_through_t
     finally:
         end_run(run)
     assert stdout == "ping\n", stderr
+
+
+_TCP_LOOKUP = """
+import os, socket, struct, sys, time
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.02)
+name = b"".join(bytes([len(label)]) + label for label in b"denied.lnkt".split(b".")) + b"\\0"
+query = struct.pack(">HHHHHH", 0xABCD, 0x0100, 1, 0, 0, 0) + name + struct.pack(">HH", 1, 1)
+with socket.create_connection(("127.0.0.1", 53), timeout=10) as s:
+    s.sendall(struct.pack(">H", len(query)) + query)
+    answer = s.recv(4096)[2:]
+address = socket.inet_ntoa(answer[-4:])
+with socket.create_connection((address, 7), timeout=10) as s:
+    s.sendall(b"ping")
+    print(address, s.recv(10).decode())
+"""
+
+
+def test_an_added_endpoint_asked_over_tcp_dns_first_waits_for_its_socket(
+    write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str], tmp_path: Path,
+) -> None:
+    """The sandbox's DNS over TCP (a reply too long for UDP is asked again there): the
+    first query for an added endpoint's name holds that connection until the socket is
+    made inside, then answers with the name's address, which is reached."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    spec = _later_spec(write_spec, testnet, marks, "allowed.lnkt:9")
+    run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", PYTHON, "-I", "-c",
+                            _TCP_LOOKUP, str(marks / "go")], env=sandbox_env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_start(sandbox_env, "later")
+        assert lnk(sandbox_env, "allow", "--tcp", "later", "denied.lnkt:7").returncode == 0
+        (marks / "go").touch()
+        stdout, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    finally:
+        end_run(run)
+    assert re.fullmatch(r"127\.53\.0\.\d+ ping\n", stdout), (stdout, stderr)
