@@ -1,5 +1,6 @@
-"""The wire's additions as its proxy holds them: `lnk-sandbox allow`'s hosts
-(lnk_common.additions), taken at the next call, and the open calls they let through.
+"""The wire's additions as its proxy holds them: `lnk-sandbox allow`'s hosts and
+endpoints (lnk_common.additions), taken at the next call, and the open calls they let
+through. (An added endpoint's socket inside a running sandbox: lnk_proxy.added_endpoints.)
 
 Order: a call's name is held to the spec's rules first (lnk_proxy.server.check_name);
 only a name none of them lets by is held to the additions, read then (a stat while the

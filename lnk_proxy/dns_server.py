@@ -4,9 +4,12 @@ The sockets were made inside the sandbox's network by the DNS helper (lnk_dns.he
 the proxy serves them from outside. What each query gets is decided by lnk_dns.answer
 (sans IO): a name the sandbox may reach (of [tcp] endpoints or [lan] hosts) gets an
 address of the sandbox's own, where the proxy's end listens (lnk_common.endpoints); a
-name it may not reach gets NXDOMAIN, and nothing is asked of anyone. SRV and TXT of
-allowed names are asked of the real DNS outside, once a lookup, and that counts as one
-call toward the wire's calls a minute (an answer given here does not: the connection
+name it may not reach gets NXDOMAIN, and nothing is asked of anyone. A name an endpoint
+`lnk-sandbox allow --tcp` added since the start names is answered once its socket inside
+is made (lnk_proxy.added_endpoints; the additions are looked at for every query, a kept
+answer's too, and an answer they gave is never kept: `disallow` takes it away). SRV and
+TXT of allowed names are asked of the real DNS outside, once a lookup, and that counts as
+one call toward the wire's calls a minute (an answer given here does not: the connection
 after it counts).
 
 Every query is on the wire's log, TARGET being the name asked:
@@ -336,7 +339,7 @@ class DnsService:
 
     def answer_here(self, data: bytes, *, udp: bool) -> bytes | _Pending | None:
         """The reply, when it is given here (or None: not even an id to answer); a
-        _Pending when it must be asked outside."""
+        _Pending when it must be asked outside, or an added endpoint's sockets made."""
         if len(data) > MAX_QUERY_BYTES:
             return self.refuse_oversized(data, len(data))
         key = answer_key(data)
