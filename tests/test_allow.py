@@ -835,3 +835,46 @@ def test_an_added_endpoint_asked_over_tcp_dns_first_waits_for_its_socket(
     finally:
         end_run(run)
     assert re.fullmatch(r"127\.53\.0\.\d+ ping\n", stdout), (stdout, stderr)
+
+
+_AT_ONCE = """
+import os, socket, sys, threading, time
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.02)
+said = []
+def echo():
+    try:
+        with socket.create_connection(("denied.lnkt", 7), timeout=10) as s:
+            s.sendall(b"ping")
+            said.append(s.recv(10).decode())
+    except OSError as error:
+        said.append(type(error).__name__)
+threads = [threading.Thread(target=echo) for _ in range(20)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(sorted(set(said)), len(said))
+"""
+
+
+def test_many_lookups_at_once_of_an_added_name_make_its_socket_once(
+    write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str], tmp_path: Path,
+) -> None:
+    """Twenty lookups at once of a name just added: one helper makes its socket (a
+    second would find the place taken, and the name would be refused), and every
+    lookup waits for it and is answered."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    spec = _later_spec(write_spec, testnet, marks, "allowed.lnkt:9")
+    run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", PYTHON, "-I", "-c",
+                            _AT_ONCE, str(marks / "go")], env=sandbox_env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_start(sandbox_env, "later")
+        assert lnk(sandbox_env, "allow", "--tcp", "later", "denied.lnkt:7").returncode == 0
+        (marks / "go").touch()
+        stdout, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    finally:
+        end_run(run)
+    assert stdout == "['ping'] 20\n", (stdout, stderr)
