@@ -738,6 +738,11 @@ def test_an_endpoint_added_on_another_port_of_a_name_the_spec_lists_gets_its_soc
      "held = socket.create_server(('0.0.0.0', 7000))"),
     # A `*.` endpoint's port is taken on every address: the spec's endpoint has port 7.
     ("allowed.lnkt:7", "*.lnkt:7", ""),
+    # The program took the very address the name would get (the next one), reusable.
+    ("allowed.lnkt:7", "denied.lnkt:7000",
+     "held = socket.socket(); held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+     "held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1); "
+     "held.bind(('127.53.0.2', 7000)); held.listen()"),
 ])
 def test_an_endpoint_that_cannot_be_placed_in_a_running_sandbox_is_refused_and_said(
     write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str], tmp_path: Path,
