@@ -31,7 +31,8 @@ the same code for an administrator or a test, given a sandbox's pid. Its second 
 a running sandbox's proxy's, for an endpoint `lnk-sandbox allow --tcp` added since the
 start (lnk_proxy.added_endpoints): given a descriptor of the sandbox's network (never a
 pid) and the places to listen on, it joins as the first form does and sends a socket for
-each back (`place_more`), all or none; the proxy has threads, so it starts this program
+each back, all or none (lnk_dns.places, imported only then: the launcher imports this
+module at every start with a wire); the proxy has threads, so it starts this program
 rather than fork. Its options that
 carry the policy are its fields', spelt and checked as the launcher's are
 (lnk_common.policy.FIELDS).
@@ -49,7 +50,7 @@ import sys
 
 from lnk_common.endpoints import Listener
 
-__all__ = ["MAX_PLACES", "HelperError", "add_addresses", "main", "make_sockets", "place_more"]
+__all__ = ["HelperError", "add_addresses", "join_network", "main", "make_sockets"]
 
 _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWNET = 0x40000000
@@ -115,7 +116,7 @@ def make_sockets(sandbox_pid: int, network: int, plan: list[Listener],
                           + (reason.decode("utf-8", "replace") or f"status {status}"))
 
 
-def _join(network_fd: int, network: int) -> None:
+def join_network(network_fd: int, network: int) -> None:
     """Join the network namespace `network_fd` names (closed here) as its owner, and
     check that it is the one numbered `network`: OSError if anything is otherwise. This
     process must be single-threaded (setns into a user namespace)."""
@@ -143,7 +144,7 @@ def _in_child(sandbox_pid: int, network: int, plan: list[Listener],
 
     from lnk_common.fdpass import send_fd
 
-    _join(os.open(f"/proc/{sandbox_pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC), network)
+    join_network(os.open(f"/proc/{sandbox_pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC), network)
     wait_for_loopback()
     if lan_addresses:
         add_addresses(lan_addresses)
@@ -261,67 +262,16 @@ def _options(argv: list[str]) -> dict[str, list[str]]:
     return options
 
 
-def place_more(network_fd: int, places: list[tuple[str, int]], channel: int) -> None:
-    """A running sandbox's new endpoints (`lnk-sandbox allow --tcp`), in a fresh process
-    its proxy started (single-threaded, as setns into a user namespace needs): join the
-    network `network_fd` names (the proxy took it from a socket made inside,
-    SIOCGSKNS: never a pid, which can be used again) and send a socket listening on each
-    of `places` over `channel`, labelled "endpoint tcp". OSError naming the first that
-    cannot be made (the proxy then closes those sent before it: all or none)."""
-    import _socket
-
-    from lnk_common.fdpass import send_fd
-
-    _join(network_fd, os.fstat(network_fd).st_ino)
-    for address, port in places:
-        sock = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
-        try:
-            sock.bind((address, port))
-        except OSError as error:
-            raise OSError(f"cannot listen on {address} port {port} inside the sandbox: "
-                          f"{error.strerror}") from None
-        sock.listen(BACKLOG)
-        send_fd(channel, sock.fileno(), b"endpoint tcp")
-        sock.close()
-
-
-# Places one `--namespace-fd` start makes at most: a start is for one name's ports (an
-# endpoint names one port; a name under several additions has several).
-MAX_PLACES = 64
-
-
-def _places(argv: list[str]) -> tuple[int, int, list[tuple[str, int]]]:
-    """`--namespace-fd N --proxy-fd N (--place ADDRESS:PORT)…`, each place an address an
-    endpoint is given (lnk_common.endpoints: 127.53.x.y, or 0.0.0.0 for a `*.` one's
-    port), or ValueError."""
-    from lnk_common.endpoints import own_index
-
-    if len(argv) < 6 or len(argv) % 2 or argv[:4:2] != ["--namespace-fd", "--proxy-fd"]:
-        raise ValueError("--namespace-fd N --proxy-fd N (--place ADDRESS:PORT)… are required")
-    if not (argv[1].isdigit() and argv[3].isdigit()):
-        raise ValueError("--namespace-fd and --proxy-fd take a descriptor's number")
-    places = []
-    for option, value in zip(argv[4::2], argv[5::2], strict=True):
-        address, _, port = value.partition(":")
-        if option != "--place" or not (port.isdigit() and 1 <= int(port) <= 65535) or (
-                address != "0.0.0.0" and own_index(address) is None):  # noqa: S104
-            raise ValueError(f"{option} {value}: not --place ADDRESS:PORT at an endpoint's "
-                             "address (127.53.x.y, or 0.0.0.0)")
-        places.append((address, int(port)))
-    if len(places) > MAX_PLACES:
-        raise ValueError(f"more than {MAX_PLACES} places at once")
-    return int(argv[1]), int(argv[3]), places
-
-
 def main(argv: list[str] | None = None) -> None:
     from lnk_common import endpoints
 
     arguments = sys.argv[1:] if argv is None else argv
+    if arguments[:1] == ["--namespace-fd"]:  # a running sandbox's proxy's (lnk_dns.places)
+        from lnk_dns.places import main as places_main
+
+        places_main(arguments)
+        return
     try:
-        if arguments[:1] == ["--namespace-fd"]:  # a running sandbox's proxy: place_more
-            network_fd, channel, places = _places(arguments)
-            place_more(network_fd, places, channel)
-            return
         options = _options(arguments)
         lan = tuple(options["--lan"])
         plan = endpoints.listeners(
