@@ -15,7 +15,7 @@ is asked a name none of the spec's rules lets by and an added endpoint does, the
    needs; the proxy has threads) given a descriptor of the sandbox's network, which the
    proxy takes from a socket it holds that was made inside (SIOCGSKNS: never a pid,
    which can be used again) and nothing else; the helper joins that network as its
-   owner, binds each place and sends each socket back (lnk_dns.helper.place_more), all
+   owner, binds each place and sends each socket back (lnk_dns.places), all
    or none, within HELPER_SECONDS;
 3. serves them as the spec's endpoints are served, then answers the name. Each
    connection to them is then decided as any call: the name against the spec and the
