@@ -252,3 +252,19 @@ def test_the_helper_for_a_running_sandbox_refuses_a_place_that_is_no_endpoints(
     assert exited.value.code == 1
     said = capsys.readouterr().err
     assert said.startswith("lnk-sandbox-dns-helper: ") and said.count("\n") == 1, said
+
+
+def test_the_helper_for_a_running_sandbox_takes_max_places_at_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """At the limit the places are taken, and what fails is the next step (joining a
+    namespace through a descriptor that is none), not the count."""
+    from lnk_dns.helper import main
+    from lnk_dns.places import MAX_PLACES
+
+    places = [part for port in range(1, MAX_PLACES + 1) for part in ("--place", f"{EVERY}:{port}")]
+    with pytest.raises(SystemExit) as exited:
+        main(["--namespace-fd", "999", "--proxy-fd", "998", *places])
+    assert exited.value.code == 1
+    said = capsys.readouterr().err
+    assert "Bad file descriptor" in said and "places at once" not in said, said
