@@ -33,9 +33,8 @@ start (lnk_proxy.added_endpoints): given a descriptor of the sandbox's network (
 pid) and the places to listen on, it joins as the first form does and sends a socket for
 each back, all or none (lnk_dns.places, imported only then: the launcher imports this
 module at every start with a wire); the proxy has threads, so it starts this program
-rather than fork. Its options that
-carry the policy are its fields', spelt and checked as the launcher's are
-(lnk_common.policy.FIELDS).
+rather than fork. Its options that carry the policy are its fields', spelt and checked
+as the launcher's are (lnk_common.policy.FIELDS).
 
 setns into a user namespace needs a single-threaded process: `make_sockets` forks first.
 The network joined must be the one bubblewrap named (`net-namespace` of its --info-fd),
