@@ -194,6 +194,13 @@ _NONE = Added(())
 _KEPT: dict[str, tuple[tuple[int, ...], Added]] = {}
 # Paths kept at most (a proxy reads its own wire's; a test many).
 _MAX_KEPT = 64
+# A file read before it had settled, by path: its bytes and what they gave. The next
+# look reads it again (its stat cannot tell a change then) but parses it again only when
+# its bytes changed: a look in those SETTLE_NS costs a read (some 20 µs), not a parse
+# (some 1 ms for MAX_ADDITIONS entries), which a sandbox's DNS queries, which look at
+# every query, could ask for as fast as it sends them. At most _MAX_KEPT paths, each at
+# most MAX_ADDITIONS_BYTES and one.
+_UNSETTLED: dict[str, tuple[bytes, Added]] = {}
 
 
 def _identity(status: os.stat_result) -> tuple[int, ...]:
@@ -241,19 +248,30 @@ def added_hosts(settings: str, wire: str) -> Added:
         return Added((), f"the wire's additions cannot be read ({error.strerror})")
     except AdditionsError as error:
         return Added((), f"the wire's additions cannot be read ({error})")
-    try:
-        entries = parse_additions(data)
-        found = Added(tuple(entry.host for entry in entries if not entry.tcp),
-                      endpoints=tuple(entry.host for entry in entries if entry.tcp))
-    except AdditionsError as error:
-        found = Added((), f"the wire's additions cannot be taken: {error}")
+    unsettled = _UNSETTLED.get(path)
+    found = unsettled[1] if unsettled is not None and unsettled[0] == data else _taken(data)
     if time.time_ns() - max(read_status.st_mtime_ns, read_status.st_ctime_ns) > SETTLE_NS:
         if len(_KEPT) >= _MAX_KEPT:
             _KEPT.clear()
         _KEPT[path] = (_identity(read_status), found)
+        _UNSETTLED.pop(path, None)
     else:
         _KEPT.pop(path, None)
+        if len(_UNSETTLED) >= _MAX_KEPT:
+            _UNSETTLED.clear()
+        _UNSETTLED[path] = (data, found)
     return found
+
+
+def _taken(data: bytes) -> Added:
+    """What a reader takes from the file's bytes: its hosts and endpoints, or none and
+    why."""
+    try:
+        entries = parse_additions(data)
+    except AdditionsError as error:
+        return Added((), f"the wire's additions cannot be taken: {error}")
+    return Added(tuple(entry.host for entry in entries if not entry.tcp),
+                 endpoints=tuple(entry.host for entry in entries if entry.tcp))
 
 
 def read_entries(settings: str, wire: str) -> tuple[Entry, ...]:
