@@ -15,10 +15,10 @@ folder's lock so that two commands at once lose neither's change):
                               "by": "alice (uid 1000)"}],
      "endpoints": [{"host": "db.example.com:5432", "added": "…", "by": "…"}]}
 
-"endpoints" (`allow --tcp`: additions to `[tcp] endpoints`) are taken at the wire's next
-start, not at the next call: an endpoint is a name given an address inside the sandbox
-and a socket listening there on its port, made before the program starts
-(lnk_common.endpoints); the launcher adds them to the plan (lnk_wrap.launch).
+"endpoints" (`allow --tcp`: additions to `[tcp] endpoints`) are taken at each start
+(the launcher adds them to the plan, lnk_wrap.launch) and, by a running sandbox with
+DNS of its own, at the next call: the proxy has a socket made inside for the name when
+it is looked up (lnk_proxy.added_endpoints), and takes it away as it takes a host.
 
 Every host is read by the spec's own rule for `[network] hosts` and every endpoint by
 its rule for `[tcp] endpoints` (lnk_common.hostentry); a host may not be an address that
@@ -174,13 +174,16 @@ def encode_additions(entries: tuple[Entry, ...]) -> bytes:
 
 
 class Added:
-    """What a reader takes from the file: the hosts (empty when there is none, or when
-    it cannot be taken), and why it could not be (`problem`, "" when it could)."""
+    """What a reader takes from the file: the hosts and the endpoints (empty when there
+    is none, or when it cannot be taken), and why it could not be (`problem`, "" when
+    it could)."""
 
-    __slots__ = ("hosts", "problem")
+    __slots__ = ("endpoints", "hosts", "problem")
 
-    def __init__(self, hosts: tuple[str, ...], problem: str = "") -> None:
+    def __init__(self, hosts: tuple[str, ...], problem: str = "", *,
+                 endpoints: tuple[str, ...] = ()) -> None:
         self.hosts = hosts
+        self.endpoints = endpoints
         self.problem = problem
 
 
@@ -191,6 +194,13 @@ _NONE = Added(())
 _KEPT: dict[str, tuple[tuple[int, ...], Added]] = {}
 # Paths kept at most (a proxy reads its own wire's; a test many).
 _MAX_KEPT = 64
+# A file read before it had settled, by path: its bytes and what they gave. The next
+# look reads it again (its stat cannot tell a change then) but parses it again only when
+# its bytes changed: a look in those SETTLE_NS costs a read (some 20 µs), not a parse
+# (some 1 ms for MAX_ADDITIONS entries), which a sandbox's DNS queries, which look at
+# every query, could ask for as fast as it sends them. At most _MAX_KEPT paths, each at
+# most MAX_ADDITIONS_BYTES and one.
+_UNSETTLED: dict[str, tuple[bytes, Added]] = {}
 
 
 def _identity(status: os.stat_result) -> tuple[int, ...]:
@@ -238,17 +248,30 @@ def added_hosts(settings: str, wire: str) -> Added:
         return Added((), f"the wire's additions cannot be read ({error.strerror})")
     except AdditionsError as error:
         return Added((), f"the wire's additions cannot be read ({error})")
-    try:
-        found = Added(tuple(entry.host for entry in parse_additions(data) if not entry.tcp))
-    except AdditionsError as error:
-        found = Added((), f"the wire's additions cannot be taken: {error}")
+    unsettled = _UNSETTLED.get(path)
+    found = unsettled[1] if unsettled is not None and unsettled[0] == data else _taken(data)
     if time.time_ns() - max(read_status.st_mtime_ns, read_status.st_ctime_ns) > SETTLE_NS:
         if len(_KEPT) >= _MAX_KEPT:
             _KEPT.clear()
         _KEPT[path] = (_identity(read_status), found)
+        _UNSETTLED.pop(path, None)
     else:
         _KEPT.pop(path, None)
+        if len(_UNSETTLED) >= _MAX_KEPT:
+            _UNSETTLED.clear()
+        _UNSETTLED[path] = (data, found)
     return found
+
+
+def _taken(data: bytes) -> Added:
+    """What a reader takes from the file's bytes: its hosts and endpoints, or none and
+    why."""
+    try:
+        entries = parse_additions(data)
+    except AdditionsError as error:
+        return Added((), f"the wire's additions cannot be taken: {error}")
+    return Added(tuple(entry.host for entry in entries if not entry.tcp),
+                 endpoints=tuple(entry.host for entry in entries if entry.tcp))
 
 
 def read_entries(settings: str, wire: str) -> tuple[Entry, ...]:

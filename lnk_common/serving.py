@@ -207,6 +207,9 @@ def _watch_switches(wire: Wire, loop: asyncio.AbstractEventLoop) -> None:
         except RuntimeError:
             return  # the loop has ended: the process is ending
         wire.flush_reports()
+        if wire.made_listeners():  # a listener made for an addition taken away: closed
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(wire.close_taken_away_listeners)
         if not wire.open:
             wire.log.closing = ""  # every call it closed has its ended line
             continue

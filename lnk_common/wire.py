@@ -460,6 +460,15 @@ class Wire:
         by the process's watch, from its thread. None here."""
         return []
 
+    def made_listeners(self) -> bool:
+        """Whether this process made listeners inside while it ran (a proxy's, for the
+        endpoints `lnk-sandbox allow --tcp` added), which the watch has the loop look
+        at (`close_taken_away_listeners`). None here."""
+        return False
+
+    def close_taken_away_listeners(self) -> None:
+        """Close the listeners made for additions taken away since (on the loop)."""
+
     def sever_calls(self, tasks: list[asyncio.Task[None]]) -> None:
         """`sever`, for the tunnels of `tasks` only (a host taken away), from any thread:
         their sockets shut down before the loop cancels the calls."""

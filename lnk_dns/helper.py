@@ -4,6 +4,7 @@ relay.
 
     lnk-sandbox-dns-helper --pid PID --net-namespace INODE --proxy-fd N [--relay-fd N]
                            [--network proxy] [--endpoint E]… [--lan L]… [--localhost-port P]…
+    lnk-sandbox-dns-helper --namespace-fd N --proxy-fd N (--place ADDRESS:PORT)…
 
 Resolvers ask port 53, which only a privileged process may listen on, and bubblewrap
 keeps every privilege from the sandbox. The sandbox's user namespace is the user's own,
@@ -26,9 +27,14 @@ lnk-sandbox-dns-helper): docs/glossary.md, "DNS helper"; docs/decisions/0040.
 
 The launcher does not run this program: it calls `make_sockets` in a fork of its own,
 which saves starting a Python (some 20 ms) at every sandbox start. The console script is
-the same code for an administrator or a test, given a sandbox's pid. Its options that
-carry the policy are its fields', spelt and checked as the launcher's are
-(lnk_common.policy.FIELDS).
+the same code for an administrator or a test, given a sandbox's pid. Its second form is
+a running sandbox's proxy's, for an endpoint `lnk-sandbox allow --tcp` added since the
+start (lnk_proxy.added_endpoints): given a descriptor of the sandbox's network (never a
+pid) and the places to listen on, it joins as the first form does and sends a socket for
+each back, all or none (lnk_dns.places, imported only then: the launcher imports this
+module at every start with a wire); the proxy has threads, so it starts this program
+rather than fork. Its options that carry the policy are its fields', spelt and checked
+as the launcher's are (lnk_common.policy.FIELDS).
 
 setns into a user namespace needs a single-threaded process: `make_sockets` forks first.
 The network joined must be the one bubblewrap named (`net-namespace` of its --info-fd),
@@ -43,7 +49,7 @@ import sys
 
 from lnk_common.endpoints import Listener
 
-__all__ = ["HelperError", "add_addresses", "main", "make_sockets"]
+__all__ = ["HelperError", "add_addresses", "join_network", "main", "make_sockets"]
 
 _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWNET = 0x40000000
@@ -109,16 +115,15 @@ def make_sockets(sandbox_pid: int, network: int, plan: list[Listener],
                           + (reason.decode("utf-8", "replace") or f"status {status}"))
 
 
-def _in_child(sandbox_pid: int, network: int, plan: list[Listener],
-              lan_addresses: list[str], channels: dict[str, int]) -> None:
-    import _socket
+def join_network(network_fd: int, network: int) -> None:
+    """Join the network namespace `network_fd` names (closed here) as its owner, and
+    check that it is the one numbered `network`: OSError if anything is otherwise. This
+    process must be single-threaded (setns into a user namespace)."""
     import ctypes
     import fcntl
 
-    from lnk_common.fdpass import send_fd
     from lnk_common.syscalls import libc
 
-    network_fd = os.open(f"/proc/{sandbox_pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     # The user namespace that owns the network, which is not the program's own when
     # bubblewrap nests one (it does with --dev, to mount devpts): joining the program's
     # would give no capability over the network.
@@ -130,6 +135,15 @@ def _in_child(sandbox_pid: int, network: int, plan: list[Listener],
         os.close(fd)
     if os.stat("/proc/self/ns/net").st_ino != network:
         raise OSError("joined another network than the sandbox's")
+
+
+def _in_child(sandbox_pid: int, network: int, plan: list[Listener],
+              lan_addresses: list[str], channels: dict[str, int]) -> None:
+    import _socket
+
+    from lnk_common.fdpass import send_fd
+
+    join_network(os.open(f"/proc/{sandbox_pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC), network)
     wait_for_loopback()
     if lan_addresses:
         add_addresses(lan_addresses)
@@ -250,8 +264,14 @@ def _options(argv: list[str]) -> dict[str, list[str]]:
 def main(argv: list[str] | None = None) -> None:
     from lnk_common import endpoints
 
+    arguments = sys.argv[1:] if argv is None else argv
+    if arguments[:1] == ["--namespace-fd"]:  # a running sandbox's proxy's (lnk_dns.places)
+        from lnk_dns.places import main as places_main
+
+        places_main(arguments)
+        return
     try:
-        options = _options(sys.argv[1:] if argv is None else argv)
+        options = _options(arguments)
         lan = tuple(options["--lan"])
         plan = endpoints.listeners(
             proxy=options["--network"] == ["proxy"], endpoints=tuple(options["--endpoint"]),

@@ -1,5 +1,6 @@
-"""The wire's additions as its proxy holds them: `lnk-sandbox allow`'s hosts
-(lnk_common.additions), taken at the next call, and the open calls they let through.
+"""The wire's additions as its proxy holds them: `lnk-sandbox allow`'s hosts and
+endpoints (lnk_common.additions), taken at the next call, and the open calls they let
+through. (An added endpoint's socket inside a running sandbox: lnk_proxy.added_endpoints.)
 
 Order: a call's name is held to the spec's rules first (lnk_proxy.server.check_name);
 only a name none of them lets by is held to the additions, read then (a stat while the
@@ -58,24 +59,39 @@ class AddedHosts:
         self.settings = settings
         self.wire = wire
         self.machine = machine  # an address of this machine's gets no advice
-        # The hosts last read and their rules (one tuple, replaced whole).
-        self.kept: tuple[tuple[str, ...], tuple[HostRule, ...]] = ((), ())
+        # The hosts and endpoints last read and their rules (one tuple, replaced whole).
+        self.kept: tuple[tuple[str, ...], tuple[HostRule, ...], tuple[HostRule, ...]] = (
+            (), (), ())
         self.held: dict[asyncio.Task[None], tuple[str, int]] = {}
         self.lock = threading.Lock()
 
     def rules(self) -> tuple[tuple[HostRule, ...], str]:
-        """The additions' rules now, and why the file could not be taken ("" if it was)."""
+        """The additions' rules now (hosts and endpoints: a call through the proxy's port
+        to an added endpoint goes as to one of the spec's), and why the file could not
+        be taken ("" if it was)."""
+        rules, _, problem = self.read()
+        return rules, problem
+
+    def endpoint_rules(self) -> tuple[HostRule, ...]:
+        """The added endpoints' rules now (none when the file cannot be taken)."""
+        return self.read()[1]
+
+    def read(self) -> tuple[tuple[HostRule, ...], tuple[HostRule, ...], str]:
+        """Every addition's rule, the endpoints' alone, and the file's problem."""
+        if not (self.settings and self.wire):
+            return (), (), ""
         added = added_hosts(self.settings, self.wire)
-        hosts, rules = self.kept
-        if added.hosts != hosts:
-            rules = parse_hosts(added.hosts)
-            self.kept = (added.hosts, rules)
-        return rules, added.problem
+        entries, rules, endpoint_rules = self.kept
+        if (*added.hosts, "", *added.endpoints) != entries:
+            endpoint_rules = parse_hosts(added.endpoints)
+            rules = (*parse_hosts(added.hosts), *endpoint_rules)
+            self.kept = ((*added.hosts, "", *added.endpoints), rules, endpoint_rules)
+        return rules, endpoint_rules, added.problem
 
     def admit(self, target: Target, refusal: Refused) -> HostRule:
         """The addition that lets `target` by (the call then held until it ends), or
         `refusal` raised, its logged line with the advice of `allow_advice`."""
-        rules, problem = self.rules() if self.settings and self.wire else ((), "")
+        rules, problem = self.rules()
         rule = matching_rule(rules, target.host, target.port)
         if rule is not None:
             self._hold(target)

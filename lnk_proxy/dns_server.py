@@ -4,9 +4,12 @@ The sockets were made inside the sandbox's network by the DNS helper (lnk_dns.he
 the proxy serves them from outside. What each query gets is decided by lnk_dns.answer
 (sans IO): a name the sandbox may reach (of [tcp] endpoints or [lan] hosts) gets an
 address of the sandbox's own, where the proxy's end listens (lnk_common.endpoints); a
-name it may not reach gets NXDOMAIN, and nothing is asked of anyone. SRV and TXT of
-allowed names are asked of the real DNS outside, once a lookup, and that counts as one
-call toward the wire's calls a minute (an answer given here does not: the connection
+name it may not reach gets NXDOMAIN, and nothing is asked of anyone. A name an endpoint
+`lnk-sandbox allow --tcp` added since the start names is answered once its socket inside
+is made (lnk_proxy.added_endpoints; the additions are looked at for every query, a kept
+answer's too, and an answer they gave is never kept: `disallow` takes it away). SRV and
+TXT of allowed names are asked of the real DNS outside, once a lookup, and that counts as
+one call toward the wire's calls a minute (an answer given here does not: the connection
 after it counts).
 
 Every query is on the wire's log, TARGET being the name asked:
@@ -32,7 +35,7 @@ import asyncio
 import socket
 
 from lnk_common.wire import Refused
-from lnk_dns.answer import Local, Outside, Refuse, decide
+from lnk_dns.answer import Local, Outside, Refuse, decide, service_host
 from lnk_dns.message import (
     MAX_MESSAGE_BYTES,
     MAX_QUERY_BYTES,
@@ -51,6 +54,7 @@ from lnk_dns.message import (
     tcp_frame_length,
     tcp_frames,
 )
+from lnk_proxy.added_endpoints import AddedEndpoints, PlacingError
 from lnk_proxy.decide import HostRule
 from lnk_proxy.server import Proxy
 
@@ -147,7 +151,7 @@ class _Datagrams(asyncio.DatagramProtocol):
             self.transport.sendto(answered, addr)
 
     async def _answer_later(self, pending: _Pending, addr: tuple[str, int]) -> None:
-        answer = await self.service.answer_outside(pending)
+        answer = await self.service.answer_later(pending)
         if self.transport is not None:
             self.transport.sendto(answer, addr)
 
@@ -260,7 +264,7 @@ class _Stream(asyncio.BufferedProtocol):
             self.transport.write(tcp_frame(answered))
 
     async def _answer_later(self, pending: _Pending) -> None:
-        answer = await self.service.answer_outside(pending)
+        answer = await self.service.answer_later(pending)
         self.busy = False
         if self.transport is None or self.transport.is_closing():
             return
@@ -270,11 +274,13 @@ class _Stream(asyncio.BufferedProtocol):
 
 
 class _Pending:
-    """A query whose answer is asked outside."""
+    """A query whose answer waits: asked outside (`decision` Outside), or for the sockets
+    an added endpoint's name needs inside (`decision` the additions' rules naming it)."""
 
     __slots__ = ("decision", "query", "udp")
 
-    def __init__(self, query: Query, decision: Outside, udp: bool) -> None:
+    def __init__(self, query: Query, decision: Outside | tuple[HostRule, ...],
+                 udp: bool) -> None:
         self.query = query
         self.decision = decision
         self.udp = udp
@@ -294,6 +300,9 @@ class DnsService:
         # answer_key (and whether over UDP) -> (event, name, detail, reply); oldest first.
         self.answered: dict[tuple[bool, bytes], tuple[str, str, str, bytes]] = {}
         self.kept_bytes = 0
+        # `lnk-sandbox allow --tcp`'s endpoints, taken at the name's next lookup (main
+        # sets it once it holds a socket made inside; None: the spec's names only).
+        self.added: AddedEndpoints | None = None
 
     def allowed(self, name: str) -> bool:
         return any(rule.matches_name(name) for rule in self.rules)
@@ -325,16 +334,18 @@ class DnsService:
         """The reply to one query (None: nothing to answer, not even an id)."""
         answered = self.answer_here(data, udp=udp)
         if isinstance(answered, _Pending):
-            return await self.answer_outside(answered)
+            return await self.answer_later(answered)
         return answered
 
     def answer_here(self, data: bytes, *, udp: bool) -> bytes | _Pending | None:
         """The reply, when it is given here (or None: not even an id to answer); a
-        _Pending when it must be asked outside."""
+        _Pending when it must be asked outside, or an added endpoint's sockets made."""
         if len(data) > MAX_QUERY_BYTES:
             return self.refuse_oversized(data, len(data))
         key = answer_key(data)
         cached = self.answered.get((udp, key)) if key is not None else None
+        if cached is not None and self._added_names(cached[1]):
+            cached = None  # answered before `allow --tcp` named it: decided again
         if cached is not None:
             event, name, detail, answer = cached
             try:
@@ -358,7 +369,40 @@ class DnsService:
         except Refused as refusal:
             log.write("refused", name, f"{kind} reason={refusal.logged}")
             return self._reply(query, "REFUSED", [], udp)
-        decision = decide(query, allowed=self.allowed, give=self.give)
+        return self._decided(query, key, udp)
+
+    def _added_names(self, name: str) -> tuple[HostRule, ...]:
+        """The added endpoints naming `name` (a service name's host): a stat of the
+        additions at each query, even of a name the spec lists (an endpoint added on
+        another port of it needs its socket too). None without the additions' shell."""
+        host = service_host(name)
+        if self.added is None or not host:
+            return ()
+        return self.added.rules_for(host)
+
+    def _decided(self, query: Query, key: bytes | None, udp: bool, *,
+                 placed: bool = False) -> bytes | _Pending:
+        """The reply to `query` once the gate let it by: answered here (kept for a
+        repeat unless an addition gave it, which `disallow` may take away), or pending
+        (asked outside; an added endpoint's sockets to make first, unless `placed`)."""
+        log = self.proxy.log
+        name, kind = query.name or ".", f"kind=dns type={query.qtype}"
+        added = self._added_names(name)
+        decision: Local | Outside | Refuse
+        try:
+            if added and self.added is not None and self.added.missing(service_host(name),
+                                                                       added):
+                if placed:
+                    raise PlacingError("its sockets are not there after they were made")
+                return self._wait_for(query, added, udp, name, kind)
+            decision = decide(query, allowed=lambda host: bool(added) or self.allowed(host),
+                              give=self.give)
+        except PlacingError as error:
+            # A name the spec lists is answered as the spec says (nothing else changed).
+            decision = decide(query, allowed=self.allowed, give=self.give) if self.allowed(
+                service_host(name)) else Refuse(
+                "NXDOMAIN", f"{service_host(name)} is an endpoint `lnk-sandbox allow --tcp` "
+                f"added, not placed in the running sandbox: {error}")
         if isinstance(decision, Refuse | Local):
             # The same query gets the same answer for the sandbox's life (an address
             # once given is kept): the reply is kept, and a repeat skips the parsing.
@@ -372,15 +416,23 @@ class DnsService:
             if event == "refused":
                 self.proxy.count_dns_refusal(name)
             answer = self._reply(query, decision.rcode, records, udp)
-            if key is not None:
+            if key is not None and not added:
                 self._keep((udp, key), (event, name, detail, answer))
             return answer
+        return self._wait_for(query, decision, udp, name, kind)
+
+    def _wait_for(self, query: Query, decision: Outside | tuple[HostRule, ...], udp: bool,
+                  name: str, kind: str) -> bytes | _Pending:
+        """A query that waits (asked outside, or for an added endpoint's sockets), at
+        most MAX_WAITING at once; asking outside counts as a call."""
+        log = self.proxy.log
         if self.waiting >= MAX_WAITING:
             log.write("refused", name, f"{kind} reason={self.waiting} queries already wait"
                       " for the DNS outside")
             return self._reply(query, "SERVFAIL", [], udp)
         try:
-            self.proxy.gate()  # asking outside is a call: it counts toward calls a minute
+            if isinstance(decision, Outside):
+                self.proxy.gate()  # asking outside is a call: it counts toward calls a minute
         except Refused as refusal:
             log.write("refused", name, f"{kind} reason={refusal.logged}")
             return self._reply(query, "REFUSED", [], udp)
@@ -411,9 +463,25 @@ class DnsService:
             return reply_for_size(query, rcode, records, query.udp_size)
         return reply(query, rcode, records)
 
-    async def answer_outside(self, pending: _Pending) -> bytes:
+    async def answer_later(self, pending: _Pending) -> bytes:
+        """The answer to a query that waited: asked outside, or decided again once an
+        added endpoint's sockets were made inside."""
+        if isinstance(pending.decision, Outside):
+            return await self.answer_outside(pending, pending.decision)
+        try:
+            if self.added is not None:  # only a service with additions waits so
+                await self.added.place(service_host(pending.query.name), pending.decision)
+        except PlacingError:
+            pass  # kept by `added`: said by `_decided` as the name's refusal
+        finally:
+            self.waiting -= 1
+        answer = self._decided(pending.query, None, pending.udp, placed=True)
+        return answer if isinstance(answer, bytes) else self._reply(
+            pending.query, "SERVFAIL", [], pending.udp)
+
+    async def answer_outside(self, pending: _Pending, decision: Outside) -> bytes:
         """Ask the real DNS (at most MAX_PENDING at once) and answer with what it said."""
-        query, decision = pending.query, pending.decision
+        query = pending.query
         name, kind = query.name or ".", f"kind=dns type={query.qtype}"
         loop = asyncio.get_running_loop()
         try:

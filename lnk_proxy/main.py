@@ -39,7 +39,11 @@ from lnk_common import serving
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import socket
+
+    from lnk_proxy.added_endpoints import AddedEndpoints
     from lnk_proxy.mcp_verb import Asker
+    from lnk_proxy.server import Proxy
     from lnk_proxy.tools import Tool
     from lnk_proxy.verb_call import Verb
 
@@ -197,6 +201,25 @@ def _tools(settings: str, names: list[str]) -> dict[str, Tool]:
     return tools
 
 
+def _added_endpoints(proxy: Proxy, inside: socket.socket, listeners: list[tuple[int, str]]
+                     ) -> AddedEndpoints:
+    """What takes `allow --tcp`'s endpoints at the next call: the places the launcher's
+    helper made (each endpoint socket's address), and `inside`, a socket made there."""
+    import socket
+
+    from lnk_proxy.added_endpoints import AddedEndpoints
+
+    made = set()
+    for fd, label in listeners:
+        if label == "endpoint tcp":
+            probe = socket.socket(fileno=fd)
+            try:
+                made.add(probe.getsockname()[:2])
+            finally:
+                probe.detach()
+    return AddedEndpoints(proxy, inside, made)
+
+
 def serve(listeners: list[tuple[int, str]], options: dict[str, list[str]]) -> None:
     # concurrent.futures.thread: the lookups' threads, imported now rather than by the
     # first lookup, which may run with no descriptor left to read the module with.
@@ -243,6 +266,9 @@ def serve(listeners: list[tuple[int, str]], options: dict[str, list[str]]) -> No
                         rule for rule in looked_up if not endpoints.is_address(rule.name)),
                         server=server_address)
                     closers.append(dns.close)
+                if kind == "tcp":  # made inside: the sandbox's network, for `allow --tcp`
+                    dns.added = proxy.added_endpoints = _added_endpoints(proxy, sock,
+                                                                         listeners)
                 await dns.serve(sock, udp=kind == "udp")
                 continue
             handler = proxy.handle_endpoint if role == "endpoint" else proxy.handle

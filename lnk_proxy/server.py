@@ -83,6 +83,10 @@ from lnk_proxy.verb_call import (
 )
 from lnk_proxy.verbs import VerbError, split_verb, verb_refusal_body
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from lnk_proxy.added_endpoints import AddedEndpoints
+
 __all__ = ["BODY_IDLE_SECONDS", "HEAD_SECONDS", "HELD_BODIES_FULL", "HTTP_PORT",
            "IDLE_SECONDS", "MAX_HELD_BODY_BYTES", "UNREADABLE_BODY", "UNREADABLE_HEAD",
            "UPGRADES", "Proxy"]
@@ -112,6 +116,8 @@ class Proxy(Wire):
         self.rules = rules
         self.machine = machine
         self.added = AddedHosts(settings, wire, machine)  # `lnk-sandbox allow`'s hosts
+        # The sockets made inside for `allow --tcp`'s endpoints (with the sandbox's DNS).
+        self.added_endpoints: AddedEndpoints | None = None
         self.resolver = resolver
         self.book = book
         self.verbs: dict[str, Verb] = dict(verbs or {})
@@ -311,6 +317,13 @@ class Proxy(Wire):
     def taken_away(self) -> list[asyncio.Task[None]]:
         """The open calls an addition let through whose host was taken away since."""
         return self.added.taken_away()
+
+    def made_listeners(self) -> bool:
+        return self.added_endpoints is not None and self.added_endpoints.any_made()
+
+    def close_taken_away_listeners(self) -> None:
+        if self.added_endpoints is not None:
+            self.added_endpoints.close_taken_away()
 
     async def decide(self, target: Target, *, counted: bool = True) -> Address:
         """The address to connect to, or Refused: controls, name, lookup, every address.

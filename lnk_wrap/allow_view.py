@@ -4,10 +4,11 @@
 proxy takes at the next call (lnk_proxy.added) with every check a listed host gets;
 `disallow WIRE HOST` takes one away (an open call to it is closed within a second),
 `disallow WIRE --clear` all; `allowed WIRE` shows them. They are kept per wire name
-across its starts. With `--tcp`, HOST is an endpoint of `[tcp] endpoints`, taken at the
-wire's next start (lnk_wrap.launch.with_additions: a running sandbox keeps the sockets it
-started with). Each change is one `changed` line on the wire's log: what, by whom (this
-user, outside), when.
+across its starts. With `--tcp`, HOST is an endpoint of `[tcp] endpoints`, taken at
+each start (lnk_wrap.launch.with_additions) and by a running sandbox with DNS of its own
+at the name's next lookup (lnk_proxy.added_endpoints: its socket inside made then);
+`disallow --tcp` closes its open connections within a second. Each change is one
+`changed` line on the wire's log: what, by whom (this user, outside), when.
 
 Order, and nothing is written until all hold: the wire's name (a name, and a wire that
 has run here: its folder in Link's settings) → the host by the spec's own rule for
@@ -111,7 +112,7 @@ def _now() -> str:
 
 
 def allow(settings: str, wire: str, host: str, *, tcp: bool = False) -> int:
-    """Add HOST to the wire's additions (`tcp`: to its endpoints, from its next start)."""
+    """Add HOST to the wire's additions (`tcp`: to its endpoints)."""
     _wire_folder(settings, wire)
     entry = checked_host(host, tcp=tcp)
     try:
@@ -137,9 +138,10 @@ def allow(settings: str, wire: str, host: str, *, tcp: bool = False) -> int:
         return 0
     _log_change(settings, wire, "allow-tcp" if tcp else "allow", entry)
     if tcp:
-        print(f"the wire {wire} gets the endpoint {entry} from its next start (a sandbox "
-              "running now keeps the endpoints it started with; `lnk-sandbox disallow "
-              f"--tcp {wire} {entry}` takes it away)")
+        print(f"the wire {wire} gets the endpoint {entry} from its next call (a running "
+              "sandbox with DNS of its own, whose spec names [tcp] endpoints or [lan] hosts "
+              "by name, has its socket made at the name's next lookup; any other from its "
+              f"next start; `lnk-sandbox disallow --tcp {wire} {entry}` takes it away)")
         return 0
     print(f"the wire {wire} may reach {entry} from its next call "
           f"(`lnk-sandbox disallow {wire} {entry}` takes it away)")
@@ -173,7 +175,8 @@ def disallow(settings: str, wire: str, host: str | None, *, tcp: bool = False) -
         return 0
     _log_change(settings, wire, "disallow-tcp" if tcp else "disallow", entry)
     if tcp:
-        print(f"the wire {wire} loses the endpoint {entry} from its next start")
+        print(f"the wire {wire} loses the endpoint {entry}: refused from its next call, "
+              "and its open connections closed within a second")
         return 0
     print(f"the wire {wire} may no longer reach {entry}: refused from its next call, and "
           "its open calls to it closed within a second")
@@ -204,7 +207,7 @@ def allowed(settings: str, wire: str, *, as_json: bool) -> int:
             option=orjson.OPT_INDENT_2) + b"\n")
         return 0
     for entry in entries:
-        kind = "endpoint (from the next start), " if entry.tcp else ""
+        kind = "endpoint, " if entry.tcp else ""
         print(f"{entry.host}\t{kind}added {entry.added} by {entry.by}")
     if not entries:  # on stderr: stdout stays a line an addition
         print(f"lnk-sandbox: the wire {wire} has no additions (its spec's hosts only)",

@@ -79,7 +79,8 @@ Verbs:
           the provider in [verbs] model). The refused call's line on the wire's log
           says the very command. One `changed` line on the wire's log. With --tcp, HOST
           is an endpoint (`name:port`, `*.domain:port`, as in [tcp] endpoints), taken
-          at the wire's next start: a running sandbox keeps the sockets it started with.
+          at the name's next lookup by a running sandbox with DNS of its own (a spec
+          with [tcp] endpoints or [lan] hosts by name), by any other at its next start.
   disallow  Take HOST away from WIRE's additions (--clear: all of them): refused from
           the next call, and its open calls closed within a second.
   allowed WIRE's additions: host, when, by whom (--json: {"wire", "hosts": [{"host",
@@ -172,7 +173,7 @@ Options:
   --agent=NAME  The agent whose URLs are shown (url).
   --clear       Lift the kill switch (stop); take every addition away (disallow).
   --probe       Run the escape attempts in a real sandbox (check).
-  --tcp         HOST is an endpoint of [tcp] endpoints, from the next start (allow, disallow).
+  --tcp         HOST is an endpoint of [tcp] endpoints (allow, disallow).
   --name=NAME   The registration's name (on-stop); default: a random one.
   --list        What is registered (on-stop).
   --remove=NAME  Take a registration off (on-stop).

@@ -240,3 +240,20 @@ def test_what_is_not_a_regular_file_is_never_waited_on_nor_followed(
     assert found.hosts == () and "cannot be read" in found.problem, found.problem
     with pytest.raises(AdditionsError, match=str(path)):
         additions.read_entries(settings, "w")
+
+
+def test_an_unsettled_file_is_parsed_again_only_when_its_bytes_changed(tmp_path: Path) -> None:
+    """Within SETTLE_NS of a change the file is read at every look (its stat cannot tell
+    a change) but parsed again only when its bytes differ: the same bytes give the very
+    same answer, and a change in place at the same size, at once, is seen."""
+    settings = str(tmp_path)
+    additions.update_additions(settings, "w", lambda entries: (
+        Entry("a.example.com", "t", "me"), Entry("db.example.com:5432", "t", "me", tcp=True)))
+    first = additions.added_hosts(settings, "w")
+    assert first.hosts == ("a.example.com",) and first.endpoints == ("db.example.com:5432",)
+    assert additions.added_hosts(settings, "w") is first
+    path = Path(additions.additions_path(settings, "w"))
+    changed = path.read_bytes().replace(b"a.example.com", b"b.example.com")
+    with path.open("r+b") as handle:  # the same inode and size: only the bytes tell
+        handle.write(changed)
+    assert additions.added_hosts(settings, "w").hosts == ("b.example.com",)

@@ -125,7 +125,8 @@ def _take_away(env: dict[str, str], wire: str, how: str, host: str) -> float:
     if how == "broken":  # a file that cannot be taken lets nothing more through
         added.write_bytes(b'{"version": 1, "hosts": [')
     else:
-        words = ("disallow", wire, host) if how == "disallow" else ("disallow", wire, "--clear")
+        words = {"disallow": ("disallow", wire, host), "tcp": ("disallow", "--tcp", wire, host),
+                 "clear": ("disallow", wire, "--clear")}[how]
         assert lnk(env, *words).returncode == 0
     return added.stat().st_mtime
 
@@ -553,3 +554,332 @@ def test_explain_and_status_show_the_additions_apart_from_the_spec(
     text = lnk(sandbox_env, "status").stdout
     assert "shown added by you, apart from its spec (lnk-sandbox allowed shown): " \
            "docs.example.com, *.mirror.example.net:8443" in text, text
+
+
+_ENDPOINT_STEPS = """
+import os, socket, sys, time
+marks = sys.argv[1]
+def mark(name, text):
+    open(f"{marks}/{name}.tmp", "w").write(text)
+    os.rename(f"{marks}/{name}.tmp", f"{marks}/{name}")
+def wait(name):
+    while not os.path.exists(f"{marks}/{name}"):
+        time.sleep(0.02)
+def echo():
+    try:
+        s = socket.create_connection(("denied.lnkt", 7), timeout=10)
+        s.sendall(b"ping")
+        return s, s.recv(10).decode()
+    except OSError as error:
+        return None, type(error).__name__
+mark("first", echo()[1])
+wait("allowed")
+began = time.monotonic()
+kept, said = echo()
+mark("placing", f"{time.monotonic() - began:.3f}")
+address = kept.getpeername()[0]
+mark("second", said)
+kept.settimeout(20)
+try:
+    while True:
+        kept.sendall(b"x" * 1024)
+        if not kept.recv(65536):
+            break
+except OSError:
+    pass
+mark("closed", repr(time.time()))
+wait("disallowed")
+mark("third", echo()[1])
+# The address it was given: its socket inside closed too (within a second).
+deadline, said = time.time() + 1, "open"
+while time.time() < deadline:
+    try:
+        socket.create_connection((address, 7), timeout=1).close()
+    except ConnectionRefusedError:
+        said = "refused"
+        break
+    time.sleep(0.05)
+mark("direct", said)
+"""
+
+
+@pytest.mark.parametrize("how", ["tcp", "clear", "broken"])
+def test_an_endpoint_added_with_tcp_is_taken_at_the_next_call_and_taken_away_within_a_second(
+    write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str], tmp_path: Path,
+    how: str,
+) -> None:
+    """`allow --tcp` on a running sandbox with DNS of its own (its spec names an
+    endpoint): the program's next lookup of the name gets an address inside, where the
+    proxy had a socket made since, and its connection goes through, without a restart;
+    `disallow --tcp` (or `--clear`, or a broken file) closes the open connection within
+    a second, and the next lookup is refused again."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    spec = write_spec(f'name = "live-ends"\n[files]\nread = {toml_list(testnet)}\n'
+                      f'write = {toml_list(marks)}\n[network]\nmode = "proxy"\n'
+                      '[tcp]\nendpoints = ["allowed.lnkt:7"]\n')
+    run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", PYTHON, "-I", "-c",
+                            _ENDPOINT_STEPS, str(marks)], env=sandbox_env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = wait_until(lambda: (marks / "first").exists() and (marks / "first").read_text(),
+                           "the first lookup")
+        assert first == "gaierror", first
+        allowed = lnk(sandbox_env, "allow", "--tcp", "live-ends", "denied.lnkt:7")
+        assert allowed.returncode == 0, allowed.stderr
+        assert "from its next call" in allowed.stdout, allowed.stdout
+        (marks / "allowed").touch()
+        second = wait_until(lambda: (marks / "second").exists()
+                            and (marks / "second").read_text(), "the call after allow")
+        assert second == "ping", second
+        taken = _take_away(sandbox_env, "live-ends", how, "denied.lnkt:7")
+        closed = float(str(wait_until(lambda: (marks / "closed").exists()
+                                      and (marks / "closed").read_text(), "the close")))
+        print(f"HOW: the first lookup and connection after allow took "
+              f"{(marks / 'placing').read_text()} s (its socket made inside then); the "
+              f"endpoint's connection closed {closed - taken:.3f} s after the file changed")
+        assert closed - taken < 1.0
+        (marks / "disallowed").touch()
+        _, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    finally:
+        end_run(run)
+    assert (marks / "third").read_text() == "gaierror", stderr
+    assert (marks / "direct").read_text() == "refused"
+    log = (wire_folder(sandbox_env, "live-ends") / "log").read_text()
+    lines = [line.split("\t") for line in log.splitlines()]
+    ended = [fields for fields in lines if fields[1] == "ended" and fields[2] == "denied.lnkt:7"]
+    assert len(ended) == 1 and "closed=taken-away" in ended[0][3], log
+    assert any(fields[1] == "allowed" and fields[2] == "denied.lnkt" and "type=A" in fields[3]
+               for fields in lines), log
+
+
+_LOOKED_UP_LATER = """
+import os, socket, sys, time
+marks = sys.argv[1]
+{before}
+while not os.path.exists(f"{{marks}}/go"):
+    time.sleep(0.02)
+for name in sys.argv[2:]:
+    try:
+        with socket.create_connection((name.split(":")[0], 7), timeout=10) as s:
+            s.sendall(b"ping")
+            print(name, s.recv(10).decode())
+    except OSError as error:
+        print(name, type(error).__name__)
+"""
+
+
+def _wait_for_start(env: dict[str, str], wire: str) -> None:
+    """Until the wire's run has its `started` line (its folder then exists)."""
+    log = wire_folder(env, wire) / "log"
+    wait_until(lambda: log.exists() and "\tstarted\t" in log.read_text(), "the run's start")
+
+
+def _looked_up_after(sandbox_env: dict[str, str], spec: Path, marks: Path, added: str,
+                     names: tuple[str, ...], before: str = "") -> list[str]:
+    """A running program (after `before`) that waits, `allow --tcp` of `added` on its
+    wire, then its lookups of `names` and a connection to port 7 of each: what each got."""
+    run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", PYTHON, "-I", "-c",
+                            _LOOKED_UP_LATER.format(before=before), str(marks), *names],
+                           env=sandbox_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    try:
+        _wait_for_start(sandbox_env, "later")
+        allowed = lnk(sandbox_env, "allow", "--tcp", "later", added)
+        assert allowed.returncode == 0, allowed.stderr
+        (marks / "go").touch()
+        stdout, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    finally:
+        end_run(run)
+    assert run.returncode == 0, stderr
+    return stdout.splitlines()
+
+
+def _later_spec(write_spec: WriteSpec, testnet: Path, marks: Path, endpoint: str) -> Path:
+    return write_spec(f'name = "later"\n[files]\nread = {toml_list(testnet)}\n'
+                      f'write = {toml_list(marks)}\n[network]\nmode = "proxy"\n'
+                      f'[tcp]\nendpoints = ["{endpoint}"]\n')
+
+
+def test_a_wildcard_endpoint_added_to_a_running_sandbox_gives_each_name_its_address(
+    write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str], tmp_path: Path,
+) -> None:
+    """`allow --tcp WIRE *.lnkt:7` on a running sandbox (its spec's endpoint on port 9):
+    one socket on port 7 on every address inside, each name under the domain its own
+    address, both reached by name."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    spec = _later_spec(write_spec, testnet, marks, "allowed.lnkt:9")
+    said = _looked_up_after(sandbox_env, spec, marks, "*.lnkt:7", ("denied.lnkt", "other.lnkt"))
+    assert said == ["denied.lnkt ping", "other.lnkt ping"], said
+    log = (wire_folder(sandbox_env, "later") / "log").read_text()
+    answers = set(re.findall(r"\tallowed\t(?:denied|other)\.lnkt\tkind=dns type=A answer=(\S+)",
+                             log))
+    assert len(answers) == 2, log
+
+
+def test_an_endpoint_added_on_another_port_of_a_name_the_spec_lists_gets_its_socket(
+    write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str], tmp_path: Path,
+) -> None:
+    """The spec lists allowed.lnkt:9 and the program looked the name up (its answer
+    kept by the sandbox's DNS); `allow --tcp allowed.lnkt:7`: the next lookup has the
+    name's socket on port 7 made, at the address the name had."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    spec = _later_spec(write_spec, testnet, marks, "allowed.lnkt:9")
+    said = _looked_up_after(sandbox_env, spec, marks, "allowed.lnkt:7", ("allowed.lnkt",),
+                            "socket.getaddrinfo('allowed.lnkt', 9)")
+    assert said == ["allowed.lnkt ping"], said
+
+
+@pytest.mark.parametrize(("spec_endpoint", "added", "before"), [
+    # The program listens on every address on port 7000 before the addition: its port.
+    ("allowed.lnkt:7", "denied.lnkt:7000",
+     "held = socket.create_server(('0.0.0.0', 7000))"),
+    # A `*.` endpoint's port is taken on every address: the spec's endpoint has port 7.
+    ("allowed.lnkt:7", "*.lnkt:7", ""),
+    # The program took the very address the name would get (the next one), reusable.
+    ("allowed.lnkt:7", "denied.lnkt:7000",
+     "held = socket.socket(); held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+     "held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1); "
+     "held.bind(('127.53.0.2', 7000)); held.listen()"),
+])
+def test_an_endpoint_that_cannot_be_placed_in_a_running_sandbox_is_refused_and_said(
+    write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str], tmp_path: Path,
+    spec_endpoint: str, added: str, before: str,
+) -> None:
+    """A port taken inside: the name is refused at its lookup, the log's line says why
+    in one line, and nothing else changed (the spec's endpoint still served)."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    spec = _later_spec(write_spec, testnet, marks, spec_endpoint)
+    said = _looked_up_after(sandbox_env, spec, marks, added, ("denied.lnkt", "allowed.lnkt"),
+                            before)
+    assert said == ["denied.lnkt gaierror", "allowed.lnkt ping"], said
+    log = (wire_folder(sandbox_env, "later") / "log").read_text()
+    refused = [line for line in log.splitlines()
+               if "\trefused\tdenied.lnkt\tkind=dns type=A " in line]
+    assert refused and all("not placed in the running sandbox: cannot listen on " in line
+                           and "Address already in use" in line for line in refused), log
+
+
+_CONNECT_LATER = """
+import os, socket, sys, time
+def connect():
+    with socket.create_connection(("127.0.0.1", 3128), timeout=10) as s:
+        s.sendall(b"CONNECT denied.lnkt:7 HTTP/1.1\\r\\nHost: denied.lnkt:7\\r\\n\\r\\n")
+        head = s.recv(4096).split(b"\\r\\n")[0].decode()
+        if " 200 " not in head:
+            return head
+        s.sendall(b"ping")
+        return s.recv(10).decode()
+print(connect(), flush=True)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.02)
+print(connect())
+"""
+
+
+def test_an_endpoint_added_to_a_running_sandbox_without_dns_is_reached_through_the_proxy(
+    write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str], tmp_path: Path,
+) -> None:
+    """A sandbox that started with no DNS of its own (no endpoint, no [lan] name) cannot
+    be given a name inside while it runs (its resolv.conf is the machine's); a program
+    that speaks the proxy reaches the added endpoint at its next call, as it reaches the
+    spec's endpoints, through a CONNECT."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    spec = wire_spec(write_spec, testnet, "no-dns", marks)
+    run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", PYTHON, "-I", "-c",
+                            _CONNECT_LATER, str(marks / "go")], env=sandbox_env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert run.stdout is not None
+        assert run.stdout.readline() == "HTTP/1.1 403 Forbidden\n"
+        assert lnk(sandbox_env, "allow", "--tcp", "no-dns", "denied.lnkt:7").returncode == 0
+        (marks / "go").touch()
+        stdout, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    finally:
+        end_run(run)
+    assert stdout == "ping\n", stderr
+
+
+_TCP_LOOKUP = """
+import os, socket, struct, sys, time
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.02)
+name = b"".join(bytes([len(label)]) + label for label in b"denied.lnkt".split(b".")) + b"\\0"
+query = struct.pack(">HHHHHH", 0xABCD, 0x0100, 1, 0, 0, 0) + name + struct.pack(">HH", 1, 1)
+with socket.create_connection(("127.0.0.1", 53), timeout=10) as s:
+    s.sendall(struct.pack(">H", len(query)) + query)
+    answer = s.recv(4096)[2:]
+address = socket.inet_ntoa(answer[-4:])
+with socket.create_connection((address, 7), timeout=10) as s:
+    s.sendall(b"ping")
+    print(address, s.recv(10).decode())
+"""
+
+
+def test_an_added_endpoint_asked_over_tcp_dns_first_waits_for_its_socket(
+    write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str], tmp_path: Path,
+) -> None:
+    """The sandbox's DNS over TCP (a reply too long for UDP is asked again there): the
+    first query for an added endpoint's name holds that connection until the socket is
+    made inside, then answers with the name's address, which is reached."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    spec = _later_spec(write_spec, testnet, marks, "allowed.lnkt:9")
+    run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", PYTHON, "-I", "-c",
+                            _TCP_LOOKUP, str(marks / "go")], env=sandbox_env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_start(sandbox_env, "later")
+        assert lnk(sandbox_env, "allow", "--tcp", "later", "denied.lnkt:7").returncode == 0
+        (marks / "go").touch()
+        stdout, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    finally:
+        end_run(run)
+    assert re.fullmatch(r"127\.53\.0\.\d+ ping\n", stdout), (stdout, stderr)
+
+
+_AT_ONCE = """
+import os, socket, sys, threading, time
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.02)
+said = []
+def echo():
+    try:
+        with socket.create_connection(("denied.lnkt", 7), timeout=10) as s:
+            s.sendall(b"ping")
+            said.append(s.recv(10).decode())
+    except OSError as error:
+        said.append(type(error).__name__)
+threads = [threading.Thread(target=echo) for _ in range(20)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(sorted(set(said)), len(said))
+"""
+
+
+def test_many_lookups_at_once_of_an_added_name_make_its_socket_once(
+    write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str], tmp_path: Path,
+) -> None:
+    """Twenty lookups at once of a name just added: one helper makes its socket (a
+    second would find the place taken, and the name would be refused), and every
+    lookup waits for it and is answered."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    spec = _later_spec(write_spec, testnet, marks, "allowed.lnkt:9")
+    run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", PYTHON, "-I", "-c",
+                            _AT_ONCE, str(marks / "go")], env=sandbox_env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_start(sandbox_env, "later")
+        assert lnk(sandbox_env, "allow", "--tcp", "later", "denied.lnkt:7").returncode == 0
+        (marks / "go").touch()
+        stdout, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    finally:
+        end_run(run)
+    assert stdout == "['ping'] 20\n", (stdout, stderr)

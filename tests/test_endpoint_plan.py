@@ -5,6 +5,7 @@ proxy's decision: sans IO, no sandbox."""
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
@@ -180,3 +181,90 @@ def test_a_lan_rule_is_found_before_an_ordinary_one() -> None:
     assert matching_rule(rules, "nas.lan", 80) is rules[1]
     assert matching_rule(rules, "fd00::1", 22) is rules[2]
     assert matching_rule(rules, "nas.lan", 22) is None
+
+
+# -- a running sandbox's added endpoints: the places a name needs (lnk_proxy.added_endpoints)
+
+# A `*.` endpoint's port, on every address of the sandbox's own loopback (nothing else).
+EVERY = "0.0.0.0"  # noqa: S104
+
+
+def _giver(book: AddressBook) -> Callable[[str], str | None]:
+    return book.give
+
+
+def test_an_added_name_gets_an_address_no_other_has_on_each_of_its_ports() -> None:
+    from lnk_proxy.added_endpoints import missing_places
+
+    book = AddressBook(["allowed.lnkt"])  # the spec's endpoint: 127.53.0.1
+    made = {("127.53.0.1", 7)}
+    rules = parse_hosts(("denied.lnkt:7", "denied.lnkt:5432"))
+    assert missing_places("denied.lnkt", rules, made, _giver(book)) == [
+        ("127.53.0.2", 7), ("127.53.0.2", 5432)]
+    # Stable for the run: asked again, the same address; made, nothing is missing.
+    assert missing_places("denied.lnkt", rules[:1], made, _giver(book)) == [("127.53.0.2", 7)]
+    made |= {("127.53.0.2", 7), ("127.53.0.2", 5432)}
+    assert missing_places("denied.lnkt", rules, made, _giver(book)) == []
+
+
+def test_a_wildcard_addition_needs_its_port_on_every_address_once() -> None:
+    from lnk_proxy.added_endpoints import missing_places
+
+    book = AddressBook([])
+    rules = parse_hosts(("*.lnkt:7", "denied.lnkt:7"))
+    # One socket on 0.0.0.0:7 serves both rules' names: no address of the name's own.
+    assert missing_places("denied.lnkt", rules, set(), _giver(book)) == [(EVERY, 7)]
+    assert missing_places("other.lnkt", rules[:1], {(EVERY, 7)}, _giver(book)) == []
+    # A spec's `*.` socket on that port serves an added name too.
+    assert missing_places("x.lnkt", parse_hosts(("x.lnkt:7",)), {(EVERY, 7)},
+                          _giver(book)) == []
+
+
+def test_an_added_name_past_the_last_address_is_refused_saying_so() -> None:
+    from lnk_proxy.added_endpoints import PlacingError, missing_places
+
+    with pytest.raises(PlacingError, match="every address"):
+        missing_places("denied.lnkt", parse_hosts(("denied.lnkt:7",)), set(),
+                       lambda _name: None)
+
+
+@pytest.mark.parametrize("argv", [
+    ["--namespace-fd", "3"],
+    ["--namespace-fd", "x", "--proxy-fd", "4", "--place", "127.53.0.1:7"],
+    ["--namespace-fd", "3", "--proxy-fd", "4", "--place", "10.0.0.1:7"],
+    ["--namespace-fd", "3", "--proxy-fd", "4", "--place", "127.0.0.1:7"],
+    ["--namespace-fd", "3", "--proxy-fd", "4", "--place", "127.53.0.1:0"],
+    ["--namespace-fd", "3", "--proxy-fd", "4", "--place", "127.53.0.1"],
+    ["--namespace-fd", "3", "--proxy-fd", "4", "--endpoint", "a.lnkt:7"],
+    ["--namespace-fd", "3", "--proxy-fd", "4",
+     *[part for port in range(1, 66) for part in ("--place", f"0.0.0.0:{port}")]],
+])
+def test_the_helper_for_a_running_sandbox_refuses_a_place_that_is_no_endpoints(
+    argv: list[str], capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`lnk-sandbox-dns-helper --namespace-fd`: only an endpoint's own addresses (or
+    0.0.0.0 for a `*.` port), each with a port, at most MAX_PLACES; one line, exit 1,
+    before any namespace is joined."""
+    from lnk_dns.helper import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 1
+    said = capsys.readouterr().err
+    assert said.startswith("lnk-sandbox-dns-helper: ") and said.count("\n") == 1, said
+
+
+def test_the_helper_for_a_running_sandbox_takes_max_places_at_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """At the limit the places are taken, and what fails is the next step (joining a
+    namespace through a descriptor that is none), not the count."""
+    from lnk_dns.helper import main
+    from lnk_dns.places import MAX_PLACES
+
+    places = [part for port in range(1, MAX_PLACES + 1) for part in ("--place", f"{EVERY}:{port}")]
+    with pytest.raises(SystemExit) as exited:
+        main(["--namespace-fd", "999", "--proxy-fd", "998", *places])
+    assert exited.value.code == 1
+    said = capsys.readouterr().err
+    assert "Bad file descriptor" in said and "places at once" not in said, said
