@@ -210,6 +210,9 @@ def _watch_switches(wire: Wire, loop: asyncio.AbstractEventLoop) -> None:
         if wire.made_listeners():  # a listener made for an addition taken away: closed
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(wire.close_taken_away_listeners)
+        if wire.dns_wanted():  # an endpoint added to a sandbox that started without DNS
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(wire.open_dns)
         if not wire.open:
             wire.log.closing = ""  # every call it closed has its ended line
             continue

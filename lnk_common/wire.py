@@ -469,6 +469,15 @@ class Wire:
     def close_taken_away_listeners(self) -> None:
         """Close the listeners made for additions taken away since (on the loop)."""
 
+    def dns_wanted(self) -> bool:
+        """Whether the sandbox's DNS must be made now (a proxy's whose sandbox started
+        without one, once `lnk-sandbox allow --tcp` added an endpoint), which the watch
+        has the loop do (`open_dns`). Never here."""
+        return False
+
+    def open_dns(self) -> None:
+        """Make and serve the sandbox's DNS (on the loop)."""
+
     def sever_calls(self, tasks: list[asyncio.Task[None]]) -> None:
         """`sever`, for the tunnels of `tasks` only (a host taken away), from any thread:
         their sockets shut down before the loop cancels the calls."""

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from lnk_proxy.server import Proxy
 
 __all__ = ["HELPER_SECONDS", "MAX_ADDED_PLACES", "AddedEndpoints", "PlacingError",
-           "missing_places"]
+           "made_inside", "missing_places"]
 
 # The helper's whole run (a Python start, two setns, a bind a place): some 50 ms; past
 # this it is killed and the name refused. Within a resolver's 5 s for its first try.
@@ -133,7 +133,7 @@ class AddedEndpoints:
                 return
             try:
                 sockets = await asyncio.get_running_loop().run_in_executor(
-                    None, _made_inside, self.inside.fileno(), missing)
+                    None, made_inside, self.inside.fileno(), missing)
             except PlacingError as error:
                 self.failed[name] = str(error)
                 raise
@@ -159,15 +159,18 @@ class AddedEndpoints:
                 self.made.discard(place)
 
 
-def _made_inside(inside_fd: int, places: list[Place]) -> list[socket.socket]:
+def made_inside(inside_fd: int, places: list[Place], *, dns: bool = False
+                ) -> list[socket.socket]:
     """The helper's run (in a thread of the loop's executor): the sandbox's network
-    taken from `inside_fd`, a socket on each of `places` back, or PlacingError."""
+    taken from `inside_fd`, a socket on each of `places` back (with `dns`, first the
+    sandbox's DNS sockets on 127.0.0.1:53, UDP then TCP), or PlacingError."""
     import fcntl
     import os
     import subprocess
 
     from lnk_common.chain import helper_argv
     from lnk_common.fdpass import receive_labelled
+    from lnk_dns.places import DNS_PLACE
 
     try:
         network_fd = fcntl.ioctl(inside_fd, _SIOCGSKNS)
@@ -179,9 +182,14 @@ def _made_inside(inside_fd: int, places: list[Place]) -> list[socket.socket]:
         os.close(network_fd)
         raise PlacingError(f"no channel to the helper ({error.strerror})") from None
     received: list[socket.socket] = []
+    said_labels: list[bytes] = []
     try:
         argv = [*helper_argv("dns-helper"), "--namespace-fd", str(network_fd),
                 "--proxy-fd", str(theirs.fileno())]
+        labels = [b"dns udp", b"dns tcp"] if dns else []
+        if dns:
+            argv += ["--dns", DNS_PLACE]
+        labels += [b"endpoint tcp"] * len(places)
         for address, port in places:
             argv += ["--place", f"{address}:{port}"]
         try:
@@ -198,10 +206,11 @@ def _made_inside(inside_fd: int, places: list[Place]) -> list[socket.socket]:
         try:
             while (item := receive_labelled(ours.fileno())) is not None:
                 received.append(socket.socket(fileno=item[0]))
+                said_labels.append(item[1])
         except OSError as error:
             raise PlacingError(f"the helper's sockets could not be taken ({error.strerror})"
                                ) from None
-        if done.returncode != 0 or len(received) != len(places):
+        if done.returncode != 0 or said_labels != labels:
             said = done.stderr.decode("utf-8", "replace").strip().splitlines()
             raise PlacingError((said[-1] if said else f"status {done.returncode}")
                                .removeprefix("lnk-sandbox-dns-helper: "))

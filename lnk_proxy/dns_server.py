@@ -54,12 +54,12 @@ from lnk_dns.message import (
     tcp_frame_length,
     tcp_frames,
 )
-from lnk_proxy.added_endpoints import AddedEndpoints, PlacingError
+from lnk_proxy.added_endpoints import AddedEndpoints, PlacingError, made_inside
 from lnk_proxy.decide import HostRule
 from lnk_proxy.server import Proxy
 
 __all__ = ["MAX_KEPT_BYTES", "MAX_TCP_CONNECTIONS", "OUTSIDE_SECONDS", "TCP_IDLE_SECONDS",
-           "DnsService", "system_server"]
+           "DnsOnAddition", "DnsService", "system_server"]
 
 # The real DNS has this long to answer an SRV or TXT query (then SERVFAIL).
 OUTSIDE_SECONDS = 5.0
@@ -500,3 +500,72 @@ class DnsService:
         return self._reply(query, rcode if rcode in ("NOERROR", "NXDOMAIN") else "SERVFAIL",
                            records, pending.udp)
 
+
+
+class DnsOnAddition:
+    """The DNS of a sandbox of the proxy's network that started without one (its spec
+    names no endpoint and no [lan] host by name): its resolv.conf names 127.0.0.1
+    (lnk_wrap.dns_files), where nothing listens, so a lookup is refused by the kernel at
+    once, and nothing is logged or counted. Once the wire's additions have an endpoint
+    (`lnk-sandbox allow --tcp`), the helper's second form binds 127.0.0.1:53 (UDP and
+    TCP) inside (lnk_dns.places) and this proxy serves the sandbox's DNS there, for the
+    rest of the run, as a DNS sandbox's: the added endpoints' names get their sockets
+    at their lookup (lnk_proxy.added_endpoints), every other name is refused and logged.
+    Asked by the process's watch (`wanted`, from its thread; `open`, on the loop). A
+    helper that fails is one `refused` line for each added endpoint, and is not tried
+    again until the added endpoints change."""
+
+    def __init__(self, proxy: Proxy, inside: socket.socket, made: set[tuple[str, int]],
+                 *, rules: tuple[HostRule, ...], server: tuple[str, int] | None) -> None:
+        self.proxy = proxy
+        self.inside = inside  # the proxy's own socket, made inside by the launcher's helper
+        self.made = made  # the places the launcher's helper made ([lan] addresses')
+        self.rules = rules
+        self.server = server
+        self.service: DnsService | None = None
+        self.opening = False  # a helper is at work: the watch asks no other
+        self.failed_under: tuple[HostRule, ...] | None = None
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def wanted(self) -> bool:
+        """Whether the DNS must be made now (from any thread: a stat of the additions)."""
+        if self.service is not None or self.opening:
+            return False
+        rules = self.proxy.added.endpoint_rules()
+        return bool(rules) and rules is not self.failed_under
+
+    def open(self) -> None:
+        """Make and serve the DNS, once (on the loop)."""
+        if self.wanted():
+            self.opening = True
+            task = asyncio.ensure_future(self._open(self.proxy.added.endpoint_rules()))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    async def _open(self, rules: tuple[HostRule, ...]) -> None:
+        service = DnsService(self.proxy, rules=self.rules, server=self.server)
+        try:
+            udp, tcp = await asyncio.get_running_loop().run_in_executor(
+                None, lambda: made_inside(self.inside.fileno(), [], dns=True))
+            try:
+                await service.serve(udp, udp=True)
+                await service.serve(tcp, udp=False)
+            except OSError as error:
+                service.close()
+                udp.close()
+                tcp.close()
+                raise PlacingError(f"its sockets cannot be served ({error})") from None
+        except PlacingError as error:
+            self.failed_under, self.opening = rules, False
+            for rule in rules:
+                self.proxy.log.write(
+                    "refused", f"*.{rule.name}" if rule.wildcard else rule.name,
+                    "kind=dns reason=an endpoint `lnk-sandbox allow --tcp` added cannot be "
+                    f"named in the running sandbox: its DNS cannot be made: {error}")
+            return
+        service.added = self.proxy.added_endpoints = AddedEndpoints(self.proxy, tcp, self.made)
+        self.service, self.opening = service, False
+
+    def close(self) -> None:
+        if self.service is not None:
+            self.service.close()

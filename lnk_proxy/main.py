@@ -40,8 +40,9 @@ from lnk_common import serving
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import socket
+    from collections.abc import Callable
 
-    from lnk_proxy.added_endpoints import AddedEndpoints
+    from lnk_proxy.decide import HostRule
     from lnk_proxy.mcp_verb import Asker
     from lnk_proxy.server import Proxy
     from lnk_proxy.tools import Tool
@@ -78,13 +79,34 @@ def main(argv: list[str] | None = None) -> None:
     # 60 ms of CPU here, which a sandbox that starts, runs and ends without a call (and
     # every sandbox while it starts) would otherwise share two cores with.
     # The login callbacks' sockets are not listening: only the others wake the proxy.
-    serving.wait_for_first([item for item in listeners if item[1] != "callback tcp"])
+    waking = [item for item in listeners if item[1] != "callback tcp"]
+    if options["--dns"]:
+        _wait_for_first_or_endpoint(waking, options)
+    else:
+        serving.wait_for_first(waking)
     serve(listeners, options)
+
+
+def _wait_for_first_or_endpoint(listeners: list[tuple[int, str]],
+                                options: dict[str, list[str]]) -> None:
+    """`--dns later`: until the first connection, or until the wire's additions have an
+    endpoint (`lnk-sandbox allow --tcp`), whose name the sandbox can only look up once
+    this proxy serves its DNS: looked at as the watch looks at the switches (a stat
+    while the file is unchanged), the first look a quarter second after the start, not
+    during it."""
+    import select
+
+    from lnk_common.additions import added_hosts
+
+    settings, wire = options["--settings"][0], options["--wire"][0]
+    while not select.select([fd for fd, _ in listeners], [], [], serving.SWITCH_SECONDS)[0]:
+        if added_hosts(settings, wire).endpoints:
+            return
 
 
 def parse_options(argv: list[str] | None) -> dict[str, list[str]]:
     """The proxy's options (its fields of the policy's table, and --guest), or exit 2."""
-    return serving.parse_options("lnk-sandbox-proxy", argv, "proxy", ("--guest",))
+    return serving.parse_options("lnk-sandbox-proxy", argv, "proxy", ("--guest", "--dns"))
 
 
 def _check_verbs(options: dict[str, list[str]]) -> None:
@@ -108,6 +130,9 @@ def _check_verbs(options: dict[str, list[str]]) -> None:
                    f"{URL_SECRET_VARIABLE}")
     elif len(options["--guest"]) > 1 or not all(map(is_name, options["--guest"])):
         problem = "--guest takes a guest's name, once"
+    elif options["--dns"] not in ([], ["later"]) or (options["--dns"] and options["--listen"]):
+        problem = ("--dns takes `later`, once, with --socket-fd (the sandbox's resolv.conf "
+                   "names 127.0.0.1, where this proxy serves DNS once an endpoint is added)")
     if problem:
         print(f"lnk-sandbox-proxy: {problem}", file=sys.stderr)
         sys.exit(2)
@@ -201,13 +226,10 @@ def _tools(settings: str, names: list[str]) -> dict[str, Tool]:
     return tools
 
 
-def _added_endpoints(proxy: Proxy, inside: socket.socket, listeners: list[tuple[int, str]]
-                     ) -> AddedEndpoints:
-    """What takes `allow --tcp`'s endpoints at the next call: the places the launcher's
-    helper made (each endpoint socket's address), and `inside`, a socket made there."""
+def _made_places(listeners: list[tuple[int, str]]) -> set[tuple[str, int]]:
+    """The places the launcher's helper made for endpoints (each socket's address), which
+    `allow --tcp`'s endpoints, taken at the next call, need not make again."""
     import socket
-
-    from lnk_proxy.added_endpoints import AddedEndpoints
 
     made = set()
     for fd, label in listeners:
@@ -217,7 +239,25 @@ def _added_endpoints(proxy: Proxy, inside: socket.socket, listeners: list[tuple[
                 made.add(probe.getsockname()[:2])
             finally:
                 probe.detach()
-    return AddedEndpoints(proxy, inside, made)
+    return made
+
+
+def _dns_on_addition(proxy: Proxy, inside: socket.socket, listeners: list[tuple[int, str]],
+                     looked_up: tuple[HostRule, ...], server: tuple[str, int] | None
+                     ) -> Callable[[], None]:
+    """`--dns later` (a sandbox of the proxy's network that started without DNS): its
+    DNS made inside once an endpoint is added (lnk_proxy.dns_server.DnsOnAddition), the
+    network joined from `inside`, the proxy's own socket made there; at once if one is
+    added already (what woke this proxy). What closes it."""
+    from lnk_common import endpoints
+    from lnk_proxy.dns_server import DnsOnAddition
+
+    late = proxy.dns_on_addition = DnsOnAddition(
+        proxy, inside, _made_places(listeners),
+        rules=tuple(rule for rule in looked_up if not endpoints.is_address(rule.name)),
+        server=server)
+    late.open()
+    return late.close
 
 
 def serve(listeners: list[tuple[int, str]], options: dict[str, list[str]]) -> None:
@@ -267,12 +307,17 @@ def serve(listeners: list[tuple[int, str]], options: dict[str, list[str]]) -> No
                         server=server_address)
                     closers.append(dns.close)
                 if kind == "tcp":  # made inside: the sandbox's network, for `allow --tcp`
-                    dns.added = proxy.added_endpoints = _added_endpoints(proxy, sock,
-                                                                         listeners)
+                    from lnk_proxy.added_endpoints import AddedEndpoints
+
+                    dns.added = proxy.added_endpoints = AddedEndpoints(
+                        proxy, sock, _made_places(listeners))
                 await dns.serve(sock, udp=kind == "udp")
                 continue
             handler = proxy.handle_endpoint if role == "endpoint" else proxy.handle
             servers.append(await lane_server(handler, sock))
+            if role == "proxy" and dns is None and options["--dns"]:
+                closers.append(_dns_on_addition(proxy, sock, listeners, looked_up,
+                                                server_address))
         closers += [server.close for server in servers]
         closers.append(proxy.close_verbs)
 

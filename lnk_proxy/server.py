@@ -86,6 +86,7 @@ from lnk_proxy.verbs import VerbError, split_verb, verb_refusal_body
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from lnk_proxy.added_endpoints import AddedEndpoints
+    from lnk_proxy.dns_server import DnsOnAddition
 
 __all__ = ["BODY_IDLE_SECONDS", "HEAD_SECONDS", "HELD_BODIES_FULL", "HTTP_PORT",
            "IDLE_SECONDS", "MAX_HELD_BODY_BYTES", "UNREADABLE_BODY", "UNREADABLE_HEAD",
@@ -118,6 +119,8 @@ class Proxy(Wire):
         self.added = AddedHosts(settings, wire, machine)  # `lnk-sandbox allow`'s hosts
         # The sockets made inside for `allow --tcp`'s endpoints (with the sandbox's DNS).
         self.added_endpoints: AddedEndpoints | None = None
+        # A sandbox that started without DNS: its DNS, made once an endpoint is added.
+        self.dns_on_addition: DnsOnAddition | None = None
         self.resolver = resolver
         self.book = book
         self.verbs: dict[str, Verb] = dict(verbs or {})
@@ -324,6 +327,13 @@ class Proxy(Wire):
     def close_taken_away_listeners(self) -> None:
         if self.added_endpoints is not None:
             self.added_endpoints.close_taken_away()
+
+    def dns_wanted(self) -> bool:
+        return self.dns_on_addition is not None and self.dns_on_addition.wanted()
+
+    def open_dns(self) -> None:
+        if self.dns_on_addition is not None:
+            self.dns_on_addition.open()
 
     async def decide(self, target: Target, *, counted: bool = True) -> Address:
         """The address to connect to, or Refused: controls, name, lookup, every address.

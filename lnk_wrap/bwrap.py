@@ -140,6 +140,9 @@ class HostFacts:
         means no start, for every policy): the init's --go-fd.
     data_files: (fd, path) pairs: a file made from what the fd holds, read only, at path
         (a sandbox with DNS: its own resolv.conf and hosts, lnk_wrap.dns_files).
+    static_files: (source, path) pairs: a file outside bound read only at path (a
+        sandbox of the proxy's network without DNS: the package's resolv.conf naming
+        127.0.0.1, lnk_wrap.dns_files.later_files).
     cwd: the working directory to keep.
     temporary_home: the program's HOME when it is made inside, in the private /tmp
         (lnk_wrap.home: a run of no named wire); "" otherwise.
@@ -147,8 +150,8 @@ class HostFacts:
     """
 
     __slots__ = ("block_fd", "cwd", "data_files", "held", "hide_kinds", "info_fd", "loaders",
-                 "packages", "runtime", "system_dirs", "system_hidden", "system_links",
-                 "temporary_home", "watch_fd")
+                 "packages", "runtime", "static_files", "system_dirs", "system_hidden",
+                 "system_links", "temporary_home", "watch_fd")
 
     def __init__(
         self,
@@ -166,6 +169,7 @@ class HostFacts:
         watch_fd: int | None = None,
         block_fd: int | None = None,
         data_files: tuple[tuple[int, str], ...] = (),
+        static_files: tuple[tuple[str, str], ...] = (),
         temporary_home: str = "",
     ) -> None:
         self.system_dirs = system_dirs
@@ -181,6 +185,7 @@ class HostFacts:
         self.watch_fd = watch_fd
         self.block_fd = block_fd
         self.data_files = data_files
+        self.static_files = static_files
         self.temporary_home = temporary_home
 
     def _replace(self, **changes: object) -> HostFacts:
@@ -202,6 +207,9 @@ class HostFacts:
 
     def with_data_files(self, data_files: tuple[tuple[int, str], ...]) -> HostFacts:
         return self._replace(data_files=data_files)
+
+    def with_static_files(self, static_files: tuple[tuple[str, str], ...]) -> HostFacts:
+        return self._replace(static_files=static_files)
 
     def with_temporary_home(self, path: str) -> HostFacts:
         return self._replace(temporary_home=path)
@@ -415,6 +423,7 @@ def _system(facts: HostFacts) -> list[Option]:
         Pair("ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger"),
         *(Value("tmpfs", path) for path in _PRIVATE_TMP),
         *(Pair("ro-bind-data", str(fd), path) for fd, path in facts.data_files),
+        *(Pair("ro-bind", source, path) for source, path in facts.static_files),
     ]
     if facts.temporary_home:  # lnk_wrap.home: in the private /tmp, the program's own
         system += [Value("perms", "0700"), Value("dir", facts.temporary_home)]
@@ -527,6 +536,7 @@ def _rules(policy: Policy, facts: HostFacts) -> list[InitRule]:
         InitRule(Access.PROC, "/proc"),
         *(InitRule(_temp_access(policy, path), path) for path in _PRIVATE_TMP),
         *(InitRule(Access.READ, path) for _, path in facts.data_files),
+        *(InitRule(Access.READ, path) for _, path in facts.static_files),
     ]
     rules += [InitRule(Access.READ, path) for path in policy.read]
     rules += [InitRule(Access.WRITE, path) for path in policy.write]

@@ -817,7 +817,7 @@ def _start_sandbox(bwrap: str, policy: Policy, inside: tuple[list[str], list[str
         for note in outside.notes:
             _say(note)
         wire = _start_wire(policy, outside, proxy_given)
-        facts = facts.with_data_files(wire.data_files)
+        facts = facts.with_data_files(wire.data_files).with_static_files(wire.static_files)
         go_read, go_write = wire.block_read, wire.block_write
     else:
         # Every sandbox waits for the go-ahead, with a wire or not: a stop signal that
@@ -1116,6 +1116,7 @@ class _Wire:
         self.plan: list[Listener] = []
         self.lan_addresses: list[str] = []
         self.data_files: tuple[tuple[int, str], ...] = ()
+        self.static_files: tuple[tuple[str, str], ...] = ()
         self.block_read, self.block_write = os.pipe()
 
     def end(self) -> None:
@@ -1145,11 +1146,18 @@ def _start_wire(policy: Policy, outside: Outside, proxy_given: Mapping[str, str]
     wire.plan = plan
     wire.lan_addresses = endpoints.lan_addresses(entries)
     name = wire.name = policy.name or _own_wire()
+    dns = endpoints.has_dns(entries)
+    # The proxy's network without DNS of its own: a resolv.conf naming 127.0.0.1, where
+    # the proxy serves DNS once `lnk-sandbox allow --tcp` adds an endpoint (until then
+    # nothing listens there: a lookup is refused at once). lnk_wrap.dns_files.
+    later = policy.network == "proxy" and not dns
     try:
         if policy.needs_proxy():
             options = ["--wire", name, *helper_argv(policy, "proxy")]
             if outside.guest:  # its questions name the guest
                 options += ["--guest", outside.guest]
+            if later:
+                options += ["--dns", "later"]
             # The placeholders and the URL secret: in its environment, never an argument.
             proxy_env = {**outside.env, **proxy_given}
             pid, channel = _start_served("proxy", policy, options, proxy_env,
@@ -1162,10 +1170,14 @@ def _start_wire(policy: Policy, outside: Outside, proxy_given: Mapping[str, str]
                                          outside.own_session)
             wire.pids.append(pid)
             wire.channels["relay"] = channel
-        if endpoints.has_dns(entries):
+        if dns:
             from lnk_wrap.dns_files import data_files
 
             wire.data_files = data_files()
+        elif later:
+            from lnk_wrap.dns_files import later_files
+
+            wire.static_files = later_files()
     except BaseException:
         wire.end()
         for fd in (*wire.channels.values(), wire.block_read, wire.block_write):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import socket
 import subprocess
 from pathlib import Path
 
@@ -883,3 +884,108 @@ def test_many_lookups_at_once_of_an_added_name_make_its_socket_once(
     finally:
         end_run(run)
     assert stdout == "['ping'] 20\n", (stdout, stderr)
+
+
+_WITHOUT_DNS_STEPS = """
+import os, socket, sys, time
+marks = sys.argv[1]
+def mark(name, text):
+    open(f"{marks}/{name}.tmp", "w").write(text)
+    os.rename(f"{marks}/{name}.tmp", f"{marks}/{name}")
+def wait(name):
+    while not os.path.exists(f"{marks}/{name}"):
+        time.sleep(0.02)
+def echo():
+    try:
+        s = socket.create_connection(("denied.lnkt", 7), timeout=10)
+        s.sendall(b"ping")
+        return s, s.recv(10).decode()
+    except OSError as error:
+        return None, type(error).__name__
+def looked_up():
+    began = time.monotonic()
+    try:
+        socket.getaddrinfo("denied.lnkt", 7)
+        said = "found"
+    except socket.gaierror as error:
+        said = f"gaierror {error.errno}"
+    return said, time.monotonic() - began
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).bind(("127.0.0.1", 53))
+    mark("bound", "bound")
+except OSError as error:
+    mark("bound", type(error).__name__)
+mark("resolv", open("/etc/resolv.conf").read())
+said, took = looked_up()
+mark("first", f"{said} {took:.4f}")
+wait("allowed")
+began = time.monotonic()
+while True:
+    kept, said = echo()
+    if kept is not None or time.monotonic() - began > 5:
+        break
+    time.sleep(0.02)
+mark("placing", f"{time.monotonic() - began:.3f}")
+mark("second", said)
+kept.settimeout(20)
+try:
+    while True:
+        kept.sendall(b"x" * 1024)
+        if not kept.recv(65536):
+            break
+except OSError:
+    pass
+mark("closed", repr(time.time()))
+wait("disallowed")
+mark("third", echo()[1])
+"""
+
+
+def test_a_sandbox_without_dns_gets_its_dns_when_an_endpoint_is_added(
+    write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str], tmp_path: Path,
+) -> None:
+    """A sandbox of the proxy's network with no DNS of its own (no endpoint, no [lan]
+    name): its resolv.conf names 127.0.0.1, where nothing listens, so a lookup fails at
+    once (nothing logged), and the program cannot take port 53 itself; `allow --tcp`,
+    and within the watch's quarter second its proxy serves DNS there: the program's
+    lookup gets the name's address inside and its connection goes through, without a
+    restart; `disallow --tcp` closes it within a second, and the name is refused."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    spec = wire_spec(write_spec, testnet, "late-dns", marks)
+    run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", PYTHON, "-I", "-c",
+                            _WITHOUT_DNS_STEPS, str(marks)], env=sandbox_env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = str(wait_until(lambda: (marks / "first").exists()
+                               and (marks / "first").read_text(), "the first lookup"))
+        assert first.startswith(f"gaierror {socket.EAI_AGAIN} "), first
+        assert float(first.split()[-1]) < 1.0, first  # refused at once, no resolver's wait
+        assert (marks / "bound").read_text() == "PermissionError"
+        assert "nameserver 127.0.0.1\n" in (marks / "resolv").read_text()
+        log = wire_folder(sandbox_env, "late-dns") / "log"
+        assert "kind=dns" not in (log.read_text() if log.exists() else "")
+        allowed = lnk(sandbox_env, "allow", "--tcp", "late-dns", "denied.lnkt:7")
+        assert allowed.returncode == 0, allowed.stderr
+        (marks / "allowed").touch()
+        second = wait_until(lambda: (marks / "second").exists()
+                            and (marks / "second").read_text(), "the call after allow")
+        assert second == "ping", second
+        taken = _take_away(sandbox_env, "late-dns", "tcp", "denied.lnkt:7")
+        closed = float(str(wait_until(lambda: (marks / "closed").exists()
+                                      and (marks / "closed").read_text(), "the close")))
+        print(f"HOW: the first lookup took {first.split()[-1]} s before allow; the name was "
+              f"reached {(marks / 'placing').read_text()} s after allow (its DNS and socket "
+              f"made inside then); the connection closed {closed - taken:.3f} s after "
+              "disallow")
+        assert closed - taken < 1.0
+        (marks / "disallowed").touch()
+        _, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
+    finally:
+        end_run(run)
+    assert (marks / "third").read_text() == "gaierror", stderr
+    lines = [line.split("\t") for line in log.read_text().splitlines()]
+    ended = [fields for fields in lines if fields[1] == "ended" and fields[2] == "denied.lnkt:7"]
+    assert len(ended) == 1 and "closed=taken-away" in ended[0][3], lines
+    assert any(fields[1] == "allowed" and fields[2] == "denied.lnkt" and "type=A" in fields[3]
+               for fields in lines), lines
