@@ -16,9 +16,10 @@ folder's lock so that two commands at once lose neither's change):
      "endpoints": [{"host": "db.example.com:5432", "added": "…", "by": "…"}]}
 
 "endpoints" (`allow --tcp`: additions to `[tcp] endpoints`) are taken at each start
-(the launcher adds them to the plan, lnk_wrap.launch) and, by a running sandbox with
-DNS of its own, at the next call: the proxy has a socket made inside for the name when
-it is looked up (lnk_proxy.added_endpoints), and takes it away as it takes a host.
+(the launcher adds them to the plan, lnk_wrap.launch) and, by a running sandbox, at the
+next call: the proxy has a socket made inside for the name when it is looked up
+(lnk_proxy.added_endpoints; a sandbox that started without DNS of its own is given it
+first, lnk_proxy.dns_server.DnsOnAddition), and takes it away as it takes a host.
 
 Every host is read by the spec's own rule for `[network] hosts` and every endpoint by
 its rule for `[tcp] endpoints` (lnk_common.hostentry); a host may not be an address that

@@ -5,8 +5,10 @@ proxy takes at the next call (lnk_proxy.added) with every check a listed host ge
 `disallow WIRE HOST` takes one away (an open call to it is closed within a second),
 `disallow WIRE --clear` all; `allowed WIRE` shows them. They are kept per wire name
 across its starts. With `--tcp`, HOST is an endpoint of `[tcp] endpoints`, taken at
-each start (lnk_wrap.launch.with_additions) and by a running sandbox with DNS of its own
-at the name's next lookup (lnk_proxy.added_endpoints: its socket inside made then);
+each start (lnk_wrap.launch.with_additions) and by a running sandbox at the name's next
+lookup (lnk_proxy.added_endpoints: its socket inside made then; one that started
+without DNS of its own gets it first, within the watch's quarter second:
+lnk_proxy.dns_server.DnsOnAddition);
 `disallow --tcp` closes its open connections within a second. Each change is one
 `changed` line on the wire's log: what, by whom (this user, outside), when.
 
@@ -139,9 +141,10 @@ def allow(settings: str, wire: str, host: str, *, tcp: bool = False) -> int:
     _log_change(settings, wire, "allow-tcp" if tcp else "allow", entry)
     if tcp:
         print(f"the wire {wire} gets the endpoint {entry} from its next call (a running "
-              "sandbox with DNS of its own, whose spec names [tcp] endpoints or [lan] hosts "
-              "by name, has its socket made at the name's next lookup; any other from its "
-              f"next start; `lnk-sandbox disallow --tcp {wire} {entry}` takes it away)")
+              "sandbox has its socket made at the name's next lookup; one that started "
+              "without DNS of its own, whose spec names no [tcp] endpoint nor [lan] host by "
+              "name, is given its DNS first, within a second; "
+              f"`lnk-sandbox disallow --tcp {wire} {entry}` takes it away)")
         return 0
     print(f"the wire {wire} may reach {entry} from its next call "
           f"(`lnk-sandbox disallow {wire} {entry}` takes it away)")

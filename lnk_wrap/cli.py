@@ -79,8 +79,9 @@ Verbs:
           the provider in [verbs] model). The refused call's line on the wire's log
           says the very command. One `changed` line on the wire's log. With --tcp, HOST
           is an endpoint (`name:port`, `*.domain:port`, as in [tcp] endpoints), taken
-          at the name's next lookup by a running sandbox with DNS of its own (a spec
-          with [tcp] endpoints or [lan] hosts by name), by any other at its next start.
+          at the name's next lookup by a running sandbox (one that started without DNS
+          of its own, a spec with no [tcp] endpoint nor [lan] host by name, is given
+          its DNS first, within a second).
   disallow  Take HOST away from WIRE's additions (--clear: all of them): refused from
           the next call, and its open calls closed within a second.
   allowed WIRE's additions: host, when, by whom (--json: {"wire", "hosts": [{"host",

@@ -784,10 +784,9 @@ print(connect())
 def test_an_endpoint_added_to_a_running_sandbox_without_dns_is_reached_through_the_proxy(
     write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str], tmp_path: Path,
 ) -> None:
-    """A sandbox that started with no DNS of its own (no endpoint, no [lan] name) cannot
-    be given a name inside while it runs (its resolv.conf is the machine's); a program
-    that speaks the proxy reaches the added endpoint at its next call, as it reaches the
-    spec's endpoints, through a CONNECT."""
+    """A sandbox that started with no DNS of its own (no endpoint, no [lan] name): a
+    program that speaks the proxy reaches the added endpoint at its next call, as it
+    reaches the spec's endpoints, through a CONNECT (by name: the next test)."""
     marks = tmp_path / "marks"
     marks.mkdir()
     spec = wire_spec(write_spec, testnet, "no-dns", marks)

@@ -142,6 +142,28 @@ def test_resolv_conf_and_hosts_inside_are_the_sandbox_own(
     assert "search" not in result.stdout
 
 
+def test_a_proxy_sandbox_without_dns_names_127_0_0_1_where_nothing_listens_yet(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, tmp_path: Path,
+    net: tuple[Path, dict[str, str]],
+) -> None:
+    """No endpoint, no [lan] name: the package's resolv.conf (127.0.0.1, where the proxy
+    serves DNS once `allow --tcp` adds an endpoint) and hosts (localhost only: the
+    machine's would answer an added name it lists before the DNS is asked), read only;
+    a lookup is refused at once and nothing is logged for it."""
+    from lnk_wrap.dns_files import HOSTS, HOSTS_FILE
+
+    _, env = net
+    assert Path(HOSTS_FILE).read_bytes() == HOSTS
+    path = spec(write_spec, tmp_path, '[network]\nmode = "proxy"\nhosts = ["allowed.lnkt"]\n')
+    result = run_sandbox(path, "sh", "-c", "cat /etc/resolv.conf /etc/hosts; "
+                         "getent hosts allowed.lnkt; echo looked=$?; "
+                         "echo x >> /etc/resolv.conf || echo read-only", env=env)
+    assert "nameserver 127.0.0.1" in result.stdout
+    assert "lnkt" not in result.stdout and "search" not in result.stdout
+    assert "looked=2" in result.stdout and "read-only" in result.stdout, result
+    assert not [line for line in wire_log(env) if "kind=dns" in line[-1]]
+
+
 def test_mongodb_srv_lookup_asks_srv_and_txt_outside_once_each(
     run_sandbox: RunSandbox, write_spec: WriteSpec, tmp_path: Path,
     net: tuple[Path, dict[str, str]],
