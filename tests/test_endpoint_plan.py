@@ -238,6 +238,14 @@ def test_an_added_name_past_the_last_address_is_refused_saying_so() -> None:
     ["--namespace-fd", "3", "--proxy-fd", "4", "--endpoint", "a.lnkt:7"],
     ["--namespace-fd", "3", "--proxy-fd", "4",
      *[part for port in range(1, 66) for part in ("--place", f"0.0.0.0:{port}")]],
+    # `--dns`: only the sandbox's DNS, 127.0.0.1:53, once, before any place.
+    ["--namespace-fd", "3", "--proxy-fd", "4", "--dns", "127.0.0.1:54"],
+    ["--namespace-fd", "3", "--proxy-fd", "4", "--dns", "0.0.0.0:53"],
+    ["--namespace-fd", "3", "--proxy-fd", "4", "--dns", "127.0.0.1:53", "--dns",
+     "127.0.0.1:53"],
+    ["--namespace-fd", "3", "--proxy-fd", "4", "--place", "127.53.0.1:7", "--dns",
+     "127.0.0.1:53"],
+    ["--namespace-fd", "3", "--proxy-fd", "4", "--place", "127.0.0.1:53"],
 ])
 def test_the_helper_for_a_running_sandbox_refuses_a_place_that_is_no_endpoints(
     argv: list[str], capsys: pytest.CaptureFixture[str],
@@ -268,3 +276,19 @@ def test_the_helper_for_a_running_sandbox_takes_max_places_at_once(
     assert exited.value.code == 1
     said = capsys.readouterr().err
     assert "Bad file descriptor" in said and "places at once" not in said, said
+
+
+def test_the_helper_for_a_running_sandbox_takes_the_dns_alone_or_before_places(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--dns 127.0.0.1:53` alone, or before places, is taken: what fails is joining a
+    namespace through a descriptor that is none."""
+    from lnk_dns.helper import main
+
+    for places in ([], ["--place", "127.53.0.1:7"]):
+        with pytest.raises(SystemExit) as exited:
+            main(["--namespace-fd", "999", "--proxy-fd", "998", "--dns", "127.0.0.1:53",
+                  *places])
+        assert exited.value.code == 1
+        said = capsys.readouterr().err
+        assert "Bad file descriptor" in said, said
