@@ -988,3 +988,63 @@ def test_a_sandbox_without_dns_gets_its_dns_when_an_endpoint_is_added(
     assert len(ended) == 1 and "closed=taken-away" in ended[0][3], lines
     assert any(fields[1] == "allowed" and fields[2] == "denied.lnkt" and "type=A" in fields[3]
                for fields in lines), lines
+
+
+def test_a_dns_that_cannot_be_made_is_one_refused_line_an_endpoint_and_not_tried_again(
+    tmp_path: Path,
+) -> None:
+    """The helper fails (here: the socket the proxy names the sandbox's network by is no
+    socket; a program inside cannot make it fail, port 53 being below 1024 and it has no
+    capability, which the test above checks): one `refused` line for each added
+    endpoint, saying why; not tried again until the added endpoints change."""
+    import asyncio
+    import os
+
+    from lnk_common.additions import Entry, update_additions
+    from lnk_common.wirelog import WireLog
+    from lnk_proxy.decide import parse_hosts
+    from lnk_proxy.dns_server import DnsOnAddition
+    from lnk_proxy.machine import Machine
+    from lnk_proxy.server import Proxy
+
+    settings, wire = tmp_path / "settings", "late-fail"
+    (settings / "sandbox" / "wires" / wire).mkdir(parents=True)
+    proxy = Proxy(rules=parse_hosts(("allowed.lnkt",)), machine=Machine.gather(),
+                  log=WireLog(str(settings), wire), settings=str(settings), wire=wire,
+                  say=lambda _line: None)
+    read_end, write_end = os.pipe()
+
+    class NoSocket:
+        def fileno(self) -> int:
+            return read_end
+
+    late = DnsOnAddition(proxy, NoSocket(), set(), rules=(), server=None)  # type: ignore[arg-type]
+
+    def add(*endpoints: str) -> None:
+        update_additions(str(settings), wire, lambda entries: (*entries, *(
+            Entry(endpoint, "2026-12-05T00:00:00Z", "test (uid 0)", tcp=True)
+            for endpoint in endpoints)))
+
+    async def attempt() -> None:
+        late.open()
+        await asyncio.gather(*late.tasks)
+
+    try:
+        assert not late.wanted()  # no endpoint added: nothing to make
+        add("denied.lnkt:7", "*.other.lnkt:9")
+        assert late.wanted()
+        asyncio.run(attempt())
+        assert late.service is None and not late.wanted()  # not tried again
+        add("third.lnkt:7")
+        assert late.wanted()  # the added endpoints changed: tried again
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+        proxy.log.close()
+    lines = (settings / "sandbox" / "wires" / wire / "log").read_text().splitlines()
+    refused = [line.split("\t")[1:] for line in lines if "\trefused\t" in line]
+    assert [target for _, target, _ in refused] == ["denied.lnkt", "*.other.lnkt"], lines
+    assert all(detail == "kind=dns reason=an endpoint `lnk-sandbox allow --tcp` added cannot "
+               "be named in the running sandbox: its DNS cannot be made: the sandbox's "
+               "network cannot be named (Inappropriate ioctl for device)"
+               for _, _, detail in refused), refused

@@ -336,6 +336,20 @@ def test_the_proxy_will_not_start_a_model_verb_without_a_placeholder(tmp_path: P
         assert (result.returncode, result.stderr) == (2, f"lnk-sandbox-proxy: {said}\n")
 
 
+def test_the_proxy_takes_dns_later_only_from_the_launcher_s_sockets(tmp_path: Path) -> None:
+    """`--dns later` (the sandbox's resolv.conf names 127.0.0.1, where the proxy serves
+    DNS once an endpoint is added) needs the sockets made inside: never with --listen,
+    whose socket is this machine's (joining its network would bind this machine's
+    port 53), and no other value."""
+    said = ("--dns takes `later`, once, with --socket-fd (the sandbox's resolv.conf names "
+            "127.0.0.1, where this proxy serves DNS once an endpoint is added)")
+    for options in (["--dns", "later"], ["--dns", "now"], ["--dns", "later", "--dns", "later"]):
+        result = subprocess.run(
+            [PROXY, "--settings", str(tmp_path), "--wire", WIRE, *options, "--listen",
+             "127.0.0.1:1"], capture_output=True, text=True, timeout=20, check=False)
+        assert (result.returncode, result.stderr) == (2, f"lnk-sandbox-proxy: {said}\n")
+
+
 # -- the splitter, fuzzed -----------------------------------------------------------------
 
 
