@@ -909,6 +909,10 @@ def looked_up():
     except socket.gaierror as error:
         said = f"gaierror {error.errno}"
     return said, time.monotonic() - began
+if sys.argv[2] == "woken":  # a call through the proxy first: it serves, its watch runs
+    with socket.create_connection(("127.0.0.1", 3128), timeout=10) as s:
+        s.sendall(b"CONNECT allowed.lnkt:7 HTTP/1.1\\r\\nHost: allowed.lnkt:7\\r\\n\\r\\n")
+        assert b" 200 " in s.recv(4096)
 try:
     socket.socket(socket.AF_INET, socket.SOCK_DGRAM).bind(("127.0.0.1", 53))
     mark("bound", "bound")
@@ -940,20 +944,24 @@ mark("third", echo()[1])
 """
 
 
+@pytest.mark.parametrize("proxy", ["idle", "woken"])
 def test_a_sandbox_without_dns_gets_its_dns_when_an_endpoint_is_added(
     write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str], tmp_path: Path,
+    proxy: str,
 ) -> None:
     """A sandbox of the proxy's network with no DNS of its own (no endpoint, no [lan]
     name): its resolv.conf names 127.0.0.1, where nothing listens, so a lookup fails at
     once (nothing logged), and the program cannot take port 53 itself; `allow --tcp`,
     and within the watch's quarter second its proxy serves DNS there: the program's
     lookup gets the name's address inside and its connection goes through, without a
-    restart; `disallow --tcp` closes it within a second, and the name is refused."""
+    restart; `disallow --tcp` closes it within a second, and the name is refused. The
+    proxy `idle` (no call yet: it looks at the additions while it waits for one) or
+    `woken` (a call first: its watch looks)."""
     marks = tmp_path / "marks"
     marks.mkdir()
     spec = wire_spec(write_spec, testnet, "late-dns", marks)
     run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", PYTHON, "-I", "-c",
-                            _WITHOUT_DNS_STEPS, str(marks)], env=sandbox_env,
+                            _WITHOUT_DNS_STEPS, str(marks), proxy], env=sandbox_env,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         first = str(wait_until(lambda: (marks / "first").exists()
@@ -973,10 +981,10 @@ def test_a_sandbox_without_dns_gets_its_dns_when_an_endpoint_is_added(
         taken = _take_away(sandbox_env, "late-dns", "tcp", "denied.lnkt:7")
         closed = float(str(wait_until(lambda: (marks / "closed").exists()
                                       and (marks / "closed").read_text(), "the close")))
-        print(f"HOW: the first lookup took {first.split()[-1]} s before allow; the name was "
-              f"reached {(marks / 'placing').read_text()} s after allow (its DNS and socket "
-              f"made inside then); the connection closed {closed - taken:.3f} s after "
-              "disallow")
+        print(f"HOW ({proxy}): the first lookup took {first.split()[-1]} s before allow; "
+              f"the name was reached {(marks / 'placing').read_text()} s after allow (its DNS "
+              f"and socket made inside then); the connection closed {closed - taken:.3f} s "
+              "after disallow")
         assert closed - taken < 1.0
         (marks / "disallowed").touch()
         _, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
