@@ -14,28 +14,25 @@ file really is (/etc/resolv.conf is often a link into /run, which a sandbox does
 see: bubblewrap then makes that path in the sandbox's own root).
 
 A sandbox of the proxy's network without DNS of its own (no endpoint, no [lan] name)
-gets a resolv.conf naming 127.0.0.1 and the same hosts, at the same paths, each bound
-read only from a file of this package (RESOLV_CONF_LATER, HOSTS_FILE: a bind each, no
-pipe): nothing listens on 127.0.0.1:53, so a lookup is refused at once by the kernel,
-as the machine's resolver, unreachable from the sandbox's network, was; once
-`lnk-sandbox allow --tcp` adds an endpoint, its proxy serves DNS there
-(lnk_proxy.dns_server.DnsOnAddition). The machine's hosts would answer an added name it
-lists (a development machine's `db.local`) before the DNS is asked.
+gets only a resolv.conf naming 127.0.0.1, at the same path, bound read only from a file
+of this package (RESOLV_CONF_LATER: one bind, no pipe): nothing listens on
+127.0.0.1:53, so a lookup is refused at once by the kernel, as the machine's resolver,
+unreachable from the sandbox's network, was; once `lnk-sandbox allow --tcp` adds an
+endpoint, its proxy serves DNS there (lnk_proxy.dns_server.DnsOnAddition). Its hosts
+stays the machine's, as it was (the machine's own name is looked up there by programs
+that ask for it): a name that file lists is answered from it, never asked of the DNS.
 """
 
 from __future__ import annotations
 
 import os
 
-__all__ = ["HOSTS", "HOSTS_FILE", "RESOLV_CONF", "RESOLV_CONF_LATER", "data_files",
-           "later_files"]
+__all__ = ["HOSTS", "RESOLV_CONF", "RESOLV_CONF_LATER", "data_files", "later_files"]
 
 RESOLV_CONF = b"# lnk-sandbox: the proxy answers DNS here, for this sandbox's endpoints only\n" \
               b"nameserver 127.0.0.1\noptions edns0\n"
 HOSTS = b"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-_HERE = os.path.dirname(os.path.abspath(__file__))
-RESOLV_CONF_LATER = os.path.join(_HERE, "resolv.conf")
-HOSTS_FILE = os.path.join(_HERE, "hosts")  # HOSTS, as a file
+RESOLV_CONF_LATER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resolv.conf")
 
 
 def _pipe_holding(data: bytes) -> int:
@@ -59,7 +56,7 @@ def data_files() -> tuple[tuple[int, str], ...]:
 
 def later_files() -> tuple[tuple[str, str], ...]:
     """(file of this package, path inside) for a sandbox whose DNS comes only with an
-    added endpoint: its resolv.conf and hosts, where the system's really are."""
-    return tuple((source, os.path.realpath(path)) for path, source in (
-        ("/etc/resolv.conf", RESOLV_CONF_LATER), ("/etc/hosts", HOSTS_FILE))
-        if os.path.lexists(path))  # none: glibc asks 127.0.0.1; no hosts: none
+    added endpoint: its resolv.conf, where the system's really is."""
+    if not os.path.lexists("/etc/resolv.conf"):
+        return ()  # glibc asks 127.0.0.1 when there is no resolv.conf
+    return ((RESOLV_CONF_LATER, os.path.realpath("/etc/resolv.conf")),)

@@ -24,6 +24,7 @@ from tests.conftest import (
 )
 from tests.test_files_attacks import Q
 from tests.testnet import ORIGIN_ADDRESS, _machine_address
+from tests.testservers import DNS_SERVER
 
 PYTHON = "/usr/bin/python3"
 
@@ -896,7 +897,7 @@ def wait(name):
         time.sleep(0.02)
 def echo():
     try:
-        s = socket.create_connection(("denied.lnkt", 7), timeout=10)
+        s = socket.create_connection(("db.lnkt", 7), timeout=10)
         s.sendall(b"ping")
         return s, s.recv(10).decode()
     except OSError as error:
@@ -904,7 +905,7 @@ def echo():
 def looked_up():
     began = time.monotonic()
     try:
-        socket.getaddrinfo("denied.lnkt", 7)
+        socket.getaddrinfo("db.lnkt", 7)
         said = "found"
     except socket.gaierror as error:
         said = f"gaierror {error.errno}"
@@ -921,6 +922,7 @@ except OSError as error:
 mark("resolv", open("/etc/resolv.conf").read())
 said, took = looked_up()
 mark("first", f"{said} {took:.4f}")
+mark("listed", socket.gethostbyname("denied.lnkt"))  # the machine's hosts names it
 wait("allowed")
 began = time.monotonic()
 while True:
@@ -960,8 +962,9 @@ def test_a_sandbox_without_dns_gets_its_dns_when_an_endpoint_is_added(
     marks = tmp_path / "marks"
     marks.mkdir()
     spec = wire_spec(write_spec, testnet, "late-dns", marks)
+    env = {**sandbox_env, "LNK_SANDBOX_DNS": DNS_SERVER}  # the test net's DNS names db.lnkt
     run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", PYTHON, "-I", "-c",
-                            _WITHOUT_DNS_STEPS, str(marks), proxy], env=sandbox_env,
+                            _WITHOUT_DNS_STEPS, str(marks), proxy], env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         first = str(wait_until(lambda: (marks / "first").exists()
@@ -970,15 +973,17 @@ def test_a_sandbox_without_dns_gets_its_dns_when_an_endpoint_is_added(
         assert float(first.split()[-1]) < 1.0, first  # refused at once, no resolver's wait
         assert (marks / "bound").read_text() == "PermissionError"
         assert "nameserver 127.0.0.1\n" in (marks / "resolv").read_text()
+        # A name the machine's hosts lists is answered there, as before, never asked.
+        assert (marks / "listed").read_text() == ORIGIN_ADDRESS
         log = wire_folder(sandbox_env, "late-dns") / "log"
         assert "kind=dns" not in (log.read_text() if log.exists() else "")
-        allowed = lnk(sandbox_env, "allow", "--tcp", "late-dns", "denied.lnkt:7")
+        allowed = lnk(sandbox_env, "allow", "--tcp", "late-dns", "db.lnkt:7")
         assert allowed.returncode == 0, allowed.stderr
         (marks / "allowed").touch()
         second = wait_until(lambda: (marks / "second").exists()
                             and (marks / "second").read_text(), "the call after allow")
         assert second == "ping", second
-        taken = _take_away(sandbox_env, "late-dns", "tcp", "denied.lnkt:7")
+        taken = _take_away(sandbox_env, "late-dns", "tcp", "db.lnkt:7")
         closed = float(str(wait_until(lambda: (marks / "closed").exists()
                                       and (marks / "closed").read_text(), "the close")))
         print(f"HOW ({proxy}): the first lookup took {first.split()[-1]} s before allow; "
@@ -992,9 +997,9 @@ def test_a_sandbox_without_dns_gets_its_dns_when_an_endpoint_is_added(
         end_run(run)
     assert (marks / "third").read_text() == "gaierror", stderr
     lines = [line.split("\t") for line in log.read_text().splitlines()]
-    ended = [fields for fields in lines if fields[1] == "ended" and fields[2] == "denied.lnkt:7"]
+    ended = [fields for fields in lines if fields[1] == "ended" and fields[2] == "db.lnkt:7"]
     assert len(ended) == 1 and "closed=taken-away" in ended[0][3], lines
-    assert any(fields[1] == "allowed" and fields[2] == "denied.lnkt" and "type=A" in fields[3]
+    assert any(fields[1] == "allowed" and fields[2] == "db.lnkt" and "type=A" in fields[3]
                for fields in lines), lines
 
 

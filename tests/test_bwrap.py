@@ -153,17 +153,15 @@ def test_plan_proxy_variables_golden_with_node_switch() -> None:
 
 def test_plan_binds_the_dns_files_read_only_where_the_system_s_really_are() -> None:
     """A sandbox with DNS gets its resolv.conf and hosts from pipes (--ro-bind-data); one
-    of the proxy's network without DNS, the package's own files (--ro-bind: no pipe),
+    of the proxy's network without DNS, the package's own resolv.conf (--ro-bind: no pipe),
     at the path the system's file really is (a link's target, made in the sandbox's
     root); either is readable by the program (the init's rules) and nothing more."""
     policy = Policy(settings="/s", network="proxy", hosts=("example.com",))
     later = FACTS.with_static_files((
-        ("/opt/lnk/lnk_wrap/resolv.conf", "/run/systemd/resolve/stub-resolv.conf"),
-        ("/opt/lnk/lnk_wrap/hosts", "/etc/hosts")))
+        ("/opt/lnk/lnk_wrap/resolv.conf", "/run/systemd/resolve/stub-resolv.conf"),))
     for facts, made in (
             (later, ["--ro-bind", "/opt/lnk/lnk_wrap/resolv.conf",
-                     "/run/systemd/resolve/stub-resolv.conf",
-                     "--ro-bind", "/opt/lnk/lnk_wrap/hosts", "/etc/hosts"]),
+                     "/run/systemd/resolve/stub-resolv.conf"]),
             (FACTS.with_data_files(((7, "/etc/resolv.conf"), (8, "/etc/hosts"))),
              ["--ro-bind-data", "7", "/etc/resolv.conf", "--ro-bind-data", "8", "/etc/hosts"])):
         planned = plan(policy, facts)

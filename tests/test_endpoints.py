@@ -147,20 +147,17 @@ def test_a_proxy_sandbox_without_dns_names_127_0_0_1_where_nothing_listens_yet(
     net: tuple[Path, dict[str, str]],
 ) -> None:
     """No endpoint, no [lan] name: the package's resolv.conf (127.0.0.1, where the proxy
-    serves DNS once `allow --tcp` adds an endpoint) and hosts (localhost only: the
-    machine's would answer an added name it lists before the DNS is asked), read only;
-    a lookup is refused at once and nothing is logged for it."""
-    from lnk_wrap.dns_files import HOSTS, HOSTS_FILE
-
+    serves DNS once `allow --tcp` adds an endpoint), read only; the machine's hosts, as
+    before (it names the test hosts); a lookup of a name it does not list is refused at
+    once and nothing is logged for it."""
     _, env = net
-    assert Path(HOSTS_FILE).read_bytes() == HOSTS
     path = spec(write_spec, tmp_path, '[network]\nmode = "proxy"\nhosts = ["allowed.lnkt"]\n')
-    result = run_sandbox(path, "sh", "-c", "cat /etc/resolv.conf /etc/hosts; "
-                         "getent hosts allowed.lnkt; echo looked=$?; "
-                         "echo x >> /etc/resolv.conf || echo read-only", env=env)
-    assert "nameserver 127.0.0.1" in result.stdout
-    assert "lnkt" not in result.stdout and "search" not in result.stdout
+    result = run_sandbox(path, "sh", "-c", "cat /etc/resolv.conf; getent hosts db.lnkt; "
+                         "echo looked=$?; echo x >> /etc/resolv.conf || echo read-only; "
+                         "cat /etc/hosts", env=env)
+    assert "nameserver 127.0.0.1" in result.stdout and "search" not in result.stdout
     assert "looked=2" in result.stdout and "read-only" in result.stdout, result
+    assert "allowed.lnkt" in result.stdout  # the machine's hosts
     assert not [line for line in wire_log(env) if "kind=dns" in line[-1]]
 
 
