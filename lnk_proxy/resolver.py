@@ -24,8 +24,8 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 
-__all__ = ["HOSTS_FILE", "QUERY_SECONDS", "absolute", "dns_resolver", "hosts_file_addresses",
-           "system_resolver"]
+__all__ = ["HOSTS_FILE", "MAX_HOSTS_FILE_BYTES", "QUERY_SECONDS", "absolute", "dns_resolver",
+           "hosts_file_addresses", "system_resolver"]
 
 # A resolver that has not answered in this long will not.
 QUERY_SECONDS = 5.0

@@ -113,6 +113,22 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+def _listed_in_hosts(endpoint: str) -> str:
+    """The endpoint's name when this machine's /etc/hosts lists it (a sandbox without DNS
+    of its own keeps that file, which answers before the DNS its proxy serves), else ""
+    (a `*.domain` one too: its names are not known)."""
+    from lnk_common.endpoints import split_host_port
+    from lnk_proxy.resolver import HOSTS_FILE, MAX_HOSTS_FILE_BYTES, hosts_file_addresses
+
+    name = split_host_port(endpoint)[0]
+    try:
+        with open(HOSTS_FILE, encoding="utf-8", errors="replace") as handle:
+            text = handle.read(MAX_HOSTS_FILE_BYTES)
+    except OSError:
+        return ""
+    return name if not name.startswith("*.") and hosts_file_addresses(text, name) else ""
+
+
 def allow(settings: str, wire: str, host: str, *, tcp: bool = False) -> int:
     """Add HOST to the wire's additions (`tcp`: to its endpoints)."""
     _wire_folder(settings, wire)
@@ -145,6 +161,11 @@ def allow(settings: str, wire: str, host: str, *, tcp: bool = False) -> int:
               "without DNS of its own, whose spec names no [tcp] endpoint nor [lan] host by "
               "name, is given its DNS first, within a second; "
               f"`lnk-sandbox disallow --tcp {wire} {entry}` takes it away)")
+        listed = _listed_in_hosts(entry)
+        if listed:
+            print(f"this machine's /etc/hosts names {listed}: a running sandbox that started "
+                  "without DNS of its own reads that file before its DNS (nsswitch's "
+                  "`files`), and gets the name inside from its next start")
         return 0
     print(f"the wire {wire} may reach {entry} from its next call "
           f"(`lnk-sandbox disallow {wire} {entry}` takes it away)")

@@ -1061,3 +1061,22 @@ def test_a_dns_that_cannot_be_made_is_one_refused_line_an_endpoint_and_not_tried
                "be named in the running sandbox: its DNS cannot be made: the sandbox's "
                "network cannot be named (Inappropriate ioctl for device)"
                for _, _, detail in refused), refused
+
+
+def test_allow_tcp_says_when_this_machine_s_hosts_names_the_endpoint(
+    run_sandbox: RunSandbox, write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str],
+) -> None:
+    """A sandbox without DNS of its own keeps this machine's /etc/hosts, which answers a
+    name it lists before the DNS the proxy serves once an endpoint is added: `allow
+    --tcp` says so for such a name (denied.lnkt, which the test net puts there), and
+    for no other (db.lnkt, a `*.` one)."""
+    spec = wire_spec(write_spec, testnet, "hosts-named")
+    run_sandbox(spec, "true", env=sandbox_env)
+    said = {endpoint: lnk(sandbox_env, "allow", "--tcp", "hosts-named", endpoint)
+            for endpoint in ("denied.lnkt:7", "db.lnkt:7", "*.other.lnkt:9")}
+    assert all(done.returncode == 0 for done in said.values()), said
+    assert said["denied.lnkt:7"].stdout.splitlines()[1] == (
+        "this machine's /etc/hosts names denied.lnkt: a running sandbox that started without "
+        "DNS of its own reads that file before its DNS (nsswitch's `files`), and gets the "
+        "name inside from its next start")
+    assert "/etc/hosts" not in said["db.lnkt:7"].stdout + said["*.other.lnkt:9"].stdout
