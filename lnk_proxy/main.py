@@ -96,10 +96,10 @@ def _wait_for_first_or_endpoint(listeners: list[tuple[int, str]],
     during it."""
     import select
 
-    from lnk_common.additions import added_hosts
-
     settings, wire = options["--settings"][0], options["--wire"][0]
     while not select.select([fd for fd, _ in listeners], [], [], serving.SWITCH_SECONDS)[0]:
+        from lnk_common.additions import added_hosts  # imported at the first look only
+
         if added_hosts(settings, wire).endpoints:
             return
 

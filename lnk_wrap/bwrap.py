@@ -142,7 +142,7 @@ class HostFacts:
         (a sandbox with DNS: its own resolv.conf and hosts, lnk_wrap.dns_files).
     static_files: (source, path) pairs: a file outside bound read only at path (a
         sandbox of the proxy's network without DNS: the package's resolv.conf naming
-        127.0.0.1, lnk_wrap.dns_files.later_files).
+        127.0.0.1, lnk_wrap.launch._later_files).
     cwd: the working directory to keep.
     temporary_home: the program's HOME when it is made inside, in the private /tmp
         (lnk_wrap.home: a run of no named wire); "" otherwise.

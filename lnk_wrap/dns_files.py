@@ -15,7 +15,8 @@ see: bubblewrap then makes that path in the sandbox's own root).
 
 A sandbox of the proxy's network without DNS of its own (no endpoint, no [lan] name)
 gets only a resolv.conf naming 127.0.0.1, at the same path, bound read only from a file
-of this package (RESOLV_CONF_LATER: one bind, no pipe): nothing listens on
+of this package (lnk_wrap/resolv.conf, bound by lnk_wrap.launch._later_files, which
+does not import this module: one bind, no pipe): nothing listens on
 127.0.0.1:53, so a lookup is refused at once by the kernel, as the machine's resolver,
 unreachable from the sandbox's network, was; once `lnk-sandbox allow --tcp` adds an
 endpoint, its proxy serves DNS there (lnk_proxy.dns_server.DnsOnAddition). Its hosts
@@ -27,12 +28,11 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["HOSTS", "RESOLV_CONF", "RESOLV_CONF_LATER", "data_files", "later_files"]
+__all__ = ["HOSTS", "RESOLV_CONF", "data_files"]
 
 RESOLV_CONF = b"# lnk-sandbox: the proxy answers DNS here, for this sandbox's endpoints only\n" \
               b"nameserver 127.0.0.1\noptions edns0\n"
 HOSTS = b"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-RESOLV_CONF_LATER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resolv.conf")
 
 
 def _pipe_holding(data: bytes) -> int:
@@ -53,10 +53,3 @@ def data_files() -> tuple[tuple[int, str], ...]:
         found.append((_pipe_holding(data), os.path.realpath(path)))
     return tuple(found)
 
-
-def later_files() -> tuple[tuple[str, str], ...]:
-    """(file of this package, path inside) for a sandbox whose DNS comes only with an
-    added endpoint: its resolv.conf, where the system's really is."""
-    if not os.path.lexists("/etc/resolv.conf"):
-        return ()  # glibc asks 127.0.0.1 when there is no resolv.conf
-    return ((RESOLV_CONF_LATER, os.path.realpath("/etc/resolv.conf")),)

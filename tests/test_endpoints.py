@@ -150,7 +150,12 @@ def test_a_proxy_sandbox_without_dns_names_127_0_0_1_where_nothing_listens_yet(
     serves DNS once `allow --tcp` adds an endpoint), read only; the machine's hosts, as
     before (it names the test hosts); a lookup of a name it does not list is refused at
     once and nothing is logged for it."""
+    import lnk_wrap
+    from lnk_wrap.launch import _later_files
+
     _, env = net
+    assert [source for source, _ in _later_files()] == [
+        str(Path(lnk_wrap.__file__).parent / "resolv.conf")]
     path = spec(write_spec, tmp_path, '[network]\nmode = "proxy"\nhosts = ["allowed.lnkt"]\n')
     result = run_sandbox(path, "sh", "-c", "cat /etc/resolv.conf; getent hosts db.lnkt; "
                          "echo looked=$?; echo x >> /etc/resolv.conf || echo read-only; "
