@@ -4,7 +4,8 @@ relay.
 
     lnk-sandbox-dns-helper --pid PID --net-namespace INODE --proxy-fd N [--relay-fd N]
                            [--network proxy] [--endpoint E]… [--lan L]… [--localhost-port P]…
-    lnk-sandbox-dns-helper --namespace-fd N --proxy-fd N (--place ADDRESS:PORT)…
+    lnk-sandbox-dns-helper --namespace-fd N --proxy-fd N [--dns 127.0.0.1:53]
+                           (--place ADDRESS:PORT)…
 
 Resolvers ask port 53, which only a privileged process may listen on, and bubblewrap
 keeps every privilege from the sandbox. The sandbox's user namespace is the user's own,
@@ -30,7 +31,8 @@ which saves starting a Python (some 20 ms) at every sandbox start. The console s
 the same code for an administrator or a test, given a sandbox's pid. Its second form is
 a running sandbox's proxy's, for an endpoint `lnk-sandbox allow --tcp` added since the
 start (lnk_proxy.added_endpoints): given a descriptor of the sandbox's network (never a
-pid) and the places to listen on, it joins as the first form does and sends a socket for
+pid) and the places to listen on (with `--dns`, 127.0.0.1:53 first, for a sandbox that
+started without DNS of its own), it joins as the first form does and sends a socket for
 each back, all or none (lnk_dns.places, imported only then: the launcher imports this
 module at every start with a wire); the proxy has threads, so it starts this program
 rather than fork. Its options that carry the policy are its fields', spelt and checked

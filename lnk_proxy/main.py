@@ -3,9 +3,10 @@
     lnk-sandbox-proxy --settings DIR --wire NAME [--host H]… [--endpoint E]… [--lan L]…
                       [--model PROVIDER]… [--server-tools] [--secret NAME]…
                       [--local-model PORT]… [--tool NAME]… [--open-pages] [--guest NAME]
-                      [--calls-per-minute N] [--pause R,T,W] (--socket-fd N | --listen IP:PORT)
+                      [--calls-per-minute N] [--pause R,T,W] [--dns later]
+                      (--socket-fd N | --listen IP:PORT)
 
-The options that carry the policy (all but --wire, --guest, --socket-fd and --listen)
+The options that carry the policy (all but --wire, --guest, --dns, --socket-fd and --listen)
 are its fields' own, spelt and checked as the launcher's are (lnk_common.policy.FIELDS).
 
 --model: the model verb for that provider (anthropic, openai, gemini, openrouter), its key
@@ -27,7 +28,12 @@ to the guest's terminal (lnk_wrap.outside).
 each labelled (proxy, dns udp, dns tcp, endpoint), made by the DNS helper
 (lnk_dns.helper) inside the sandbox's own network namespace (so only the sandbox can
 connect to them; they keep that namespace while served here). --listen: bind the
-proxy's port itself (an administrator's or CI's standalone run).
+proxy's port itself (an administrator's or CI's standalone run). --dns later (only with
+--socket-fd): the sandbox has no DNS of its own, and its resolv.conf names 127.0.0.1,
+where nothing listens; once the wire's additions have an endpoint (`lnk-sandbox allow
+--tcp`), this proxy has the DNS helper bind 127.0.0.1:53 inside and serves it
+(lnk_proxy.dns_server.DnsOnAddition); until its first call it looks at the additions
+four times a second while it waits.
 
 Heavy imports (asyncio, ssl, h11) come only once the first connection is waiting in a
 listening socket's queue, not while the sandbox starts.
