@@ -166,6 +166,30 @@ def test_a_proxy_sandbox_without_dns_names_127_0_0_1_where_nothing_listens_yet(
     assert not [line for line in wire_log(env) if "kind=dns" in line[-1]]
 
 
+def test_a_resolv_conf_that_is_a_link_is_replaced_where_it_points(
+    write_spec: WriteSpec, tmp_path: Path, net: tuple[Path, dict[str, str]],
+) -> None:
+    """/etc/resolv.conf a link into /run (systemd-resolved's stub), here in a mount
+    namespace of the test's own, dangling as /run is not the sandbox's: the sandbox of
+    the proxy's network without DNS reads the package's file through the link, at the
+    path it names, read only."""
+    _, env = net
+    etc = tmp_path / "etc"
+    path = spec(write_spec, tmp_path, '[network]\nmode = "proxy"\nhosts = ["allowed.lnkt"]\n')
+    inside = ("readlink /etc/resolv.conf; cat /etc/resolv.conf; "
+              "echo x >> /run/lnkt-stub/stub-resolv.conf || echo read-only")
+    result = subprocess.run(
+        ["unshare", "-rm", "sh", "-c",
+         'mkdir "$0" && (cp -a /etc/. "$0" 2>/dev/null; true) && rm -f "$0/resolv.conf" && '
+         'ln -s /run/lnkt-stub/stub-resolv.conf "$0/resolv.conf" && mount --bind "$0" /etc '
+         '&& exec "$@"', str(etc), LNK_SANDBOX, "run", "--spec", str(path), "--",
+         "sh", "-c", inside], env=env, capture_output=True, text=True,
+        timeout=SANDBOX_TIMEOUT_SECONDS)
+    lines = result.stdout.splitlines()
+    assert lines[0] == "/run/lnkt-stub/stub-resolv.conf", result
+    assert "nameserver 127.0.0.1" in lines and lines[-1] == "read-only", result
+
+
 def test_mongodb_srv_lookup_asks_srv_and_txt_outside_once_each(
     run_sandbox: RunSandbox, write_spec: WriteSpec, tmp_path: Path,
     net: tuple[Path, dict[str, str]],
