@@ -34,7 +34,7 @@ from lnk_proxy.bodiless import (
 )
 from lnk_proxy.connection import BodyData, BodyEnd, ClientConnection, Continue, NeedBody
 from lnk_proxy.head import RequestHead
-from lnk_proxy.streams import read_within
+from lnk_proxy.streams import Inbox, Outbox, read_within
 from lnk_proxy.upstream import CHUNK, Upstream, held_bytes
 
 __all__ = [
@@ -112,7 +112,7 @@ def next_cycle(client: h11.Connection, outcome: Outcome) -> tuple[bool, bytes]:
     return True, client.trailing_data[0]
 
 
-async def _watch_client(reader: asyncio.StreamReader, upstream: Upstream,
+async def _watch_client(reader: Inbox, upstream: Upstream,
                         outcome: Outcome) -> None:
     """End the upstream call when its client has gone (its connection ended): the
     provider's work and the proxy's socket are not held for nobody."""
@@ -134,8 +134,8 @@ class BodyRefused(Exception):
         self.refusal = refusal
 
 
-def client_body(connection: ClientConnection, reader: asyncio.StreamReader,
-                writer: asyncio.StreamWriter, idle: float) -> BodyRead:
+def client_body(connection: ClientConnection, reader: Inbox,
+                writer: Outbox, idle: float) -> BodyRead:
     """What reads the request's body for lnk_common.bodies and the exchange: the
     machine's body commands carried out (the client's bytes read as it needs them,
     waiting at most `idle` seconds; a 100 written for a client that waits for one) until
@@ -159,8 +159,8 @@ def client_body(connection: ClientConnection, reader: asyncio.StreamReader,
 # -- the body-less exchange --------------------------------------------------------------
 
 async def bodiless_exchange(wire: Wire, authority: str, head: RequestHead, path: str,
-                            raw: bytes, reader: asyncio.StreamReader,
-                            writer: asyncio.StreamWriter, upstream: Upstream
+                            raw: bytes, reader: Inbox,
+                            writer: Outbox, upstream: Upstream
                             ) -> tuple[Outcome, h11.Connection | None]:
     """A body-less request (lnk_proxy.bodiless) and its response, without h11 when the
     response is body-less too (read by a BodilessResponse, as the lane reads it: its
@@ -207,7 +207,7 @@ async def bodiless_exchange(wire: Wire, authority: str, head: RequestHead, path:
 
 
 async def h11_resumed(wire: Wire, authority: str, raw: bytes, path: str,
-                      reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      reader: Inbox, writer: Outbox,
                       upstream: Upstream, resumed: tuple[int, float, bytes]
                       ) -> tuple[Outcome, h11.Connection]:
     """A body-less request's exchange whose response is not body-less, h11's from the
@@ -226,7 +226,7 @@ async def h11_resumed(wire: Wire, authority: str, raw: bytes, path: str,
 # -- h11's exchange ----------------------------------------------------------------------
 
 async def exchange(wire: Wire, authority: str, kind: str, client: h11.Connection,
-                   reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                   reader: Inbox, writer: Outbox,
                    upstream: Upstream, request: h11.Request, *, body: bytes | BodyRead,
                    watch_client: bool = False,
                    resumed: tuple[int, float, bytes] | None = None) -> Outcome:
@@ -306,7 +306,7 @@ async def _send_request(upstream: Upstream, request: h11.Request, body: bytes | 
         await up_writer.drain()
 
 
-async def _pass_response(client: h11.Connection, writer: asyncio.StreamWriter,
+async def _pass_response(client: h11.Connection, writer: Outbox,
                          upstream: Upstream, outcome: Outcome) -> bool:
     """The response, streamed back as it comes (lnk_common.bodies), its hop-by-hop fields
     taken out; whether it was a 101 (switched)."""
@@ -320,14 +320,14 @@ def _response_fields(fields: list[tuple[bytes, bytes]]) -> list[tuple[bytes, byt
     return [(name, value) for name, value in fields if name.lower() not in HOP_FIELDS]
 
 
-def reader_of(reader: asyncio.StreamReader, idle: float) -> Callable[[], Awaitable[bytes]]:
+def reader_of(reader: Inbox, idle: float) -> Callable[[], Awaitable[bytes]]:
     """What reads `reader` for lnk_common.bodies: a read of up to CHUNK bytes, waiting
     at most `idle` seconds (lnk_proxy.streams.read_within)."""
     return lambda: read_within(reader, CHUNK, idle)
 
 
-async def _relay_switched(wire: Wire, client: h11.Connection, reader: asyncio.StreamReader,
-                          writer: asyncio.StreamWriter, upstream: Upstream,
+async def _relay_switched(wire: Wire, client: h11.Connection, reader: Inbox,
+                          writer: Outbox, upstream: Upstream,
                           outcome: Outcome) -> None:
     """After a 101: what each side sent after the switch goes first, then all else,
     relayed unread (lnk_common.wire's splice)."""

@@ -16,7 +16,6 @@ only for that retry (`Retry`) or when its response is not body-less (`Handoff`).
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 import h11
@@ -36,6 +35,7 @@ from lnk_proxy.exchange import (
     outgoing,
 )
 from lnk_proxy.lane import Handoff
+from lnk_proxy.streams import Inbox, Outbox
 from lnk_proxy.upstream import Upstream
 
 if TYPE_CHECKING:
@@ -44,8 +44,8 @@ if TYPE_CHECKING:
 __all__ = ["forward", "handed"]
 
 
-async def forward(proxy: Proxy, request: Forward, reader: asyncio.StreamReader,
-                  writer: asyncio.StreamWriter, kept: list[Upstream | None],
+async def forward(proxy: Proxy, request: Forward, reader: Inbox,
+                  writer: Outbox, kept: list[Upstream | None],
                   connection: ClientConnection) -> tuple[bool, bytes]:
     """The request and its response; (whether the client's connection goes on to
     another request, the bytes it already sent of that one). `kept` holds the
@@ -83,8 +83,8 @@ async def forward(proxy: Proxy, request: Forward, reader: asyncio.StreamReader,
                          reader, writer, kept, connection)
 
 
-async def handed(proxy: Proxy, note: Handoff, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter, kept: list[Upstream | None],
+async def handed(proxy: Proxy, note: Handoff, reader: Inbox,
+                 writer: Outbox, kept: list[Upstream | None],
                  connection: ClientConnection) -> tuple[bool, bytes]:
     """A lane's request whose response is not body-less: h11's from the bytes read."""
     outcome, client = await h11_resumed(
@@ -96,7 +96,7 @@ async def handed(proxy: Proxy, note: Handoff, reader: asyncio.StreamReader,
 
 async def _settle(proxy: Proxy, outcome: Outcome, client: h11.Connection | None,
                   upstream: Upstream, was_kept: bool, request: Forward,
-                  reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                  reader: Inbox, writer: Outbox,
                   kept: list[Upstream | None], connection: ClientConnection
                   ) -> tuple[bool, bytes]:
     """After a passed request's exchange: its upstream kept when reusable, the request

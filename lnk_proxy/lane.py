@@ -3,7 +3,7 @@ in the protocols' callbacks, with no task woken, no future and no timer.
 
 A request kept alive to the host of the last one is most of what a harness's tools
 send, and its cost was asyncio's more than the proxy's own: the client's bytes fed to
-a stream reader, the connection's task woken to read them, a timer for each wait, the
+its reader, the connection's task woken to read them, a timer for each wait, the
 upstream's bytes fed to another reader and the task woken again (four turns of the
 loop a request). Here the client's protocol (`LaneProtocol`) hands what it receives
 to the connection's `Lane` while its task is parked between requests (`Lane.idle`).
@@ -21,7 +21,7 @@ response to the lane, which writes its head anew and exactly its Content-Length 
 back. Two turns of the loop a request; one `allowed` and one `ended` line as ever.
 
 Bytes that are not one whole head, or come with no upstream kept, are the task's: the
-lane declines them (the client's protocol feeds them to the reader) and wakes the task.
+lane declines them (the client's protocol holds them in its inbox) and wakes the task.
 A response that is not body-less is handed to the task with the bytes read so far
 (`Handoff`, read by h11, the request not sent again); a kept upstream that closed
 before answering is the task's to retry once on a new connection (`Retry`), as it
@@ -37,14 +37,14 @@ import asyncio
 import contextlib
 import socket
 import time
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 from lnk_common.wire import Refused
 from lnk_proxy.bodiless import BodilessResponse, bodiless_request_bytes, client_closes
 from lnk_proxy.connection import ClientConnection, Command, Forward
 from lnk_proxy.head import head_end
-from lnk_proxy.streams import Inbox, held
+from lnk_proxy.streams import Ends, Inbox, Outbox, held
 
 if TYPE_CHECKING:
     from lnk_proxy.server import Proxy
@@ -53,8 +53,8 @@ if TYPE_CHECKING:
 __all__ = ["CLIENT_BUFFER_BYTES", "END", "Handed", "Handoff", "Lane", "LaneProtocol",
            "Retry", "UpstreamProtocol", "lane_server"]
 
-# A client connection's reader buffers at most about this much before its socket is no
-# longer read (asyncio.start_server's `limit`, as the proxy's listeners always had).
+# A client connection's inbox (lnk_proxy.streams) holds at most about twice this before
+# its socket is no longer read (the `limit` the proxy's listeners always had).
 CLIENT_BUFFER_BYTES = 1 << 20
 
 
@@ -152,8 +152,8 @@ class Lane:
     __slots__ = ("connection", "exchange", "kept", "last", "missed", "parked", "protocol",
                  "proxy", "reader", "writer")
 
-    def __init__(self, proxy: Proxy, protocol: LaneProtocol, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter, kept: list[Upstream | None]) -> None:
+    def __init__(self, proxy: Proxy, protocol: LaneProtocol, reader: Inbox, writer: Outbox,
+                 kept: list[Upstream | None]) -> None:
         self.proxy = proxy
         self.protocol = protocol
         self.reader = reader
@@ -279,13 +279,13 @@ class Lane:
         exchange = self.exchange
         if exchange is not None and not exchange.paused:
             exchange.paused = True
-            exchange.upstream.writer.transport.pause_reading()  # type: ignore[attr-defined]
+            exchange.upstream.writer.transport.pause_reading()
 
     def resume(self) -> None:
         exchange = self.exchange
         if exchange is not None and exchange.paused:
             exchange.paused = False
-            exchange.upstream.writer.transport.resume_reading()  # type: ignore[attr-defined]
+            exchange.upstream.writer.transport.resume_reading()
 
     # -- the upstream's side --------------------------------------------------------
 
@@ -345,7 +345,7 @@ class Lane:
         exchange.protocol.sink = None
         if not failure and exchange.reading.reusable:
             if exchange.paused:
-                upstream.writer.transport.resume_reading()  # type: ignore[attr-defined]
+                upstream.writer.transport.resume_reading()
             self.kept[0] = upstream
         else:
             upstream.close()
@@ -393,17 +393,25 @@ class Lane:
             parked.set_result(note)
 
 
-class LaneProtocol(asyncio.StreamReaderProtocol):
-    """A client connection's protocol: a stream's, whose bytes go to its lane first."""
+Handler = Callable[[Inbox, Outbox], Coroutine[Any, Any, None]]
 
-    def __init__(self, reader: asyncio.StreamReader,
-                 connected: Callable[[asyncio.StreamReader, asyncio.StreamWriter], object],
-                 loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(reader, connected, loop=loop)  # type: ignore[arg-type]
+
+class LaneProtocol(Ends):
+    """A client connection's protocol (lnk_proxy.streams): its bytes go to its lane
+    first, else to its inbox; its handler runs as the connection's task from the moment
+    it is made (as asyncio.start_server's did)."""
+
+    def __init__(self, handler: Handler) -> None:
+        super().__init__(CLIENT_BUFFER_BYTES)
+        self.handler = handler
         self.lane: Lane | None = None
-        # Whether the transport's buffer is past its high-water mark (asyncio says so
-        # once, when it goes past: an exchange begun meanwhile must know it).
-        self.writing_paused = False
+        self.task: asyncio.Task[None] | None = None  # held: a task is only weakly kept
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        assert self.outbox is not None  # made just now
+        self.task = asyncio.get_running_loop().create_task(
+            self.handler(self.inbox, self.outbox))
 
     def data_received(self, data: bytes) -> None:
         lane = self.lane
@@ -415,7 +423,7 @@ class LaneProtocol(asyncio.StreamReaderProtocol):
         keep = super().eof_received()
         if self.lane is not None:
             self.lane.client_ended(False)
-        return bool(keep)
+        return keep
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
@@ -424,23 +432,21 @@ class LaneProtocol(asyncio.StreamReaderProtocol):
 
     def pause_writing(self) -> None:
         super().pause_writing()
-        self.writing_paused = True
         if self.lane is not None:
             self.lane.pause()
 
     def resume_writing(self) -> None:
         super().resume_writing()
-        self.writing_paused = False
         if self.lane is not None:
             self.lane.resume()
 
 
-class UpstreamProtocol(asyncio.StreamReaderProtocol):
-    """An upstream connection's protocol: a stream's, whose bytes go to a lane while
-    the lane's exchange is on it (`sink`)."""
+class UpstreamProtocol(Ends):
+    """An upstream connection's protocol (lnk_proxy.streams): its bytes go to a lane
+    while the lane's exchange is on it (`sink`), else to its inbox."""
 
-    def __init__(self, reader: asyncio.StreamReader, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(reader, loop=loop)
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit)
         self.sink: Lane | None = None
 
     def data_received(self, data: bytes) -> None:
@@ -454,7 +460,7 @@ class UpstreamProtocol(asyncio.StreamReaderProtocol):
         keep = super().eof_received()
         if self.sink is not None:
             self.sink.upstream_ended()
-        return bool(keep)
+        return keep
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
@@ -462,12 +468,8 @@ class UpstreamProtocol(asyncio.StreamReaderProtocol):
             self.sink.upstream_ended()
 
 
-async def lane_server(handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter],
-                                        Awaitable[None]],
-                      sock: socket.socket) -> asyncio.Server:
-    """asyncio.start_server on a listening `sock`, each connection's protocol a
-    LaneProtocol (the connection's handler makes its lane)."""
-    loop = asyncio.get_running_loop()
-    return await loop.create_server(
-        lambda: LaneProtocol(Inbox(limit=CLIENT_BUFFER_BYTES, loop=loop), handler, loop),
-        sock=sock)
+async def lane_server(handler: Handler, sock: socket.socket) -> asyncio.Server:
+    """A server on a listening `sock`, each connection's protocol a LaneProtocol (the
+    connection's handler makes its lane)."""
+    return await asyncio.get_running_loop().create_server(lambda: LaneProtocol(handler),
+                                                          sock=sock)

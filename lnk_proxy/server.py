@@ -1,4 +1,5 @@
-"""The proxy's I/O shell: one client connection's requests, over asyncio's streams.
+"""The proxy's I/O shell: one client connection's requests, over asyncio's protocols
+(lnk_proxy.streams: each connection's bytes held by its own protocol, no asyncio stream).
 
 Each piece it drives is sans IO or small and single-purpose, and the order of a call's
 checks is written once:
@@ -68,7 +69,7 @@ from lnk_proxy.decide import (
 from lnk_proxy.exchange import IDLE_SECONDS, UPGRADES
 from lnk_proxy.lane import END, Handed, Handoff, Lane, LaneProtocol, Retry
 from lnk_proxy.resolver import system_resolver
-from lnk_proxy.streams import read_within
+from lnk_proxy.streams import Inbox, Outbox, read_within
 from lnk_proxy.target import Target
 from lnk_proxy.tunnel import HTTP_PORT
 from lnk_proxy.upstream import Upstream, open_socket, open_upstream
@@ -126,20 +127,20 @@ class Proxy(Wire):
 
     # -- one client connection ----------------------------------------------------------
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def handle(self, reader: Inbox, writer: Outbox) -> None:
         """A connection to the proxy's listener: heads one after another on a connection
         kept alive (each request checked and decided afresh, wherever it goes), until a
         CONNECT, a refusal or a close."""
         await self.hold(writer, self.serve_connection(reader, writer, ClientConnection()),
                         asked=False)
 
-    async def handle_endpoint(self, reader: asyncio.StreamReader,
-                              writer: asyncio.StreamWriter) -> None:
+    async def handle_endpoint(self, reader: Inbox,
+                              writer: Outbox) -> None:
         """A connection to an endpoint's address inside the sandbox (lnk_proxy.tunnel)."""
         await self.hold(writer, tunnel.endpoint(self, reader, writer))
 
-    async def serve_connection(self, reader: asyncio.StreamReader,
-                               writer: asyncio.StreamWriter,
+    async def serve_connection(self, reader: Inbox,
+                               writer: Outbox,
                                connection: ClientConnection) -> None:
         """One client connection's requests (`connection`, sans IO) served with its kept
         upstream and its lane, both let go at its end."""
@@ -150,7 +151,7 @@ class Proxy(Wire):
         finally:
             _let_go(lane, kept)
 
-    def _lane(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+    def _lane(self, reader: Inbox, writer: Outbox,
               kept: list[Upstream | None]) -> Lane | None:
         """The connection's kept-alive lane (lnk_proxy.lane), when it came through a
         listener of the proxy's (`LaneProtocol`: main's servers)."""
@@ -159,7 +160,7 @@ class Proxy(Wire):
             return None
         return Lane(self, protocol, reader, writer, kept)
 
-    async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+    async def _requests(self, reader: Inbox, writer: Outbox,
                         kept: list[Upstream | None], connection: ClientConnection,
                         lane: Lane | None) -> None:
         """The connection's commands carried out one after another until it ends: its
@@ -206,8 +207,8 @@ class Proxy(Wire):
                 return
             connection.request_done(leftover)
 
-    async def _between_requests(self, reader: asyncio.StreamReader,
-                                writer: asyncio.StreamWriter, kept: list[Upstream | None],
+    async def _between_requests(self, reader: Inbox,
+                                writer: Outbox, kept: list[Upstream | None],
                                 connection: ClientConnection, lane: Lane | None
                                 ) -> bool | Command:
         """Idle between requests: parked in the lane (which gives whole heads to the
@@ -238,15 +239,15 @@ class Proxy(Wire):
             return False
         return True
 
-    async def forward(self, request: Forward, reader: asyncio.StreamReader,
-                      writer: asyncio.StreamWriter, kept: list[Upstream | None],
+    async def forward(self, request: Forward, reader: Inbox,
+                      writer: Outbox, kept: list[Upstream | None],
                       connection: ClientConnection) -> Keep:
         """A request the task passes on (lnk_proxy.forward): every one that is not the
         lane's, and a lane's sent again on a new connection."""
         return await forwarding.forward(self, request, reader, writer, kept, connection)
 
-    async def _verb(self, command: CallVerb, reader: asyncio.StreamReader,
-                    writer: asyncio.StreamWriter, connection: ClientConnection) -> Keep:
+    async def _verb(self, command: CallVerb, reader: Inbox,
+                    writer: Outbox, connection: ClientConnection) -> Keep:
         """A call to a verb: 404 for no such verb or one that is off (counted as any
         refusal), else the verb's own (its body read through `connection`, the
         machine); its body's share of MAX_HELD_BODY_BYTES given back when it ends."""
@@ -263,14 +264,14 @@ class Proxy(Wire):
 
     # -- refusals -----------------------------------------------------------------------
 
-    async def _refuse_as(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+    async def _refuse_as(self, reader: Inbox, writer: Outbox,
                          command: Refuse) -> None:
         """The machine's refusal, which ends the connection, read by the program rather
         than reset away (lnk_common.wire.linger)."""
         await self.refuse(writer, command.where, command.refusal)
         await linger(reader, writer)
 
-    async def refuse(self, writer: asyncio.StreamWriter, target: str, refusal: Refused, *,
+    async def refuse(self, writer: Outbox, target: str, refusal: Refused, *,
                      verb: bool = False) -> None:
         """The refusal's one line to the program and the log (with `verb`, as one line of
         JSON in the error shape the providers' SDKs read, so a harness's SDK shows why)."""
@@ -278,7 +279,7 @@ class Proxy(Wire):
         with contextlib.suppress(ConnectionError):
             await writer.drain()
 
-    def refuse_now(self, writer: asyncio.StreamWriter, target: str, refusal: Refused, *,
+    def refuse_now(self, writer: Outbox, target: str, refusal: Refused, *,
                    verb: bool = False) -> None:
         """`refuse` but for the wait until it is sent (the lane's, in a callback)."""
         self.log.write("refused", target, f"reason={refusal.logged}")

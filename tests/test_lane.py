@@ -33,6 +33,7 @@ from lnk_proxy import server as proxy_server
 from lnk_proxy.decide import parse_hosts
 from lnk_proxy.lane import lane_server
 from lnk_proxy.machine import Machine
+from lnk_proxy.streams import Outbox
 from tests.testnet import ORIGIN, ORIGIN_ADDRESS
 
 HOST = "upstream.test"
@@ -461,13 +462,13 @@ def test_a_client_that_reads_nothing_holds_its_upstream_back_not_the_proxys_memo
     _run(test)
 
 
-def _client_transports(rig: Rig) -> list[asyncio.WriteTransport]:
+def _client_transports(rig: Rig) -> list[asyncio.Transport]:
     """The proxy's transports to its clients (each open call's handler has its writer)."""
-    found = []
+    found: list[asyncio.Transport] = []
     for task in rig.proxy.open:
         frame = task.get_coro().cr_frame  # type: ignore[union-attr]
         writer = frame.f_locals.get("writer") if frame is not None else None
-        if isinstance(writer, asyncio.StreamWriter):
+        if isinstance(writer, Outbox):
             found.append(writer.transport)
     assert found
     return found
