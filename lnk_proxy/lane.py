@@ -1,34 +1,39 @@
-"""The kept-alive lane: a body-less request on a connection whose upstream is kept, served
-in the protocols' callbacks, with no task woken, no future and no timer.
+"""The lane: every body-less request's exchange (lnk_proxy.bodiless), carried out in the
+protocols' callbacks, with no task woken, no future and no timer of its own.
 
 A request kept alive to the host of the last one is most of what a harness's tools
 send, and its cost was asyncio's more than the proxy's own: the client's bytes fed to
 its reader, the connection's task woken to read them, a timer for each wait, the
 upstream's bytes fed to another reader and the task woken again (four turns of the
 loop a request). Here the client's protocol (`LaneProtocol`) hands what it receives
-to the connection's `Lane` while its task is parked between requests (`Lane.idle`).
+to the connection's `Lane` while its task is parked (`Lane.idle`).
 
 The lane looks at it only when it is one whole head, nothing after it, and an upstream
 is kept for this connection. The head then goes to the connection's own machine
 (lnk_proxy.connection.ClientConnection, the one the task drives), whose checks every
 request passes in their one order. The lane carries out the machine's command itself
-only when it is a body-less request (lnk_proxy.bodiless) to the kept upstream's authority, and
-only after the gate and the name (Proxy.check_name), as the task's path checks them;
-any other command (a refusal, a verb, a CONNECT, a request with a body or to another
-host) is handed to the task as the machine gave it (`Handed`). The request is written
+only when it is a body-less request to the kept upstream's authority, and only after the
+gate and the name (Proxy.check_name), as the task's path checks them; any other command
+(a refusal, a verb, a CONNECT, a request with a body or to another host) is handed to
+the task as the machine gave it (`Handed`). A body-less request the task decided (a
+connection's first, one to another host, one sent again) the task hands to the lane
+once its upstream is open (`Lane.carry`), and parks. Either way the request is written
 anew to the upstream, and the upstream's protocol (`UpstreamProtocol`) hands the
 response to the lane, which writes its head anew and exactly its Content-Length of body
-back. Two turns of the loop a request; one `allowed` and one `ended` line as ever.
+back: the one body-less exchange. Two turns of the loop a kept-alive request; one
+`allowed` and one `ended` line as ever.
 
 Bytes that are not one whole head, or come with no upstream kept, are the task's: the
 lane declines them (the client's protocol holds them in its inbox) and wakes the task.
 A response that is not body-less is handed to the task with the bytes read so far
 (`Handoff`, read by h11, the request not sent again); a kept upstream that closed
 before answering is the task's to retry once on a new connection (`Retry`), as it
-always was; a refusal of the gate or the name is written here and ends the connection
-(`END`), as the task's refusal does. The connection's one timer is the parked task's:
-at its end, a connection that moved within IDLE_SECONDS waits again; one that did not
-is closed, an exchange in flight ended with its line.
+always was (a new one that closes is the call's failure); a refusal of the gate or the
+name is written here and ends the connection (`END`), as the task's refusal does, and so
+does the end of a response the program asked to be the last (`Connection: close`). The
+connection's one timer is the parked task's: at its end, a connection that moved within
+IDLE_SECONDS waits again; one that did not is closed, an exchange in flight ended with
+its line.
 """
 
 from __future__ import annotations
@@ -82,16 +87,18 @@ class Handoff:
     """A response that is not body-less, to the task's h11 from the bytes read so far (the
     request was sent, its allowed line written)."""
 
-    __slots__ = ("authority", "call", "received", "request", "started", "upstream")
+    __slots__ = ("authority", "call", "received", "request", "started", "upstream",
+                 "was_kept")
 
     def __init__(self, call: int, started: float, request: Forward, upstream: Upstream,
-                 received: bytes) -> None:
+                 received: bytes, *, was_kept: bool) -> None:
         self.authority = request.target.authority
         self.call = call
         self.started = started
         self.request = request
         self.upstream = upstream
         self.received = received
+        self.was_kept = was_kept  # the upstream was the last request's
 
 
 class Handed:
@@ -128,20 +135,24 @@ class _Exchange:
     """The lane's call in flight."""
 
     __slots__ = ("authority", "call", "paused", "protocol", "reading", "request", "started",
-                 "upstream")
+                 "upstream", "was_kept")
 
     def __init__(self, call: int, request: Forward, upstream: Upstream,
-                 protocol: UpstreamProtocol) -> None:
+                 protocol: UpstreamProtocol, *, was_kept: bool) -> None:
         self.authority = request.target.authority
         self.call = call
         self.started = time.monotonic()
         self.request = request
         self.upstream = upstream
         self.protocol = protocol  # the upstream's, whose bytes come here while it runs
-        # The response, read as the task's exchange reads one (lnk_proxy.bodiless); the
-        # program asked for no close (else the task serves it).
-        self.reading = BodilessResponse(False)
+        # The response, read by lnk_proxy.bodiless (`Connection: close` added when the
+        # program asked for its connection to close after it).
+        self.reading = BodilessResponse(client_closes(request.head))
         self.paused = False  # the upstream's reading paused for the client's buffer
+        # The upstream was the last request's: closed before it answered, the request
+        # is sent again once on a new connection (Retry); a new one that closes is the
+        # call's failure.
+        self.was_kept = was_kept
 
 
 class Lane:
@@ -235,13 +246,12 @@ class Lane:
         command = connection.next_command()  # every check of the machine's, in its order
         protocol = upstream.writer.transport.get_protocol()
         if not (isinstance(command, Forward) and command.parsed is None
-                and not client_closes(command.head)
                 and upstream.authority == command.target.authority and upstream.usable()
                 and not held(upstream.reader) and isinstance(protocol, UpstreamProtocol)):
             self._wake(Handed(command))  # the task carries it out, as the machine gave it
             return True
         assert isinstance(protocol, UpstreamProtocol)  # for mypy: the test above
-        target, head, path = command.target, command.head, command.path
+        target = command.target
         self.kept[0] = None
         try:
             self.proxy.check_name(target)
@@ -255,13 +265,36 @@ class Lane:
         except BaseException:
             upstream.close()
             raise
-        self.exchange = _Exchange(call, command, upstream, protocol)
+        self._start(call, command, upstream, protocol, was_kept=True)
+        return True
+
+    def carry(self, connection: ClientConnection, command: Forward, upstream: Upstream, *,
+              was_kept: bool) -> None:
+        """The task's body-less request (`command`, its gate, name and address checked
+        and `upstream` open to it), carried out here as the lane's own: the task parks
+        (`idle`) until the lane has work for it. `was_kept`: the upstream is the last
+        request's."""
+        protocol = upstream.writer.transport.get_protocol()
+        try:
+            assert isinstance(protocol, UpstreamProtocol)  # every upstream's (open_upstream)
+            call = next(self.proxy.ids)
+            self.proxy.log.write("allowed", command.target.authority, f"id={call} kind=http")
+        except BaseException:
+            upstream.close()
+            raise
+        self.connection = connection
+        self._start(call, command, upstream, protocol, was_kept=was_kept)
+
+    def _start(self, call: int, command: Forward, upstream: Upstream,
+               protocol: UpstreamProtocol, *, was_kept: bool) -> None:
+        """The exchange begun: the upstream's bytes come here, the request written anew
+        (lnk_proxy.bodiless)."""
+        self.exchange = _Exchange(call, command, upstream, protocol, was_kept=was_kept)
         self.last = time.monotonic()
         protocol.sink = self
         if self.protocol.writing_paused:  # the last response is not all sent yet
             self.pause()
-        upstream.writer.write(bodiless_request_bytes(head, path))  # written anew (bodiless)
-        return True
+        upstream.writer.write(bodiless_request_bytes(command.head, command.path))
 
     def client_ended(self, lost: bool) -> None:
         """The client's end came (`lost`: its connection is gone, not half-closed)."""
@@ -320,7 +353,7 @@ class Lane:
         exchange = self.exchange
         if exchange is None:
             return
-        if exchange.reading.response is None:
+        if exchange.reading.response is None and exchange.was_kept:
             self._finish(" error=ConnectionResetError", wake=False)
             self._wake(Retry(exchange.request))
             return
@@ -332,7 +365,8 @@ class Lane:
         self.exchange = None
         exchange.protocol.sink = None
         self._wake(Handoff(exchange.call, exchange.started, exchange.request,
-                           exchange.upstream, exchange.reading.received))
+                           exchange.upstream, exchange.reading.received,
+                           was_kept=exchange.was_kept))
 
     def _finish(self, failure: str, *, wake: bool = True) -> None:
         """The exchange's end: its upstream kept for the next request when the response
@@ -349,17 +383,19 @@ class Lane:
             self.kept[0] = upstream
         else:
             upstream.close()
-        if not failure and self.connection is not None:
-            self.connection.request_done(b"")  # the machine takes the next head
+        closes = exchange.reading.close  # the program asked for the end after it
+        if not failure and not closes and self.connection is not None:
+            # The machine takes the next head, from what came with this one.
+            self.connection.request_done(exchange.request.rest)
         self.proxy.log.write(
             "ended", exchange.authority,
             f"id={exchange.call} sent=0 received={exchange.reading.passed} "
             f"seconds={time.monotonic() - exchange.started:.3f}{failure}")
         if not wake:
             return
-        if failure:
+        if failure or closes:
             self._wake(END)
-        elif held(self.reader) or self.reader.at_eof():
+        elif exchange.request.rest or held(self.reader) or self.reader.at_eof():
             self._wake(None)
 
     def _failed(self, error: Exception) -> None:

@@ -172,7 +172,7 @@ class Rig:
             say=self.said.append, resolver=resolve)  # type: ignore[arg-type]
         forward = self.proxy.forward
 
-        async def counted(*args: object, **kwargs: object) -> tuple[bool, bytes]:
+        async def counted(*args: object, **kwargs: object) -> tuple[bool, bytes] | None:
             self.forwarded += 1
             return await forward(*args, **kwargs)  # type: ignore[arg-type]
 
@@ -825,5 +825,76 @@ def test_an_empty_body_is_sent_again_once_when_its_kept_upstream_had_closed(
         # h11 read the closed upstream's end: its error's name, as for any h11 call
         assert " sent=0 received=0 " in ended[1], ended
         assert ended[1].endswith(" error=RemoteProtocolError"), ended
+
+    _run(test)
+
+
+def test_a_new_upstream_that_closes_unanswering_ends_the_call_and_is_not_asked_again(
+        tmp_path: Path, origin: Path) -> None:
+    """A connection's first request is carried out by the lane too (`Lane.carry`), on
+    the upstream the task opened: one that closes before it answers was not the last
+    request's, so the request is not sent again; the call ends with its line and the
+    client's connection closes with no answer."""
+    async def test() -> None:
+        rig = await _rig(tmp_path, lambda _n, _head: CLOSE)
+        reader, writer = await asyncio.open_connection("127.0.0.1", rig.port)
+        writer.write(rig.request("/once"))
+        assert await asyncio.wait_for(reader.read(), 10) == b""
+        writer.close()
+        rig.close()
+        assert len(rig.host.requests) == 1 and rig.host.connections == 1
+        assert rig.forwarded == 1
+        ended = rig.events("ended")
+        assert len(rig.events("allowed")) == len(ended) == 1, rig.lines()
+        assert " sent=0 received=0 " in ended[0]
+        assert ended[0].endswith(" error=ConnectionResetError"), ended
+
+    _run(test)
+
+
+def test_a_request_that_asks_for_the_close_is_answered_so_and_its_connection_ends(
+        tmp_path: Path, origin: Path) -> None:
+    """`Connection: close` from the program: the response says so and the connection
+    ends after it, on the connection's first request (the task decides it, the lane
+    carries it out) and on a kept-alive one (the lane's from its head on)."""
+    async def test() -> None:
+        rig = await _rig(tmp_path, lambda _n, _head: FINE)
+        for kept_alive in (False, True):
+            reader, writer = await asyncio.open_connection("127.0.0.1", rig.port)
+            if kept_alive:
+                writer.write(rig.request())
+                assert (await _response(reader))[1] == b"fine\n"
+            writer.write(rig.request("/last", "Connection: close"))
+            head, body = await _response(reader)
+            assert b"\r\nConnection: close\r\n" in head and body == b"fine\n", head
+            assert await asyncio.wait_for(reader.read(), 10) == b""
+            writer.close()
+        rig.close()
+        assert rig.forwarded == 2  # each connection's first request; the rest the lane's
+        assert len(rig.host.requests) == 3
+        ended = rig.events("ended")
+        assert len(rig.events("allowed")) == len(ended) == 3, rig.lines()
+        assert all(" sent=0 received=5 " in line and "error" not in line for line in ended)
+
+    _run(test)
+
+
+def test_a_first_request_with_the_next_behind_it_is_answered_then_the_next(
+        tmp_path: Path, origin: Path) -> None:
+    """What came behind a request the lane carries out is the machine's next request
+    once the response ended (`request_done` with the rest), never lost or read twice."""
+    async def test() -> None:
+        rig = await _rig(tmp_path, lambda n, _head: FINE.replace(b"fine", b"n=%02d" % n))
+        reader, writer = await asyncio.open_connection("127.0.0.1", rig.port)
+        writer.write(rig.request("/a") + rig.request("/b"))
+        assert [(await _response(reader))[1] for _ in range(2)] == [b"n=01\n", b"n=02\n"]
+        writer.write(rig.request("/c"))
+        assert (await _response(reader))[1] == b"n=03\n"
+        writer.close()
+        rig.close()
+        assert rig.forwarded == 2  # /a and /b decided by the task, /c the lane's own
+        assert [head.split(b" ")[1] for head in rig.host.requests] == [b"/a", b"/b", b"/c"]
+        assert rig.host.connections == 1
+        assert len(rig.events("allowed")) == len(rig.events("ended")) == 3
 
     _run(test)
