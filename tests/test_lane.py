@@ -898,3 +898,33 @@ def test_a_first_request_with_the_next_behind_it_is_answered_then_the_next(
         assert len(rig.events("allowed")) == len(rig.events("ended")) == 3
 
     _run(test)
+
+
+@pytest.mark.parametrize("request_fields", [(), ("Content-Length: 4",)])
+def test_bytes_a_kept_upstream_sent_unasked_keep_it_from_the_next_request(
+        tmp_path: Path, origin: Path, request_fields: tuple[str, ...]) -> None:
+    """A kept upstream that sent bytes after its response ended (while the connection
+    idled) is never read for the next request, body-less (declined by the lane, decided
+    by the task) or with a body (h11's): those bytes answer nothing, and the request
+    goes on a new connection."""
+    forged = b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nforged"
+
+    async def test() -> None:
+        rig, reader, writer = await _kept(
+            tmp_path, lambda n, _head: (FINE, forged) if n == 1 else FINE)
+        (transport,) = _client_transports(rig)
+        lane = transport.get_protocol().lane  # type: ignore[attr-defined]
+        for _ in range(1000):  # the forged bytes reach the kept upstream's inbox
+            if lane.kept[0] is not None and lane.kept[0].reader.held:
+                break
+            await asyncio.sleep(0.01)
+        assert lane.kept[0] is not None and lane.kept[0].reader.held
+        body = b"body" if request_fields else b""
+        writer.write(rig.request("/next", *request_fields) + body)
+        assert (await _response(reader))[1] == b"fine\n"
+        writer.close()
+        rig.close()
+        assert rig.host.connections == 2
+        assert rig.host.requests[1].startswith(b"GET /next ")
+
+    _run(test)
