@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from lnk_proxy.server import Proxy
     from lnk_proxy.upstream import Upstream
 
-__all__ = ["CLIENT_BUFFER_BYTES", "END", "Handed", "Handoff", "Lane", "LaneProtocol",
+__all__ = ["CLIENT_BUFFER_BYTES", "END", "NEXT", "Handed", "Handoff", "Lane", "LaneProtocol",
            "Retry", "UpstreamProtocol", "lane_server"]
 
 # A client connection's inbox (lnk_proxy.streams) holds at most about twice this before
@@ -71,6 +71,16 @@ class _End:
 
 
 END = _End()
+
+
+class _Next:
+    """The machine holds the next request, which came behind the last one (its
+    `request_done` was given it): the task takes its next command, reading nothing."""
+
+    __slots__ = ()
+
+
+NEXT = _Next()
 
 
 class Retry:
@@ -112,7 +122,7 @@ class Handed:
         self.command = command
 
 
-Note = _End | Retry | Handoff | Handed | None
+Note = _End | _Next | Retry | Handoff | Handed | None
 # No note missed (Lane.missed).
 _NO_NOTE = object()
 
@@ -182,15 +192,17 @@ class Lane:
     # -- the task's side ------------------------------------------------------------
 
     async def idle(self, connection: ClientConnection, seconds: float) -> Note:
-        """Park the task between requests until it has work: None when the reader has
-        bytes or its end, else a note (END, Retry, Handoff, Handed). `connection`: the
+        """Park the task between requests, or while the lane carries out its request,
+        until it has work: None when the reader has bytes, its end or its error, else a
+        note (END, NEXT, Retry, Handoff, Handed). `connection`: the
         connection's machine, idle with nothing buffered (the lane gives it a whole
         head)."""
         self.connection = connection
         loop = asyncio.get_running_loop()
         wait = seconds
         while True:
-            if self.exchange is None and (held(self.reader) or self.reader.at_eof()):
+            if self.exchange is None and (held(self.reader) or self.reader.at_eof()
+                                          or self.reader.exception() is not None):
                 return None
             parked: asyncio.Future[Note | _Rung] = loop.create_future()
             self.parked = parked
@@ -395,7 +407,9 @@ class Lane:
             return
         if failure or closes:
             self._wake(END)
-        elif exchange.request.rest or held(self.reader) or self.reader.at_eof():
+        elif exchange.request.rest:
+            self._wake(NEXT)
+        elif held(self.reader) or self.reader.at_eof():
             self._wake(None)
 
     def _failed(self, error: Exception) -> None:

@@ -69,9 +69,9 @@ from lnk_proxy.decide import (
     matching_rule,
 )
 from lnk_proxy.exchange import IDLE_SECONDS, UPGRADES
-from lnk_proxy.lane import END, Handed, Handoff, Lane, LaneProtocol, Retry
+from lnk_proxy.lane import END, NEXT, Handed, Handoff, Lane, LaneProtocol, Retry
 from lnk_proxy.resolver import system_resolver
-from lnk_proxy.streams import Inbox, Outbox, held, read_within
+from lnk_proxy.streams import Inbox, Outbox, read_within
 from lnk_proxy.target import Target
 from lnk_proxy.tunnel import HTTP_PORT
 from lnk_proxy.upstream import Upstream, open_socket, open_upstream
@@ -232,10 +232,10 @@ class Proxy(Wire):
             note = await lane.idle(connection, IDLE_SECONDS)  # the lane carries it out
         if note is END:
             return False
+        if note is NEXT:
+            return True  # the machine holds what came behind the last request
         if isinstance(note, Handed):
             return note.command
-        if not (held(reader) or reader.at_eof()):
-            return True  # the machine holds what came after the last request: its next
         try:  # between requests a client may idle; within a head it may not
             connection.receive_data(await read_within(reader, _READ_BYTES, IDLE_SECONDS))
         except TimeoutError:

@@ -928,3 +928,24 @@ def test_bytes_a_kept_upstream_sent_unasked_keep_it_from_the_next_request(
         assert rig.host.requests[1].startswith(b"GET /next ")
 
     _run(test)
+
+
+def test_a_client_gone_between_requests_ends_its_connection_at_once(
+        tmp_path: Path, origin: Path) -> None:
+    """A client reset while its connection is parked between requests: the parked task
+    is woken and reads the error at once, rather than waiting out IDLE_SECONDS."""
+    async def test() -> None:
+        rig, _reader, writer = await _kept(tmp_path, lambda _n, _head: FINE)
+        assert rig.proxy.open
+        writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                                   struct.pack("ii", 1, 0))
+        writer.transport.abort()
+        for _ in range(1000):
+            if not rig.proxy.open:
+                break
+            await asyncio.sleep(0.01)
+        assert not rig.proxy.open  # ended well within IDLE_SECONDS (300 s)
+        rig.close()
+        assert len(rig.events("allowed")) == len(rig.events("ended")) == 1
+
+    _run(test)
