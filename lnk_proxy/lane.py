@@ -201,8 +201,7 @@ class Lane:
         loop = asyncio.get_running_loop()
         wait = seconds
         while True:
-            if self.exchange is None and (held(self.reader) or self.reader.at_eof()
-                                          or self.reader.exception() is not None):
+            if self.exchange is None and self._client_said_more():
                 return None
             parked: asyncio.Future[Note | _Rung] = loop.create_future()
             self.parked = parked
@@ -296,6 +295,14 @@ class Lane:
             raise
         self.connection = connection
         self._start(call, command, upstream, protocol, was_kept=was_kept)
+        if self.reader.exception() is not None:  # the client went while it was decided
+            self._finish(" error=ConnectionResetError")
+
+    def _client_said_more(self) -> bool:
+        """The client's inbox has something for the task: bytes, the end or the error
+        its connection ended on."""
+        reader = self.reader
+        return held(reader) or reader.at_eof() or reader.exception() is not None
 
     def _start(self, call: int, command: Forward, upstream: Upstream,
                protocol: UpstreamProtocol, *, was_kept: bool) -> None:
@@ -409,7 +416,7 @@ class Lane:
             self._wake(END)
         elif exchange.request.rest:
             self._wake(NEXT)
-        elif held(self.reader) or self.reader.at_eof():
+        elif self._client_said_more():
             self._wake(None)
 
     def _failed(self, error: Exception) -> None:

@@ -949,3 +949,45 @@ def test_a_client_gone_between_requests_ends_its_connection_at_once(
         assert len(rig.events("allowed")) == len(rig.events("ended")) == 1
 
     _run(test)
+
+
+def test_a_client_gone_while_its_request_is_decided_ends_the_call_and_the_connection(
+        tmp_path: Path, origin: Path) -> None:
+    """A client reset while the task decides its first request (here, in the lookup):
+    the request the lane carries then ends at once with its line, and the connection
+    with it, rather than waiting out IDLE_SECONDS for a client that is gone."""
+    async def test() -> None:
+        rig = await _rig(tmp_path, lambda _n, _head: FINE)
+        asked, gone = asyncio.Event(), asyncio.Event()
+        resolve = rig.proxy.resolver
+
+        async def once_the_client_is_gone(name: str, port: int) -> list[object]:
+            asked.set()
+            await gone.wait()
+            return await resolve(name, port)  # type: ignore[return-value]
+
+        rig.proxy.resolver = once_the_client_is_gone  # type: ignore[assignment]
+        _reader, writer = await asyncio.open_connection("127.0.0.1", rig.port)
+        writer.write(rig.request())
+        await asyncio.wait_for(asked.wait(), 10)
+        (transport,) = _client_transports(rig)
+        lane = transport.get_protocol().lane  # type: ignore[attr-defined]
+        writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                                   struct.pack("ii", 1, 0))
+        writer.transport.abort()
+        for _ in range(1000):
+            if lane.reader.exception() is not None:
+                break
+            await asyncio.sleep(0.01)
+        gone.set()
+        for _ in range(1000):
+            if not rig.proxy.open:
+                break
+            await asyncio.sleep(0.01)
+        assert not rig.proxy.open  # ended well within IDLE_SECONDS (300 s)
+        rig.close()
+        ended = rig.events("ended")
+        assert len(rig.events("allowed")) == len(ended) == 1, rig.lines()
+        assert ended[0].endswith(" error=ConnectionResetError"), ended
+
+    _run(test)
