@@ -1,6 +1,6 @@
-"""The kept-alive lane (lnk_proxy.lane): the proxy's own code in this process, its
-listener made as main makes it (`lane_server`), a client and a scripted host over real
-loopback sockets.
+"""The lane (lnk_proxy.lane), every body-less request's exchange: the proxy's own code
+in this process, its listener made as main makes it (`lane_server`), a client and a
+scripted host over real loopback sockets.
 
 The scripted host listens on the test network's origin address (tests/testnet.py), in
 the origin's own network namespace, which no address check of the proxy's refuses: a
@@ -160,7 +160,7 @@ class Rig:
         self.settings = str(tmp_path / "settings")
         Path(self.settings).mkdir()
         self.host = host
-        self.forwarded = 0  # requests the task's path took (the lane's are the rest)
+        self.forwarded = 0  # requests the task decided (the lane took the rest itself)
         self.said: list[str] = []  # the proxy's lines on stderr
 
         async def resolve(_name: str, _port: int) -> list[object]:
@@ -259,8 +259,8 @@ async def _rig(tmp_path: Path, script: Script) -> Rig:
 
 async def _kept(tmp_path: Path, script: Script
                 ) -> tuple[Rig, asyncio.StreamReader, asyncio.StreamWriter]:
-    """A rig and a client connection whose first request (the task's, which opens the
-    upstream the lane then uses) is answered `fine`."""
+    """A rig and a client connection whose first request (decided by the task, which
+    opens the upstream, and carried out by the lane) is answered `fine`."""
     rig = await _rig(tmp_path, script)
     reader, writer = await asyncio.open_connection("127.0.0.1", rig.port)
     writer.write(rig.request())
@@ -295,7 +295,7 @@ def test_kept_alive_plain_requests_go_by_the_lane_each_checked_and_logged(
             assert body == b"fine\n"
         writer.close()
         rig.close()
-        # The first request is the task's (it opens the upstream); the other 49 the lane's,
+        # The first request the task decides (it opens the upstream); the other 49 the lane takes,
         # on the one upstream connection, each sent on written anew (no hop field).
         assert rig.forwarded == 1
         assert rig.host.connections == 1
