@@ -13,13 +13,12 @@ body asked for whole.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import h11
 
-from lnk_common.wire import Refused
+from lnk_common.wire import ByteWriter, Refused
 
 __all__ = ["PASSED", "SWITCHED", "UPSTREAM_CLOSED", "BodyRead", "BodyShare", "HeldBodies",
            "Streamed", "collect_body", "h11_body", "next_event", "pass_response",
@@ -100,7 +99,7 @@ async def next_event(connection: h11.Connection, read: Read) -> object:
 
 
 async def read_body(request: h11.Request, client: h11.Connection,
-                    writer: asyncio.StreamWriter, read: Read, *, limit: int,
+                    writer: ByteWriter, read: Read, *, limit: int,
                     too_large: Refused, take: Callable[[int], None], unreadable: str,
                     stalled: str) -> bytes:
     """`collect_body` of the body h11 reads from `client` (`h11_body`), `read` giving
@@ -110,7 +109,7 @@ async def read_body(request: h11.Request, client: h11.Connection,
                               stalled=stalled)
 
 
-def h11_body(client: h11.Connection, writer: asyncio.StreamWriter, read: Read) -> BodyRead:
+def h11_body(client: h11.Connection, writer: ByteWriter, read: Read) -> BodyRead:
     """The request body's pieces as h11 reads them from `client`, `read` giving it more
     bytes as it needs them. A client waiting for a 100 is sent one when the body is
     first asked for: the body is taken here."""
@@ -167,7 +166,7 @@ async def collect_body(request: h11.Request, read: BodyRead, *, limit: int,
 
 
 async def pass_response(upstream: h11.Connection, client: h11.Connection,
-                        writer: asyncio.StreamWriter, read: Read, streamed: Streamed, *,
+                        writer: ByteWriter, read: Read, streamed: Streamed, *,
                         fields: Callable[[Fields], Fields]) -> str:
     """The upstream's response, streamed back to the client as it comes; PASSED,
     SWITCHED or UPSTREAM_CLOSED. `fields` makes the client's response fields from the

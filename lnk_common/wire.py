@@ -23,6 +23,7 @@ import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 from lnk_common import wirestate
 from lnk_common.boundedlog import FOLD_SECONDS, Folds
@@ -30,8 +31,42 @@ from lnk_common.controls import Controls, SharedControls
 from lnk_common.policy import DEFAULT_PAUSE
 from lnk_common.wirelog import WireLog
 
-__all__ = ["LINGER_SECONDS", "OUT_OF_DESCRIPTORS", "RETRYABLE_STATUSES", "Refused", "Wire",
-           "is_out_of_descriptors", "linger", "no_delay", "notify_desktop", "refusal_head"]
+__all__ = ["LINGER_SECONDS", "OUT_OF_DESCRIPTORS", "RETRYABLE_STATUSES", "ByteReader",
+           "ByteWriter", "Refused", "Wire", "is_out_of_descriptors", "linger", "no_delay",
+           "notify_desktop", "refusal_head"]
+
+
+class ByteReader(Protocol):
+    """A connection's receiving side as the wire uses it: asyncio's StreamReader (the
+    relay's) and lnk_proxy.streams.Inbox (the proxy's, on asyncio's protocols) alike."""
+
+    def exception(self) -> BaseException | None: ...
+
+    def at_eof(self) -> bool: ...
+
+    def feed_eof(self) -> None: ...
+
+    async def read(self, n: int = ...) -> bytes: ...
+
+
+class ByteWriter(Protocol):
+    """A connection's sending side as the wire uses it: asyncio's StreamWriter and
+    lnk_proxy.streams.Outbox alike."""
+
+    @property
+    def transport(self) -> asyncio.WriteTransport: ...
+
+    def write(self, data: bytes) -> None: ...
+
+    def can_write_eof(self) -> bool: ...
+
+    def write_eof(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def get_extra_info(self, name: str, default: Any = ...) -> Any: ...
+
+    async def drain(self) -> None: ...
 
 # shutdown(2) called with the GIL held (PyDLL): `sever` shuts hundreds of sockets in one
 # sweep rather than waiting for the GIL again after each.
@@ -189,7 +224,7 @@ def is_out_of_descriptors(error: OSError) -> bool:
     return error.errno in (errno.EMFILE, errno.ENFILE)
 
 
-async def _emptied(reader: asyncio.StreamReader) -> bytes:
+async def _emptied(reader: ByteReader) -> bytes:
     """What `reader` holds that nothing has read, taken out by its public methods only
     (asyncio's buffer is private, and may change without notice). Its transport's reading
     is paused, so nothing more comes to it: its end is marked (`feed_eof`), and each read
@@ -242,7 +277,7 @@ def notify_desktop(title: str, body: str) -> None:
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def no_delay(writer: asyncio.StreamWriter) -> None:
+def no_delay(writer: ByteWriter) -> None:
     """Small writes (a response head, then its body) go at once: with Nagle's algorithm
     and a delayed ACK on the other side, a kept-alive connection waited 40 ms each."""
     sock = writer.get_extra_info("socket")
@@ -319,7 +354,7 @@ LINGER_SECONDS = 2.0
 _LINGER_READ_BYTES = 65536
 
 
-async def linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def linger(reader: ByteReader, writer: ByteWriter) -> None:
     """After a refusal that ends the connection (the proxy's and the relay's): our side
     closed for writing, then what the program still sends dropped until it closes, for
     at most LINGER_SECONDS, so that it reads its refusal rather than a reset."""
@@ -329,7 +364,7 @@ async def linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
         await asyncio.wait_for(_drop_until_closed(reader), LINGER_SECONDS)
 
 
-async def _drop_until_closed(reader: asyncio.StreamReader) -> None:
+async def _drop_until_closed(reader: ByteReader) -> None:
     while await reader.read(_LINGER_READ_BYTES):
         pass
 
@@ -559,7 +594,7 @@ class Wire:
         if why:
             self._pause_now(why)
 
-    async def hold(self, writer: asyncio.StreamWriter, work: Awaitable[None], *,
+    async def hold(self, writer: ByteWriter, work: Awaitable[None], *,
                    asked: bool = True) -> None:
         """Serve one client connection (`work`) as an open call: counted among the open
         calls, which close_all cancels (`asked` False: only once `work` says `asked()`);
@@ -601,9 +636,9 @@ class Wire:
         else:
             self.report_error("a call ended on an unexpected error", error)
 
-    async def splice_ends(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                          up_reader: asyncio.StreamReader | None,
-                          up_writer: asyncio.StreamWriter | socket.socket) -> Splice:
+    async def splice_ends(self, reader: ByteReader, writer: ByteWriter,
+                          up_reader: ByteReader | None,
+                          up_writer: ByteWriter | socket.socket) -> Splice:
         """Ready a tunnel for `relay`, before its call is allowed: the streams'
         transports paused (what their buffers hold is sent on first by the threads), a
         blocking duplicate of each socket and a pipe each way. Out of descriptors: every
@@ -617,7 +652,7 @@ class Wire:
         try:
             held = []
             streams = [(reader, writer)]
-            if up_reader is not None and isinstance(up_writer, asyncio.StreamWriter):
+            if up_reader is not None and not isinstance(up_writer, socket.socket):
                 streams.append((up_reader, up_writer))
             for stream_reader, stream_writer in streams:
                 stream_writer.transport.pause_reading()  # type: ignore[attr-defined]
@@ -646,7 +681,7 @@ class Wire:
             held.append(b"")
         return Splice(made[0], held[0], made[1], held[1], (pipes[0], pipes[1]))
 
-    async def relay(self, ends: Splice, up_writer: asyncio.StreamWriter | None
+    async def relay(self, ends: Splice, up_writer: ByteWriter | None
                     ) -> tuple[int, int]:
         """Both directions of a tunnel readied by `splice_ends`, each by splice(2) in a
         thread of its own (an idle one of an ended tunnel's, else a new one: _Workers):

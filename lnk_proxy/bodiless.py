@@ -165,9 +165,9 @@ class BodilessResponse:
     """One body-less request's response, read as its bytes come (sans IO): its head read
     here (`response_head`) and written anew, then exactly its Content-Length of body
     passed on, never a byte past its end (those are counted: the connection is not
-    used again). The lane (in callbacks) and the task's exchange (lnk_proxy.exchange)
-    both read a response through one of these, so it is framed in one place. `close`:
-    the program's connection ends after it (`Connection: close` is added)."""
+    used again). The lane (lnk_proxy.lane, in callbacks) carries out every body-less
+    exchange and reads its response through one of these, so it is framed in one place.
+    `close`: the program's connection ends after it (`Connection: close` is added)."""
 
     __slots__ = ("close", "extra", "held", "passed", "received", "remaining", "response")
 

@@ -2,11 +2,11 @@
 streamed back, one `allowed` and one `ended` line on the wire's log.
 
 Called only once every check of the request path has passed (lnk_proxy.connection,
-then Proxy.check_name and the address check): nothing here decides. Two ways:
-- `bodiless_exchange`: a body-less request (lnk_proxy.bodiless) and, when its response
-  is body-less too (one Content-Length), that response, both written anew without h11;
-  a response that is not body-less goes on as h11's from the bytes read so far
-  (`h11_resumed`), the request not sent again.
+then Proxy.check_name and the address check): nothing here decides. A body-less request
+whose response is body-less too is the lane's (lnk_proxy.lane, in callbacks, read by
+lnk_proxy.bodiless); here:
+- `h11_resumed`: a body-less request's response that is not body-less, h11's from the
+  bytes the lane read so far (the request is not sent again);
 - `exchange`: h11 on both sides; the request's body streamed as it comes (from the
   connection's machine, `client_body`: lnk_proxy.connection reads it) or a verb's, held
   whole; the response streamed back as it arrives, never held whole; after a
@@ -28,13 +28,9 @@ from lnk_common.bodies import SWITCHED, BodyRead, pass_response
 from lnk_common.wire import Refused, Wire
 from lnk_proxy.bodiless import (
     HOP_FIELDS,
-    BodilessResponse,
-    bodiless_request_bytes,
-    client_closes,
 )
 from lnk_proxy.connection import BodyData, BodyEnd, ClientConnection, Continue, NeedBody
-from lnk_proxy.head import RequestHead
-from lnk_proxy.streams import read_within
+from lnk_proxy.streams import Inbox, Outbox, read_within
 from lnk_proxy.upstream import CHUNK, Upstream, held_bytes
 
 __all__ = [
@@ -44,7 +40,6 @@ __all__ = [
     "BodyRefused",
     "Outcome",
     "asks_to_upgrade",
-    "bodiless_exchange",
     "client_body",
     "exchange",
     "h11_resumed",
@@ -112,7 +107,7 @@ def next_cycle(client: h11.Connection, outcome: Outcome) -> tuple[bool, bytes]:
     return True, client.trailing_data[0]
 
 
-async def _watch_client(reader: asyncio.StreamReader, upstream: Upstream,
+async def _watch_client(reader: Inbox, upstream: Upstream,
                         outcome: Outcome) -> None:
     """End the upstream call when its client has gone (its connection ended): the
     provider's work and the proxy's socket are not held for nobody."""
@@ -134,8 +129,8 @@ class BodyRefused(Exception):
         self.refusal = refusal
 
 
-def client_body(connection: ClientConnection, reader: asyncio.StreamReader,
-                writer: asyncio.StreamWriter, idle: float) -> BodyRead:
+def client_body(connection: ClientConnection, reader: Inbox,
+                writer: Outbox, idle: float) -> BodyRead:
     """What reads the request's body for lnk_common.bodies and the exchange: the
     machine's body commands carried out (the client's bytes read as it needs them,
     waiting at most `idle` seconds; a 100 written for a client that waits for one) until
@@ -156,58 +151,10 @@ def client_body(connection: ClientConnection, reader: asyncio.StreamReader,
     return read
 
 
-# -- the body-less exchange --------------------------------------------------------------
-
-async def bodiless_exchange(wire: Wire, authority: str, head: RequestHead, path: str,
-                            raw: bytes, reader: asyncio.StreamReader,
-                            writer: asyncio.StreamWriter, upstream: Upstream
-                            ) -> tuple[Outcome, h11.Connection | None]:
-    """A body-less request (lnk_proxy.bodiless) and its response, without h11 when the
-    response is body-less too (read by a BodilessResponse, as the lane reads it: its
-    head written anew, then exactly its Content-Length of body streamed as it comes). A
-    response that is not is h11's from the bytes read so far (the request is not sent
-    again), with h11's reading of the request (returned, for the connection's next
-    cycle). One `allowed` and one `ended` line either way; the upstream is closed here
-    unless it is reusable."""
-    call = next(wire.ids)
-    wire.log.write("allowed", authority, f"id={call} kind=http")
-    started = time.monotonic()
-    outcome = Outcome()
-    reading = BodilessResponse(client_closes(head))
-    handed = False
-    try:
-        upstream.writer.write(bodiless_request_bytes(head, path))
-        while not reading.done:
-            chunk = await read_within(upstream.reader, CHUNK, IDLE_SECONDS)
-            if not chunk:
-                raise ConnectionResetError("the host closed before its response ended")
-            sent = reading.feed(chunk)
-            if sent is None:  # not body-less: h11 reads it, as before
-                handed = True  # the ended line is the exchange's now
-                return await h11_resumed(wire, authority, raw, path, reader, writer, upstream,
-                                         (call, started, reading.received))
-            if sent:
-                writer.write(sent)
-                await writer.drain()
-        # More than its length from the host is no response of this request: the
-        # connection is not used again.
-        outcome.reusable = reading.reusable and not held_bytes(upstream)
-    except (h11.ProtocolError, ConnectionError, TimeoutError) as error:
-        outcome.failure = f" error={type(error).__name__}"
-    finally:
-        if not handed:  # an ended line for every allowed one, even when stopping
-            outcome.responded = reading.response is not None
-            outcome.received = reading.passed
-            if not outcome.reusable:
-                upstream.close()
-            wire.log.write("ended", authority,
-                           f"id={call} sent=0 received={outcome.received} "
-                           f"seconds={time.monotonic() - started:.3f}{outcome.failure}")
-    return outcome, None
-
+# -- a body-less request's response that is not body-less --------------------------------
 
 async def h11_resumed(wire: Wire, authority: str, raw: bytes, path: str,
-                      reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      reader: Inbox, writer: Outbox,
                       upstream: Upstream, resumed: tuple[int, float, bytes]
                       ) -> tuple[Outcome, h11.Connection]:
     """A body-less request's exchange whose response is not body-less, h11's from the
@@ -226,7 +173,7 @@ async def h11_resumed(wire: Wire, authority: str, raw: bytes, path: str,
 # -- h11's exchange ----------------------------------------------------------------------
 
 async def exchange(wire: Wire, authority: str, kind: str, client: h11.Connection,
-                   reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                   reader: Inbox, writer: Outbox,
                    upstream: Upstream, request: h11.Request, *, body: bytes | BodyRead,
                    watch_client: bool = False,
                    resumed: tuple[int, float, bytes] | None = None) -> Outcome:
@@ -306,7 +253,7 @@ async def _send_request(upstream: Upstream, request: h11.Request, body: bytes | 
         await up_writer.drain()
 
 
-async def _pass_response(client: h11.Connection, writer: asyncio.StreamWriter,
+async def _pass_response(client: h11.Connection, writer: Outbox,
                          upstream: Upstream, outcome: Outcome) -> bool:
     """The response, streamed back as it comes (lnk_common.bodies), its hop-by-hop fields
     taken out; whether it was a 101 (switched)."""
@@ -320,14 +267,14 @@ def _response_fields(fields: list[tuple[bytes, bytes]]) -> list[tuple[bytes, byt
     return [(name, value) for name, value in fields if name.lower() not in HOP_FIELDS]
 
 
-def reader_of(reader: asyncio.StreamReader, idle: float) -> Callable[[], Awaitable[bytes]]:
+def reader_of(reader: Inbox, idle: float) -> Callable[[], Awaitable[bytes]]:
     """What reads `reader` for lnk_common.bodies: a read of up to CHUNK bytes, waiting
     at most `idle` seconds (lnk_proxy.streams.read_within)."""
     return lambda: read_within(reader, CHUNK, idle)
 
 
-async def _relay_switched(wire: Wire, client: h11.Connection, reader: asyncio.StreamReader,
-                          writer: asyncio.StreamWriter, upstream: Upstream,
+async def _relay_switched(wire: Wire, client: h11.Connection, reader: Inbox,
+                          writer: Outbox, upstream: Upstream,
                           outcome: Outcome) -> None:
     """After a 101: what each side sent after the switch goes first, then all else,
     relayed unread (lnk_common.wire's splice)."""

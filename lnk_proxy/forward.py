@@ -3,40 +3,39 @@ in a port-80 tunnel), after the connection's machine admitted its head and its r
 (lnk_proxy.connection).
 
 Order: the upstream connection of the connection's last request is used again when
-this one goes to the same host and port (its address was checked when it was opened;
-the wire's gate and the name are checked again, and the call counted:
-Proxy.check_name); otherwise a new one, decided afresh (gate, name, lookup, every
-address: Proxy.decide) and opened to the very address checked. Then the exchange
-(lnk_proxy.exchange), the upstream kept for the next request when it ended clean, and,
-when a kept upstream had closed before answering (a server's idle timeout), the
-request sent again, once, on a new connection: a body-less request has no body, so nothing
-of it was lost. A kept-alive body-less request the lane served (lnk_proxy.lane) comes here
-only for that retry (`Retry`) or when its response is not body-less (`Handoff`).
+this one goes to the same host and port and it sent nothing unasked (its address was
+checked when it was opened; the wire's gate and the name are checked again, and the
+call counted: Proxy.check_name); otherwise a new one, decided afresh (gate, name,
+lookup, every address: Proxy.decide) and opened to the very address checked. Then the
+exchange: a body-less request's is the lane's (lnk_proxy.lane, `Lane.carry`), any
+other's h11's (lnk_proxy.exchange); the upstream kept for the next request when it ended
+clean, and, when a kept upstream had closed before answering (a server's idle timeout),
+the request sent again, once, on a new connection: nothing of its body was sent, so
+nothing of it was lost. A body-less request the lane carried out comes back here only
+for that retry (`Retry`) or when its response is not body-less (`Handoff`).
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 import h11
 
 from lnk_common.wire import Refused, linger
-from lnk_proxy.bodiless import client_closes
 from lnk_proxy.connection import ClientConnection, Forward
 from lnk_proxy.exchange import (
     IDLE_SECONDS,
     Outcome,
     asks_to_upgrade,
-    bodiless_exchange,
     client_body,
     exchange,
     h11_resumed,
     next_cycle,
     outgoing,
 )
-from lnk_proxy.lane import Handoff
-from lnk_proxy.upstream import Upstream
+from lnk_proxy.lane import Handoff, Lane
+from lnk_proxy.streams import Inbox, Outbox
+from lnk_proxy.upstream import Upstream, held_bytes
 
 if TYPE_CHECKING:
     from lnk_proxy.server import Proxy
@@ -44,18 +43,20 @@ if TYPE_CHECKING:
 __all__ = ["forward", "handed"]
 
 
-async def forward(proxy: Proxy, request: Forward, reader: asyncio.StreamReader,
-                  writer: asyncio.StreamWriter, kept: list[Upstream | None],
-                  connection: ClientConnection) -> tuple[bool, bytes]:
+async def forward(proxy: Proxy, request: Forward, reader: Inbox, writer: Outbox, lane: Lane,
+                  connection: ClientConnection) -> tuple[bool, bytes] | None:
     """The request and its response; (whether the client's connection goes on to
-    another request, the bytes it already sent of that one). `kept` holds the
-    connection's upstream between requests; `connection` (its machine) reads a body."""
+    another request, the bytes it already sent of that one), or None when the lane
+    carries out the exchange (a body-less request: the task parks until it ends).
+    `lane.kept` holds the connection's upstream between requests; `connection` (its
+    machine) reads a body."""
     target = request.target
+    kept = lane.kept
     previous = kept[0]
     kept[0] = None
     try:
         if (previous is not None and previous.authority == target.authority
-                and previous.usable()):
+                and previous.usable() and not held_bytes(previous)):
             proxy.check_name(target)
             upstream = previous
         else:
@@ -68,52 +69,43 @@ async def forward(proxy: Proxy, request: Forward, reader: asyncio.StreamReader,
         await proxy.refuse(writer, target.authority, refusal)
         await linger(reader, writer)  # the refusal read, not reset away
         return False, b""
-    client: h11.Connection | None
     if request.parsed is None:
-        outcome, client = await bodiless_exchange(proxy, target.authority, request.head,
-                                                  request.path, request.raw, reader, writer,
-                                                  upstream)
-    else:
-        client, asked = request.parsed
-        outcome = await exchange(proxy, target.authority, "http", client, reader, writer,
-                                 upstream, outgoing(asked, request.path,
-                                                    asks_to_upgrade(asked.headers)),
-                                 body=client_body(connection, reader, writer, IDLE_SECONDS))
+        lane.carry(connection, request, upstream, was_kept=upstream is previous)
+        return None
+    client, asked = request.parsed
+    outcome = await exchange(proxy, target.authority, "http", client, reader, writer,
+                             upstream, outgoing(asked, request.path,
+                                                asks_to_upgrade(asked.headers)),
+                             body=client_body(connection, reader, writer, IDLE_SECONDS))
     return await _settle(proxy, outcome, client, upstream, upstream is previous, request,
-                         reader, writer, kept, connection)
+                         reader, writer, lane, connection)
 
 
-async def handed(proxy: Proxy, note: Handoff, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter, kept: list[Upstream | None],
-                 connection: ClientConnection) -> tuple[bool, bytes]:
+async def handed(proxy: Proxy, note: Handoff, reader: Inbox, writer: Outbox, lane: Lane,
+                 connection: ClientConnection) -> tuple[bool, bytes] | None:
     """A lane's request whose response is not body-less: h11's from the bytes read."""
     outcome, client = await h11_resumed(
         proxy, note.authority, note.request.raw, note.request.path, reader, writer,
         note.upstream, (note.call, note.started, note.received))
-    return await _settle(proxy, outcome, client, note.upstream, True, note.request, reader,
-                         writer, kept, connection)
+    return await _settle(proxy, outcome, client, note.upstream, note.was_kept, note.request,
+                         reader, writer, lane, connection)
 
 
-async def _settle(proxy: Proxy, outcome: Outcome, client: h11.Connection | None,
+async def _settle(proxy: Proxy, outcome: Outcome, client: h11.Connection,
                   upstream: Upstream, was_kept: bool, request: Forward,
-                  reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                  kept: list[Upstream | None], connection: ClientConnection
-                  ) -> tuple[bool, bytes]:
-    """After a passed request's exchange: its upstream kept when reusable, the request
-    sent again when its kept upstream had closed, and whether the client's connection
-    goes on. `client`: h11's reading of the exchange (None: body-less throughout); a
-    body-less request's `rest` is what followed it."""
+                  reader: Inbox, writer: Outbox, lane: Lane, connection: ClientConnection
+                  ) -> tuple[bool, bytes] | None:
+    """After a passed request's exchange (h11's): its upstream kept when reusable, the
+    request sent again when its kept upstream had closed, and whether the client's
+    connection goes on. A body-less request's `rest` is what followed it."""
     if outcome.reusable:
-        if client is not None:  # h11 read this exchange: its state goes round
-            upstream.conn.start_next_cycle()
-        kept[0] = upstream
+        upstream.conn.start_next_cycle()  # h11 read this exchange: its state goes round
+        lane.kept[0] = upstream
     if outcome.failure and was_kept and not outcome.responded and outcome.sent == 0:
         # The kept connection was closed by the server meanwhile: a request with no body
         # sent is sent again, once, on a new connection (checked afresh), which is then
-        # kept in `kept` as any other (and closed with the client's). Its body goes on
-        # from the machine where it is (an ended one gives its end again).
-        return await proxy.forward(request, reader, writer, kept, connection)
-    if client is None:
-        return not outcome.failure and not client_closes(request.head), request.rest
+        # kept as any other (and closed with the client's). Its body goes on from the
+        # machine where it is (an ended one gives its end again).
+        return await proxy.forward(request, reader, writer, lane, connection)
     keep, trailing = next_cycle(client, outcome)
     return keep, (request.rest if request.parsed is None else trailing)

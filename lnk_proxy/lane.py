@@ -1,34 +1,39 @@
-"""The kept-alive lane: a body-less request on a connection whose upstream is kept, served
-in the protocols' callbacks, with no task woken, no future and no timer.
+"""The lane: every body-less request's exchange (lnk_proxy.bodiless), carried out in the
+protocols' callbacks, with no task woken, no future and no timer of its own.
 
 A request kept alive to the host of the last one is most of what a harness's tools
 send, and its cost was asyncio's more than the proxy's own: the client's bytes fed to
-a stream reader, the connection's task woken to read them, a timer for each wait, the
+its reader, the connection's task woken to read them, a timer for each wait, the
 upstream's bytes fed to another reader and the task woken again (four turns of the
 loop a request). Here the client's protocol (`LaneProtocol`) hands what it receives
-to the connection's `Lane` while its task is parked between requests (`Lane.idle`).
+to the connection's `Lane` while its task is parked (`Lane.idle`).
 
 The lane looks at it only when it is one whole head, nothing after it, and an upstream
 is kept for this connection. The head then goes to the connection's own machine
 (lnk_proxy.connection.ClientConnection, the one the task drives), whose checks every
 request passes in their one order. The lane carries out the machine's command itself
-only when it is a body-less request (lnk_proxy.bodiless) to the kept upstream's authority, and
-only after the gate and the name (Proxy.check_name), as the task's path checks them;
-any other command (a refusal, a verb, a CONNECT, a request with a body or to another
-host) is handed to the task as the machine gave it (`Handed`). The request is written
+only when it is a body-less request to the kept upstream's authority, and only after the
+gate and the name (Proxy.check_name), as the task's path checks them; any other command
+(a refusal, a verb, a CONNECT, a request with a body or to another host) is handed to
+the task as the machine gave it (`Handed`). A body-less request the task decided (a
+connection's first, one to another host, one sent again) the task hands to the lane
+once its upstream is open (`Lane.carry`), and parks. Either way the request is written
 anew to the upstream, and the upstream's protocol (`UpstreamProtocol`) hands the
 response to the lane, which writes its head anew and exactly its Content-Length of body
-back. Two turns of the loop a request; one `allowed` and one `ended` line as ever.
+back: the one body-less exchange. Two turns of the loop a kept-alive request; one
+`allowed` and one `ended` line as ever.
 
 Bytes that are not one whole head, or come with no upstream kept, are the task's: the
-lane declines them (the client's protocol feeds them to the reader) and wakes the task.
+lane declines them (the client's protocol holds them in its inbox) and wakes the task.
 A response that is not body-less is handed to the task with the bytes read so far
 (`Handoff`, read by h11, the request not sent again); a kept upstream that closed
 before answering is the task's to retry once on a new connection (`Retry`), as it
-always was; a refusal of the gate or the name is written here and ends the connection
-(`END`), as the task's refusal does. The connection's one timer is the parked task's:
-at its end, a connection that moved within IDLE_SECONDS waits again; one that did not
-is closed, an exchange in flight ended with its line.
+always was (a new one that closes is the call's failure); a refusal of the gate or the
+name is written here and ends the connection (`END`), as the task's refusal does, and so
+does the end of a response the program asked to be the last (`Connection: close`). The
+connection's one timer is the parked task's: at its end, a connection that moved within
+IDLE_SECONDS waits again; one that did not is closed, an exchange in flight ended with
+its line.
 """
 
 from __future__ import annotations
@@ -37,24 +42,24 @@ import asyncio
 import contextlib
 import socket
 import time
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 from lnk_common.wire import Refused
 from lnk_proxy.bodiless import BodilessResponse, bodiless_request_bytes, client_closes
 from lnk_proxy.connection import ClientConnection, Command, Forward
 from lnk_proxy.head import head_end
-from lnk_proxy.streams import Inbox, held
+from lnk_proxy.streams import Ends, Inbox, Outbox, held
 
 if TYPE_CHECKING:
     from lnk_proxy.server import Proxy
     from lnk_proxy.upstream import Upstream
 
-__all__ = ["CLIENT_BUFFER_BYTES", "END", "Handed", "Handoff", "Lane", "LaneProtocol",
+__all__ = ["CLIENT_BUFFER_BYTES", "END", "NEXT", "Handed", "Handoff", "Lane", "LaneProtocol",
            "Retry", "UpstreamProtocol", "lane_server"]
 
-# A client connection's reader buffers at most about this much before its socket is no
-# longer read (asyncio.start_server's `limit`, as the proxy's listeners always had).
+# A client connection's inbox (lnk_proxy.streams) holds at most about twice this before
+# its socket is no longer read (the `limit` the proxy's listeners always had).
 CLIENT_BUFFER_BYTES = 1 << 20
 
 
@@ -66,6 +71,16 @@ class _End:
 
 
 END = _End()
+
+
+class _Next:
+    """The machine holds the next request, which came behind the last one (its
+    `request_done` was given it): the task takes its next command, reading nothing."""
+
+    __slots__ = ()
+
+
+NEXT = _Next()
 
 
 class Retry:
@@ -82,16 +97,18 @@ class Handoff:
     """A response that is not body-less, to the task's h11 from the bytes read so far (the
     request was sent, its allowed line written)."""
 
-    __slots__ = ("authority", "call", "received", "request", "started", "upstream")
+    __slots__ = ("authority", "call", "received", "request", "started", "upstream",
+                 "was_kept")
 
     def __init__(self, call: int, started: float, request: Forward, upstream: Upstream,
-                 received: bytes) -> None:
+                 received: bytes, *, was_kept: bool) -> None:
         self.authority = request.target.authority
         self.call = call
         self.started = started
         self.request = request
         self.upstream = upstream
         self.received = received
+        self.was_kept = was_kept  # the upstream was the last request's
 
 
 class Handed:
@@ -105,7 +122,7 @@ class Handed:
         self.command = command
 
 
-Note = _End | Retry | Handoff | Handed | None
+Note = _End | _Next | Retry | Handoff | Handed | None
 # No note missed (Lane.missed).
 _NO_NOTE = object()
 
@@ -128,20 +145,24 @@ class _Exchange:
     """The lane's call in flight."""
 
     __slots__ = ("authority", "call", "paused", "protocol", "reading", "request", "started",
-                 "upstream")
+                 "upstream", "was_kept")
 
     def __init__(self, call: int, request: Forward, upstream: Upstream,
-                 protocol: UpstreamProtocol) -> None:
+                 protocol: UpstreamProtocol, *, was_kept: bool) -> None:
         self.authority = request.target.authority
         self.call = call
         self.started = time.monotonic()
         self.request = request
         self.upstream = upstream
         self.protocol = protocol  # the upstream's, whose bytes come here while it runs
-        # The response, read as the task's exchange reads one (lnk_proxy.bodiless); the
-        # program asked for no close (else the task serves it).
-        self.reading = BodilessResponse(False)
+        # The response, read by lnk_proxy.bodiless (`Connection: close` added when the
+        # program asked for its connection to close after it).
+        self.reading = BodilessResponse(client_closes(request.head))
         self.paused = False  # the upstream's reading paused for the client's buffer
+        # The upstream was the last request's: closed before it answered, the request
+        # is sent again once on a new connection (Retry); a new one that closes is the
+        # call's failure.
+        self.was_kept = was_kept
 
 
 class Lane:
@@ -152,8 +173,8 @@ class Lane:
     __slots__ = ("connection", "exchange", "kept", "last", "missed", "parked", "protocol",
                  "proxy", "reader", "writer")
 
-    def __init__(self, proxy: Proxy, protocol: LaneProtocol, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter, kept: list[Upstream | None]) -> None:
+    def __init__(self, proxy: Proxy, protocol: LaneProtocol, reader: Inbox, writer: Outbox,
+                 kept: list[Upstream | None]) -> None:
         self.proxy = proxy
         self.protocol = protocol
         self.reader = reader
@@ -171,15 +192,16 @@ class Lane:
     # -- the task's side ------------------------------------------------------------
 
     async def idle(self, connection: ClientConnection, seconds: float) -> Note:
-        """Park the task between requests until it has work: None when the reader has
-        bytes or its end, else a note (END, Retry, Handoff, Handed). `connection`: the
+        """Park the task between requests, or while the lane carries out its request,
+        until it has work: None when the reader has bytes, its end or its error, else a
+        note (END, NEXT, Retry, Handoff, Handed). `connection`: the
         connection's machine, idle with nothing buffered (the lane gives it a whole
         head)."""
         self.connection = connection
         loop = asyncio.get_running_loop()
         wait = seconds
         while True:
-            if self.exchange is None and (held(self.reader) or self.reader.at_eof()):
+            if self.exchange is None and self._client_said_more():
                 return None
             parked: asyncio.Future[Note | _Rung] = loop.create_future()
             self.parked = parked
@@ -235,13 +257,12 @@ class Lane:
         command = connection.next_command()  # every check of the machine's, in its order
         protocol = upstream.writer.transport.get_protocol()
         if not (isinstance(command, Forward) and command.parsed is None
-                and not client_closes(command.head)
                 and upstream.authority == command.target.authority and upstream.usable()
                 and not held(upstream.reader) and isinstance(protocol, UpstreamProtocol)):
             self._wake(Handed(command))  # the task carries it out, as the machine gave it
             return True
         assert isinstance(protocol, UpstreamProtocol)  # for mypy: the test above
-        target, head, path = command.target, command.head, command.path
+        target = command.target
         self.kept[0] = None
         try:
             self.proxy.check_name(target)
@@ -255,13 +276,44 @@ class Lane:
         except BaseException:
             upstream.close()
             raise
-        self.exchange = _Exchange(call, command, upstream, protocol)
+        self._start(call, command, upstream, protocol, was_kept=True)
+        return True
+
+    def carry(self, connection: ClientConnection, command: Forward, upstream: Upstream, *,
+              was_kept: bool) -> None:
+        """The task's body-less request (`command`, its gate, name and address checked
+        and `upstream` open to it), carried out here as the lane's own: the task parks
+        (`idle`) until the lane has work for it. `was_kept`: the upstream is the last
+        request's."""
+        protocol = upstream.writer.transport.get_protocol()
+        try:
+            assert isinstance(protocol, UpstreamProtocol)  # every upstream's (open_upstream)
+            call = next(self.proxy.ids)
+            self.proxy.log.write("allowed", command.target.authority, f"id={call} kind=http")
+        except BaseException:
+            upstream.close()
+            raise
+        self.connection = connection
+        self._start(call, command, upstream, protocol, was_kept=was_kept)
+        if self.reader.exception() is not None:  # the client went while it was decided
+            self._finish(" error=ConnectionResetError")
+
+    def _client_said_more(self) -> bool:
+        """The client's inbox has something for the task: bytes, the end or the error
+        its connection ended on."""
+        reader = self.reader
+        return held(reader) or reader.at_eof() or reader.exception() is not None
+
+    def _start(self, call: int, command: Forward, upstream: Upstream,
+               protocol: UpstreamProtocol, *, was_kept: bool) -> None:
+        """The exchange begun: the upstream's bytes come here, the request written anew
+        (lnk_proxy.bodiless)."""
+        self.exchange = _Exchange(call, command, upstream, protocol, was_kept=was_kept)
         self.last = time.monotonic()
         protocol.sink = self
         if self.protocol.writing_paused:  # the last response is not all sent yet
             self.pause()
-        upstream.writer.write(bodiless_request_bytes(head, path))  # written anew (bodiless)
-        return True
+        upstream.writer.write(bodiless_request_bytes(command.head, command.path))
 
     def client_ended(self, lost: bool) -> None:
         """The client's end came (`lost`: its connection is gone, not half-closed)."""
@@ -279,13 +331,13 @@ class Lane:
         exchange = self.exchange
         if exchange is not None and not exchange.paused:
             exchange.paused = True
-            exchange.upstream.writer.transport.pause_reading()  # type: ignore[attr-defined]
+            exchange.upstream.writer.transport.pause_reading()
 
     def resume(self) -> None:
         exchange = self.exchange
         if exchange is not None and exchange.paused:
             exchange.paused = False
-            exchange.upstream.writer.transport.resume_reading()  # type: ignore[attr-defined]
+            exchange.upstream.writer.transport.resume_reading()
 
     # -- the upstream's side --------------------------------------------------------
 
@@ -320,7 +372,7 @@ class Lane:
         exchange = self.exchange
         if exchange is None:
             return
-        if exchange.reading.response is None:
+        if exchange.reading.response is None and exchange.was_kept:
             self._finish(" error=ConnectionResetError", wake=False)
             self._wake(Retry(exchange.request))
             return
@@ -332,7 +384,8 @@ class Lane:
         self.exchange = None
         exchange.protocol.sink = None
         self._wake(Handoff(exchange.call, exchange.started, exchange.request,
-                           exchange.upstream, exchange.reading.received))
+                           exchange.upstream, exchange.reading.received,
+                           was_kept=exchange.was_kept))
 
     def _finish(self, failure: str, *, wake: bool = True) -> None:
         """The exchange's end: its upstream kept for the next request when the response
@@ -345,21 +398,25 @@ class Lane:
         exchange.protocol.sink = None
         if not failure and exchange.reading.reusable:
             if exchange.paused:
-                upstream.writer.transport.resume_reading()  # type: ignore[attr-defined]
+                upstream.writer.transport.resume_reading()
             self.kept[0] = upstream
         else:
             upstream.close()
-        if not failure and self.connection is not None:
-            self.connection.request_done(b"")  # the machine takes the next head
+        closes = exchange.reading.close  # the program asked for the end after it
+        if not failure and not closes and self.connection is not None:
+            # The machine takes the next head, from what came with this one.
+            self.connection.request_done(exchange.request.rest)
         self.proxy.log.write(
             "ended", exchange.authority,
             f"id={exchange.call} sent=0 received={exchange.reading.passed} "
             f"seconds={time.monotonic() - exchange.started:.3f}{failure}")
         if not wake:
             return
-        if failure:
+        if failure or closes:
             self._wake(END)
-        elif held(self.reader) or self.reader.at_eof():
+        elif exchange.request.rest:
+            self._wake(NEXT)
+        elif self._client_said_more():
             self._wake(None)
 
     def _failed(self, error: Exception) -> None:
@@ -393,17 +450,25 @@ class Lane:
             parked.set_result(note)
 
 
-class LaneProtocol(asyncio.StreamReaderProtocol):
-    """A client connection's protocol: a stream's, whose bytes go to its lane first."""
+Handler = Callable[[Inbox, Outbox], Coroutine[Any, Any, None]]
 
-    def __init__(self, reader: asyncio.StreamReader,
-                 connected: Callable[[asyncio.StreamReader, asyncio.StreamWriter], object],
-                 loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(reader, connected, loop=loop)  # type: ignore[arg-type]
+
+class LaneProtocol(Ends):
+    """A client connection's protocol (lnk_proxy.streams): its bytes go to its lane
+    first, else to its inbox; its handler runs as the connection's task from the moment
+    it is made (as asyncio.start_server's did)."""
+
+    def __init__(self, handler: Handler) -> None:
+        super().__init__(CLIENT_BUFFER_BYTES)
+        self.handler = handler
         self.lane: Lane | None = None
-        # Whether the transport's buffer is past its high-water mark (asyncio says so
-        # once, when it goes past: an exchange begun meanwhile must know it).
-        self.writing_paused = False
+        self.task: asyncio.Task[None] | None = None  # held: a task is only weakly kept
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        assert self.outbox is not None  # made just now
+        self.task = asyncio.get_running_loop().create_task(
+            self.handler(self.inbox, self.outbox))
 
     def data_received(self, data: bytes) -> None:
         lane = self.lane
@@ -415,7 +480,7 @@ class LaneProtocol(asyncio.StreamReaderProtocol):
         keep = super().eof_received()
         if self.lane is not None:
             self.lane.client_ended(False)
-        return bool(keep)
+        return keep
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
@@ -424,23 +489,21 @@ class LaneProtocol(asyncio.StreamReaderProtocol):
 
     def pause_writing(self) -> None:
         super().pause_writing()
-        self.writing_paused = True
         if self.lane is not None:
             self.lane.pause()
 
     def resume_writing(self) -> None:
         super().resume_writing()
-        self.writing_paused = False
         if self.lane is not None:
             self.lane.resume()
 
 
-class UpstreamProtocol(asyncio.StreamReaderProtocol):
-    """An upstream connection's protocol: a stream's, whose bytes go to a lane while
-    the lane's exchange is on it (`sink`)."""
+class UpstreamProtocol(Ends):
+    """An upstream connection's protocol (lnk_proxy.streams): its bytes go to a lane
+    while the lane's exchange is on it (`sink`), else to its inbox."""
 
-    def __init__(self, reader: asyncio.StreamReader, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(reader, loop=loop)
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit)
         self.sink: Lane | None = None
 
     def data_received(self, data: bytes) -> None:
@@ -454,7 +517,7 @@ class UpstreamProtocol(asyncio.StreamReaderProtocol):
         keep = super().eof_received()
         if self.sink is not None:
             self.sink.upstream_ended()
-        return bool(keep)
+        return keep
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
@@ -462,12 +525,8 @@ class UpstreamProtocol(asyncio.StreamReaderProtocol):
             self.sink.upstream_ended()
 
 
-async def lane_server(handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter],
-                                        Awaitable[None]],
-                      sock: socket.socket) -> asyncio.Server:
-    """asyncio.start_server on a listening `sock`, each connection's protocol a
-    LaneProtocol (the connection's handler makes its lane)."""
-    loop = asyncio.get_running_loop()
-    return await loop.create_server(
-        lambda: LaneProtocol(Inbox(limit=CLIENT_BUFFER_BYTES, loop=loop), handler, loop),
-        sock=sock)
+async def lane_server(handler: Handler, sock: socket.socket) -> asyncio.Server:
+    """A server on a listening `sock`, each connection's protocol a LaneProtocol (the
+    connection's handler makes its lane)."""
+    return await asyncio.get_running_loop().create_server(lambda: LaneProtocol(handler),
+                                                          sock=sock)

@@ -1,4 +1,5 @@
-"""The proxy's I/O shell: one client connection's requests, over asyncio's streams.
+"""The proxy's I/O shell: one client connection's requests, over asyncio's protocols
+(lnk_proxy.streams: each connection's bytes held by its own protocol, no asyncio stream).
 
 Each piece it drives is sans IO or small and single-purpose, and the order of a call's
 checks is written once:
@@ -14,14 +15,16 @@ checks is written once:
    (`checked_address`, lnk_proxy.decide), a connection to the very address checked;
 4. then a tunnel (lnk_proxy.tunnel: to 443 only once the ClientHello names the same
    host) or forwarding (lnk_proxy.forward, lnk_proxy.exchange: h11 on both sides, or
-   lnk_proxy.bodiless's reading when both heads are body-less), each call one `allowed` and
-   one `ended` line on the wire's log.
+   the lane's exchange, lnk_proxy.bodiless's reading, when both heads are body-less),
+   each call one `allowed` and one `ended` line on the wire's log.
 Every refusal is a status and one line, in the response and in the wire's log.
 
-A kept-alive body-less request to the host of the last one is served in the protocols'
-callbacks by the connection's lane (lnk_proxy.lane) while this task is parked: the lane
-gives the head to the same machine and carries out only its body-less request to the kept
-upstream's host, after the same `check_name`; any other command it hands back here.
+Every body-less request's exchange is carried out in the protocols' callbacks by the
+connection's lane (lnk_proxy.lane) while this task is parked. A kept-alive one to the
+host of the last one the lane takes itself: it gives the head to the same machine and
+carries out only its body-less request to the kept upstream's host, after the same
+`check_name`; any other command it hands back here. Any other body-less request is
+decided here and handed to the lane with its upstream.
 """
 
 from __future__ import annotations
@@ -66,9 +69,9 @@ from lnk_proxy.decide import (
     matching_rule,
 )
 from lnk_proxy.exchange import IDLE_SECONDS, UPGRADES
-from lnk_proxy.lane import END, Handed, Handoff, Lane, LaneProtocol, Retry
+from lnk_proxy.lane import END, NEXT, Handed, Handoff, Lane, LaneProtocol, Retry
 from lnk_proxy.resolver import system_resolver
-from lnk_proxy.streams import read_within
+from lnk_proxy.streams import Inbox, Outbox, read_within
 from lnk_proxy.target import Target
 from lnk_proxy.tunnel import HTTP_PORT
 from lnk_proxy.upstream import Upstream, open_socket, open_upstream
@@ -135,127 +138,128 @@ class Proxy(Wire):
 
     # -- one client connection ----------------------------------------------------------
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def handle(self, reader: Inbox, writer: Outbox) -> None:
         """A connection to the proxy's listener: heads one after another on a connection
         kept alive (each request checked and decided afresh, wherever it goes), until a
         CONNECT, a refusal or a close."""
         await self.hold(writer, self.serve_connection(reader, writer, ClientConnection()),
                         asked=False)
 
-    async def handle_endpoint(self, reader: asyncio.StreamReader,
-                              writer: asyncio.StreamWriter) -> None:
+    async def handle_endpoint(self, reader: Inbox,
+                              writer: Outbox) -> None:
         """A connection to an endpoint's address inside the sandbox (lnk_proxy.tunnel)."""
         await self.hold(writer, tunnel.endpoint(self, reader, writer))
 
-    async def serve_connection(self, reader: asyncio.StreamReader,
-                               writer: asyncio.StreamWriter,
+    async def serve_connection(self, reader: Inbox, writer: Outbox,
                                connection: ClientConnection) -> None:
-        """One client connection's requests (`connection`, sans IO) served with its kept
-        upstream and its lane, both let go at its end."""
+        """One client connection's requests (`connection`, sans IO) served with its lane
+        and its kept upstream, both let go at its end."""
         kept: list[Upstream | None] = [None]
         lane = self._lane(reader, writer, kept)
         try:
-            await self._requests(reader, writer, kept, connection, lane)
+            await self._requests(reader, writer, lane, connection)
         finally:
             _let_go(lane, kept)
 
-    def _lane(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-              kept: list[Upstream | None]) -> Lane | None:
-        """The connection's kept-alive lane (lnk_proxy.lane), when it came through a
-        listener of the proxy's (`LaneProtocol`: main's servers)."""
+    def _lane(self, reader: Inbox, writer: Outbox, kept: list[Upstream | None]) -> Lane:
+        """The connection's lane (lnk_proxy.lane): every listener of the proxy's makes
+        its connections' protocol a `LaneProtocol` (lane_server); any other is a bug."""
         protocol = writer.transport.get_protocol()
         if not isinstance(protocol, LaneProtocol):
-            return None
+            raise RuntimeError("a client connection that no lane_server made")
         return Lane(self, protocol, reader, writer, kept)
 
-    async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                        kept: list[Upstream | None], connection: ClientConnection,
-                        lane: Lane | None) -> None:
+    async def _requests(self, reader: Inbox, writer: Outbox, lane: Lane,
+                        connection: ClientConnection) -> None:
         """The connection's commands carried out one after another until it ends: its
         bytes read as it needs them (a head within HEAD_SECONDS of its first byte;
-        between requests, the lane's while it is parked there, IDLE_SECONDS), each
-        request's decision and exchange, a CONNECT's tunnel."""
+        between requests, parked in the lane, IDLE_SECONDS), each request's decision and
+        exchange (a body-less one carried out by the lane while the task is parked), a
+        CONNECT's tunnel."""
         deadline: float | None = None  # the head's, from its first byte
         handed: Command | None = None  # a command of the machine's the lane handed over
         while True:
             command, handed = handed or connection.next_command(), None
-            if isinstance(command, NeedData):
-                if command.within_head:
-                    deadline = deadline or asyncio.get_running_loop().time() + HEAD_SECONDS
-                    try:
-                        async with asyncio.timeout_at(deadline):
-                            connection.receive_data(await reader.read(_READ_BYTES))
-                    except TimeoutError:
-                        await self._refuse_as(reader, writer, connection.head_timed_out())
-                        return
-                    continue
-                went_on = await self._between_requests(reader, writer, kept, connection, lane)
-                if went_on is False:
+            if isinstance(command, NeedData) and command.within_head:
+                deadline = deadline or asyncio.get_running_loop().time() + HEAD_SECONDS
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        connection.receive_data(await reader.read(_READ_BYTES))
+                except TimeoutError:
+                    await self._refuse_as(reader, writer, connection.head_timed_out())
                     return
-                if went_on is not True:
-                    handed = went_on
                 continue
             deadline = None
             if isinstance(command, Closed):
                 return
-            self.asked()  # a call from here: the switches close it (the gate first)
-            if isinstance(command, Refuse):
-                await self._refuse_as(reader, writer, command)
-                return
-            if isinstance(command, OpenTunnel):
-                if not await tunnel.connect(self, command, reader, writer, kept):
+            if not isinstance(command, NeedData):
+                self.asked()  # a call from here: the switches close it (the gate first)
+                if isinstance(command, Refuse):
+                    await self._refuse_as(reader, writer, command)
                     return
-                connection.tunnel_opened(command.target)
-                continue
-            if isinstance(command, CallVerb):
-                keep, leftover = await self._verb(command, reader, writer, connection)
-            else:
-                keep, leftover = await self.forward(command, reader, writer, kept, connection)
-            if not keep:
-                return
-            connection.request_done(leftover)
-
-    async def _between_requests(self, reader: asyncio.StreamReader,
-                                writer: asyncio.StreamWriter, kept: list[Upstream | None],
-                                connection: ClientConnection, lane: Lane | None
-                                ) -> bool | Command:
-        """Idle between requests: parked in the lane (which gives whole heads to the
-        connection's machine and serves body-less requests to the kept upstream itself)
-        until it hands work back, else the client's next bytes given to `connection`.
-        True: go on; a command of the machine's that the lane handed over: carry it out
-        next; False: the connection ends (quiet past IDLE_SECONDS, its end, a refusal of
-        the lane's, an exchange that ends it)."""
-        if lane is not None:
-            note = await lane.idle(connection, IDLE_SECONDS)
-            if note is END:
-                return False
-            if isinstance(note, Handed):
-                return note.command
-            if isinstance(note, Retry | Handoff):
-                if isinstance(note, Retry):  # the kept upstream closed unanswering
-                    keep, leftover = await self.forward(note.request, reader, writer, kept,
-                                                        connection)
+                if isinstance(command, OpenTunnel):
+                    if not await tunnel.connect(self, command, reader, writer, lane.kept):
+                        return
+                    connection.tunnel_opened(command.target)
+                    continue
+                went: Keep | None
+                if isinstance(command, CallVerb):
+                    went = await self._verb(command, reader, writer, connection)
                 else:
-                    keep, leftover = await forwarding.handed(self, note, reader, writer, kept,
-                                                             connection)
-                if keep:
-                    connection.request_done(leftover)
-                return keep
+                    went = await self.forward(command, reader, writer, lane, connection)
+                if went is not None:
+                    if not went[0]:
+                        return
+                    connection.request_done(went[1])
+                    continue
+            went_on = await self._parked(reader, lane, connection)
+            if went_on is False:
+                return
+            if went_on is not True:
+                handed = went_on
+
+    async def _parked(self, reader: Inbox, lane: Lane, connection: ClientConnection
+                      ) -> bool | Command:
+        """Between requests, or while the lane carries one out: parked in the lane (which
+        gives whole heads to the connection's machine and carries out body-less
+        requests) until it has work for the task, then the client's next bytes given to
+        `connection` when they are what woke it. True: go on; a command of the
+        machine's that the lane handed over: carry it out next; False: the connection
+        ends (quiet past IDLE_SECONDS, its end, a refusal of the lane's, an exchange
+        that ends it)."""
+        note = await lane.idle(connection, IDLE_SECONDS)
+        while isinstance(note, Retry | Handoff):
+            if isinstance(note, Retry):  # the kept upstream closed unanswering
+                went = await self.forward(note.request, reader, lane.writer, lane, connection)
+            else:
+                went = await forwarding.handed(self, note, reader, lane.writer, lane,
+                                               connection)
+            if went is not None:
+                if went[0]:
+                    connection.request_done(went[1])
+                return went[0]
+            note = await lane.idle(connection, IDLE_SECONDS)  # the lane carries it out
+        if note is END:
+            return False
+        if note is NEXT:
+            return True  # the machine holds what came behind the last request
+        if isinstance(note, Handed):
+            return note.command
         try:  # between requests a client may idle; within a head it may not
             connection.receive_data(await read_within(reader, _READ_BYTES, IDLE_SECONDS))
         except TimeoutError:
             return False
         return True
 
-    async def forward(self, request: Forward, reader: asyncio.StreamReader,
-                      writer: asyncio.StreamWriter, kept: list[Upstream | None],
-                      connection: ClientConnection) -> Keep:
+    async def forward(self, request: Forward, reader: Inbox, writer: Outbox, lane: Lane,
+                      connection: ClientConnection) -> Keep | None:
         """A request the task passes on (lnk_proxy.forward): every one that is not the
-        lane's, and a lane's sent again on a new connection."""
-        return await forwarding.forward(self, request, reader, writer, kept, connection)
+        lane's, and a lane's sent again on a new connection. None: the lane carries it
+        out (a body-less request), and the task parks until it ends."""
+        return await forwarding.forward(self, request, reader, writer, lane, connection)
 
-    async def _verb(self, command: CallVerb, reader: asyncio.StreamReader,
-                    writer: asyncio.StreamWriter, connection: ClientConnection) -> Keep:
+    async def _verb(self, command: CallVerb, reader: Inbox,
+                    writer: Outbox, connection: ClientConnection) -> Keep:
         """A call to a verb: 404 for no such verb or one that is off (counted as any
         refusal), else the verb's own (its body read through `connection`, the
         machine); its body's share of MAX_HELD_BODY_BYTES given back when it ends."""
@@ -272,14 +276,14 @@ class Proxy(Wire):
 
     # -- refusals -----------------------------------------------------------------------
 
-    async def _refuse_as(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+    async def _refuse_as(self, reader: Inbox, writer: Outbox,
                          command: Refuse) -> None:
         """The machine's refusal, which ends the connection, read by the program rather
         than reset away (lnk_common.wire.linger)."""
         await self.refuse(writer, command.where, command.refusal)
         await linger(reader, writer)
 
-    async def refuse(self, writer: asyncio.StreamWriter, target: str, refusal: Refused, *,
+    async def refuse(self, writer: Outbox, target: str, refusal: Refused, *,
                      verb: bool = False) -> None:
         """The refusal's one line to the program and the log (with `verb`, as one line of
         JSON in the error shape the providers' SDKs read, so a harness's SDK shows why)."""
@@ -287,7 +291,7 @@ class Proxy(Wire):
         with contextlib.suppress(ConnectionError):
             await writer.drain()
 
-    def refuse_now(self, writer: asyncio.StreamWriter, target: str, refusal: Refused, *,
+    def refuse_now(self, writer: Outbox, target: str, refusal: Refused, *,
                    verb: bool = False) -> None:
         """`refuse` but for the wait until it is sent (the lane's, in a callback)."""
         self.log.write("refused", target, f"reason={refusal.logged}")
@@ -379,12 +383,11 @@ class Proxy(Wire):
         return await open_socket(address, target.port, target.authority)
 
 
-def _let_go(lane: Lane | None, kept: list[Upstream | None]) -> None:
+def _let_go(lane: Lane, kept: list[Upstream | None]) -> None:
     """A connection's end: its lane's call in flight ended (with its line), its kept
     upstream closed (even if the first raised)."""
     try:
-        if lane is not None:
-            lane.close()
+        lane.close()
     finally:
         if kept[0] is not None:
             kept[0].close()

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from lnk_common.wire import Refused, linger
 from lnk_proxy import sni
 from lnk_proxy.connection import ClientConnection, OpenTunnel
+from lnk_proxy.streams import Inbox, Outbox
 from lnk_proxy.target import Target
 from lnk_proxy.upstream import Upstream
 
@@ -44,8 +45,8 @@ HELLO_SECONDS = 10.0
 _ESTABLISHED = b"HTTP/1.1 200 Connection established\r\n\r\n"
 
 
-async def connect(proxy: Proxy, command: OpenTunnel, reader: asyncio.StreamReader,
-                  writer: asyncio.StreamWriter, kept: list[Upstream | None]) -> bool:
+async def connect(proxy: Proxy, command: OpenTunnel, reader: Inbox,
+                  writer: Outbox, kept: list[Upstream | None]) -> bool:
     """A CONNECT: decided, answered, then relayed; or, to port 80, True: the tunnel whose
     requests the caller serves next (the connection `kept` from requests before it is
     closed)."""
@@ -76,8 +77,8 @@ async def connect(proxy: Proxy, command: OpenTunnel, reader: asyncio.StreamReade
     return False
 
 
-async def endpoint(proxy: Proxy, reader: asyncio.StreamReader,
-                   writer: asyncio.StreamWriter) -> None:
+async def endpoint(proxy: Proxy, reader: Inbox,
+                   writer: Outbox) -> None:
     """A connection to an endpoint's address inside the sandbox: a CONNECT to the name
     that address was given (or the [lan] address itself) and the port it came to,
     decided and logged as any call. Refused: closed, with the reason in the log."""
@@ -111,8 +112,8 @@ def _refused_unanswered(proxy: Proxy, where: str, refusal: Refused) -> None:
     proxy.count_refusal(where, refusal)
 
 
-async def _tunnel(proxy: Proxy, target: Target, early: bytes, reader: asyncio.StreamReader,
-                  writer: asyncio.StreamWriter, upstream: socket.socket, kind: str) -> None:
+async def _tunnel(proxy: Proxy, target: Target, early: bytes, reader: Inbox,
+                  writer: Outbox, upstream: socket.socket, kind: str) -> None:
     """An allowed connection carried both ways: to port 443 only once its ClientHello
     names the very host. `upstream` is closed here (by `relay` once the tunnel is
     spliced), whatever happens."""
@@ -122,8 +123,8 @@ async def _tunnel(proxy: Proxy, target: Target, early: bytes, reader: asyncio.St
         upstream.close()  # a no-op once `splice_ends` has taken its descriptor
 
 
-async def _carry(proxy: Proxy, target: Target, early: bytes, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter, upstream: socket.socket, kind: str) -> None:
+async def _carry(proxy: Proxy, target: Target, early: bytes, reader: Inbox,
+                 writer: Outbox, upstream: socket.socket, kind: str) -> None:
     call = next(proxy.ids)
     first = early
     if target.port == 443:  # an IP literal gets no name in a ClientHello: closed
@@ -158,7 +159,7 @@ async def _carry(proxy: Proxy, target: Target, early: bytes, reader: asyncio.Str
                         f"seconds={time.monotonic() - started:.3f}")
 
 
-async def _client_hello(reader: asyncio.StreamReader, data: bytes
+async def _client_hello(reader: Inbox, data: bytes
                         ) -> tuple[bytes, str | object | None]:
     """The ClientHello's bytes and the name it asks for (read once: a reading is a TLS
     handshake begun, which was a tunnel's dearest step when done twice)."""

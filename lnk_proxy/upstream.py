@@ -19,7 +19,7 @@ import h11
 from lnk_common.wire import OUT_OF_DESCRIPTORS, Refused, is_out_of_descriptors, no_delay
 from lnk_proxy.decide import Address
 from lnk_proxy.lane import UpstreamProtocol
-from lnk_proxy.streams import Inbox, held
+from lnk_proxy.streams import Inbox, Outbox, held
 
 __all__ = ["CHUNK", "CONNECT_SECONDS", "MAX_IDLE_PER_POOL", "Pool", "Upstream", "open_socket",
            "open_upstream", "tls_context"]
@@ -38,8 +38,7 @@ class Upstream:
 
     __slots__ = ("authority", "conn", "reader", "writer")
 
-    def __init__(self, authority: str, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
+    def __init__(self, authority: str, reader: Inbox, writer: Outbox) -> None:
         self.authority = authority
         self.reader = reader
         self.writer = writer
@@ -74,10 +73,9 @@ async def open_upstream(address: Address, port: int, authority: str, *,
     """A connection to `address` (already checked), or Refused (502; 503 when out of
     descriptors). With `tls`, the handshake verifies the certificate for `host`."""
     loop = asyncio.get_running_loop()
-    reader = Inbox(limit=CHUNK, loop=loop)
-    protocol = UpstreamProtocol(reader, loop)  # a stream's, which a lane may borrow
+    protocol = UpstreamProtocol(CHUNK)  # lnk_proxy.streams's, which a lane may borrow
     try:
-        transport, _ = await asyncio.wait_for(
+        await asyncio.wait_for(
             loop.create_connection(lambda: protocol, str(address), port, ssl=tls,
                                    server_hostname=host if tls is not None else None,
                                    ssl_handshake_timeout=CONNECT_SECONDS if tls else None),
@@ -96,9 +94,9 @@ async def open_upstream(address: Address, port: int, authority: str, *,
     except TimeoutError:
         raise Refused(502, f"{authority} could not be reached (no answer in "
                            f"{CONNECT_SECONDS:g} s)", ordinary=True) from None
-    writer = asyncio.StreamWriter(transport, protocol, reader, loop)
-    no_delay(writer)
-    return Upstream(authority, reader, writer)
+    assert protocol.outbox is not None  # made with the connection
+    no_delay(protocol.outbox)
+    return Upstream(authority, protocol.inbox, protocol.outbox)
 
 
 async def open_socket(address: Address, port: int, authority: str) -> socket.socket:

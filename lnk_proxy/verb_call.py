@@ -20,7 +20,6 @@ closed before any answer (the body is ours, held whole).
 
 from __future__ import annotations
 
-import asyncio
 import ssl
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
@@ -30,6 +29,7 @@ from lnk_common.bodies import collect_body
 from lnk_common.wire import Refused, linger
 from lnk_proxy.connection import UNREADABLE_BODY, ClientConnection, body_too_large
 from lnk_proxy.exchange import BodyRefused, Outcome, client_body, exchange, next_cycle
+from lnk_proxy.streams import Inbox, Outbox
 from lnk_proxy.target import Target
 from lnk_proxy.upstream import Pool, Upstream, open_upstream
 from lnk_proxy.verbs import asked_line
@@ -94,8 +94,8 @@ class VerbCall:
     __slots__ = ("client", "connection", "proxy", "reader", "request", "share", "writer")
 
     def __init__(self, proxy: Proxy, request: h11.Request, client: h11.Connection,
-                 connection: ClientConnection, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
+                 connection: ClientConnection, reader: Inbox,
+                 writer: Outbox) -> None:
         self.proxy = proxy
         self.request = request
         self.client = client

@@ -134,6 +134,7 @@ NOT_USER_DEPENDENT = {
     "test_secret_rules_telegram_reading": "the Telegram reading rules: pure, fuzzed",
     "test_shape": "an AST walk over the product's functions",
     "test_standins": "the dot files' stand-ins: pure",
+    "test_streams": "the proxy's connection protocols over loopback sockets, in this process",
     "test_toml": "the vendored TOML reader against tomllib: pure, fuzzed (its one bad spec is "
                  "refused before any sandbox starts)",
     "test_vendor": "the vendored tomllib against its upstream",

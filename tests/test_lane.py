@@ -1,6 +1,6 @@
-"""The kept-alive lane (lnk_proxy.lane): the proxy's own code in this process, its
-listener made as main makes it (`lane_server`), a client and a scripted host over real
-loopback sockets.
+"""The lane (lnk_proxy.lane), every body-less request's exchange: the proxy's own code
+in this process, its listener made as main makes it (`lane_server`), a client and a
+scripted host over real loopback sockets.
 
 The scripted host listens on the test network's origin address (tests/testnet.py), in
 the origin's own network namespace, which no address check of the proxy's refuses: a
@@ -33,6 +33,7 @@ from lnk_proxy import server as proxy_server
 from lnk_proxy.decide import parse_hosts
 from lnk_proxy.lane import lane_server
 from lnk_proxy.machine import Machine
+from lnk_proxy.streams import Outbox
 from tests.testnet import ORIGIN, ORIGIN_ADDRESS
 
 HOST = "upstream.test"
@@ -159,7 +160,7 @@ class Rig:
         self.settings = str(tmp_path / "settings")
         Path(self.settings).mkdir()
         self.host = host
-        self.forwarded = 0  # requests the task's path took (the lane's are the rest)
+        self.forwarded = 0  # requests the task decided (the lane took the rest itself)
         self.said: list[str] = []  # the proxy's lines on stderr
 
         async def resolve(_name: str, _port: int) -> list[object]:
@@ -171,7 +172,7 @@ class Rig:
             say=self.said.append, resolver=resolve)  # type: ignore[arg-type]
         forward = self.proxy.forward
 
-        async def counted(*args: object, **kwargs: object) -> tuple[bool, bytes]:
+        async def counted(*args: object, **kwargs: object) -> tuple[bool, bytes] | None:
             self.forwarded += 1
             return await forward(*args, **kwargs)  # type: ignore[arg-type]
 
@@ -258,8 +259,8 @@ async def _rig(tmp_path: Path, script: Script) -> Rig:
 
 async def _kept(tmp_path: Path, script: Script
                 ) -> tuple[Rig, asyncio.StreamReader, asyncio.StreamWriter]:
-    """A rig and a client connection whose first request (the task's, which opens the
-    upstream the lane then uses) is answered `fine`."""
+    """A rig and a client connection whose first request (decided by the task, which
+    opens the upstream, and carried out by the lane) is answered `fine`."""
     rig = await _rig(tmp_path, script)
     reader, writer = await asyncio.open_connection("127.0.0.1", rig.port)
     writer.write(rig.request())
@@ -294,7 +295,7 @@ def test_kept_alive_plain_requests_go_by_the_lane_each_checked_and_logged(
             assert body == b"fine\n"
         writer.close()
         rig.close()
-        # The first request is the task's (it opens the upstream); the other 49 the lane's,
+        # The first request the task decides (it opens the upstream); the other 49 the lane takes,
         # on the one upstream connection, each sent on written anew (no hop field).
         assert rig.forwarded == 1
         assert rig.host.connections == 1
@@ -461,13 +462,13 @@ def test_a_client_that_reads_nothing_holds_its_upstream_back_not_the_proxys_memo
     _run(test)
 
 
-def _client_transports(rig: Rig) -> list[asyncio.WriteTransport]:
+def _client_transports(rig: Rig) -> list[asyncio.Transport]:
     """The proxy's transports to its clients (each open call's handler has its writer)."""
-    found = []
+    found: list[asyncio.Transport] = []
     for task in rig.proxy.open:
         frame = task.get_coro().cr_frame  # type: ignore[union-attr]
         writer = frame.f_locals.get("writer") if frame is not None else None
-        if isinstance(writer, asyncio.StreamWriter):
+        if isinstance(writer, Outbox):
             found.append(writer.transport)
     assert found
     return found
@@ -824,5 +825,169 @@ def test_an_empty_body_is_sent_again_once_when_its_kept_upstream_had_closed(
         # h11 read the closed upstream's end: its error's name, as for any h11 call
         assert " sent=0 received=0 " in ended[1], ended
         assert ended[1].endswith(" error=RemoteProtocolError"), ended
+
+    _run(test)
+
+
+def test_a_new_upstream_that_closes_unanswering_ends_the_call_and_is_not_asked_again(
+        tmp_path: Path, origin: Path) -> None:
+    """A connection's first request is carried out by the lane too (`Lane.carry`), on
+    the upstream the task opened: one that closes before it answers was not the last
+    request's, so the request is not sent again; the call ends with its line and the
+    client's connection closes with no answer."""
+    async def test() -> None:
+        rig = await _rig(tmp_path, lambda _n, _head: CLOSE)
+        reader, writer = await asyncio.open_connection("127.0.0.1", rig.port)
+        writer.write(rig.request("/once"))
+        assert await asyncio.wait_for(reader.read(), 10) == b""
+        writer.close()
+        rig.close()
+        assert len(rig.host.requests) == 1 and rig.host.connections == 1
+        assert rig.forwarded == 1
+        ended = rig.events("ended")
+        assert len(rig.events("allowed")) == len(ended) == 1, rig.lines()
+        assert " sent=0 received=0 " in ended[0]
+        assert ended[0].endswith(" error=ConnectionResetError"), ended
+
+    _run(test)
+
+
+def test_a_request_that_asks_for_the_close_is_answered_so_and_its_connection_ends(
+        tmp_path: Path, origin: Path) -> None:
+    """`Connection: close` from the program: the response says so and the connection
+    ends after it, on the connection's first request (the task decides it, the lane
+    carries it out) and on a kept-alive one (the lane's from its head on)."""
+    async def test() -> None:
+        rig = await _rig(tmp_path, lambda _n, _head: FINE)
+        for kept_alive in (False, True):
+            reader, writer = await asyncio.open_connection("127.0.0.1", rig.port)
+            if kept_alive:
+                writer.write(rig.request())
+                assert (await _response(reader))[1] == b"fine\n"
+            writer.write(rig.request("/last", "Connection: close"))
+            head, body = await _response(reader)
+            assert b"\r\nConnection: close\r\n" in head and body == b"fine\n", head
+            assert await asyncio.wait_for(reader.read(), 10) == b""
+            writer.close()
+        rig.close()
+        assert rig.forwarded == 2  # each connection's first request; the rest the lane's
+        assert len(rig.host.requests) == 3
+        ended = rig.events("ended")
+        assert len(rig.events("allowed")) == len(ended) == 3, rig.lines()
+        assert all(" sent=0 received=5 " in line and "error" not in line for line in ended)
+
+    _run(test)
+
+
+def test_a_first_request_with_the_next_behind_it_is_answered_then_the_next(
+        tmp_path: Path, origin: Path) -> None:
+    """What came behind a request the lane carries out is the machine's next request
+    once the response ended (`request_done` with the rest), never lost or read twice."""
+    async def test() -> None:
+        rig = await _rig(tmp_path, lambda n, _head: FINE.replace(b"fine", b"n=%02d" % n))
+        reader, writer = await asyncio.open_connection("127.0.0.1", rig.port)
+        writer.write(rig.request("/a") + rig.request("/b"))
+        assert [(await _response(reader))[1] for _ in range(2)] == [b"n=01\n", b"n=02\n"]
+        writer.write(rig.request("/c"))
+        assert (await _response(reader))[1] == b"n=03\n"
+        writer.close()
+        rig.close()
+        assert rig.forwarded == 2  # /a and /b decided by the task, /c the lane's own
+        assert [head.split(b" ")[1] for head in rig.host.requests] == [b"/a", b"/b", b"/c"]
+        assert rig.host.connections == 1
+        assert len(rig.events("allowed")) == len(rig.events("ended")) == 3
+
+    _run(test)
+
+
+@pytest.mark.parametrize("request_fields", [(), ("Content-Length: 4",)])
+def test_bytes_a_kept_upstream_sent_unasked_keep_it_from_the_next_request(
+        tmp_path: Path, origin: Path, request_fields: tuple[str, ...]) -> None:
+    """A kept upstream that sent bytes after its response ended (while the connection
+    idled) is never read for the next request, body-less (declined by the lane, decided
+    by the task) or with a body (h11's): those bytes answer nothing, and the request
+    goes on a new connection."""
+    forged = b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nforged"
+
+    async def test() -> None:
+        rig, reader, writer = await _kept(
+            tmp_path, lambda n, _head: (FINE, forged) if n == 1 else FINE)
+        (transport,) = _client_transports(rig)
+        lane = transport.get_protocol().lane  # type: ignore[attr-defined]
+        for _ in range(1000):  # the forged bytes reach the kept upstream's inbox
+            if lane.kept[0] is not None and lane.kept[0].reader.held:
+                break
+            await asyncio.sleep(0.01)
+        assert lane.kept[0] is not None and lane.kept[0].reader.held
+        body = b"body" if request_fields else b""
+        writer.write(rig.request("/next", *request_fields) + body)
+        assert (await _response(reader))[1] == b"fine\n"
+        writer.close()
+        rig.close()
+        assert rig.host.connections == 2
+        assert rig.host.requests[1].startswith(b"GET /next ")
+
+    _run(test)
+
+
+def test_a_client_gone_between_requests_ends_its_connection_at_once(
+        tmp_path: Path, origin: Path) -> None:
+    """A client reset while its connection is parked between requests: the parked task
+    is woken and reads the error at once, rather than waiting out IDLE_SECONDS."""
+    async def test() -> None:
+        rig, _reader, writer = await _kept(tmp_path, lambda _n, _head: FINE)
+        assert rig.proxy.open
+        writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                                   struct.pack("ii", 1, 0))
+        writer.transport.abort()
+        for _ in range(1000):
+            if not rig.proxy.open:
+                break
+            await asyncio.sleep(0.01)
+        assert not rig.proxy.open  # ended well within IDLE_SECONDS (300 s)
+        rig.close()
+        assert len(rig.events("allowed")) == len(rig.events("ended")) == 1
+
+    _run(test)
+
+
+def test_a_client_gone_while_its_request_is_decided_ends_the_call_and_the_connection(
+        tmp_path: Path, origin: Path) -> None:
+    """A client reset while the task decides its first request (here, in the lookup):
+    the request the lane carries then ends at once with its line, and the connection
+    with it, rather than waiting out IDLE_SECONDS for a client that is gone."""
+    async def test() -> None:
+        rig = await _rig(tmp_path, lambda _n, _head: FINE)
+        asked, gone = asyncio.Event(), asyncio.Event()
+        resolve = rig.proxy.resolver
+
+        async def once_the_client_is_gone(name: str, port: int) -> list[object]:
+            asked.set()
+            await gone.wait()
+            return await resolve(name, port)  # type: ignore[return-value]
+
+        rig.proxy.resolver = once_the_client_is_gone  # type: ignore[assignment]
+        _reader, writer = await asyncio.open_connection("127.0.0.1", rig.port)
+        writer.write(rig.request())
+        await asyncio.wait_for(asked.wait(), 10)
+        (transport,) = _client_transports(rig)
+        lane = transport.get_protocol().lane  # type: ignore[attr-defined]
+        writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                                   struct.pack("ii", 1, 0))
+        writer.transport.abort()
+        for _ in range(1000):
+            if lane.reader.exception() is not None:
+                break
+            await asyncio.sleep(0.01)
+        gone.set()
+        for _ in range(1000):
+            if not rig.proxy.open:
+                break
+            await asyncio.sleep(0.01)
+        assert not rig.proxy.open  # ended well within IDLE_SECONDS (300 s)
+        rig.close()
+        ended = rig.events("ended")
+        assert len(rig.events("allowed")) == len(ended) == 1, rig.lines()
+        assert ended[0].endswith(" error=ConnectionResetError"), ended
 
     _run(test)
