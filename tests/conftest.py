@@ -120,6 +120,8 @@ NOT_USER_DEPENDENT = {
     "test_macos_log": "the macOS log reader against a fake `log` and `ps`; no sandbox",
     "test_macos_proxy": "the agent's proxy on a loopback TCP port, as a Mac runs it; no sandbox",
     "test_macos_run": "the Mac's parent: a stand-in sandbox-exec, the proxy on loopback",
+    "test_mcpremote": "mcp-remote between real SDK clients and servers on loopback: no "
+                      "sandbox, no settings folder (its secrets come in its environment)",
     "test_model_rules": "the model verb's rules: pure, fuzzed",
     "test_open_callback": "the sign-in callback's relay on loopback",
     "test_open_rules": "the open verb's rules: pure, fuzzed",
