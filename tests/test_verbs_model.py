@@ -670,6 +670,9 @@ def test_a_call_block_type_at_the_top_does_not_switch_the_url_check_off(
     OpenRouter and never reaches them; so is a file_data a WHATWG parser reads as a URL;
     and on a call that passes, the headers that change the method at the receiver, a preset
     and OpenRouter's web_search_options do not reach the provider."""
+    # The fake providers' log is shared (other modules' workers, other runs): the host is
+    # this test's own, so that finding it there means this test's call got through.
+    evil_host = f"evil-{secrets.token_hex(6)}.example"
     out, _ = run_script(spec, model_env, tmp_path, r'''
 evil = [{"role": "user", "content": [
     {"type": "input_text", "text": "describe"},
@@ -688,7 +691,7 @@ out["passed"] = router.responses.create(
     model="vendor/model-fake", input="hi", extra_headers=overrides,
     extra_body={"web_search_options": {"search_context_size": "high"}}).output_text
 out["placeholder"] = ENV["OPENROUTER_API_KEY"]
-''')
+'''.replace("evil.example", evil_host))
     for name in ("openai", "openrouter"):
         status, shown, body = out[name]
         assert status == 400, out[name]
@@ -707,7 +710,7 @@ out["placeholder"] = ENV["OPENROUTER_API_KEY"]
     assert not {"x-http-method-override", "x-http-method", "x-method-override"} & set(
         record["headers"]), record
     assert "web_search_options" not in json.loads(record["body"])
-    assert "evil.example" not in json.dumps(seen())
+    assert evil_host not in json.dumps(seen())
 
 
 def test_the_accounts_stored_state_by_id_is_refused(
@@ -718,6 +721,9 @@ def test_the_accounts_stored_state_by_id_is_refused(
     beta source and container_upload, Gemini's Files API URI) and the SDKs' own calls that
     read stored state by path are refused and reach no provider; a call with `store: true`
     passes, and the provider receives it as sent."""
+    # The ids are this test's own (the fake providers' log is shared: another module's
+    # harness prompt says "another"), so that finding one there means a call got through.
+    stored = f"other{secrets.token_hex(6)}"
     out, _ = run_script(spec, model_env, tmp_path, r'''
 def doc(source):
     return [{"role": "user", "content": [{"type": "document", "source": source}]}]
@@ -752,7 +758,7 @@ out["conversations.create"] = refused(lambda: gpt.conversations.create())
 out["anthropic files"] = refused(lambda: claude.beta.files.retrieve_metadata("file_other"))
 out["passed"] = gpt.responses.create(model="gpt-fake", input="hi", store=True).output_text
 out["placeholder"] = ENV["OPENAI_API_KEY"]
-''')
+'''.replace("other", stored))
     reasons = {"previous_response_id": "previous_response_id is refused",
                "conversation": "conversation is refused", "background": "background is refused",
                "input_file": "file_id is refused", "chat file": "file_id is refused",
@@ -774,4 +780,4 @@ out["placeholder"] = ENV["OPENAI_API_KEY"]
     records = mine(seen(), keys)
     assert [record["path"] for record in records] == ["/v1/responses"], records
     assert json.loads(records[0]["body"])["store"] is True
-    assert "other" not in json.dumps(seen())
+    assert stored not in json.dumps(seen())
