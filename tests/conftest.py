@@ -143,41 +143,18 @@ NOT_USER_DEPENDENT = {
 }
 
 
-
-
-# -- the order of modules: the longest first -----------------------------------------------
-#
-# .ci/run's workers (pytest-xdist, `--dist loadfile --no-loadscope-reorder`) take whole
-# modules in this order. xdist's own order is by number of tests, most first, which left
-# test_verbs_model (13 tests, 46 s) and test_secret_verb_sandbox (9, 20 s) to the end, one
-# worker finishing them while the others idled. These took 15 s or more each in .ci/run's
-# junit files of 2026-12-05 (record 0038, "CI under ten minutes"), longest first; the rest
-# follow in their own order. A stale entry costs seconds, never a test.
-LONGEST_MODULES = ("test_ask", "test_verbs_model", "test_harnesses", "test_guests_ssh",
-                   "test_secret_verb_sandbox", "test_local_models_sandbox", "test_log_bounds",
-                   "test_wire", "test_local_models", "test_open_verb", "test_mcpremote",
-                   "test_errors_attacks")
-
-
-def _module_name(item: pytest.Item) -> str | None:
-    module = getattr(item, "module", None)
-    return None if module is None else str(module.__name__).rpartition(".")[2]
+# A name here that is no test module (renamed, removed) would quietly mark nothing.
+_STALE = sorted(name for name in NOT_USER_DEPENDENT
+                if not (Path(__file__).parent / f"{name}.py").is_file())
+if _STALE:
+    raise pytest.UsageError(f"tests/conftest.py NOT_USER_DEPENDENT names no test module: {_STALE}")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if _module_name(item) not in NOT_USER_DEPENDENT:
+        module = getattr(item, "module", None)
+        if module is None or module.__name__.rpartition(".")[2] not in NOT_USER_DEPENDENT:
             item.add_marker(pytest.mark.depends_on_user)
-    rank = {name: place for place, name in enumerate(LONGEST_MODULES)}
-    items.sort(key=lambda item: rank.get(_module_name(item) or "", len(rank)))
-
-
-# A name in either table that is no test module (renamed, removed) would quietly mark or
-# order nothing.
-_STALE = sorted(name for name in (*NOT_USER_DEPENDENT, *LONGEST_MODULES)
-                if not (Path(__file__).parent / f"{name}.py").is_file())
-if _STALE:
-    raise pytest.UsageError(f"tests/conftest.py names no test module: {_STALE}")
 
 
 @pytest.fixture
