@@ -103,6 +103,8 @@ def ended(pid: int) -> bool:
 # therefore run as both users until someone lists it here with its reason.
 NOT_USER_DEPENDENT = {
     "test_additions": "a wire's additions file and the host rule: pure, fuzzed; files in tmp",
+    "test_ask_dialog": "the asker's dialog (zenity on Xvfb, clicked by xdotool), started here: "
+                       "no sandbox; the queue's owners and modes are test_ask's",
     "test_bodies": "the shared body reader and response stream over loopback sockets",
     "test_bwrap": "bubblewrap's argv planned from typed values (golden); no bwrap runs",
     "test_dead_code": "vulture over the product's source: no sandbox",
