@@ -103,6 +103,8 @@ def ended(pid: int) -> bool:
 # therefore run as both users until someone lists it here with its reason.
 NOT_USER_DEPENDENT = {
     "test_additions": "a wire's additions file and the host rule: pure, fuzzed; files in tmp",
+    "test_ask_dialog": "the asker's dialog (zenity on Xvfb, clicked by xdotool), started here: "
+                       "no sandbox; the queue's owners and modes are test_ask's",
     "test_bodies": "the shared body reader and response stream over loopback sockets",
     "test_bwrap": "bubblewrap's argv planned from typed values (golden); no bwrap runs",
     "test_dead_code": "vulture over the product's source: no sandbox",
@@ -120,6 +122,8 @@ NOT_USER_DEPENDENT = {
     "test_macos_log": "the macOS log reader against a fake `log` and `ps`; no sandbox",
     "test_macos_proxy": "the agent's proxy on a loopback TCP port, as a Mac runs it; no sandbox",
     "test_macos_run": "the Mac's parent: a stand-in sandbox-exec, the proxy on loopback",
+    "test_mcpremote": "mcp-remote between real SDK clients and servers on loopback: no "
+                      "sandbox, no settings folder (its secrets come in its environment)",
     "test_model_rules": "the model verb's rules: pure, fuzzed",
     "test_open_callback": "the sign-in callback's relay on loopback",
     "test_open_rules": "the open verb's rules: pure, fuzzed",

@@ -286,21 +286,39 @@ out["placeholder"] = ENV["GEMINI_API_KEY"]
 
 
 STREAMS = r'''
+import threading
 def timed(deltas):
     """(arrival time, text) of each text delta, as the program receives it."""
     return [[time.time(), text] for text in deltas if text]
-with claude.messages.stream(model="claude-fake-5x500ms", max_tokens=8, messages=USER) as s:
-    out["anthropic"] = timed(s.text_stream)
-out["chat"] = timed(chunk.choices[0].delta.content for chunk in gpt.chat.completions.create(
-    model="gpt-fake-5x500ms", messages=USER, stream=True) if chunk.choices)
-out["responses"] = timed(event.delta for event in gpt.responses.create(
-    model="gpt-fake-5x500ms", input="hi", stream=True)
-    if event.type == "response.output_text.delta")
-out["gemini"] = timed(chunk.text for chunk in gemini.models.generate_content_stream(
-    model="gemini-fake-5x500ms", contents="hi"))
-out["openrouter"] = timed(chunk.choices[0].delta.content
-    for chunk in router.chat.completions.create(
-        model="vendor/fake-5x500ms", messages=USER, stream=True) if chunk.choices)
+def anthropic_stream():
+    with claude.messages.stream(model="claude-fake-5x500ms", max_tokens=8, messages=USER) as s:
+        return timed(s.text_stream)
+streams = {
+    "anthropic": anthropic_stream,
+    "chat": lambda: timed(chunk.choices[0].delta.content for chunk in gpt.chat.completions.create(
+        model="gpt-fake-5x500ms", messages=USER, stream=True) if chunk.choices),
+    "responses": lambda: timed(event.delta for event in gpt.responses.create(
+        model="gpt-fake-5x500ms", input="hi", stream=True)
+        if event.type == "response.output_text.delta"),
+    "gemini": lambda: timed(chunk.text for chunk in gemini.models.generate_content_stream(
+        model="gemini-fake-5x500ms", contents="hi")),
+    "openrouter": lambda: timed(chunk.choices[0].delta.content
+        for chunk in router.chat.completions.create(
+            model="vendor/fake-5x500ms", messages=USER, stream=True) if chunk.choices),
+}
+# The five at once, each in a thread of its own: each is paced by its provider (2.5 s), and
+# what is checked is each one's own order and timing.
+out["errors"] = {}
+def read(name):
+    try:
+        out[name] = streams[name]()
+    except Exception as error:
+        out["errors"][name] = repr(error)
+readers = [threading.Thread(target=read, args=(name,)) for name in streams]
+for reader in readers:
+    reader.start()
+for reader in readers:
+    reader.join()
 '''
 
 
@@ -323,13 +341,16 @@ def test_streams_reach_the_program_delta_by_delta(
     spec: Path, model_env: dict[str, str], tmp_path: Path, keys: dict[str, str], seen: Any,
 ) -> None:
     """Anthropic's SSE, OpenAI's chat and responses streams, Gemini's alt=sse and
-    OpenRouter's, each parsed by its SDK: every delta comes as the provider sends it."""
+    OpenRouter's, each parsed by its SDK, all five at once: every delta comes as the
+    provider sends it."""
     out, _ = run_script(spec, model_env, tmp_path, STREAMS)
+    assert out["errors"] == {}, out["errors"]
     for what in ("anthropic", "chat", "responses", "gemini", "openrouter"):
         assert_relayed(out[what], what)
     records = mine(seen(), keys)
     assert len(records) == 5, records
-    assert records[3]["query"] == "alt=sse", records[3]
+    (gemini,) = [record for record in records if record["host"] == HOSTS["gemini"]]
+    assert gemini["query"] == "alt=sse", gemini
     assert all(json.loads(record["body"]).get("stream", True) for record in records)
 
 
@@ -670,6 +691,9 @@ def test_a_call_block_type_at_the_top_does_not_switch_the_url_check_off(
     OpenRouter and never reaches them; so is a file_data a WHATWG parser reads as a URL;
     and on a call that passes, the headers that change the method at the receiver, a preset
     and OpenRouter's web_search_options do not reach the provider."""
+    # The fake providers' log is shared (other modules' workers, other runs): the host is
+    # this test's own, so that finding it there means this test's call got through.
+    evil_host = f"evil-{secrets.token_hex(6)}.example"
     out, _ = run_script(spec, model_env, tmp_path, r'''
 evil = [{"role": "user", "content": [
     {"type": "input_text", "text": "describe"},
@@ -688,7 +712,7 @@ out["passed"] = router.responses.create(
     model="vendor/model-fake", input="hi", extra_headers=overrides,
     extra_body={"web_search_options": {"search_context_size": "high"}}).output_text
 out["placeholder"] = ENV["OPENROUTER_API_KEY"]
-''')
+'''.replace("evil.example", evil_host))
     for name in ("openai", "openrouter"):
         status, shown, body = out[name]
         assert status == 400, out[name]
@@ -707,7 +731,7 @@ out["placeholder"] = ENV["OPENROUTER_API_KEY"]
     assert not {"x-http-method-override", "x-http-method", "x-method-override"} & set(
         record["headers"]), record
     assert "web_search_options" not in json.loads(record["body"])
-    assert "evil.example" not in json.dumps(seen())
+    assert evil_host not in json.dumps(seen())
 
 
 def test_the_accounts_stored_state_by_id_is_refused(
@@ -718,6 +742,9 @@ def test_the_accounts_stored_state_by_id_is_refused(
     beta source and container_upload, Gemini's Files API URI) and the SDKs' own calls that
     read stored state by path are refused and reach no provider; a call with `store: true`
     passes, and the provider receives it as sent."""
+    # The ids are this test's own (the fake providers' log is shared: another module's
+    # harness prompt says "another"), so that finding one there means a call got through.
+    stored = f"other{secrets.token_hex(6)}"
     out, _ = run_script(spec, model_env, tmp_path, r'''
 def doc(source):
     return [{"role": "user", "content": [{"type": "document", "source": source}]}]
@@ -752,7 +779,7 @@ out["conversations.create"] = refused(lambda: gpt.conversations.create())
 out["anthropic files"] = refused(lambda: claude.beta.files.retrieve_metadata("file_other"))
 out["passed"] = gpt.responses.create(model="gpt-fake", input="hi", store=True).output_text
 out["placeholder"] = ENV["OPENAI_API_KEY"]
-''')
+'''.replace("other", stored))
     reasons = {"previous_response_id": "previous_response_id is refused",
                "conversation": "conversation is refused", "background": "background is refused",
                "input_file": "file_id is refused", "chat file": "file_id is refused",
@@ -774,4 +801,4 @@ out["placeholder"] = ENV["OPENAI_API_KEY"]
     records = mine(seen(), keys)
     assert [record["path"] for record in records] == ["/v1/responses"], records
     assert json.loads(records[0]["body"])["store"] is True
-    assert "other" not in json.dumps(seen())
+    assert stored not in json.dumps(seen())
