@@ -558,7 +558,10 @@ def test_explain_and_status_show_the_additions_apart_from_the_spec(
            "docs.example.com, *.mirror.example.net:8443" in text, text
 
 
-_ENDPOINT_STEPS = """
+# The step programs' first lines: marks written whole (a rename), waits on the test's
+# marks, one echo to NAME:7 (the socket kept, and what it said or the error's name), and
+# a kept connection written to until it is closed (its time marked).
+_MARKED_ECHO = """
 import os, socket, sys, time
 marks = sys.argv[1]
 def mark(name, text):
@@ -569,11 +572,23 @@ def wait(name):
         time.sleep(0.02)
 def echo():
     try:
-        s = socket.create_connection(("denied.lnkt", 7), timeout=10)
+        s = socket.create_connection((NAME, 7), timeout=10)
         s.sendall(b"ping")
         return s, s.recv(10).decode()
     except OSError as error:
         return None, type(error).__name__
+def held_until_closed(kept):
+    kept.settimeout(20)
+    try:
+        while True:
+            kept.sendall(b"x" * 1024)
+            if not kept.recv(65536):
+                break
+    except OSError:
+        pass
+    mark("closed", repr(time.time()))
+"""
+_ENDPOINT_STEPS = _MARKED_ECHO.replace("NAME", '"denied.lnkt"') + """
 mark("first", echo()[1])
 wait("allowed")
 began = time.monotonic()
@@ -581,15 +596,7 @@ kept, said = echo()
 mark("placing", f"{time.monotonic() - began:.3f}")
 address = kept.getpeername()[0]
 mark("second", said)
-kept.settimeout(20)
-try:
-    while True:
-        kept.sendall(b"x" * 1024)
-        if not kept.recv(65536):
-            break
-except OSError:
-    pass
-mark("closed", repr(time.time()))
+held_until_closed(kept)
 wait("disallowed")
 mark("third", echo()[1])
 # The address it was given: its socket inside closed too (within a second).
@@ -821,17 +828,15 @@ with socket.create_connection((address, 7), timeout=10) as s:
 """
 
 
-def test_an_added_endpoint_asked_over_tcp_dns_first_waits_for_its_socket(
-    write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str], tmp_path: Path,
-) -> None:
-    """The sandbox's DNS over TCP (a reply too long for UDP is asked again there): the
-    first query for an added endpoint's name holds that connection until the socket is
-    made inside, then answers with the name's address, which is reached."""
+def _run_then_allow(write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str],
+                    tmp_path: Path, program: str) -> tuple[str, str]:
+    """`program` run in a sandbox of the wire `later`; once it has started,
+    `allow --tcp later denied.lnkt:7`, then the program's go; its output."""
     marks = tmp_path / "marks"
     marks.mkdir()
     spec = _later_spec(write_spec, testnet, marks, "allowed.lnkt:9")
     run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", PYTHON, "-I", "-c",
-                            _TCP_LOOKUP, str(marks / "go")], env=sandbox_env,
+                            program, str(marks / "go")], env=sandbox_env,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _wait_for_start(sandbox_env, "later")
@@ -840,6 +845,16 @@ def test_an_added_endpoint_asked_over_tcp_dns_first_waits_for_its_socket(
         stdout, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
     finally:
         end_run(run)
+    return stdout, stderr
+
+
+def test_an_added_endpoint_asked_over_tcp_dns_first_waits_for_its_socket(
+    write_spec: WriteSpec, testnet: Path, sandbox_env: dict[str, str], tmp_path: Path,
+) -> None:
+    """The sandbox's DNS over TCP (a reply too long for UDP is asked again there): the
+    first query for an added endpoint's name holds that connection until the socket is
+    made inside, then answers with the name's address, which is reached."""
+    stdout, stderr = _run_then_allow(write_spec, testnet, sandbox_env, tmp_path, _TCP_LOOKUP)
     assert re.fullmatch(r"127\.53\.0\.\d+ ping\n", stdout), (stdout, stderr)
 
 
@@ -870,38 +885,11 @@ def test_many_lookups_at_once_of_an_added_name_make_its_socket_once(
     """Twenty lookups at once of a name just added: one helper makes its socket (a
     second would find the place taken, and the name would be refused), and every
     lookup waits for it and is answered."""
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    spec = _later_spec(write_spec, testnet, marks, "allowed.lnkt:9")
-    run = subprocess.Popen([LNK_SANDBOX, "run", "--spec", str(spec), "--", PYTHON, "-I", "-c",
-                            _AT_ONCE, str(marks / "go")], env=sandbox_env,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        _wait_for_start(sandbox_env, "later")
-        assert lnk(sandbox_env, "allow", "--tcp", "later", "denied.lnkt:7").returncode == 0
-        (marks / "go").touch()
-        stdout, stderr = run.communicate(timeout=SANDBOX_TIMEOUT_SECONDS)
-    finally:
-        end_run(run)
+    stdout, stderr = _run_then_allow(write_spec, testnet, sandbox_env, tmp_path, _AT_ONCE)
     assert stdout == "['ping'] 20\n", (stdout, stderr)
 
 
-_WITHOUT_DNS_STEPS = """
-import os, socket, sys, time
-marks = sys.argv[1]
-def mark(name, text):
-    open(f"{marks}/{name}.tmp", "w").write(text)
-    os.rename(f"{marks}/{name}.tmp", f"{marks}/{name}")
-def wait(name):
-    while not os.path.exists(f"{marks}/{name}"):
-        time.sleep(0.02)
-def echo():
-    try:
-        s = socket.create_connection(("db.lnkt", 7), timeout=10)
-        s.sendall(b"ping")
-        return s, s.recv(10).decode()
-    except OSError as error:
-        return None, type(error).__name__
+_WITHOUT_DNS_STEPS = _MARKED_ECHO.replace("NAME", '"db.lnkt"') + """
 def looked_up():
     began = time.monotonic()
     try:
@@ -932,15 +920,7 @@ while True:
     time.sleep(0.02)
 mark("placing", f"{time.monotonic() - began:.3f}")
 mark("second", said)
-kept.settimeout(20)
-try:
-    while True:
-        kept.sendall(b"x" * 1024)
-        if not kept.recv(65536):
-            break
-except OSError:
-    pass
-mark("closed", repr(time.time()))
+held_until_closed(kept)
 wait("disallowed")
 mark("third", echo()[1])
 """
