@@ -248,7 +248,7 @@ def test_N1_an_address_flipped_while_the_watch_reads_it_never_reaches_outside(
     assert outside.received() == []
 
 
-RACE_DESCRIPTOR = CTYPES + r"""
+RACE_DESCRIPTOR = CTYPES + "RACE_CALLS_AT_MOST = 200000\n" + r"""
 import os, socket, sys, threading
 name = b"\x01\x00" + sys.argv[1].encode() + b"\0"
 vector = IoVec(b"swapped", 7)
@@ -264,9 +264,13 @@ def swap():
         os.dup2(udp.fileno(), number)
 threading.Thread(target=swap, daemon=True).start()
 codes = {}
-for _ in range(int(sys.argv[2])):
+# At least argv[2] calls, and on until the race has run (the unix socket was there at a
+# call, 13): on a busy machine the swapping thread may not run for the first thousands.
+calls = 0
+while calls < int(sys.argv[2]) or (13 not in codes and calls < RACE_CALLS_AT_MOST):
     code = 0 if libc.sendmsg(number, ctypes.byref(header), 0) >= 0 else ctypes.get_errno()
     codes[code] = codes.get(code, 0) + 1
+    calls += 1
 done = True
 print(sorted(codes.items()))
 """
@@ -281,7 +285,7 @@ def test_N1_a_descriptor_swapped_while_the_watch_checks_it_never_reaches_outside
     result = run_sandbox(spec, PYTHON, "-c", RACE_DESCRIPTOR, str(outside.path), "1500")
     assert result.returncode == 0, result
     seen = dict(eval(result.stdout))  # noqa: S307 (the program prints a list of pairs)
-    assert 13 in seen and sum(seen.values()) == 1500, seen  # the unix socket's refusals
+    assert 13 in seen and sum(seen.values()) >= 1500, seen  # the unix socket's refusals
     assert outside.received() == []
 
 
