@@ -80,9 +80,11 @@ got = []
 class H(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a): pass
     def do_GET(self):
-        got.append(self.path)
+        # Answered first, then noted: the main thread ends the program once `got` holds
+        # the path, and an answer not yet written would then never come.
         self.send_response(200); self.send_header("Content-Length", "8"); self.end_headers()
         self.wfile.write(b"signedin")
+        got.append(self.path)
 class V6(http.server.HTTPServer):
     address_family = socket.AF_INET6
 server = (V6 if os.environ.get("V6") else http.server.HTTPServer)(

@@ -157,6 +157,9 @@ def test_a_drain_waits_while_the_buffer_is_full_and_raises_once_the_connection_i
         client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         outbox = ends.outbox
         assert outbox is not None
+        # Small kernel buffers on both sides: the transport's own buffer fills after a
+        # few writes, and emptying it takes a few reads, not megabytes of 4 KiB reads.
+        outbox.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
         while not ends.writing_paused:  # the client reads nothing
             outbox.write(b"y" * 65536)
             await asyncio.sleep(0)
