@@ -21,7 +21,7 @@ import h11
 from lnk_common.wire import ByteWriter, Refused
 
 __all__ = ["PASSED", "SWITCHED", "UPSTREAM_CLOSED", "BodyRead", "BodyShare", "HeldBodies",
-           "Streamed", "collect_body", "h11_body", "next_event", "pass_response",
+           "ResponsePassing", "Streamed", "collect_body", "h11_body", "next_event", "pass_response",
            "read_body"]
 
 Read = Callable[[], Awaitable[bytes]]
@@ -165,51 +165,81 @@ async def collect_body(request: h11.Request, read: BodyRead, *, limit: int,
         raise Refused(408, stalled) from None
 
 
+class ResponsePassing:
+    """One upstream response passed to the client as its bytes come (sans IO): h11 reads
+    the upstream's side (`upstream`, told the request), `client` (h11's server side, its
+    request read) writes the client's, `fields` makes the client's response fields from
+    the upstream's (the hop-by-hop ones taken out), `streamed` counts what passed.
+    `passed()` gives the bytes for the client from what h11 holds now, `feed(data)`
+    after giving it `data` (b"" is the upstream's end); `ended` is None until PASSED,
+    SWITCHED or UPSTREAM_CLOSED. A 1xx other than 101 is not passed (a 100 for a body the
+    caller sent whole); h11 admits a 101 only when the request asked to switch. h11's
+    RemoteProtocolError escapes (the upstream's bytes are no response). The proxy's
+    exchanges, in a task or in callbacks, and the relay's all read a response here."""
+
+    __slots__ = ("client", "ended", "fields", "streamed", "upstream")
+
+    def __init__(self, upstream: h11.Connection, client: h11.Connection, streamed: Streamed,
+                 *, fields: Callable[[Fields], Fields]) -> None:
+        self.upstream = upstream
+        self.client = client
+        self.streamed = streamed
+        self.fields = fields
+        self.ended: str | None = None
+
+    def feed(self, data: bytes) -> bytes:
+        """The client's bytes once the upstream's `data` is read (b"": its end)."""
+        self.upstream.receive_data(data)
+        return self.passed()
+
+    def passed(self) -> bytes:
+        """The client's bytes for every event h11 holds, until it needs more or the
+        response ends (`ended`)."""
+        out: list[bytes] = []
+        client, streamed = self.client, self.streamed
+        while self.ended is None:
+            event = self.upstream.next_event()
+            if event is h11.NEED_DATA:
+                break
+            if isinstance(event, h11.InformationalResponse):
+                if event.status_code != 101:
+                    continue
+                streamed.responded = True
+                out.append(client.send(h11.InformationalResponse(
+                    status_code=101, headers=event.headers, reason=event.reason)) or b"")
+                self.ended = SWITCHED
+            elif isinstance(event, h11.Response):
+                streamed.responded = True
+                out.append(client.send(h11.Response(
+                    status_code=event.status_code, headers=self.fields(list(event.headers)),
+                    reason=event.reason)) or b"")
+            elif isinstance(event, h11.Data):
+                streamed.received += len(event.data)
+                out.append(client.send(h11.Data(data=event.data)) or b"")
+            elif isinstance(event, h11.EndOfMessage):
+                out.append(client.send(h11.EndOfMessage()) or b"")
+                self.ended = PASSED
+            else:
+                self.ended = UPSTREAM_CLOSED  # h11's ConnectionClosed: it did not end
+        return b"".join(out)
+
+
 async def pass_response(upstream: h11.Connection, client: h11.Connection,
                         writer: ByteWriter, read: Read, streamed: Streamed, *,
                         fields: Callable[[Fields], Fields]) -> str:
-    """The upstream's response, streamed back to the client as it comes; PASSED,
-    SWITCHED or UPSTREAM_CLOSED. `fields` makes the client's response fields from the
-    upstream's (the hop-by-hop ones taken out). Every event of one read is written at
-    once, with one drain, before the next read: a stream's many small events cost one
-    send a read, not one an event (19 µs of CPU an event, measured, was most of a
-    stream's cost). A 1xx other than 101 is not passed (a 100 for a body the caller
-    sent whole); h11 admits a 101 only when the request asked to switch."""
-    out: list[bytes] = []
-    while True:
-        event = upstream.next_event()
-        if event is h11.NEED_DATA:
-            if out:
-                writer.write(b"".join(out))
-                out.clear()
-                await writer.drain()
-            upstream.receive_data(await read())
-            continue
-        if isinstance(event, h11.InformationalResponse):
-            if event.status_code != 101:
-                continue
-            streamed.responded = True
-            out.append(client.send(h11.InformationalResponse(
-                status_code=101, headers=event.headers, reason=event.reason)) or b"")
-            ended = SWITCHED
-            break
-        if isinstance(event, h11.Response):
-            streamed.responded = True
-            out.append(client.send(h11.Response(
-                status_code=event.status_code, headers=fields(list(event.headers)),
-                reason=event.reason)) or b"")
-            continue
-        if isinstance(event, h11.Data):
-            streamed.received += len(event.data)
-            out.append(client.send(h11.Data(data=event.data)) or b"")
-            continue
-        if isinstance(event, h11.EndOfMessage):
-            out.append(client.send(h11.EndOfMessage()) or b"")
-            ended = PASSED
-            break
-        ended = UPSTREAM_CLOSED  # h11's ConnectionClosed: the response did not end
-        break
+    """The upstream's response, streamed back to the client as it comes
+    (ResponsePassing, driven by `read`); PASSED, SWITCHED or UPSTREAM_CLOSED. Every
+    event of one read is written at once, with one drain, before the next read: a
+    stream's many small events cost one send a read, not one an event (19 µs of CPU an
+    event, measured, was most of a stream's cost)."""
+    passing = ResponsePassing(upstream, client, streamed, fields=fields)
+    out = passing.passed()
+    while passing.ended is None:
+        if out:
+            writer.write(out)
+            await writer.drain()
+        out = passing.feed(await read())
     if out:
-        writer.write(b"".join(out))
+        writer.write(out)
         await writer.drain()
-    return ended
+    return passing.ended

@@ -16,12 +16,16 @@ body, an Expect or Upgrade field, HTTP/1.0 or HEAD; a response that is 1xx, 204 
 304, HTTP/1.0, chunked, without one Content-Length, with obs-fold, a tab, a control
 character, a bare CR or LF, or a head larger than h11's own bound. It never refuses:
 "not body-less" is its only verdict against a head, and h11 then reads it and decides as it
-always did (tests/test_bodiless.py holds the two readings side by side).
+always did (tests/test_bodiless.py holds the two readings side by side). The fields
+h11's readings send on are made here too (`outgoing`, `response_fields`: the hop-by-hop
+ones out), so either reading drops the same fields.
 """
 
 from __future__ import annotations
 
 import re
+
+import h11
 
 from lnk_proxy.head import RequestHead
 
@@ -34,7 +38,9 @@ __all__ = [
     "bodiless_request_bytes",
     "client_closes",
     "is_bodiless",
+    "outgoing",
     "response_bytes",
+    "response_fields",
     "response_head",
 ]
 
@@ -88,6 +94,23 @@ def bodiless_request_bytes(head: RequestHead, path: str) -> bytes:
               if name != "host" and name not in _HOP_NAMES]
     lines.append("\r\n")
     return "".join(lines).encode("latin-1")
+
+
+def outgoing(request: h11.Request, path: str, upgrade: bool) -> h11.Request:
+    """The request h11 sends on: the hop-by-hop fields and Expect taken out; with
+    `upgrade`, the switch asked of the upstream as the client asked it."""
+    fields = [(name, value) for name, value in request.headers
+              if name.lower() not in HOP_FIELDS and name.lower() != b"expect"]
+    if upgrade:
+        fields += [(b"connection", b"upgrade")] + [
+            (name, value) for name, value in request.headers if name.lower() == b"upgrade"]
+    return h11.Request(method=request.method, target=path, headers=fields)
+
+
+def response_fields(fields: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """A response's fields as the program gets them from h11's reading: every field but
+    the hop-by-hop ones."""
+    return [(name, value) for name, value in fields if name.lower() not in HOP_FIELDS]
 
 
 class ResponseHead:

@@ -3,10 +3,8 @@ streamed back, one `allowed` and one `ended` line on the wire's log.
 
 Called only once every check of the request path has passed (lnk_proxy.connection,
 then Proxy.check_name and the address check): nothing here decides. A body-less request
-whose response is body-less too is the lane's (lnk_proxy.lane, in callbacks, read by
-lnk_proxy.bodiless); here:
-- `h11_resumed`: a body-less request's response that is not body-less, h11's from the
-  bytes the lane read so far (the request is not sent again);
+is the lane's, whatever its response (lnk_proxy.lane, in callbacks, read by
+lnk_proxy.response); here, every other:
 - `exchange`: h11 on both sides; the request's body streamed as it comes (from the
   connection's machine, `client_body`: lnk_proxy.connection reads it) or a verb's, held
   whole; the response streamed back as it arrives, never held whole; after a
@@ -26,9 +24,7 @@ import h11
 
 from lnk_common.bodies import SWITCHED, BodyRead, pass_response
 from lnk_common.wire import Refused, Wire
-from lnk_proxy.bodiless import (
-    HOP_FIELDS,
-)
+from lnk_proxy.bodiless import outgoing, response_fields
 from lnk_proxy.connection import BodyData, BodyEnd, ClientConnection, Continue, NeedBody
 from lnk_proxy.streams import Inbox, Outbox, read_within
 from lnk_proxy.upstream import CHUNK, Upstream, held_bytes
@@ -42,7 +38,6 @@ __all__ = [
     "asks_to_upgrade",
     "client_body",
     "exchange",
-    "h11_resumed",
     "next_cycle",
     "outgoing",
     "reader_of",
@@ -83,17 +78,6 @@ class Outcome:
         self.reusable = False
         self.client_gone = False
         self.failure = ""
-
-
-def outgoing(request: h11.Request, path: str, upgrade: bool) -> h11.Request:
-    """The request h11 sends on: the hop-by-hop fields and Expect taken out; with
-    `upgrade`, the switch asked of the upstream as the client asked it."""
-    fields = [(name, value) for name, value in request.headers
-              if name.lower() not in HOP_FIELDS and name.lower() != b"expect"]
-    if upgrade:
-        fields += [(b"connection", b"upgrade")] + [
-            (name, value) for name, value in request.headers if name.lower() == b"upgrade"]
-    return h11.Request(method=request.method, target=path, headers=fields)
 
 
 def next_cycle(client: h11.Connection, outcome: Outcome) -> tuple[bool, bytes]:
@@ -151,54 +135,29 @@ def client_body(connection: ClientConnection, reader: Inbox,
     return read
 
 
-# -- a body-less request's response that is not body-less --------------------------------
-
-async def h11_resumed(wire: Wire, authority: str, raw: bytes, path: str,
-                      reader: Inbox, writer: Outbox,
-                      upstream: Upstream, resumed: tuple[int, float, bytes]
-                      ) -> tuple[Outcome, h11.Connection]:
-    """A body-less request's exchange whose response is not body-less, h11's from the
-    bytes read so far (`resumed`: the call's id, its start, those bytes); the request is not
-    sent again."""
-    client = h11.Connection(h11.SERVER)
-    client.receive_data(raw)
-    request = client.next_event()  # h11 takes every body-less head
-    assert isinstance(request, h11.Request)
-    end = client.next_event()  # and reads its body as none
-    assert isinstance(end, h11.EndOfMessage)
-    return await exchange(wire, authority, "http", client, reader, writer, upstream,
-                          outgoing(request, path, False), body=b"", resumed=resumed), client
-
-
 # -- h11's exchange ----------------------------------------------------------------------
 
 async def exchange(wire: Wire, authority: str, kind: str, client: h11.Connection,
                    reader: Inbox, writer: Outbox,
                    upstream: Upstream, request: h11.Request, *, body: bytes | BodyRead,
-                   watch_client: bool = False,
-                   resumed: tuple[int, float, bytes] | None = None) -> Outcome:
+                   watch_client: bool = False) -> Outcome:
     """One allowed call: `request` and its body (`body`, taken whole already, or what
     reads the client's, streamed as it comes: `client_body`) to `upstream`, and the
     response streamed back as it arrives, never held whole; after a 101 the two
     connections relayed as they are. An `allowed` and an `ended` line on the wire's
     log. The upstream is closed here unless the exchange left it reusable (both DONE).
     `watch_client`: a client that goes away ends the upstream call (a model's answer
-    can take minutes before its first byte). `resumed`: the body-less exchange's call
-    (its id, its start, and the response's bytes read so far): `request` was sent
-    already and its allowed line written."""
-    if resumed is None:
-        call = next(wire.ids)
-        wire.log.write("allowed", authority, f"id={call} kind={kind}")
-        started = time.monotonic()
-    else:
-        call, started, _ = resumed
+    can take minutes before its first byte)."""
+    call = next(wire.ids)
+    wire.log.write("allowed", authority, f"id={call} kind={kind}")
+    started = time.monotonic()
     conn = upstream.conn
     outcome = Outcome()
     switched = False
     watcher = (asyncio.ensure_future(_watch_client(reader, upstream, outcome))
                if watch_client else None)
     try:
-        await _send_request(upstream, request, body, resumed, outcome)
+        await _send_request(upstream, request, body, outcome)
         switched = await _pass_response(client, writer, upstream, outcome)
         if switched:
             await _relay_switched(wire, client, reader, writer, upstream, outcome)
@@ -226,15 +185,10 @@ async def exchange(wire: Wire, authority: str, kind: str, client: h11.Connection
 
 
 async def _send_request(upstream: Upstream, request: h11.Request, body: bytes | BodyRead,
-                        resumed: tuple[int, float, bytes] | None, outcome: Outcome) -> None:
-    """The request's head and its body to the upstream (a resumed exchange's were sent
-    by the body-less exchange, byte for byte what h11 would send: h11 is only told)."""
+                        outcome: Outcome) -> None:
+    """The request's head and its body to the upstream."""
     conn, up_writer = upstream.conn, upstream.writer
-    if resumed is None:
-        up_writer.write(conn.send(request))
-    else:
-        conn.send(request)
-        conn.receive_data(resumed[2])
+    up_writer.write(conn.send(request))
     if isinstance(body, bytes):
         if body:
             up_writer.write(conn.send(h11.Data(data=body)))
@@ -259,12 +213,8 @@ async def _pass_response(client: h11.Connection, writer: Outbox,
     taken out; whether it was a 101 (switched)."""
     ended = await pass_response(upstream.conn, client, writer,
                                 reader_of(upstream.reader, IDLE_SECONDS), outcome,
-                                fields=_response_fields)
+                                fields=response_fields)
     return ended == SWITCHED
-
-
-def _response_fields(fields: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    return [(name, value) for name, value in fields if name.lower() not in HOP_FIELDS]
 
 
 def reader_of(reader: Inbox, idle: float) -> Callable[[], Awaitable[bytes]]:

@@ -12,7 +12,7 @@ other's h11's (lnk_proxy.exchange); the upstream kept for the next request when 
 clean, and, when a kept upstream had closed before answering (a server's idle timeout),
 the request sent again, once, on a new connection: nothing of its body was sent, so
 nothing of it was lost. A body-less request the lane carried out comes back here only
-for that retry (`Retry`) or when its response is not body-less (`Handoff`).
+for that retry (`Retry`): its response, whatever it is, is the lane's.
 """
 
 from __future__ import annotations
@@ -29,18 +29,17 @@ from lnk_proxy.exchange import (
     asks_to_upgrade,
     client_body,
     exchange,
-    h11_resumed,
     next_cycle,
     outgoing,
 )
-from lnk_proxy.lane import Handoff, Lane
+from lnk_proxy.lane import Lane
 from lnk_proxy.streams import Inbox, Outbox
 from lnk_proxy.upstream import Upstream, held_bytes
 
 if TYPE_CHECKING:
     from lnk_proxy.server import Proxy
 
-__all__ = ["forward", "handed"]
+__all__ = ["forward"]
 
 
 async def forward(proxy: Proxy, request: Forward, reader: Inbox, writer: Outbox, lane: Lane,
@@ -81,23 +80,13 @@ async def forward(proxy: Proxy, request: Forward, reader: Inbox, writer: Outbox,
                          reader, writer, lane, connection)
 
 
-async def handed(proxy: Proxy, note: Handoff, reader: Inbox, writer: Outbox, lane: Lane,
-                 connection: ClientConnection) -> tuple[bool, bytes] | None:
-    """A lane's request whose response is not body-less: h11's from the bytes read."""
-    outcome, client = await h11_resumed(
-        proxy, note.authority, note.request.raw, note.request.path, reader, writer,
-        note.upstream, (note.call, note.started, note.received))
-    return await _settle(proxy, outcome, client, note.upstream, note.was_kept, note.request,
-                         reader, writer, lane, connection)
-
-
 async def _settle(proxy: Proxy, outcome: Outcome, client: h11.Connection,
                   upstream: Upstream, was_kept: bool, request: Forward,
                   reader: Inbox, writer: Outbox, lane: Lane, connection: ClientConnection
                   ) -> tuple[bool, bytes] | None:
-    """After a passed request's exchange (h11's): its upstream kept when reusable, the
-    request sent again when its kept upstream had closed, and whether the client's
-    connection goes on. A body-less request's `rest` is what followed it."""
+    """After a passed request's exchange (h11's, for a request h11 read): its upstream
+    kept when reusable, the request sent again when its kept upstream had closed, and
+    whether the client's connection goes on."""
     if outcome.reusable:
         upstream.conn.start_next_cycle()  # h11 read this exchange: its state goes round
         lane.kept[0] = upstream
@@ -107,5 +96,4 @@ async def _settle(proxy: Proxy, outcome: Outcome, client: h11.Connection,
         # kept as any other (and closed with the client's). Its body goes on from the
         # machine where it is (an ended one gives its end again).
         return await proxy.forward(request, reader, writer, lane, connection)
-    keep, trailing = next_cycle(client, outcome)
-    return keep, (request.rest if request.parsed is None else trailing)
+    return next_cycle(client, outcome)

@@ -19,16 +19,17 @@ the task as the machine gave it (`Handed`). A body-less request the task decided
 connection's first, one to another host, one sent again) the task hands to the lane
 once its upstream is open (`Lane.carry`), and parks. Either way the request is written
 anew to the upstream, and the upstream's protocol (`UpstreamProtocol`) hands the
-response to the lane, which writes its head anew and exactly its Content-Length of body
-back: the one body-less exchange. Two turns of the loop a kept-alive request; one
-`allowed` and one `ended` line as ever.
+response to the lane, which reads it one way (lnk_proxy.response: body-less, its head
+written anew and exactly its Content-Length of body; else h11's, from every byte read)
+and writes it back as it comes, the client's full send buffer pausing the upstream's
+reading: the one body-less exchange, whatever its response. Two turns of the loop a
+kept-alive request; one `allowed` and one `ended` line as ever.
 
 Bytes that are not one whole head, or come with no upstream kept, are the task's: the
 lane declines them (the client's protocol holds them in its inbox) and wakes the task.
-A response that is not body-less is handed to the task with the bytes read so far
-(`Handoff`, read by h11, the request not sent again); a kept upstream that closed
-before answering is the task's to retry once on a new connection (`Retry`), as it
-always was (a new one that closes is the call's failure); a refusal of the gate or the
+A kept upstream that closed, or sent what h11 refuses, before a response head is the
+task's to retry once on a new connection (`Retry`), as it always was (a new one that
+does so is the call's failure); a refusal of the gate or the
 name is written here and ends the connection (`END`), as the task's refusal does, and so
 does the end of a response the program asked to be the last (`Connection: close`). The
 connection's one timer is the parked task's: at its end, a connection that moved within
@@ -45,18 +46,21 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
+import h11
+
 from lnk_common.wire import Refused
-from lnk_proxy.bodiless import BodilessResponse, bodiless_request_bytes, client_closes
+from lnk_proxy.bodiless import bodiless_request_bytes, client_closes
 from lnk_proxy.connection import ClientConnection, Command, Forward
 from lnk_proxy.head import head_end
+from lnk_proxy.response import Response
 from lnk_proxy.streams import Ends, Inbox, Outbox, held
 
 if TYPE_CHECKING:
     from lnk_proxy.server import Proxy
     from lnk_proxy.upstream import Upstream
 
-__all__ = ["CLIENT_BUFFER_BYTES", "END", "NEXT", "Handed", "Handoff", "Lane", "LaneProtocol",
-           "Retry", "UpstreamProtocol", "lane_server"]
+__all__ = ["CLIENT_BUFFER_BYTES", "END", "NEXT", "Handed", "Lane", "LaneProtocol", "Retry",
+           "UpstreamProtocol", "lane_server"]
 
 # A client connection's inbox (lnk_proxy.streams) holds at most about twice this before
 # its socket is no longer read (the `limit` the proxy's listeners always had).
@@ -84,31 +88,14 @@ NEXT = _Next()
 
 
 class Retry:
-    """The kept upstream closed before it answered a body-less request (its ended line is
-    written): the task sends it again, once, on a new connection."""
+    """The kept upstream closed, or sent what h11 refuses, before it answered a body-less
+    request with a response head (its ended line is written): the task sends it again,
+    once, on a new connection."""
 
     __slots__ = ("request",)
 
     def __init__(self, request: Forward) -> None:
         self.request = request
-
-
-class Handoff:
-    """A response that is not body-less, to the task's h11 from the bytes read so far (the
-    request was sent, its allowed line written)."""
-
-    __slots__ = ("authority", "call", "received", "request", "started", "upstream",
-                 "was_kept")
-
-    def __init__(self, call: int, started: float, request: Forward, upstream: Upstream,
-                 received: bytes, *, was_kept: bool) -> None:
-        self.authority = request.target.authority
-        self.call = call
-        self.started = started
-        self.request = request
-        self.upstream = upstream
-        self.received = received
-        self.was_kept = was_kept  # the upstream was the last request's
 
 
 class Handed:
@@ -122,7 +109,7 @@ class Handed:
         self.command = command
 
 
-Note = _End | _Next | Retry | Handoff | Handed | None
+Note = _End | _Next | Retry | Handed | None
 # No note missed (Lane.missed).
 _NO_NOTE = object()
 
@@ -155,9 +142,10 @@ class _Exchange:
         self.request = request
         self.upstream = upstream
         self.protocol = protocol  # the upstream's, whose bytes come here while it runs
-        # The response, read by lnk_proxy.bodiless (`Connection: close` added when the
-        # program asked for its connection to close after it).
-        self.reading = BodilessResponse(client_closes(request.head))
+        # The response, read by lnk_proxy.response (body-less, else h11's; `Connection:
+        # close` added when the program asked for its connection to close after it).
+        self.reading = Response(request.raw, request.path, upstream.conn,
+                                close=client_closes(request.head))
         self.paused = False  # the upstream's reading paused for the client's buffer
         # The upstream was the last request's: closed before it answered, the request
         # is sent again once on a new connection (Retry); a new one that closes is the
@@ -183,7 +171,7 @@ class Lane:
         self.connection: ClientConnection | None = None
         self.parked: asyncio.Future[Note | _Rung] | None = None
         # A note given after the parked task's timer rang, before the task ran: kept
-        # for it (it would be lost, and a handed-off call with it).
+        # for it (it would be lost, and a request to send again with it).
         self.missed: object = _NO_NOTE
         self.exchange: _Exchange | None = None
         self.last = time.monotonic()
@@ -194,7 +182,7 @@ class Lane:
     async def idle(self, connection: ClientConnection, seconds: float) -> Note:
         """Park the task between requests, or while the lane carries out its request,
         until it has work: None when the reader has bytes, its end or its error, else a
-        note (END, NEXT, Retry, Handoff, Handed). `connection`: the
+        note (END, NEXT, Retry, Handed). `connection`: the
         connection's machine, idle with nothing buffered (the lane gives it a whole
         head)."""
         self.connection = connection
@@ -351,41 +339,49 @@ class Lane:
             self._failed(error)
 
     def _response(self, exchange: _Exchange, data: bytes) -> None:
+        """The upstream's `data` read (b"": its clean end, once h11 reads the response)
+        and what it gives written to the program; the exchange ended with the response,
+        or with h11's refusal of the upstream's bytes."""
         self.last = time.monotonic()
-        sent = exchange.reading.feed(data)
-        if sent is None:  # not body-less: h11's, from the bytes read
-            self._hand_off(exchange)
+        try:
+            sent = exchange.reading.feed(data)
+        except h11.ProtocolError as error:  # the upstream's bytes are no response
+            self._upstream_failed(exchange, f" error={type(error).__name__}")
             return
         if sent:
             self.writer.write(sent)
         if exchange.reading.done:
             self._finish("")
 
-    def upstream_ended(self) -> None:
-        """The upstream closed while the lane's exchange was on it."""
+    def upstream_ended(self, *, clean: bool) -> None:
+        """The upstream closed while the lane's exchange was on it (`clean`: its end
+        came, rather than its connection lost)."""
         try:
-            self._upstream_ended()
+            self._upstream_ended(clean)
         except Exception as error:
             self._failed(error)
 
-    def _upstream_ended(self) -> None:
+    def _upstream_ended(self, clean: bool) -> None:
         exchange = self.exchange
         if exchange is None:
             return
-        if exchange.reading.response is None and exchange.was_kept:
-            self._finish(" error=ConnectionResetError", wake=False)
-            self._wake(Retry(exchange.request))
-            return
-        self._finish(" error=ConnectionResetError")
+        if clean and exchange.reading.h11_reads:
+            self._response(exchange, b"")  # the end of a response framed by it, or h11's
+            if self.exchange is not exchange:  # refusal: either way the exchange ended
+                return
+        self._upstream_failed(exchange, " error=ConnectionResetError")
 
     # -- the end of an exchange -----------------------------------------------------
 
-    def _hand_off(self, exchange: _Exchange) -> None:
-        self.exchange = None
-        exchange.protocol.sink = None
-        self._wake(Handoff(exchange.call, exchange.started, exchange.request,
-                           exchange.upstream, exchange.reading.received,
-                           was_kept=exchange.was_kept))
+    def _upstream_failed(self, exchange: _Exchange, failure: str) -> None:
+        """The upstream ended the exchange (closed, or sent no response h11 takes): a
+        kept one that did so before a response head is the task's to send again once on
+        a new connection (Retry); else the call fails and the connection ends."""
+        if not exchange.reading.begun and exchange.was_kept:
+            self._finish(failure, wake=False)
+            self._wake(Retry(exchange.request))
+            return
+        self._finish(failure)
 
     def _finish(self, failure: str, *, wake: bool = True) -> None:
         """The exchange's end: its upstream kept for the next request when the response
@@ -399,6 +395,7 @@ class Lane:
         if not failure and exchange.reading.reusable:
             if exchange.paused:
                 upstream.writer.transport.resume_reading()
+            exchange.reading.next_cycle()
             self.kept[0] = upstream
         else:
             upstream.close()
@@ -516,13 +513,13 @@ class UpstreamProtocol(Ends):
     def eof_received(self) -> bool:
         keep = super().eof_received()
         if self.sink is not None:
-            self.sink.upstream_ended()
+            self.sink.upstream_ended(clean=True)
         return keep
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
         if self.sink is not None:
-            self.sink.upstream_ended()
+            self.sink.upstream_ended(clean=False)
 
 
 async def lane_server(handler: Handler, sock: socket.socket) -> asyncio.Server:

@@ -15,7 +15,7 @@ checks is written once:
    (`checked_address`, lnk_proxy.decide), a connection to the very address checked;
 4. then a tunnel (lnk_proxy.tunnel: to 443 only once the ClientHello names the same
    host) or forwarding (lnk_proxy.forward, lnk_proxy.exchange: h11 on both sides, or
-   the lane's exchange, lnk_proxy.bodiless's reading, when both heads are body-less),
+   the lane's exchange, lnk_proxy.response's reading, for a body-less request),
    each call one `allowed` and one `ended` line on the wire's log.
 Every refusal is a status and one line, in the response and in the wire's log.
 
@@ -69,7 +69,7 @@ from lnk_proxy.decide import (
     matching_rule,
 )
 from lnk_proxy.exchange import IDLE_SECONDS, UPGRADES
-from lnk_proxy.lane import END, NEXT, Handed, Handoff, Lane, LaneProtocol, Retry
+from lnk_proxy.lane import END, NEXT, Handed, Lane, LaneProtocol, Retry
 from lnk_proxy.resolver import system_resolver
 from lnk_proxy.streams import Inbox, Outbox, read_within
 from lnk_proxy.target import Target
@@ -228,12 +228,8 @@ class Proxy(Wire):
         ends (quiet past IDLE_SECONDS, its end, a refusal of the lane's, an exchange
         that ends it)."""
         note = await lane.idle(connection, IDLE_SECONDS)
-        while isinstance(note, Retry | Handoff):
-            if isinstance(note, Retry):  # the kept upstream closed unanswering
-                went = await self.forward(note.request, reader, lane.writer, lane, connection)
-            else:
-                went = await forwarding.handed(self, note, reader, lane.writer, lane,
-                                               connection)
+        while isinstance(note, Retry):  # the kept upstream closed unanswering
+            went = await self.forward(note.request, reader, lane.writer, lane, connection)
             if went is not None:
                 if went[0]:
                     connection.request_done(went[1])

@@ -132,6 +132,7 @@ NOT_USER_DEPENDENT = {
     "test_proxy_linger": "the proxy in this process, refusing clients on loopback",
     "test_proxy_parsers": "the proxy's parsers: pure, fuzzed",
     "test_proxy_parsers_reference": "the proxy's parsers against reference parsers: pure",
+    "test_response": "a body-less request's response, read one way: pure, fuzzed",
     "test_seccomp": "the seccomp filter's table and BPF, evaluated here; none is loaded",
     "test_secret_rules": "the secret verb's rules: pure, fuzzed",
     "test_secret_rules_clients": "the secret rules against real client libraries' requests",

@@ -44,8 +44,9 @@ FINE = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-Seen: yes\r\n\r\nfine\n"
 CLOSE = "close"  # close the connection without an answer
 HANG = "hang"  # answer nothing, keep the connection open
 
-# Bytes to send back, CLOSE or HANG; or a tuple of parts, sent 20 ms apart.
-Answer = bytes | str | tuple[bytes, ...]
+# Bytes to send back, CLOSE or HANG; or a tuple of parts, sent 20 ms apart (CLOSE
+# among them closes the connection there).
+Answer = bytes | str | tuple[bytes | str, ...]
 Script = Callable[[int, bytes], Answer]
 
 
@@ -94,6 +95,10 @@ class Host:
                 answer = self.script(len(self.requests), head)
                 if isinstance(answer, tuple):
                     for part in answer:
+                        if part == CLOSE:
+                            writer.close()
+                            return
+                        assert isinstance(part, bytes)
                         writer.write(part)
                         await writer.drain()
                         await asyncio.sleep(0.02)
@@ -336,6 +341,58 @@ def test_a_response_that_is_not_plain_goes_to_h11_and_the_lane_goes_on(
     _run(test)
 
 
+def test_a_response_framed_by_its_upstreams_end_is_the_lanes_and_the_connection_goes_on(
+        tmp_path: Path, origin: Path) -> None:
+    """A response with no length, read to its connection's end, is h11's reading in the
+    lane (not handed to the task): the program gets it chunked and whole, the upstream
+    is not used again, and the next request goes on a new one."""
+    to_the_end = (b"HTTP/1.1 200 OK\r\nX-Seen: yes\r\n\r\nto the ", b"end", CLOSE)
+
+    async def test() -> None:
+        rig, reader, writer = await _kept(tmp_path,
+                                          lambda n, _head: to_the_end if n == 2 else FINE)
+        writer.write(rig.request("/to-the-end"))
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert b"transfer-encoding: chunked" in head.lower() and b"x-seen: yes" in head, head
+        body = b""
+        while not body.endswith(b"\r\n0\r\n\r\n"):
+            body += await reader.read(65536)
+        assert _unchunked(body) == b"to the end"
+        writer.write(rig.request())
+        assert (await _response(reader))[1] == b"fine\n"
+        writer.close()
+        rig.close()
+        assert rig.forwarded == 2  # the first request and the one after the close: the
+        assert rig.host.connections == 2  # response read to the end was the lane's
+        ended = rig.events("ended")
+        assert len(rig.events("allowed")) == len(ended) == 3, rig.lines()
+        assert " received=10 " in ended[1] and "error=" not in ended[1], ended
+
+    _run(test)
+
+
+def test_a_kept_upstream_that_answers_what_h11_refuses_is_asked_again_once(
+        tmp_path: Path, origin: Path) -> None:
+    """Bytes that are no response head, from a kept upstream: the request is sent again
+    once on a new connection (as a kept upstream that closed unanswering), the call's
+    ended line saying h11's refusal."""
+    async def test() -> None:
+        rig, reader, writer = await _kept(
+            tmp_path, lambda n, _head: b"HTTP/1.1 abc\r\n\r\n" if n == 2 else FINE)
+        writer.write(rig.request("/again"))
+        assert (await _response(reader))[1] == b"fine\n"
+        writer.close()
+        rig.close()
+        assert [head.split(b" ")[1] for head in rig.host.requests] == [
+            b"/ok", b"/again", b"/again"]
+        assert rig.host.connections == 2
+        ended = rig.events("ended")
+        assert len(rig.events("allowed")) == len(ended) == 3, rig.lines()
+        assert ended[1].endswith(" error=RemoteProtocolError"), ended
+
+    _run(test)
+
+
 def test_a_kept_upstream_that_closes_unanswering_is_asked_again_once_on_a_new_one(
         tmp_path: Path, origin: Path) -> None:
     async def test() -> None:
@@ -424,10 +481,15 @@ def test_a_pause_between_two_kept_alive_requests_refuses_the_second_and_closes(
     _run(test)
 
 
+@pytest.mark.parametrize("chunked", [False, True], ids=["bodiless", "h11s"])
 def test_a_client_that_reads_nothing_holds_its_upstream_back_not_the_proxys_memory(
-        tmp_path: Path, origin: Path) -> None:
+        tmp_path: Path, origin: Path, chunked: bool) -> None:
+    """Whichever reading the response has (body-less, or h11's: chunked), the lane passes
+    it as it comes and a full client buffer pauses the upstream's reading."""
     size = 64 << 20
-    big = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size + b"x" * size
+    big = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n" % size
+           + b"x" * size + b"\r\n0\r\n\r\n" if chunked else
+           b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size + b"x" * size)
 
     async def test() -> None:
         rig = await _rig(tmp_path, lambda n, _head: big if n == 2 else FINE)
@@ -447,11 +509,18 @@ def test_a_client_that_reads_nothing_holds_its_upstream_back_not_the_proxys_memo
         assert held < 2 << 20, held
         transport.resume_reading()
         head = await reader.readuntil(b"\r\n\r\n")
-        assert b"content-length: %d" % size in head.lower()
-        got = 0
-        while got < size:
-            got += len(await reader.read(1 << 20))
-        assert got == size
+        if chunked:
+            assert b"transfer-encoding: chunked" in head.lower(), head
+            body = bytearray()  # chunks as h11 passed them (hex sizes have no x)
+            while not body.endswith(b"\r\n0\r\n\r\n"):
+                body += await reader.read(1 << 20)
+            assert body.count(b"x") == size
+        else:
+            assert b"content-length: %d" % size in head.lower()
+            got = 0
+            while got < size:
+                got += len(await reader.read(1 << 20))
+            assert got == size
         writer.write(rig.request())  # the upstream is kept after all that
         assert (await _response(reader))[1] == b"fine\n"
         writer.close()
