@@ -1,8 +1,10 @@
 """A body-less request's response, read one way (lnk_proxy.response): the body-less
 reading first, else h11's (lnk_common.bodies.ResponsePassing) from every byte read.
-Playbooks (bytes in, the program's bytes and the reading's verdicts out) and a
-Hypothesis property: a response cut anywhere gives the same bytes and verdicts as read
-whole, or the same refusal (h11's RemoteProtocolError), never another exception."""
+Playbooks (bytes in, the program's bytes and the reading's verdicts out) and Hypothesis
+properties: a response cut anywhere gives the same bytes and verdicts as read whole, or
+the same refusal (h11's RemoteProtocolError), never another exception; and over both
+sides' bytes, the client's through the connection's machine (lnk_proxy.connection) and
+each upstream's through a Response, as the lane carries them out."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from lnk_proxy.bodiless import client_closes
+from lnk_proxy.connection import ClientConnection, Forward, NeedData, Refuse
 from lnk_proxy.response import Response
 from tests.conftest import fuzz
 
@@ -173,8 +177,76 @@ def _whole(reading: Response, pieces: list[bytes], end: bool) -> tuple[object, .
 def test_a_response_cut_anywhere_reads_as_the_whole(
         response: bytes, cuts: list[int], end: bool, closing: bool, noise: bytes) -> None:
     for data in (response, noise + response, response + noise):
-        points = sorted({cut % (len(data) + 1) for cut in cuts})
-        pieces = [data[start:stop] for start, stop in
-                  zip([0, *points], [*points, len(data)], strict=True) if stop > start]
+        pieces = _cut(data, cuts)
         raw = CLOSING if closing else REQUEST
         assert _whole(_reading(raw), pieces, end) == _whole(_reading(raw), [data], end)
+
+
+# -- both sides' bytes: the connection's machine and the response's reading ------------
+
+_HEADS = [
+    b"GET http://a.example/x HTTP/1.1\r\nHost: a.example\r\n\r\n",
+    b"GET http://a.example/last HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n",
+    b"POST http://a.example/body HTTP/1.1\r\nHost: a.example\r\nContent-Length: 2\r\n\r\nhi",
+    b"GET http://a.example/other HTTP/1.1\r\nHost: b.example\r\n\r\n",
+    b"GET http://a.example/te HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: gzip\r\n\r\n",
+    b"GET /origin-form HTTP/1.1\r\nHost: a.example\r\n\r\n",
+]
+
+
+def _cut(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({cut % (len(data) + 1) for cut in cuts})
+    return [data[start:stop] for start, stop in
+            zip([0, *points], [*points, len(data)], strict=True) if stop > start]
+
+
+def _conversation(client: list[bytes], answers: list[list[bytes]], end: bool
+                  ) -> list[object]:
+    """A client connection's bytes (`client`, in pieces, then its end) through the
+    connection's machine, each body-less request answered by the next of `answers` (in
+    pieces, then the upstream's end with `end`) through one Response, as the lane
+    carries them out: what the program gets, request by request, until the connection
+    ends or a request is another's (h11's exchange, a refusal)."""
+    connection = ClientConnection()
+    pending, replies = list(client), list(answers)
+    upstream = h11.Connection(h11.CLIENT)
+    seen: list[object] = []
+    while True:
+        command = connection.next_command()
+        if isinstance(command, NeedData):
+            connection.receive_data(pending.pop(0) if pending else b"")
+            continue
+        if isinstance(command, Refuse):
+            return [*seen, (command.refusal.status, command.refusal.reason)]
+        if not isinstance(command, Forward) or command.parsed is not None or not replies:
+            return [*seen, type(command).__name__]  # Closed, h11's exchange, unanswered
+        reading = Response(command.raw, command.path, upstream,
+                           close=client_closes(command.head))
+        verdict = _whole(reading, replies.pop(0), end)
+        seen.append((command.path, verdict))
+        if verdict[0] == "refused" or not reading.done or reading.close:
+            return seen
+        if reading.reusable:
+            reading.next_cycle()
+        else:
+            upstream = h11.Connection(h11.CLIENT)
+        connection.request_done(command.rest)
+
+
+@fuzz(4)
+@given(heads=st.lists(st.sampled_from(_HEADS), min_size=1, max_size=5),
+       responses=st.lists(st.sampled_from(_RESPONSES), max_size=5),
+       client_cuts=st.lists(st.integers(0, 400), max_size=8),
+       upstream_cuts=st.lists(st.integers(0, 200), max_size=4), end=st.booleans())
+def test_both_sides_cut_anywhere_give_the_program_what_they_give_whole(
+        heads: list[bytes], responses: list[bytes], client_cuts: list[int],
+        upstream_cuts: list[int], end: bool) -> None:
+    """Any conversation, the client's bytes and each upstream's response cut anywhere:
+    the machine's requests and refusals and the program's responses (as it reads them)
+    are the ones the bytes give read whole; nothing raises but h11's refusal of an
+    upstream's bytes, which ends the call."""
+    client = b"".join(heads)
+    whole = _conversation([client], [[response] for response in responses], end)
+    cut = _conversation(_cut(client, client_cuts),
+                        [_cut(response, upstream_cuts) for response in responses], end)
+    assert cut == whole
