@@ -3,7 +3,8 @@
 The proxy's request path, its checks in one place and in one order. Events come in
 (`receive_data`, with b"" for the client's end; `head_timed_out`; `limit_body` when a
 verb gives its body's limit; `request_done` when the shell has finished an exchange;
-`tunnel_opened` when a CONNECT to port 80 was answered), commands go out
+`tunnel_opened` when a CONNECT to port 80 was answered; `give_again` when the shell
+leaves a request's command for later or sends it once more), commands go out
 (`next_command` for heads, `next_body` for a request's body), as h11's Connection and
 mitmproxy's layers do; nothing here reads a socket, sleeps or logs. The order of a
 request's checks:
@@ -33,7 +34,10 @@ The shell (lnk_proxy.server) goes on from the command, in this order: the wire's
 to the very address checked, the TLS ClientHello's name for a tunnel to 443, the log.
 The kept-alive lane (lnk_proxy.lane) has no checks of its own: it gives a whole head to
 this same machine and carries out only a body-less request to its kept upstream's host,
-after the same gate and name.
+after the same gate and name. A command it does not carry out (one that needs an await:
+a lookup, a connection, a verb) it gives back (`give_again`), and the task takes it as
+the machine's next command; so too a body-less request whose kept upstream closed
+before answering, which the task sends once more on a new connection.
 
 Every refusal is a `Refuse` with its one line; a command the machine has no row for is
 a bug (ConnectionStateError), never a request let through.
@@ -283,8 +287,8 @@ class ClientConnection:
     """One client connection's requests (see the module's text). `tunnel`: the port-80
     tunnel its requests travel in from the start (an endpoint's address on port 80)."""
 
-    __slots__ = ("body_ended", "body_size", "buffer", "continued", "declared", "ended",
-                 "limit", "reading", "state", "tunnel")
+    __slots__ = ("again", "body_ended", "body_size", "buffer", "continued", "declared",
+                 "ended", "given", "limit", "reading", "state", "tunnel")
 
     def __init__(self, tunnel: Target | None = None) -> None:
         self.tunnel = tunnel
@@ -298,6 +302,10 @@ class ClientConnection:
         self.body_size = 0
         self.body_ended = False
         self.continued = False  # the 100 for a client that waits for one is given
+        # The command of the request in hand (a whole head's), until its exchange is
+        # done; `again`: it is to be given once more by next_command (give_again).
+        self.given: Command | None = None
+        self.again: Command | None = None
 
     @property
     def where(self) -> str:
@@ -339,18 +347,35 @@ class ClientConnection:
         self._expect(_State.BUSY)
         self.buffer = leftover
         self.reading = None
+        self.given = self.again = None
         self.state = _State.IDLE
 
     def tunnel_opened(self, target: Target) -> None:
         """A CONNECT to port 80 was answered: its requests follow, each to `target`."""
         self._expect(_State.BUSY)
         self.tunnel = target
+        self.given = self.again = None
         self.state = _State.IDLE
+
+    def give_again(self) -> None:
+        """The request's command, as the machine gave it, is given once more by the next
+        `next_command`: the shell did not carry it out (the lane leaves one that needs an
+        await to the task), or sends it once more (a body-less request whose kept
+        upstream closed before answering). No row without a request's command in hand,
+        or with one to give already; its state (a body begun, a refusal's end) is kept."""
+        if self.given is None or self.again is not None:
+            raise ConnectionStateError("a command given again, with none in hand to give")
+        self.again = self.given
 
     # -- commands out -----------------------------------------------------------------
 
     def next_command(self) -> Command:
-        """What the shell is to do next (default deny: a state with no row raises)."""
+        """What the shell is to do next (default deny: a state with no row raises): the
+        command given again (`give_again`), else the next head's."""
+        again = self.again
+        if again is not None:
+            self.again = None
+            return again
         self._expect(_State.IDLE)
         try:
             end = head_end(self.buffer)
@@ -364,7 +389,8 @@ class ClientConnection:
         raw, rest = self.buffer[:end], self.buffer[end:]
         self.buffer = b""
         self.state = _State.BUSY
-        return self._request(raw, rest)
+        self.given = self._request(raw, rest)
+        return self.given
 
     def _request(self, raw: bytes, rest: bytes) -> Command:
         try:

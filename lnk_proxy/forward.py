@@ -12,7 +12,8 @@ other's h11's (lnk_proxy.exchange); the upstream kept for the next request when 
 clean, and, when a kept upstream had closed before answering (a server's idle timeout),
 the request sent again, once, on a new connection: nothing of its body was sent, so
 nothing of it was lost. A body-less request the lane carried out comes back here only
-for that retry (`Retry`): its response, whatever it is, is the lane's.
+for that retry (the machine gives it again): its response, whatever it is, is the
+lane's.
 """
 
 from __future__ import annotations

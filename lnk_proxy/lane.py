@@ -14,8 +14,9 @@ is kept for this connection. The head then goes to the connection's own machine
 request passes in their one order. The lane carries out the machine's command itself
 only when it is a body-less request to the kept upstream's authority, and only after the
 gate and the name (Proxy.check_name), as the task's path checks them; any other command
-(a refusal, a verb, a CONNECT, a request with a body or to another host) is handed to
-the task as the machine gave it (`Handed`). A body-less request the task decided (a
+(a refusal, a verb, a CONNECT, a request with a body or to another host) it gives back
+to the machine (`ClientConnection.give_again`), and the task, woken, takes it as the
+machine's next command, as it takes every other. A body-less request the task decided (a
 connection's first, one to another host, one sent again) the task hands to the lane
 once its upstream is open (`Lane.carry`), and parks. Either way the request is written
 anew to the upstream, and the upstream's protocol (`UpstreamProtocol`) hands the
@@ -27,9 +28,10 @@ kept-alive request; one `allowed` and one `ended` line as ever.
 
 Bytes that are not one whole head, or come with no upstream kept, are the task's: the
 lane declines them (the client's protocol holds them in its inbox) and wakes the task.
-A kept upstream that closed, or sent what h11 refuses, before a response head is the
-task's to retry once on a new connection (`Retry`), as it always was (a new one that
-does so is the call's failure); a refusal of the gate or the
+A kept upstream that closed, or sent what h11 refuses, before a response head: the
+request is given back to the machine too, and the task sends it once more on a new
+connection, as it always was (a new one that does so is the call's failure); a refusal
+of the gate or the
 name is written here and ends the connection (`END`), as the task's refusal does, and so
 does the end of a response the program asked to be the last (`Connection: close`). The
 connection's one timer is the parked task's: at its end, a connection that moved within
@@ -50,7 +52,7 @@ import h11
 
 from lnk_common.wire import Refused
 from lnk_proxy.bodiless import bodiless_request_bytes, client_closes
-from lnk_proxy.connection import ClientConnection, Command, Forward
+from lnk_proxy.connection import ClientConnection, Forward
 from lnk_proxy.head import head_end
 from lnk_proxy.response import Response
 from lnk_proxy.streams import Ends, Inbox, Outbox, held
@@ -59,8 +61,8 @@ if TYPE_CHECKING:
     from lnk_proxy.server import Proxy
     from lnk_proxy.upstream import Upstream
 
-__all__ = ["CLIENT_BUFFER_BYTES", "END", "NEXT", "Handed", "Lane", "LaneProtocol", "Retry",
-           "UpstreamProtocol", "lane_server"]
+__all__ = ["CLIENT_BUFFER_BYTES", "END", "NEXT", "Lane", "LaneProtocol", "UpstreamProtocol",
+           "lane_server"]
 
 # A client connection's inbox (lnk_proxy.streams) holds at most about twice this before
 # its socket is no longer read (the `limit` the proxy's listeners always had).
@@ -78,8 +80,10 @@ END = _End()
 
 
 class _Next:
-    """The machine holds the next request, which came behind the last one (its
-    `request_done` was given it): the task takes its next command, reading nothing."""
+    """The machine holds the task's next command: the next request, which came behind
+    the last one (its `request_done` was given it), or a command the lane gave back
+    (`ClientConnection.give_again`: one that needs an await, or a request to send once
+    more). The task takes it, reading nothing."""
 
     __slots__ = ()
 
@@ -87,29 +91,7 @@ class _Next:
 NEXT = _Next()
 
 
-class Retry:
-    """The kept upstream closed, or sent what h11 refuses, before it answered a body-less
-    request with a response head (its ended line is written): the task sends it again,
-    once, on a new connection."""
-
-    __slots__ = ("request",)
-
-    def __init__(self, request: Forward) -> None:
-        self.request = request
-
-
-class Handed:
-    """A command of the connection's machine that the lane does not carry out (a
-    refusal, a verb, a CONNECT, a request with a body or to another host): the task's,
-    as the machine gave it."""
-
-    __slots__ = ("command",)
-
-    def __init__(self, command: Command) -> None:
-        self.command = command
-
-
-Note = _End | _Next | Retry | Handed | None
+Note = _End | _Next | None
 # No note missed (Lane.missed).
 _NO_NOTE = object()
 
@@ -148,8 +130,8 @@ class _Exchange:
                                 close=client_closes(request.head))
         self.paused = False  # the upstream's reading paused for the client's buffer
         # The upstream was the last request's: closed before it answered, the request
-        # is sent again once on a new connection (Retry); a new one that closes is the
-        # call's failure.
+        # is sent again once on a new connection (the machine gives it again); a new one
+        # that closes is the call's failure.
         self.was_kept = was_kept
 
 
@@ -171,7 +153,7 @@ class Lane:
         self.connection: ClientConnection | None = None
         self.parked: asyncio.Future[Note | _Rung] | None = None
         # A note given after the parked task's timer rang, before the task ran: kept
-        # for it (it would be lost, and a request to send again with it).
+        # for it (it would be lost, and the task would not take the machine's command).
         self.missed: object = _NO_NOTE
         self.exchange: _Exchange | None = None
         self.last = time.monotonic()
@@ -182,7 +164,7 @@ class Lane:
     async def idle(self, connection: ClientConnection, seconds: float) -> Note:
         """Park the task between requests, or while the lane carries out its request,
         until it has work: None when the reader has bytes, its end or its error, else a
-        note (END, NEXT, Retry, Handed). `connection`: the
+        note (END, or NEXT: the machine holds the task's next command). `connection`: the
         connection's machine, idle with nothing buffered (the lane gives it a whole
         head)."""
         self.connection = connection
@@ -247,7 +229,8 @@ class Lane:
         if not (isinstance(command, Forward) and command.parsed is None
                 and upstream.authority == command.target.authority and upstream.usable()
                 and not held(upstream.reader) and isinstance(protocol, UpstreamProtocol)):
-            self._wake(Handed(command))  # the task carries it out, as the machine gave it
+            connection.give_again()  # the task's to carry out, as the machine gave it
+            self._wake(NEXT)
             return True
         assert isinstance(protocol, UpstreamProtocol)  # for mypy: the test above
         target = command.target
@@ -375,11 +358,15 @@ class Lane:
 
     def _upstream_failed(self, exchange: _Exchange, failure: str) -> None:
         """The upstream ended the exchange (closed, or sent no response h11 takes): a
-        kept one that did so before a response head is the task's to send again once on
-        a new connection (Retry); else the call fails and the connection ends."""
-        if not exchange.reading.begun and exchange.was_kept:
+        kept one that did so before a response head, the request is the task's to send
+        once more on a new connection (given again by the machine: nothing of it was
+        answered, and the kept upstream is gone); else the call fails and the connection
+        ends."""
+        connection = self.connection
+        if not exchange.reading.begun and exchange.was_kept and connection is not None:
             self._finish(failure, wake=False)
-            self._wake(Retry(exchange.request))
+            connection.give_again()
+            self._wake(NEXT)
             return
         self._finish(failure)
 

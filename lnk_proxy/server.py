@@ -23,8 +23,9 @@ Every body-less request's exchange is carried out in the protocols' callbacks by
 connection's lane (lnk_proxy.lane) while this task is parked. A kept-alive one to the
 host of the last one the lane takes itself: it gives the head to the same machine and
 carries out only its body-less request to the kept upstream's host, after the same
-`check_name`; any other command it hands back here. Any other body-less request is
-decided here and handed to the lane with its upstream.
+`check_name`; any other command it gives back to the machine (`give_again`), and this
+task takes it as the machine's next, as it takes every command. Any other body-less
+request is decided here and handed to the lane with its upstream.
 """
 
 from __future__ import annotations
@@ -54,7 +55,6 @@ from lnk_proxy.connection import (
     CallVerb,
     ClientConnection,
     Closed,
-    Command,
     Forward,
     NeedData,
     OpenTunnel,
@@ -69,7 +69,7 @@ from lnk_proxy.decide import (
     matching_rule,
 )
 from lnk_proxy.exchange import IDLE_SECONDS, UPGRADES
-from lnk_proxy.lane import END, NEXT, Handed, Lane, LaneProtocol, Retry
+from lnk_proxy.lane import END, NEXT, Lane, LaneProtocol
 from lnk_proxy.resolver import system_resolver
 from lnk_proxy.streams import Inbox, Outbox, read_within
 from lnk_proxy.target import Target
@@ -177,9 +177,8 @@ class Proxy(Wire):
         exchange (a body-less one carried out by the lane while the task is parked), a
         CONNECT's tunnel."""
         deadline: float | None = None  # the head's, from its first byte
-        handed: Command | None = None  # a command of the machine's the lane handed over
         while True:
-            command, handed = handed or connection.next_command(), None
+            command = connection.next_command()
             if isinstance(command, NeedData) and command.within_head:
                 deadline = deadline or asyncio.get_running_loop().time() + HEAD_SECONDS
                 try:
@@ -212,35 +211,23 @@ class Proxy(Wire):
                         return
                     connection.request_done(went[1])
                     continue
-            went_on = await self._parked(reader, lane, connection)
-            if went_on is False:
+            if not await self._parked(reader, lane, connection):
                 return
-            if went_on is not True:
-                handed = went_on
 
     async def _parked(self, reader: Inbox, lane: Lane, connection: ClientConnection
-                      ) -> bool | Command:
+                      ) -> bool:
         """Between requests, or while the lane carries one out: parked in the lane (which
         gives whole heads to the connection's machine and carries out body-less
         requests) until it has work for the task, then the client's next bytes given to
-        `connection` when they are what woke it. True: go on; a command of the
-        machine's that the lane handed over: carry it out next; False: the connection
-        ends (quiet past IDLE_SECONDS, its end, a refusal of the lane's, an exchange
-        that ends it)."""
+        `connection` when they are what woke it. True: go on to the machine's next
+        command (the lane's NEXT: the machine holds it); False: the connection ends
+        (quiet past IDLE_SECONDS, its end, a refusal of the lane's, an exchange that
+        ends it)."""
         note = await lane.idle(connection, IDLE_SECONDS)
-        while isinstance(note, Retry):  # the kept upstream closed unanswering
-            went = await self.forward(note.request, reader, lane.writer, lane, connection)
-            if went is not None:
-                if went[0]:
-                    connection.request_done(went[1])
-                return went[0]
-            note = await lane.idle(connection, IDLE_SECONDS)  # the lane carries it out
         if note is END:
             return False
         if note is NEXT:
-            return True  # the machine holds what came behind the last request
-        if isinstance(note, Handed):
-            return note.command
+            return True  # a request behind the last, or a command the lane gave back
         try:  # between requests a client may idle; within a head it may not
             connection.receive_data(await read_within(reader, _READ_BYTES, IDLE_SECONDS))
         except TimeoutError:

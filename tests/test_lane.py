@@ -779,7 +779,8 @@ def test_a_note_given_as_the_parked_tasks_timer_rings_is_not_lost(
         tmp_path: Path, origin: Path) -> None:
     """The timer rings and a note comes in the same turn of the loop, before the task
     runs: the task gets the note (here END: the connection closes at once rather than
-    waiting out another idle time; a handed-off call would have been lost)."""
+    waiting out another idle time; a NEXT lost would leave the command the lane gave
+    back to the machine untaken)."""
     from lnk_proxy import lane
 
     async def test() -> None:

@@ -222,6 +222,44 @@ def test_a_request_is_not_done_before_its_body_ends() -> None:
         body_less.limit_body(1)
 
 
+def test_a_command_given_back_is_the_next_command_once_as_it_was_given() -> None:
+    """What the lane does not carry out (a refusal, a verb, a request with a body) and a
+    request to send once more: `give_again`, then the next command is the same one,
+    once; its state kept (a body begun, a refusal's end). No row with none in hand, or
+    with one to give already."""
+    for head, kind in ((GET, Forward), (POST + b"Content-Length: 2\r\n\r\nhi", Forward),
+                       (b"GET /_link/model/x HTTP/1.1\r\nHost: x\r\n\r\n", CallVerb),
+                       (b"GET http://a.test/ HTTP/1.1\r\nHost: b.test\r\n\r\n", Refuse)):
+        connection = ClientConnection()
+        connection.receive_data(head)
+        given = connection.next_command()
+        assert isinstance(given, kind), given
+        connection.give_again()
+        with pytest.raises(ConnectionStateError):
+            connection.give_again()  # one to give already
+        assert connection.next_command() is given
+        if kind is Refuse:
+            with pytest.raises(ConnectionStateError):
+                connection.next_command()  # the refusal ended the connection
+            continue
+        if isinstance(given, Forward) and given.parsed is None:
+            connection.give_again()  # sent once more: given again after it was taken
+            assert connection.next_command() is given
+        else:
+            assert isinstance(connection.next_body(), BodyData | BodyEnd)
+        with pytest.raises(ConnectionStateError):
+            connection.next_command()  # once, not twice
+    idle = ClientConnection()
+    with pytest.raises(ConnectionStateError):
+        idle.give_again()  # none in hand
+    done = ClientConnection()
+    done.receive_data(GET)
+    done.next_command()
+    done.request_done(b"")
+    with pytest.raises(ConnectionStateError):
+        done.give_again()  # its exchange is done: none in hand
+
+
 def test_a_verb_call_has_a_body_even_an_empty_one() -> None:
     (Playbook() >> Data(b"GET /_link/model/x HTTP/1.1\r\nHost: x\r\n\r\n")
      << verb("/_link/model/x") << FromBody(BodyEnd()) >> Done() << NeedData(within_head=False))
