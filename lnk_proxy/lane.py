@@ -53,7 +53,7 @@ import h11
 from lnk_common.wire import Refused
 from lnk_proxy.bodiless import bodiless_request_bytes, client_closes
 from lnk_proxy.connection import ClientConnection, Forward
-from lnk_proxy.head import head_end
+from lnk_proxy.head import HeadError, head_end
 from lnk_proxy.response import Response
 from lnk_proxy.streams import Ends, Inbox, Outbox, held
 
@@ -221,7 +221,7 @@ class Lane:
 
     def _begin(self, data: bytes) -> bool:
         upstream, connection = self.kept[0], self.connection
-        if upstream is None or connection is None or head_end(data) != len(data):
+        if upstream is None or connection is None or not _one_whole_head(data):
             return False  # no kept upstream, a head not whole, or more behind it
         connection.receive_data(data)
         command = connection.next_command()  # every check of the machine's, in its order
@@ -432,6 +432,17 @@ class Lane:
             self.missed = note
         else:
             parked.set_result(note)
+
+
+def _one_whole_head(data: bytes) -> bool:
+    """`data` is one whole head and nothing after it. Bytes the head guard refuses
+    before a head's end (a bare LF, a head past MAX_HEAD_BYTES) are not: the task gives
+    them to the machine, which refuses them with their reason (a HeadError here would
+    be a fault of the lane's, and the program would get no answer)."""
+    try:
+        return head_end(data) == len(data)
+    except HeadError:
+        return False
 
 
 Handler = Callable[[Inbox, Outbox], Coroutine[Any, Any, None]]

@@ -439,6 +439,29 @@ def test_a_head_the_lane_sees_is_checked_by_the_connections_machine(
     _run(test)
 
 
+@pytest.mark.parametrize(("head", "reason"), [
+    (b"GET / HTTP/1.1\nHost: x\n\n", "a line of the request head ends in a bare LF"),
+    (b"GET / HTTP/1.1\r\nX: " + b"y" * 70000, "the request head is larger than"),
+])
+def test_a_head_the_guard_refuses_while_parked_is_refused_with_its_reason(
+        tmp_path: Path, origin: Path, head: bytes, reason: str) -> None:
+    """Bytes the head guard refuses before the head's end (a bare LF, a head past its
+    size), sent on a kept-alive connection while its task is parked: the machine's 400
+    with its reason, as on a connection's first request, never a fault of the lane's."""
+    async def test() -> None:
+        rig, reader, writer = await _kept(tmp_path, lambda _n, _head: FINE)
+        writer.write(head)
+        answer = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        rig.close()
+        assert answer.startswith(b"HTTP/1.1 400 "), answer
+        assert f"\r\n\r\n{reason}".encode() in answer, answer
+        assert len(rig.host.requests) == 1 and not rig.said, rig.said
+        assert len(rig.events("refused")) == 1, rig.lines()
+
+    _run(test)
+
+
 def test_the_kill_switch_ends_a_lane_call_in_flight_with_its_line(
         tmp_path: Path, origin: Path) -> None:
     async def test() -> None:
