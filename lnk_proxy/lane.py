@@ -31,12 +31,11 @@ lane declines them (the client's protocol holds them in its inbox) and wakes the
 A kept upstream that closed, or sent what h11 refuses, before a response head: the
 request is given back to the machine too, and the task sends it once more on a new
 connection, as it always was (a new one that does so is the call's failure); a refusal
-of the gate or the
-name is written here and ends the connection (`END`), as the task's refusal does, and so
-does the end of a response the program asked to be the last (`Connection: close`). The
-connection's one timer is the parked task's: at its end, a connection that moved within
-IDLE_SECONDS waits again; one that did not is closed, an exchange in flight ended with
-its line.
+of the gate or the name is written here and ends the connection (`END`), as the task's
+refusal does, and so does the end of a response the program asked to be the last
+(`Connection: close`). The connection's one timer is the parked task's: at its end, a
+connection that moved within IDLE_SECONDS waits again; one that did not is closed, an
+exchange in flight ended with its line.
 """
 
 from __future__ import annotations
