@@ -379,8 +379,9 @@ class ClientConnection:
         self._expect(_State.IDLE)
         try:
             end = head_end(self.buffer)
-        except HeadError as error:
-            return self._refuse(self.where, Refused(400, str(error)))
+        except HeadError as error:  # a head's refusal before its end: in hand as any
+            self.given = self._refuse(self.where, Refused(400, str(error)))
+            return self.given
         if end < 0:
             if self.ended:
                 self.state = _State.DONE

@@ -386,17 +386,23 @@ _PIECES = [GET, b"CONNECT a.test:80 HTTP/1.1\r\nHost: a.test:80\r\n\r\n",
 @fuzz(3)
 @given(chunks=st.lists(st.one_of(st.binary(max_size=64), st.sampled_from(_PIECES)),
                        max_size=12),
-       ended=st.booleans(), limit=st.one_of(st.none(), st.integers(0, 8)))
+       ended=st.booleans(), limit=st.one_of(st.none(), st.integers(0, 8)),
+       given_back=st.booleans())
 def test_any_bytes_cut_anywhere_give_commands_and_no_exception(
-        chunks: list[bytes], ended: bool, limit: int | None) -> None:
+        chunks: list[bytes], ended: bool, limit: int | None, given_back: bool) -> None:
     """Driven as the shell drives it, heads and bodies, the machine answers every input
     with a command: never an exception, never a request that was not a whole admitted
     head, never a refusal of more than one line, never a verb's body past its limit
-    (`limit`), never a request done before its body's end."""
+    (`limit`), never a request done before its body's end. With `given_back`, every
+    head's command is given back first (`give_again`, as the lane gives back what it
+    does not carry out) and comes again, the same, once."""
     connection = ClientConnection()
     remaining = [chunk for chunk in chunks if chunk]
     for _ in range(200):
         command = connection.next_command()
+        if given_back and not isinstance(command, NeedData | Closed):
+            connection.give_again()
+            assert connection.next_command() is command
         if isinstance(command, NeedData):
             if remaining:
                 connection.receive_data(remaining.pop(0))
