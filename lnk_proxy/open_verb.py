@@ -79,10 +79,13 @@ def find_opener(environ: Mapping[str, str], platform: str = sys.platform) -> str
 
 
 async def run_opener(opener: str, url: str, environ: Mapping[str, str], *,
-                     started: Callable[[], None] | None = None) -> str:
+                     starting: Callable[[], None] | None = None) -> str:
     """Run `opener url`; "" when it opened the page (exit 0, or still running after
-    OPENER_SECONDS), else one line saying why not. `started` is called once the opener
-    is running, before its end is waited for (not when it could not be started)."""
+    OPENER_SECONDS), else one line saying why not. `starting` is called just before the
+    opener is started, with nothing awaited in between: the opener runs while asyncio
+    still sets up its pipes, so "once it runs" would come after whatever it did first."""
+    if starting is not None:
+        starting()
     try:
         process = await asyncio.create_subprocess_exec(
             opener, url, stdin=asyncio.subprocess.DEVNULL,
@@ -90,8 +93,6 @@ async def run_opener(opener: str, url: str, environ: Mapping[str, str], *,
             env=dict(environ), start_new_session=True)
     except OSError as error:
         return f"the opener {opener} could not be started: {error.strerror}"
-    if started is not None:
-        started()
     assert process.stderr is not None
     try:
         status = await asyncio.wait_for(process.wait(), OPENER_SECONDS)
@@ -530,15 +531,17 @@ class OpenVerb:
         log.write("allowed", authority, f"id={number} kind=open")
         started = time.monotonic()
 
-        def page_opened() -> None:
-            # The opener is started: what connected before it is closed unread, and the
-            # first request after is the one passed in.
+        def page_opening() -> None:
+            # The opener is about to start: what connected before is closed unread, and
+            # the first request after is the one passed in. Before, not after, its start:
+            # a browser (or an opener that follows by itself) coming back at once would
+            # otherwise be closed as early. An opener that fails to start cancels it.
             if callback is not None:
                 callback.close_early()
                 callback.start()
 
         failure = await run_opener(opener, shown, tool_environment(environ),
-                                   started=page_opened)
+                                   starting=page_opening)
         log.write("ended", authority, f"id={number} kind=open seconds="
                                       f"{time.monotonic() - started:.3f}"
                                       + (" error=the opener failed" if failure else ""))

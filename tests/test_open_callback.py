@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -238,3 +239,21 @@ def test_the_opener_outside_status_and_a_slow_one(tmp_path: object) -> None:
     assert ok == ""
     assert failed == "the person's opener (false) failed with status 1"
     assert missing.startswith("the opener /nonexistent/opener could not be started")
+
+
+def test_the_page_is_marked_opening_before_the_opener_runs(tmp_path: Path) -> None:
+    """`starting` comes before the opener can do anything: an opener that comes back to
+    the callback at once (a browser already signed in, an opener that follows by itself)
+    is never taken for a connection that came before the page was opened."""
+    mark = tmp_path / "ran"
+    opener = tmp_path / "opener"
+    opener.write_text(f"#!/bin/sh\n: > {mark}\n")
+    opener.chmod(0o755)
+    seen: list[bool] = []
+
+    async def main() -> str:
+        return await run_opener(str(opener), "https://x.example/", {},
+                                starting=lambda: seen.append(mark.exists()))
+
+    assert asyncio.run(main()) == ""
+    assert seen == [False] and mark.exists()
