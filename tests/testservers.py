@@ -20,6 +20,9 @@ test running beside it.
 A name absent is NXDOMAIN; a name present without the type asked is NOERROR with no
 answer; TTL 5. Every query received is appended to STATE/dns/queries.log as one line
 `QNAME QTYPE` (lower-case name, no trailing dot), so a test can count what went out.
+That log and zone are one for every test on the network (every xdist worker, every run
+sharing it): a test that asserts what was asked, or rewrites the zone, runs a server of its
+own instead (`own_dns_server`: the same answers, on loopback, from a folder of the test's).
 
 bulk: on connect, reads one line holding a byte count N (ASCII digits), sends N zero
 bytes (at most 2 GiB) and closes: a source for throughput measurements.
@@ -28,13 +31,16 @@ bytes (at most 2 GiB) and closes: a source for throughput measurements.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
+import secrets
 import socket
 import socketserver
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -124,10 +130,31 @@ def dns_queries(state: Path) -> list[tuple[str, str]]:
     return found
 
 
-def clear_dns_queries(state: Path) -> None:
-    """Forget the queries logged so far (truncates the log in place)."""
-    with open(_log_file(state), "w"):
-        pass
+def mark_dns_queries(state: Path) -> str:
+    """Append a line of this test's own to the query log (the server only ever appends;
+    the file is world-writable) and return it: `dns_queries_since` reads what follows."""
+    mark = f"lnkt-mark-{secrets.token_hex(8)} MARK"
+    descriptor = os.open(_log_file(state), os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(descriptor, f"{mark}\n".encode())
+    finally:
+        os.close(descriptor)
+    return mark
+
+
+def dns_queries_since(state: Path, mark: str) -> list[tuple[str, str]]:
+    """The queries logged after `mark` (any test's: a test picks its own by its names).
+    Fails if the mark is gone: a run of older tests truncated the log meanwhile, and a
+    query of this test's may have gone with it, so an absence could not be told."""
+    lines = _log_file(state).read_text().splitlines()
+    assert mark in lines, (
+        f"{_log_file(state)}: this test's mark {mark!r} is gone: the log was truncated "
+        "while the test ran, so what it asked cannot be told")
+    found = []
+    for line in lines[lines.index(mark) + 1:]:
+        name, _, kind = line.partition(" ")
+        found.append((name, kind))
+    return found
 
 
 def zone(state: Path) -> dict[str, dict[str, list[Any]]]:
@@ -144,6 +171,35 @@ def set_zone(state: Path, records: dict[str, dict[str, list[Any]]]) -> None:
     temporary.write_text(json.dumps(records, indent=1) + "\n")
     os.chmod(temporary, 0o666)  # noqa: S103 (root's and the ordinary user's runs share it)
     os.replace(temporary, target)
+
+
+@contextlib.contextmanager
+def added_to_zone(state: Path, records: dict[str, dict[str, list[Any]]]) -> Iterator[None]:
+    """`records` answered by the shared server while in the block, then taken out again,
+    every other name kept: each change is a read, merge and `set_zone` under an exclusive
+    lock (STATE/dns/zone.lock), so two tests adding names at once keep both."""
+    with _zone_locked(state):
+        set_zone(state, {**zone(state), **records})
+    try:
+        yield
+    finally:
+        with _zone_locked(state):
+            set_zone(state, {name: entry for name, entry in zone(state).items()
+                             if name not in records})
+
+
+@contextlib.contextmanager
+def _zone_locked(state: Path) -> Iterator[None]:
+    lock = state / "dns" / "zone.lock"
+    # Read only is enough for flock, so a lock file made by root serves the ordinary user.
+    descriptor = os.open(lock, os.O_RDONLY | os.O_CREAT, 0o666)
+    try:
+        with contextlib.suppress(OSError):
+            os.fchmod(descriptor, 0o666)
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)
 
 
 def write_initial_zone(state: Path) -> None:
@@ -223,37 +279,91 @@ def _answer(state: Path, query: bytes) -> bytes | None:
     return bytes(reply.pack())
 
 
+class _DnsUdp(socketserver.BaseRequestHandler):
+    server: _DnsUdpServer
+
+    def handle(self) -> None:
+        data, sock = self.request
+        reply = _answer(self.server.state, data)
+        if reply is not None:
+            sock.sendto(reply, self.client_address)
+
+
+class _DnsTcp(socketserver.StreamRequestHandler):
+    server: _DnsTcpServer
+
+    def handle(self) -> None:
+        while len(head := self.rfile.read(2)) == 2:
+            data = self.rfile.read(int.from_bytes(head, "big"))
+            reply = _answer(self.server.state, data)
+            if reply is None:
+                return
+            self.wfile.write(len(reply).to_bytes(2, "big") + reply)
+            self.wfile.flush()
+
+
+class _DnsUdpServer(socketserver.ThreadingUDPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    state: Path
+
+
+class _DnsTcpServer(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+    state: Path
+
+
+def _dns_servers(state: Path, address: str, port: int) -> tuple[_DnsUdpServer, _DnsTcpServer]:
+    """The UDP and TCP servers answering from `state`, bound to ADDRESS:PORT (PORT 0: a
+    free port, the same for both)."""
+    udp = _DnsUdpServer((address, port), _DnsUdp)
+    try:
+        tcp = _DnsTcpServer((address, udp.server_address[1]), _DnsTcp)
+    except OSError:
+        udp.server_close()
+        raise
+    udp.state = tcp.state = state
+    return udp, tcp
+
+
 def serve_dns(state: Path, address: str) -> None:
-    class Udp(socketserver.BaseRequestHandler):
-        def handle(self) -> None:
-            data, sock = self.request
-            reply = _answer(state, data)
-            if reply is not None:
-                sock.sendto(reply, self.client_address)
-
-    class Tcp(socketserver.StreamRequestHandler):
-        def handle(self) -> None:
-            while len(head := self.rfile.read(2)) == 2:
-                data = self.rfile.read(int.from_bytes(head, "big"))
-                reply = _answer(state, data)
-                if reply is None:
-                    return
-                self.wfile.write(len(reply).to_bytes(2, "big") + reply)
-                self.wfile.flush()
-
-    class UdpServer(socketserver.ThreadingUDPServer):
-        daemon_threads = True
-        allow_reuse_address = True
-
-    class TcpServer(socketserver.ThreadingTCPServer):
-        daemon_threads = True
-        allow_reuse_address = True
-        request_queue_size = 128
-
-    udp = UdpServer((address, 53), Udp)
-    tcp = TcpServer((address, 53), Tcp)
+    udp, tcp = _dns_servers(state, address, 53)
     threading.Thread(target=udp.serve_forever, daemon=True).start()
     tcp.serve_forever()
+
+
+# A free UDP port on loopback may be taken for TCP by another program: a few tries.
+OWN_DNS_BIND_TRIES = 20
+
+
+def _dns_servers_on_loopback(state: Path) -> tuple[_DnsUdpServer, _DnsTcpServer]:
+    for _ in range(OWN_DNS_BIND_TRIES - 1):
+        with contextlib.suppress(OSError):
+            return _dns_servers(state, "127.0.0.1", 0)
+    return _dns_servers(state, "127.0.0.1", 0)
+
+
+@contextlib.contextmanager
+def own_dns_server(state: Path) -> Iterator[str]:
+    """A DNS server of a test's own on this machine's loopback, answering as the test
+    net's does (the same `_answer`) from STATE/dns/zone.json, INITIAL_ZONE to begin with,
+    and logging into STATE/dns/queries.log: a zone and a query log that no other test
+    (another xdist worker, another run on the shared test net) can change, clear or add
+    to. Yields its `IP:PORT` for LNK_SANDBOX_DNS; stopped on leaving."""
+    write_initial_zone(state)
+    udp, tcp = _dns_servers_on_loopback(state)
+    threads = [threading.Thread(target=server.serve_forever, daemon=True)
+               for server in (udp, tcp)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield f"127.0.0.1:{udp.server_address[1]}"
+    finally:
+        for server in (udp, tcp):
+            server.shutdown()
+            server.server_close()
 
 
 def serve_bulk(address: str) -> None:
