@@ -309,22 +309,35 @@ def timed(deltas, token):
                 claude.messages.create(model=f"claude-fake-release-{token}", max_tokens=1,
                                        messages=USER)
     return got
-model, token = gated("claude-fake-5x500ms")
-with claude.messages.stream(model=model, max_tokens=8, messages=USER) as s:
-    out["anthropic"] = timed(s.text_stream, token)
-model, token = gated("gpt-fake-5x500ms")
-out["chat"] = timed((chunk.choices[0].delta.content for chunk in gpt.chat.completions.create(
-    model=model, messages=USER, stream=True) if chunk.choices), token)
-model, token = gated("gpt-fake-5x500ms")
-out["responses"] = timed((event.delta for event in gpt.responses.create(
-    model=model, input="hi", stream=True) if event.type == "response.output_text.delta"), token)
-model, token = gated("gemini-fake-5x500ms")
-out["gemini"] = timed((chunk.text for chunk in gemini.models.generate_content_stream(
-    model=model, contents="hi")), token)
-model, token = gated("vendor/fake-5x500ms")
-out["openrouter"] = timed((chunk.choices[0].delta.content
-    for chunk in router.chat.completions.create(
-        model=model, messages=USER, stream=True) if chunk.choices), token)
+def anthropic_texts(model):
+    with claude.messages.stream(model=model, max_tokens=8, messages=USER) as s:
+        yield from s.text_stream
+def chat_texts(model):
+    for chunk in gpt.chat.completions.create(model=model, messages=USER, stream=True):
+        if chunk.choices:
+            yield chunk.choices[0].delta.content
+def responses_texts(model):
+    for event in gpt.responses.create(model=model, input="hi", stream=True):
+        if event.type == "response.output_text.delta":
+            yield event.delta
+def gemini_texts(model):
+    for chunk in gemini.models.generate_content_stream(model=model, contents="hi"):
+        yield chunk.text
+def openrouter_texts(model):
+    for chunk in router.chat.completions.create(model=model, messages=USER, stream=True):
+        if chunk.choices:
+            yield chunk.choices[0].delta.content
+STREAMED = {"anthropic": (anthropic_texts, "claude-fake"), "chat": (chat_texts, "gpt-fake"),
+            "responses": (responses_texts, "gpt-fake"), "gemini": (gemini_texts, "gemini-fake"),
+            "openrouter": (openrouter_texts, "vendor/fake")}
+# Each stream read once first, neither paced nor gated: an SDK builds what parses its
+# events at the first one (the OpenAI SDK's Responses events took 0.35 s here, seconds on
+# a busy machine), the program's own work, not the relay's, and not to be timed.
+for texts, name in STREAMED.values():
+    list(texts(name))
+for what, (texts, name) in STREAMED.items():
+    model, token = gated(f"{name}-5x500ms")
+    out[what] = timed(texts(model), token)
 '''
 
 
@@ -354,8 +367,9 @@ def assert_relayed(deltas: list[list[Any]], what: str) -> None:
 
 
 def streams_only(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The requests but the calls that released a stream's gate."""
-    return [record for record in records if "-release-" not in record["body"]]
+    """The gated streams' requests (neither the calls that released them nor the streams
+    read before to warm the SDKs up); Gemini's model is in its path."""
+    return [record for record in records if "-gate-" in record["body"] + record["path"]]
 
 
 def test_streams_reach_the_program_delta_by_delta(
@@ -401,7 +415,7 @@ def test_curl_through_the_verb(
         text = json.loads(event.removeprefix("data: "))["delta"]["text"]
         deltas.append([float(arrived), text])
     assert_relayed(deltas, "curl")
-    records = streams_only(mine(seen(), keys))
+    records = [record for record in mine(seen(), keys) if "-release-" not in record["body"]]
     assert [record["path"] for record in records] == ["/v1/messages", "/v1/messages"]
 
 

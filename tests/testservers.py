@@ -31,10 +31,8 @@ bytes (at most 2 GiB) and closes: a source for throughput measurements.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
-import secrets
 import socket
 import socketserver
 import sys
@@ -130,33 +128,6 @@ def dns_queries(state: Path) -> list[tuple[str, str]]:
     return found
 
 
-def mark_dns_queries(state: Path) -> str:
-    """Append a line of this test's own to the query log (the server only ever appends;
-    the file is world-writable) and return it: `dns_queries_since` reads what follows."""
-    mark = f"lnkt-mark-{secrets.token_hex(8)} MARK"
-    descriptor = os.open(_log_file(state), os.O_WRONLY | os.O_APPEND)
-    try:
-        os.write(descriptor, f"{mark}\n".encode())
-    finally:
-        os.close(descriptor)
-    return mark
-
-
-def dns_queries_since(state: Path, mark: str) -> list[tuple[str, str]]:
-    """The queries logged after `mark` (any test's: a test picks its own by its names).
-    Fails if the mark is gone: a run of older tests truncated the log meanwhile, and a
-    query of this test's may have gone with it, so an absence could not be told."""
-    lines = _log_file(state).read_text().splitlines()
-    assert mark in lines, (
-        f"{_log_file(state)}: this test's mark {mark!r} is gone: the log was truncated "
-        "while the test ran, so what it asked cannot be told")
-    found = []
-    for line in lines[lines.index(mark) + 1:]:
-        name, _, kind = line.partition(" ")
-        found.append((name, kind))
-    return found
-
-
 def zone(state: Path) -> dict[str, dict[str, list[Any]]]:
     """The zone the test DNS server answers from now."""
     loaded: dict[str, dict[str, list[Any]]] = json.loads(_zone_file(state).read_text())
@@ -171,35 +142,6 @@ def set_zone(state: Path, records: dict[str, dict[str, list[Any]]]) -> None:
     temporary.write_text(json.dumps(records, indent=1) + "\n")
     os.chmod(temporary, 0o666)  # noqa: S103 (root's and the ordinary user's runs share it)
     os.replace(temporary, target)
-
-
-@contextlib.contextmanager
-def added_to_zone(state: Path, records: dict[str, dict[str, list[Any]]]) -> Iterator[None]:
-    """`records` answered by the shared server while in the block, then taken out again,
-    every other name kept: each change is a read, merge and `set_zone` under an exclusive
-    lock (STATE/dns/zone.lock), so two tests adding names at once keep both."""
-    with _zone_locked(state):
-        set_zone(state, {**zone(state), **records})
-    try:
-        yield
-    finally:
-        with _zone_locked(state):
-            set_zone(state, {name: entry for name, entry in zone(state).items()
-                             if name not in records})
-
-
-@contextlib.contextmanager
-def _zone_locked(state: Path) -> Iterator[None]:
-    lock = state / "dns" / "zone.lock"
-    # Read only is enough for flock, so a lock file made by root serves the ordinary user.
-    descriptor = os.open(lock, os.O_RDONLY | os.O_CREAT, 0o666)
-    try:
-        with contextlib.suppress(OSError):
-            os.fchmod(descriptor, 0o666)
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(descriptor)
 
 
 def write_initial_zone(state: Path) -> None:
@@ -346,14 +288,18 @@ def _dns_servers_on_loopback(state: Path) -> tuple[_DnsUdpServer, _DnsTcpServer]
 
 
 @contextlib.contextmanager
-def own_dns_server(state: Path) -> Iterator[str]:
-    """A DNS server of a test's own on this machine's loopback, answering as the test
-    net's does (the same `_answer`) from STATE/dns/zone.json, INITIAL_ZONE to begin with,
-    and logging into STATE/dns/queries.log: a zone and a query log that no other test
-    (another xdist worker, another run on the shared test net) can change, clear or add
-    to. Yields its `IP:PORT` for LNK_SANDBOX_DNS; stopped on leaving."""
-    write_initial_zone(state)
-    udp, tcp = _dns_servers_on_loopback(state)
+def own_dns_server(state: Path, port: int = 0) -> Iterator[str]:
+    """A DNS server of a test's own on loopback, answering as the test net's does (the
+    same `_answer`) from STATE/dns/zone.json (INITIAL_ZONE, unless the folder holds a zone
+    already) and logging into STATE/dns/queries.log: a zone and a query log that no other
+    test (another xdist worker, another run on the shared test net) can change, clear or
+    add to. On a free
+    port, or on PORT (53 in a network namespace of the test's own, for resolv.conf, which
+    names no port). Yields its `IP:PORT` for LNK_SANDBOX_DNS; stopped on leaving."""
+    if not _zone_file(state).exists():
+        write_initial_zone(state)
+    udp, tcp = (_dns_servers(state, "127.0.0.1", port) if port
+                else _dns_servers_on_loopback(state))
     threads = [threading.Thread(target=server.serve_forever, daemon=True)
                for server in (udp, tcp)]
     for thread in threads:
