@@ -293,9 +293,9 @@ def own_dns_server(state: Path, port: int = 0) -> Iterator[str]:
     same `_answer`) from STATE/dns/zone.json (INITIAL_ZONE, unless the folder holds a zone
     already) and logging into STATE/dns/queries.log: a zone and a query log that no other
     test (another xdist worker, another run on the shared test net) can change, clear or
-    add to. On a free
-    port, or on PORT (53 in a network namespace of the test's own, for resolv.conf, which
-    names no port). Yields its `IP:PORT` for LNK_SANDBOX_DNS; stopped on leaving."""
+    add to. On a free port, or on PORT (53 in a network namespace of the test's own, for
+    resolv.conf, which names no port). Yields its `IP:PORT` for LNK_SANDBOX_DNS; stopped
+    on leaving."""
     if not _zone_file(state).exists():
         write_initial_zone(state)
     udp, tcp = (_dns_servers(state, "127.0.0.1", port) if port
