@@ -285,9 +285,12 @@ VENV = Path(VENV_PYTHON).parent.parent
 
 
 def run_out_script(spec: Path, env: dict[str, str], tmp_path: Path, source: str,
-                   *args: str) -> tuple[object, subprocess.CompletedProcess[str]]:
+                   *args: str, timeout: float = SANDBOX_TIMEOUT_SECONDS,
+                   ) -> tuple[object, subprocess.CompletedProcess[str]]:
     """Run `source` (which fills a dict `out`) with the venv's Python inside a sandbox of
-    `spec`; `out` (printed as JSON on the last line of its output) and the completed run."""
+    `spec`; `out` (printed as JSON on the last line of its output) and the completed run.
+    A script that runs longer than one sandbox's start and call says why beside its
+    `timeout`."""
     import json
     import secrets
 
@@ -295,8 +298,7 @@ def run_out_script(spec: Path, env: dict[str, str], tmp_path: Path, source: str,
     script.write_text(source + "\nprint(json.dumps(out))\n")
     done = subprocess.run([LNK_SANDBOX, "run", "--spec", str(spec), "--", VENV_PYTHON,
                            str(script), *args], cwd=str(tmp_path), env=env,
-                          capture_output=True, text=True, timeout=SANDBOX_TIMEOUT_SECONDS,
-                          check=False)
+                          capture_output=True, text=True, timeout=timeout, check=False)
     assert done.returncode == 0, done
     lines = done.stdout.strip().splitlines()
     assert lines, done

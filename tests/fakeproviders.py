@@ -38,6 +38,13 @@ apart; `…-2000x0ms-512b` sends 2000 deltas of 512 bytes each, at once (through
 Without it: 3 deltas at once. Each delta's text starts with `tN@SENT ` (SENT: the server's
 time.time() when it wrote that delta), so a test can tell a relayed stream (the first
 delta arrives before the last was sent) from a buffered one, with no timed threshold.
+A gated stream (`…-5x200ms-gate-TOKEN`, TOKEN letters and digits) sends its first delta
+and then waits, at most GATE_SECONDS, for a call whose model names `release-TOKEN` (any
+provider's path), before the rest; each later delta's text then says `released` or
+`unreleased` after its time: a program that releases the gate on receiving the first
+delta shows that it had it while the provider still held the rest, whatever the machine's
+speed. (A server older than gates reads the same name as its pacing alone and notes
+nothing.)
 
 A harness's turn: a request whose conversation (never its tools or system prompt) holds
 `lnk-write-file PATH TEXT` and no tool result yet is answered with a call of the write-file
@@ -65,6 +72,7 @@ import secrets
 import ssl
 import struct
 import sys
+import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -93,6 +101,15 @@ MAX_DELTAS = 100_000
 MAX_DELAY_MS = 5_000
 MAX_DELTA_BYTES = 65_536
 _PACE = re.compile(r"(\d+)x(\d+)ms(?:-(\d+)b)?")
+# A gated stream's token in its model's name, and the call that releases it.
+_GATE = re.compile(r"-gate-([A-Za-z0-9]+)")
+_RELEASE = re.compile(r"release-([A-Za-z0-9]+)")
+# The longest a gated stream waits for its release after its first delta: far past the
+# worst delay of a program on this busy machine seen so far (2.4 s), and within the
+# tests' 30 s for a whole sandbox run, so a stream held back fails the test, not the run.
+GATE_SECONDS = 20.0
+# Gates waited on or released, by token: at most this many kept (oldest dropped).
+MAX_GATES = 10_000
 # google-genai 3.x calls /v1/ by default (GOOGLE_GENAI_API_VERSION=beta for /v1beta/).
 # A harness's request to write a file, in its conversation: the path, then the text.
 WRITE_MARK = re.compile(r"lnk-write-file (\S+) ([A-Za-z0-9_.-]+)")
@@ -320,8 +337,29 @@ def pace(model: str) -> tuple[int, float, int]:
     return max(count, 1), delay, size
 
 
-def _delta_text(index: int, size: int) -> str:
-    text = f"t{index}@{time.time():.6f} "
+_gates: dict[str, threading.Event] = {}
+_gates_lock = threading.Lock()
+
+
+def _gate(token: str) -> threading.Event:
+    """The gate of `token`, made by whichever comes first: the stream or its release."""
+    with _gates_lock:
+        if token not in _gates:
+            if len(_gates) >= MAX_GATES:
+                del _gates[next(iter(_gates))]
+            _gates[token] = threading.Event()
+        return _gates[token]
+
+
+def release_gate(model: str) -> None:
+    """Open the gate a model's name asks to release (`release-TOKEN`), if it does."""
+    found = _RELEASE.search(model or "")
+    if found:
+        _gate(found.group(1)).set()
+
+
+def _delta_text(index: int, size: int, note: str = "") -> str:
+    text = f"t{index}@{time.time():.6f} " + (f"{note} " if note else "")
     return text + "x" * max(0, size - len(text))
 
 
@@ -428,6 +466,7 @@ class _Handler(BaseHTTPRequestHandler):
         if path.startswith("/api/v1/") and host in ("openrouter.ai", ""):
             path = path[len("/api"):]
         model = str(request.get("model") or "")
+        release_gate(model)
         self.request_json = request
         if self.command == "GET" and (path == "/v1beta/models" or (
                 path == "/v1/models" and host == "generativelanguage.googleapis.com")):
@@ -490,11 +529,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _deltas(self, model: str) -> Any:
         count, delay, size = pace(model)
+        gated = _GATE.search(model or "")
+        note = ""
         self.deltas_sent = 0
         for index in range(count):
+            if index == 1 and gated:  # the first delta is written and flushed by now
+                released = _gate(gated.group(1)).wait(GATE_SECONDS)
+                note = "released" if released else "unreleased"
             if index and delay:
                 time.sleep(delay)
-            yield _delta_text(index, size)
+            yield _delta_text(index, size, note)
             self.deltas_sent = index + 1
 
     # Anthropic

@@ -540,6 +540,7 @@ def test_terminal_keys_typed_before_the_question_are_not_an_answer(
     tmux.send("y", "Enter")  # typed while the shell waits, before the question
     go.touch()
     ident, _ = shown_code(tmux)
+    # A wait for an absence (the type-ahead answered nothing): nothing to poll for.
     time.sleep(1)
     assert not out.read_text().strip() if out.exists() else True
     assert cli(sandbox_env, "answer", ident, "no").returncode == 0
@@ -1004,6 +1005,7 @@ def test_terminal_in_the_background_is_left_alone(
     ask_in_pane(tmux, out, before="timeout 50 ", wire="bg")
     entries = wait_until(lambda: waiting(sandbox_env, "bg"), "the question")
     assert isinstance(entries, list)
+    # A wait for an absence (nothing shown on the terminal): nothing to poll for.
     time.sleep(1)
     assert "lnk-sandbox asks" not in tmux.screen()
     assert cli(sandbox_env, "answer", str(entries[0]["id"]), "yes").returncode == 0

@@ -1,14 +1,17 @@
 """The sandbox's DNS attacked for the memory it makes its proxy hold (issue 19, item 3),
 and for lookups a search domain would turn into another name (item 6), from inside real
-sandboxes (real bwrap, the proxy's real sockets, the test net's DNS server).
+sandboxes (real bwrap, the proxy's real sockets, DNS servers of the tests' own answering
+as the test net's does: tests/testservers.own_dns_server).
 
 Item 6: the proxy looked listed names up as they were written, so glibc tried a name that
 does not exist again under resolv.conf's search domain, reaching a host the policy never
-named. The proxy is run in a mount namespace of the test's (`unshare -rm`) whose
-/etc/resolv.conf names the test net's DNS server and a search domain whose zone holds
+named. The proxy is run in a mount and network namespace of the test's (`unshare -rmn`)
+whose /etc/resolv.conf names a DNS server and a search domain whose zone holds
 `missing.lnkt.<search domain>`; a sandbox that lists `missing.lnkt` must be told it does
 not exist, by the system's resolver and through LNK_SANDBOX_DNS alike, and the DNS server
 must never be asked for the name under the search domain (SRV and TXT asked outside too).
+That DNS server is the test's own on the namespace's 127.0.0.1:53, so the query log read
+is this test's alone.
 
 Item 3: a reply kept under the whole query let 4,000 queries of 60 KB (padded with an
 EDNS option or extra records) take the proxy from 23 MB to 260 MB. Now a query longer than
@@ -29,7 +32,9 @@ from lnk_dns.message import MAX_QUERY_BYTES
 from lnk_proxy.dns_server import MAX_TCP_CONNECTIONS
 from tests.conftest import (
     LNK_SANDBOX,
+    ROOT,
     SANDBOX_TIMEOUT_SECONDS,
+    VENV_PYTHON,
     WriteSpec,
     end_run,
 )
@@ -41,7 +46,13 @@ from tests.test_endpoints import (
     spec,
     wire_log,
 )
-from tests.testservers import DNS_SERVER, INITIAL_ZONE, PG_HOST_ADDRESS, dns_queries, set_zone
+from tests.testservers import (
+    INITIAL_ZONE,
+    PG_HOST_ADDRESS,
+    dns_queries,
+    set_zone,
+    write_initial_zone,
+)
 
 # What the proxy may grow by under the floods below: "a few MiB above idle", with a margin
 # for the allocator's own slack (before the fix: some 240 MiB).
@@ -199,22 +210,41 @@ def test_N11_padded_query_flood_over_udp_and_tcp_keeps_the_proxy_memory_bounded(
 
 
 # The search domain of the proxy's resolv.conf, and the internal host under it that a
-# search list would reach for `missing.lnkt` (the test host's echo server on port 7).
+# search list would reach for `missing.lnkt` (the test host's address: from the namespace
+# below, a try to reach it fails "unreachable", a refusal reason other than the one
+# asserted, and its lookup is on the query log).
 SEARCH_DOMAIN = "corp.lnkt"
 INTERNAL_NAME = f"missing.lnkt.{SEARCH_DOMAIN}"
+
+# Run by `unshare -rmn`: a network and mount namespace of the test's own, where the DNS
+# server the proxy's resolv.conf names is the test's own on 127.0.0.1:53 (resolv.conf
+# names no port, and port 53 is only root's outside; the test net's server has one zone
+# and one query log for every test running at once). Then `lnk-sandbox run ARGV...`.
+_IN_A_NETWORK_OF_ITS_OWN = """
+import subprocess, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from tests.testservers import own_dns_server
+state, resolv, *run = sys.argv[2:]
+subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+subprocess.run(["mount", "--bind", resolv, "/etc/resolv.conf"], check=True)
+with own_dns_server(Path(state), 53):
+    sys.exit(subprocess.run(run).returncode)
+"""
 
 
 @pytest.mark.parametrize("lookups", ["system resolver", "LNK_SANDBOX_DNS"])
 def test_N3_a_listed_name_that_does_not_exist_is_never_tried_under_a_search_domain(
-    write_spec: WriteSpec, tmp_path: Path, net: tuple[Path, dict[str, str]],  # noqa: F811
-    lookups: str,
+    write_spec: WriteSpec, tmp_path: Path, sandbox_env: dict[str, str], lookups: str,
 ) -> None:
-    testnet, env = net
-    set_zone(testnet, {**INITIAL_ZONE,
-                       INTERNAL_NAME: {"A": [PG_HOST_ADDRESS], "TXT": ["internal-only"]},
-                       f"_echo._tcp.{INTERNAL_NAME}": {"SRV": [[0, 0, 7, INTERNAL_NAME]]}})
+    dns = tmp_path / "dns-server"
+    write_initial_zone(dns)
+    set_zone(dns, {**INITIAL_ZONE,
+                   INTERNAL_NAME: {"A": [PG_HOST_ADDRESS], "TXT": ["internal-only"]},
+                   f"_echo._tcp.{INTERNAL_NAME}": {"SRV": [[0, 0, 7, INTERNAL_NAME]]}})
     resolv = tmp_path / "resolv.conf"
-    resolv.write_text(f"nameserver {DNS_SERVER.rpartition(':')[0]}\nsearch {SEARCH_DOMAIN}\n")
+    resolv.write_text(f"nameserver 127.0.0.1\nsearch {SEARCH_DOMAIN}\n")
+    env = {**sandbox_env, "LNK_SANDBOX_DNS": "127.0.0.1:53"}
     if lookups == "system resolver":
         env = {name: value for name, value in env.items() if name != "LNK_SANDBOX_DNS"}
     path = spec(write_spec, tmp_path, '[tcp]\nendpoints = ["missing.lnkt:7"]\n')
@@ -226,9 +256,9 @@ def test_N3_a_listed_name_that_does_not_exist_is_never_tried_under_a_search_doma
               " dig +short TXT missing.lnkt")
     # The proxy (started by the launcher) sees the test's resolv.conf at /etc/resolv.conf.
     result = subprocess.run(
-        ["unshare", "-rm", "sh", "-c", 'mount --bind "$0" /etc/resolv.conf && exec "$@"',
-         str(resolv), LNK_SANDBOX, "run", "--spec", str(path), "--", "sh", "-c", inside],
-        env=env, capture_output=True, text=True, timeout=SANDBOX_TIMEOUT_SECONDS)
+        ["unshare", "-rmn", VENV_PYTHON, "-c", _IN_A_NETWORK_OF_ITS_OWN, str(ROOT),
+         str(dns), str(resolv), LNK_SANDBOX, "run", "--spec", str(path), "--", "sh", "-c",
+         inside], env=env, capture_output=True, text=True, timeout=SANDBOX_TIMEOUT_SECONDS)
     lines = result.stdout.splitlines()
     # Never a connection to the internal host: closed at once, said why.
     assert lines[:3] == ["closed", "status: NXDOMAIN", "status: NXDOMAIN"], result
@@ -237,6 +267,6 @@ def test_N3_a_listed_name_that_does_not_exist_is_never_tried_under_a_search_doma
     assert refusals == ["reason=missing.lnkt does not exist or has no address"
                         " (looked up as an absolute name: no search domain)"], wire_log(env)
     assert not logged(env, "allowed", "missing.lnkt:7")
-    asked = dns_queries(testnet)
+    asked = dns_queries(dns)
     assert ("missing.lnkt", "TXT") in asked and ("_echo._tcp.missing.lnkt", "SRV") in asked
     assert not [query for query in asked if query[0].endswith(SEARCH_DOMAIN)], asked

@@ -1,8 +1,10 @@
 """[tcp] endpoints with the sandbox's own DNS, [lan] hosts and [localhost] ports, from
 inside real sandboxes, with real clients (psql, redis-cli, dig, getent, Python's
-resolver) against real servers: PostgreSQL and a counting DNS server on a test host in a
-network namespace (tests/testnet.py, tests/testservers.py), Redis on this machine's
-loopback, an echo server on a machine of this machine's own network (the test router).
+resolver) against real servers: PostgreSQL on a test host in a network namespace
+(tests/testnet.py), a counting DNS server of each test's own on loopback answering the
+test hosts' names (tests/testservers.own_dns_server: the test net's answering code, with
+a zone and a query log no other test shares), Redis on this machine's loopback, an echo
+server on a machine of this machine's own network (the test router).
 
 N3 through endpoints, N6 and N7 attacked: every refused DNS query is checked to have made
 no query outside (counted at the DNS server); rebinding, `.local` SRV, one-label TXT, a
@@ -31,13 +33,12 @@ from tests.conftest import (
     toml_list,
 )
 from tests.testservers import (
-    DNS_SERVER,
     INITIAL_ZONE,
     LAN_ADDRESS,
     LAN_ADDRESS6,
     LAN_ECHO_PORT,
-    clear_dns_queries,
     dns_queries,
+    own_dns_server,
     set_zone,
 )
 
@@ -47,13 +48,17 @@ WIRE = "ep"
 
 
 @pytest.fixture
-def net(testnet: Path, sandbox_env: dict[str, str]) -> Iterator[tuple[Path, dict[str, str]]]:
-    """The test net, its DNS server's log emptied, its zone as `up` made it (restored
-    after), and the environment that points the proxy at that DNS server."""
-    set_zone(testnet, INITIAL_ZONE)
-    clear_dns_queries(testnet)
-    yield testnet, {**sandbox_env, "LNK_SANDBOX_DNS": DNS_SERVER}
-    set_zone(testnet, INITIAL_ZONE)
+def net(testnet: Path, sandbox_env: dict[str, str], tmp_path: Path
+        ) -> Iterator[tuple[Path, dict[str, str]]]:
+    """A DNS server of this test's own (the test net's answers, INITIAL_ZONE, on loopback:
+    tests/testservers.own_dns_server), its state folder (`set_zone` and `dns_queries`
+    take it), and the environment that points the proxy at it. The test net's own DNS
+    server has one zone and one query log for every test running at once (xdist's other
+    workers, other runs), so what a test asserts was or was not asked is read here, where
+    nothing but this test's sandbox asks. The hosts the answers name are the test net's."""
+    state = tmp_path / "dns-server"
+    with own_dns_server(state) as address:
+        yield state, {**sandbox_env, "LNK_SANDBOX_DNS": address}
 
 
 def spec(write_spec: WriteSpec, tmp_path: Path, body: str, *, read: tuple[Path, ...] = ()
@@ -100,7 +105,7 @@ def test_psql_reaches_postgres_by_name_through_an_endpoint(
     run_sandbox: RunSandbox, write_spec: WriteSpec, tmp_path: Path,
     net: tuple[Path, dict[str, str]],
 ) -> None:
-    testnet, env = net
+    dns, env = net
     path = spec(write_spec, tmp_path, '[tcp]\nendpoints = ["db.lnkt:5432"]\n')
     result = run_sandbox(path, "psql", "-h", "db.lnkt", "-U", "postgres", "-d", "lnkt",
                          "-tAc", "select word from greeting", env=env)
@@ -110,14 +115,14 @@ def test_psql_reaches_postgres_by_name_through_an_endpoint(
     assert allowed and all(detail.endswith("kind=endpoint") for detail in allowed)
     assert len(logged(env, "ended", "db.lnkt:5432")) == len(allowed)
     # The real lookup is the proxy's, outside, when it connects: never the program's.
-    assert ("db.lnkt", "A") in dns_queries(testnet)
+    assert ("db.lnkt", "A") in dns_queries(dns)
 
 
 def test_getent_dig_and_python_resolve_to_the_sandbox_own_address(
     run_sandbox: RunSandbox, write_spec: WriteSpec, tmp_path: Path,
     net: tuple[Path, dict[str, str]],
 ) -> None:
-    testnet, env = net
+    dns, env = net
     path = spec(write_spec, tmp_path, '[tcp]\nendpoints = ["db.lnkt:5432", "allowed.lnkt:80"]\n')
     result = run_sandbox(path, "sh", "-c",
                          "getent hosts db.lnkt; dig +short db.lnkt; dig +short +tcp allowed.lnkt;"
@@ -126,7 +131,7 @@ def test_getent_dig_and_python_resolve_to_the_sandbox_own_address(
     assert result.stdout.split() == ["127.53.0.1", "db.lnkt", "127.53.0.1", "127.53.0.2",
                                      "127.53.0.2"], result
     # An address of the sandbox's own is given here: nothing is asked outside.
-    assert dns_queries(testnet) == []
+    assert dns_queries(dns) == []
     assert "kind=dns type=AAAA" in " ".join(logged(env, "allowed", "db.lnkt"))
 
 
@@ -194,7 +199,7 @@ def test_mongodb_srv_lookup_asks_srv_and_txt_outside_once_each(
     run_sandbox: RunSandbox, write_spec: WriteSpec, tmp_path: Path,
     net: tuple[Path, dict[str, str]],
 ) -> None:
-    testnet, env = net
+    dns, env = net
     path = spec(write_spec, tmp_path,
                 '[tcp]\nendpoints = ["*.cluster0.lnkt:27017", "cluster0.lnkt:27017"]\n')
     result = run_sandbox(path, "sh", "-c",
@@ -207,7 +212,7 @@ def test_mongodb_srv_lookup_asks_srv_and_txt_outside_once_each(
         '"authSource=admin&replicaSet=rs0"',
         "127.53.0.2", "127.53.0.3", "127.53.0.2",  # given at lookup, and kept
     ], result
-    assert dns_queries(testnet) == [("_mongodb._tcp.cluster0.lnkt", "SRV"),
+    assert dns_queries(dns) == [("_mongodb._tcp.cluster0.lnkt", "SRV"),
                                     ("cluster0.lnkt", "TXT")]
     assert logged(env, "allowed", "_mongodb._tcp.cluster0.lnkt") == [
         "kind=dns type=SRV outside=NOERROR answers=2"]
@@ -220,8 +225,8 @@ def test_pymongo_resolves_a_mongodb_srv_url_inside(
     """A real driver's `mongodb+srv://` lookup (PyMongo, with dnspython): SRV for the
     hosts, TXT for the options, each asked outside once; the hosts then resolve to
     addresses of the sandbox's own."""
-    testnet, env = net
-    set_zone(testnet, {**INITIAL_ZONE,
+    dns, env = net
+    set_zone(dns, {**INITIAL_ZONE,
                        "_mongodb._tcp.rs.db.lnkt": {"SRV": [[0, 0, 27017, "a.rs.db.lnkt"],
                                                             [0, 0, 27017, "b.rs.db.lnkt"]]},
                        "rs.db.lnkt": {"TXT": ["replicaSet=rs0&authSource=admin"]},
@@ -244,7 +249,7 @@ print(sorted(socket.gethostbyname(host) for host, _ in parsed["nodelist"]))
     assert result.stdout.splitlines() == [
         "[('a.rs.db.lnkt', 27017), ('b.rs.db.lnkt', 27017)]", "rs0 admin",
         "['127.53.0.2', '127.53.0.3']"], result
-    assert sorted(dns_queries(testnet)) == [("_mongodb._tcp.rs.db.lnkt", "SRV"),
+    assert sorted(dns_queries(dns)) == [("_mongodb._tcp.rs.db.lnkt", "SRV"),
                                             ("rs.db.lnkt", "TXT")]
 
 
@@ -252,8 +257,8 @@ def test_a_name_under_a_star_endpoint_connects_by_its_given_address(
     run_sandbox: RunSandbox, write_spec: WriteSpec, tmp_path: Path,
     net: tuple[Path, dict[str, str]],
 ) -> None:
-    testnet, env = net
-    set_zone(testnet, {**INITIAL_ZONE, "echo.cluster0.lnkt": {"A": ["10.212.0.2"]}})
+    dns, env = net
+    set_zone(dns, {**INITIAL_ZONE, "echo.cluster0.lnkt": {"A": ["10.212.0.2"]}})
     path = spec(write_spec, tmp_path, '[tcp]\nendpoints = ["*.cluster0.lnkt:7"]\n')
     result = python(run_sandbox, tmp_path, path, env, CONNECT, "echo.cluster0.lnkt", "7")
     assert result.stdout.strip() == "hello", result
@@ -267,7 +272,7 @@ def test_N7_unlisted_names_do_not_exist_and_ask_nothing_outside(
     run_sandbox: RunSandbox, write_spec: WriteSpec, tmp_path: Path,
     net: tuple[Path, dict[str, str]],
 ) -> None:
-    testnet, env = net
+    dns, env = net
     path = spec(write_spec, tmp_path, '[tcp]\nendpoints = ["db.lnkt:5432"]\n')
     result = run_sandbox(path, "sh", "-c",
                          "for t in A AAAA SRV TXT MX; do"
@@ -281,7 +286,7 @@ def test_N7_unlisted_names_do_not_exist_and_ask_nothing_outside(
     assert lines[:7] == ["status: NXDOMAIN"] * 7, result
     assert lines[7] == "getent=2"
     assert "gaierror" in lines[8]
-    assert dns_queries(testnet) == []  # a refused name leaks nothing to a resolver
+    assert dns_queries(dns) == []  # a refused name leaks nothing to a resolver
     refusals = logged(env, "refused", "denied.lnkt")
     assert any("type=MX" in detail for detail in refusals)
     assert all("not a name this sandbox may reach" in detail for detail in refusals)
@@ -291,7 +296,7 @@ def test_N7_local_network_srv_and_txt_are_refused_even_for_a_listed_name(
     run_sandbox: RunSandbox, write_spec: WriteSpec, tmp_path: Path,
     net: tuple[Path, dict[str, str]],
 ) -> None:
-    testnet, env = net
+    dns, env = net
     path = spec(write_spec, tmp_path, '[tcp]\nendpoints = ["db.lnkt:5432"]\n'
                 '[lan]\nhosts = ["printer.local:631", "single:80"]\n')
     result = run_sandbox(path, "sh", "-c",
@@ -299,7 +304,7 @@ def test_N7_local_network_srv_and_txt_are_refused_even_for_a_listed_name(
                          " 'SRV _ipp._tcp.printer.local' 'TXT single' 'SRV single'; do"
                          " dig $q | grep -o 'status: [A-Z]*'; done", env=env)
     assert result.stdout.splitlines() == ["status: REFUSED"] * 5, result
-    assert dns_queries(testnet) == []
+    assert dns_queries(dns) == []
     assert all(".local" in detail for detail in logged(env, "refused", "printer.local"))
 
 
@@ -339,9 +344,10 @@ print(reply[:2].hex(), reply[3] & 0x0F)
 
 @pytest.mark.parametrize("rebound", ["127.0.0.1", "machine", "169.254.169.254"])
 def test_N3_rebinding_an_allowed_name_to_this_machine_is_refused(
-    write_spec: WriteSpec, tmp_path: Path, net: tuple[Path, dict[str, str]], rebound: str,
+    write_spec: WriteSpec, tmp_path: Path, testnet: Path, net: tuple[Path, dict[str, str]],
+    rebound: str,
 ) -> None:
-    testnet, env = net
+    dns, env = net
     if rebound == "machine":
         rebound = json.loads((testnet / "ready").read_text())["machine"]
     path = spec(write_spec, tmp_path, '[tcp]\nendpoints = ["rebind.lnkt:7"]\n')
@@ -366,7 +372,7 @@ for _ in (1, 2):
         run.stdin.write("\n")
         run.stdin.flush()
         assert run.stdout.readline().strip() == "hello"  # the first lookup: the test host
-        set_zone(testnet, {**INITIAL_ZONE, "rebind.lnkt": {"A": [rebound]}})
+        set_zone(dns, {**INITIAL_ZONE, "rebind.lnkt": {"A": [rebound]}})
         run.stdin.write("\n")
         run.stdin.flush()
         assert run.stdout.readline().strip() in ("closed", "ConnectionResetError")
@@ -408,7 +414,7 @@ def test_N3_udp_reaches_nothing_but_the_sandbox_dns(
     run_sandbox: RunSandbox, write_spec: WriteSpec, tmp_path: Path,
     net: tuple[Path, dict[str, str]],
 ) -> None:
-    testnet, env = net
+    dns, env = net
     path = spec(write_spec, tmp_path, '[tcp]\nendpoints = ["db.lnkt:5432"]\n'
                 f'[lan]\nhosts = ["{LAN_ADDRESS}:{LAN_ECHO_PORT}"]\n')
     result = python(run_sandbox, tmp_path, path, env, f"""
@@ -424,7 +430,7 @@ for address, port in (("10.212.0.2", 53), ("10.212.0.2", 7), ("127.53.0.1", 5432
         print(type(e).__name__)
 """)
     assert "answered" not in result.stdout, result
-    assert dns_queries(testnet) == []
+    assert dns_queries(dns) == []
 
 
 # -- [lan]: the local network through the proxy, never this machine ----------------------------
@@ -460,8 +466,8 @@ def test_lan_host_by_name_is_reached_through_the_proxy(
     run_sandbox: RunSandbox, write_spec: WriteSpec, tmp_path: Path,
     net: tuple[Path, dict[str, str]],
 ) -> None:
-    testnet, env = net
-    set_zone(testnet, {**INITIAL_ZONE, "router.lnkt": {"A": [LAN_ADDRESS]}})
+    dns, env = net
+    set_zone(dns, {**INITIAL_ZONE, "router.lnkt": {"A": [LAN_ADDRESS]}})
     path = spec(write_spec, tmp_path, f'[lan]\nhosts = ["router.lnkt:{LAN_ECHO_PORT}"]\n')
     result = python(run_sandbox, tmp_path, path, env, CONNECT, "router.lnkt", str(LAN_ECHO_PORT))
     assert result.stdout.strip() == "hello", result
@@ -471,8 +477,8 @@ def test_the_same_machine_without_lan_is_refused_as_this_machine_network(
     run_sandbox: RunSandbox, write_spec: WriteSpec, tmp_path: Path,
     net: tuple[Path, dict[str, str]],
 ) -> None:
-    testnet, env = net
-    set_zone(testnet, {**INITIAL_ZONE, "router.lnkt": {"A": [LAN_ADDRESS]}})
+    dns, env = net
+    set_zone(dns, {**INITIAL_ZONE, "router.lnkt": {"A": [LAN_ADDRESS]}})
     path = spec(write_spec, tmp_path, f'[tcp]\nendpoints = ["router.lnkt:{LAN_ECHO_PORT}"]\n')
     result = python(run_sandbox, tmp_path, path, env, CONNECT, "router.lnkt", str(LAN_ECHO_PORT))
     assert result.stdout.strip() in ("closed", "ConnectionResetError"), result
@@ -481,10 +487,10 @@ def test_the_same_machine_without_lan_is_refused_as_this_machine_network(
 
 
 def test_lan_never_reaches_this_machine_by_its_own_address(
-    run_sandbox: RunSandbox, write_spec: WriteSpec, tmp_path: Path,
+    run_sandbox: RunSandbox, write_spec: WriteSpec, tmp_path: Path, testnet: Path,
     net: tuple[Path, dict[str, str]],
 ) -> None:
-    testnet, env = net
+    _, env = net
     machine = json.loads((testnet / "ready").read_text())["machine"]
     path = spec(write_spec, tmp_path, f'[lan]\nhosts = ["{machine}:22", "10.211.0.1:22"]\n')
     for address in (machine, "10.211.0.1"):  # this machine's, on the test net too
@@ -641,7 +647,7 @@ def test_N8_only_queries_asked_outside_count_toward_calls_a_minute(
     run_sandbox: RunSandbox, write_spec: WriteSpec, tmp_path: Path,
     net: tuple[Path, dict[str, str]],
 ) -> None:
-    testnet, env = net
+    dns, env = net
     path = spec(write_spec, tmp_path, '[network]\ncalls_per_minute = 3\n'
                 '[tcp]\nendpoints = ["*.cluster0.lnkt:27017", "cluster0.lnkt:27017"]\n')
     result = run_sandbox(path, "sh", "-c",
@@ -654,7 +660,7 @@ def test_N8_only_queries_asked_outside_count_toward_calls_a_minute(
                          env=env)
     assert result.stdout.splitlines() == ["status: NOERROR"] * 13 + ["status: REFUSED",
                                                                      "closed"], result
-    assert dns_queries(testnet) == [("cluster0.lnkt", "TXT")] * 3
+    assert dns_queries(dns) == [("cluster0.lnkt", "TXT")] * 3
     assert "calls in a minute" in logged(env, "refused", "cluster0.lnkt")[0]
     # An endpoint's connection past the limit is closed, and said why (no pause).
     assert "calls in a minute" in logged(env, "refused", "shard-00.cluster0.lnkt:27017")[0]

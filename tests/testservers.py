@@ -20,6 +20,9 @@ test running beside it.
 A name absent is NXDOMAIN; a name present without the type asked is NOERROR with no
 answer; TTL 5. Every query received is appended to STATE/dns/queries.log as one line
 `QNAME QTYPE` (lower-case name, no trailing dot), so a test can count what went out.
+That log and zone are one for every test on the network (every xdist worker, every run
+sharing it): a test that asserts what was asked, or rewrites the zone, runs a server of its
+own instead (`own_dns_server`: the same answers, on loopback, from a folder of the test's).
 
 bulk: on connect, reads one line holding a byte count N (ASCII digits), sends N zero
 bytes (at most 2 GiB) and closes: a source for throughput measurements.
@@ -35,6 +38,7 @@ import socketserver
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -122,12 +126,6 @@ def dns_queries(state: Path) -> list[tuple[str, str]]:
         name, _, kind = line.partition(" ")
         found.append((name, kind))
     return found
-
-
-def clear_dns_queries(state: Path) -> None:
-    """Forget the queries logged so far (truncates the log in place)."""
-    with open(_log_file(state), "w"):
-        pass
 
 
 def zone(state: Path) -> dict[str, dict[str, list[Any]]]:
@@ -223,37 +221,95 @@ def _answer(state: Path, query: bytes) -> bytes | None:
     return bytes(reply.pack())
 
 
+class _DnsUdp(socketserver.BaseRequestHandler):
+    server: _DnsUdpServer
+
+    def handle(self) -> None:
+        data, sock = self.request
+        reply = _answer(self.server.state, data)
+        if reply is not None:
+            sock.sendto(reply, self.client_address)
+
+
+class _DnsTcp(socketserver.StreamRequestHandler):
+    server: _DnsTcpServer
+
+    def handle(self) -> None:
+        while len(head := self.rfile.read(2)) == 2:
+            data = self.rfile.read(int.from_bytes(head, "big"))
+            reply = _answer(self.server.state, data)
+            if reply is None:
+                return
+            self.wfile.write(len(reply).to_bytes(2, "big") + reply)
+            self.wfile.flush()
+
+
+class _DnsUdpServer(socketserver.ThreadingUDPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    state: Path
+
+
+class _DnsTcpServer(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+    state: Path
+
+
+def _dns_servers(state: Path, address: str, port: int) -> tuple[_DnsUdpServer, _DnsTcpServer]:
+    """The UDP and TCP servers answering from `state`, bound to ADDRESS:PORT (PORT 0: a
+    free port, the same for both)."""
+    udp = _DnsUdpServer((address, port), _DnsUdp)
+    try:
+        tcp = _DnsTcpServer((address, udp.server_address[1]), _DnsTcp)
+    except OSError:
+        udp.server_close()
+        raise
+    udp.state = tcp.state = state
+    return udp, tcp
+
+
 def serve_dns(state: Path, address: str) -> None:
-    class Udp(socketserver.BaseRequestHandler):
-        def handle(self) -> None:
-            data, sock = self.request
-            reply = _answer(state, data)
-            if reply is not None:
-                sock.sendto(reply, self.client_address)
-
-    class Tcp(socketserver.StreamRequestHandler):
-        def handle(self) -> None:
-            while len(head := self.rfile.read(2)) == 2:
-                data = self.rfile.read(int.from_bytes(head, "big"))
-                reply = _answer(state, data)
-                if reply is None:
-                    return
-                self.wfile.write(len(reply).to_bytes(2, "big") + reply)
-                self.wfile.flush()
-
-    class UdpServer(socketserver.ThreadingUDPServer):
-        daemon_threads = True
-        allow_reuse_address = True
-
-    class TcpServer(socketserver.ThreadingTCPServer):
-        daemon_threads = True
-        allow_reuse_address = True
-        request_queue_size = 128
-
-    udp = UdpServer((address, 53), Udp)
-    tcp = TcpServer((address, 53), Tcp)
+    udp, tcp = _dns_servers(state, address, 53)
     threading.Thread(target=udp.serve_forever, daemon=True).start()
     tcp.serve_forever()
+
+
+# A free UDP port on loopback may be taken for TCP by another program: a few tries.
+OWN_DNS_BIND_TRIES = 20
+
+
+def _dns_servers_on_loopback(state: Path) -> tuple[_DnsUdpServer, _DnsTcpServer]:
+    for _ in range(OWN_DNS_BIND_TRIES - 1):
+        with contextlib.suppress(OSError):
+            return _dns_servers(state, "127.0.0.1", 0)
+    return _dns_servers(state, "127.0.0.1", 0)
+
+
+@contextlib.contextmanager
+def own_dns_server(state: Path, port: int = 0) -> Iterator[str]:
+    """A DNS server of a test's own on loopback, answering as the test net's does (the
+    same `_answer`) from STATE/dns/zone.json (INITIAL_ZONE, unless the folder holds a zone
+    already) and logging into STATE/dns/queries.log: a zone and a query log that no other
+    test (another xdist worker, another run on the shared test net) can change, clear or
+    add to. On a free port, or on PORT (53 in a network namespace of the test's own, for
+    resolv.conf, which names no port). Yields its `IP:PORT` for LNK_SANDBOX_DNS; stopped
+    on leaving."""
+    if not _zone_file(state).exists():
+        write_initial_zone(state)
+    udp, tcp = (_dns_servers(state, "127.0.0.1", port) if port
+                else _dns_servers_on_loopback(state))
+    threads = [threading.Thread(target=server.serve_forever, daemon=True)
+               for server in (udp, tcp)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield f"127.0.0.1:{udp.server_address[1]}"
+    finally:
+        for server in (udp, tcp):
+            server.shutdown()
+            server.server_close()
 
 
 def serve_bulk(address: str) -> None:
