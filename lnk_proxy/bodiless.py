@@ -192,10 +192,17 @@ class BodilessResponse:
     exchange and reads its response through one of these, so it is framed in one place.
     `close`: the program's connection ends after it (`Connection: close` is added)."""
 
-    __slots__ = ("close", "extra", "held", "passed", "received", "remaining", "response")
+    __slots__ = ("close", "done", "extra", "held", "passed", "received", "remaining",
+                 "response", "reusable")
 
     def __init__(self, close: bool) -> None:
         self.close = close
+        # Its verdicts, set as each `feed` ends (plain attributes: the lane reads them
+        # in its hot path). `done`: the whole response has been passed on; `reusable`:
+        # its upstream connection may carry the next request (the response ended exactly
+        # at its length, nothing after it, and the host does not close).
+        self.done = False
+        self.reusable = False
         self.received = b""  # the response's bytes until its head is whole (h11's, if
         self.response: ResponseHead | None = None  # it is not body-less)
         self.held = b""  # its head written anew, held until the body's first bytes
@@ -206,12 +213,15 @@ class BodilessResponse:
     def feed(self, data: bytes) -> bytes | None:
         """What the program is sent for `data` now (b"": nothing yet); None when the
         response is not body-less (h11 reads it, from `received`)."""
-        if self.response is not None:
+        response = self.response
+        if response is not None:
             body = data[:self.remaining]
             self.extra = self.extra or len(data) > self.remaining
             sent, self.held = self.held + body, b""
             self.remaining -= len(body)
             self.passed += len(body)
+            self.done = not self.remaining
+            self.reusable = self.done and not self.extra and not response.close
             return sent
         self.received += data
         found = response_head(self.received)
@@ -224,6 +234,8 @@ class BodilessResponse:
         body = self.received[start:start + response.length]
         self.extra = len(self.received) > start + response.length
         self.remaining = response.length - len(body)
+        self.done = not self.remaining
+        self.reusable = self.done and not self.extra and not response.close
         head = response_bytes(response, self.close)
         if self.remaining and not body:
             # A head alone is not sent on: it goes with the body's first bytes, one send
@@ -233,16 +245,3 @@ class BodilessResponse:
             return b""
         self.passed = len(body)
         return head + body
-
-    @property
-    def done(self) -> bool:
-        """The whole response has been passed on."""
-        return self.response is not None and not self.remaining
-
-    @property
-    def reusable(self) -> bool:
-        """Its upstream connection may carry the next request: the response ended
-        exactly at its length, nothing after it, and the host does not close."""
-        response = self.response
-        return (response is not None and not response.close and not self.remaining
-                and not self.extra)

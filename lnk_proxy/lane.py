@@ -220,8 +220,17 @@ class Lane:
 
     def _begin(self, data: bytes) -> bool:
         upstream, connection = self.kept[0], self.connection
-        if upstream is None or connection is None or not _one_whole_head(data):
-            return False  # no kept upstream, a head not whole, or more behind it
+        if upstream is None or connection is None:
+            return False  # no kept upstream
+        try:
+            if head_end(data) != len(data):
+                return False  # a head not whole, or more behind it
+        except HeadError:
+            # Bytes the head guard refuses before a head's end (a bare LF, a head past
+            # MAX_HEAD_BYTES): the task gives them to the machine, which refuses them with
+            # their reason (a HeadError here would be a fault of the lane's, and the
+            # program would get no answer). In line, not a function: the hot path's.
+            return False
         connection.receive_data(data)
         command = connection.next_command()  # every check of the machine's, in its order
         protocol = upstream.writer.transport.get_protocol()
@@ -431,17 +440,6 @@ class Lane:
             self.missed = note
         else:
             parked.set_result(note)
-
-
-def _one_whole_head(data: bytes) -> bool:
-    """`data` is one whole head and nothing after it. Bytes the head guard refuses
-    before a head's end (a bare LF, a head past MAX_HEAD_BYTES) are not: the task gives
-    them to the machine, which refuses them with their reason (a HeadError here would
-    be a fault of the lane's, and the program would get no answer)."""
-    try:
-        return head_end(data) == len(data)
-    except HeadError:
-        return False
 
 
 Handler = Callable[[Inbox, Outbox], Coroutine[Any, Any, None]]

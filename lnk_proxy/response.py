@@ -30,10 +30,15 @@ class Response:
     """One body-less request's response. `raw`: the request's admitted head as the
     client sent it; `path`: its target upstream; `close`: the program asked for its
     connection to close after it; `upstream`: h11's client side of the upstream
-    connection, idle (told the request only if the response is h11's)."""
+    connection, idle (told the request only if the response is h11's).
 
-    __slots__ = ("bodiless", "passing", "path", "raw", "received", "responded",
-                 "upstream")
+    Its verdicts (`done`, `reusable`, `close`, `passed`) are plain attributes, set from
+    the reading that reads it as each `feed` ends: the lane reads them in its hot path, a
+    kept-alive request's, where a property each, asking the readings' own properties,
+    cost six calls a request (docs/decisions/0036-one-request-path.md)."""
+
+    __slots__ = ("bodiless", "close", "done", "passed", "passing", "path", "raw",
+                 "received", "responded", "reusable", "upstream")
 
     def __init__(self, raw: bytes, path: str, upstream: h11.Connection, *,
                  close: bool) -> None:
@@ -44,21 +49,36 @@ class Response:
         self.passing: ResponsePassing | None = None
         self.received = 0  # of the body, passed on (h11's count, once it reads)
         self.responded = False  # h11 read a response head
+        self.done = False  # the whole response has been passed on
+        self.passed = 0  # bytes of its body passed on
+        # Its upstream connection may carry the next request: the response ended exactly
+        # at its end, nothing after it, neither side closes, and (h11's) the upstream's
+        # end has not come (a response framed by it ends there).
+        self.reusable = False
+        # The program's connection ends after it: it asked to, or (h11's) h11 says its
+        # side cannot take another request.
+        self.close = close
 
     def feed(self, data: bytes) -> bytes:
         """What the program is sent for the upstream's `data` now (b"": nothing yet).
         `data` b"" is the upstream's end: h11's to read once it reads (a response
         framed by its connection's end ends there), else the caller's."""
         passing = self.passing
-        if passing is not None:
+        if passing is None:
+            if not data:
+                return b""  # the end before h11 reads: no head, or a body-less body cut short
+            bodiless = self.bodiless
+            sent = bodiless.feed(data)
+            if sent is not None:
+                self.done, self.reusable = bodiless.done, bodiless.reusable
+                self.passed = bodiless.passed
+                return sent
+            passing = self.passing = self._h11()
+            data = bodiless.received
+        try:
             return passing.feed(data)
-        if not data:
-            return b""  # the end before h11 reads: no head, or a body-less body cut short
-        sent = self.bodiless.feed(data)
-        if sent is not None:
-            return sent
-        passing = self.passing = self._h11()
-        return passing.feed(self.bodiless.received)
+        finally:  # as they stand, h11's refusal too (what it passed before is counted)
+            self._h11_verdicts(passing)
 
     @property
     def h11_reads(self) -> bool:
@@ -78,46 +98,22 @@ class Response:
         self.upstream.send(h11.EndOfMessage())
         return ResponsePassing(self.upstream, client, self, fields=response_fields)
 
+    def _h11_verdicts(self, passing: ResponsePassing) -> None:
+        """The verdicts as h11's two sides say them now."""
+        upstream, client = self.upstream, passing.client
+        left, ended = upstream.trailing_data  # bytes past its end; its end came
+        whole = passing.ended == PASSED
+        self.done = passing.ended is not None
+        self.passed = self.received
+        self.reusable = (whole and upstream.our_state is h11.DONE
+                         and upstream.their_state is h11.DONE and not left and not ended)
+        self.close = (not whole or client.our_state is not h11.DONE
+                      or client.their_state is not h11.DONE)
+
     @property
     def begun(self) -> bool:
         """A response head was read (the request is not sent again)."""
         return self.bodiless.response is not None or self.responded
-
-    @property
-    def done(self) -> bool:
-        """The whole response has been passed on."""
-        if self.passing is not None:
-            return self.passing.ended is not None
-        return self.bodiless.done
-
-    @property
-    def passed(self) -> int:
-        """Bytes of its body passed on."""
-        return self.received if self.passing is not None else self.bodiless.passed
-
-    @property
-    def reusable(self) -> bool:
-        """Its upstream connection may carry the next request: the response ended
-        exactly at its end, nothing after it, neither side closes, and the upstream's
-        end has not come (a response framed by it ends there)."""
-        passing = self.passing
-        if passing is None:
-            return self.bodiless.reusable
-        upstream = self.upstream
-        left, ended = upstream.trailing_data  # bytes past its end; its end came
-        return (passing.ended == PASSED and upstream.our_state is h11.DONE
-                and upstream.their_state is h11.DONE and not left and not ended)
-
-    @property
-    def close(self) -> bool:
-        """The program's connection ends after it (it asked to, or h11 says its side
-        cannot take another request)."""
-        passing = self.passing
-        if passing is None:
-            return self.bodiless.close
-        client = passing.client
-        return (passing.ended != PASSED or client.our_state is not h11.DONE
-                or client.their_state is not h11.DONE)
 
     def next_cycle(self) -> None:
         """The upstream's h11 state goes round for its next request (a reusable one
