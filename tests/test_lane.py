@@ -20,6 +20,7 @@ import os
 import socket
 import struct
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -554,6 +555,21 @@ def test_a_client_that_reads_nothing_holds_its_upstream_back_not_the_proxys_memo
     _run(test)
 
 
+def _reset(writer: asyncio.StreamWriter) -> None:
+    """The client gone, not half-closed (a FIN is a client still reading): a reset."""
+    writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                               struct.pack("ii", 1, 0))
+    writer.transport.abort()
+
+
+async def _until(condition: Callable[[], bool], seconds: float = 10) -> None:
+    """Wait, in the loop, at most `seconds` until `condition` holds (the caller asserts
+    what it needs after)."""
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+
+
 def _client_transports(rig: Rig) -> list[asyncio.Transport]:
     """The proxy's transports to its clients (each open call's handler has its writer)."""
     found: list[asyncio.Transport] = []
@@ -574,13 +590,8 @@ def test_a_client_gone_in_the_middle_ends_the_call_with_its_line(
         while len(rig.host.requests) < 2:
             await asyncio.sleep(0.01)
         # Gone, not half-closed (a FIN is a client still reading: its response goes).
-        writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                                   struct.pack("ii", 1, 0))
-        writer.transport.abort()
-        for _ in range(200):
-            if len(rig.events("ended")) == 2:
-                break
-            await asyncio.sleep(0.01)
+        _reset(writer)
+        await _until(lambda: len(rig.events("ended")) == 2, seconds=2)
         ended = rig.events("ended")
         assert len(ended) == 2 and ended[1].endswith(" error=ConnectionResetError"), ended
         assert not rig.proxy.open
@@ -1007,10 +1018,8 @@ def test_bytes_a_kept_upstream_sent_unasked_keep_it_from_the_next_request(
             tmp_path, lambda n, _head: (FINE, forged) if n == 1 else FINE)
         (transport,) = _client_transports(rig)
         lane = transport.get_protocol().lane  # type: ignore[attr-defined]
-        for _ in range(1000):  # the forged bytes reach the kept upstream's inbox
-            if lane.kept[0] is not None and lane.kept[0].reader.held:
-                break
-            await asyncio.sleep(0.01)
+        # the forged bytes reach the kept upstream's inbox
+        await _until(lambda: lane.kept[0] is not None and bool(lane.kept[0].reader.held))
         assert lane.kept[0] is not None and lane.kept[0].reader.held
         body = b"body" if request_fields else b""
         writer.write(rig.request("/next", *request_fields) + body)
@@ -1030,13 +1039,8 @@ def test_a_client_gone_between_requests_ends_its_connection_at_once(
     async def test() -> None:
         rig, _reader, writer = await _kept(tmp_path, lambda _n, _head: FINE)
         assert rig.proxy.open
-        writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                                   struct.pack("ii", 1, 0))
-        writer.transport.abort()
-        for _ in range(1000):
-            if not rig.proxy.open:
-                break
-            await asyncio.sleep(0.01)
+        _reset(writer)
+        await _until(lambda: not rig.proxy.open)
         assert not rig.proxy.open  # ended well within IDLE_SECONDS (300 s)
         rig.close()
         assert len(rig.events("allowed")) == len(rig.events("ended")) == 1
@@ -1065,18 +1069,10 @@ def test_a_client_gone_while_its_request_is_decided_ends_the_call_and_the_connec
         await asyncio.wait_for(asked.wait(), 10)
         (transport,) = _client_transports(rig)
         lane = transport.get_protocol().lane  # type: ignore[attr-defined]
-        writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                                   struct.pack("ii", 1, 0))
-        writer.transport.abort()
-        for _ in range(1000):
-            if lane.reader.exception() is not None:
-                break
-            await asyncio.sleep(0.01)
+        _reset(writer)
+        await _until(lambda: lane.reader.exception() is not None)
         gone.set()
-        for _ in range(1000):
-            if not rig.proxy.open:
-                break
-            await asyncio.sleep(0.01)
+        await _until(lambda: not rig.proxy.open)
         assert not rig.proxy.open  # ended well within IDLE_SECONDS (300 s)
         rig.close()
         ended = rig.events("ended")
