@@ -4,7 +4,8 @@ The proxy's request path, its checks in one place and in one order. Events come 
 (`receive_data`, with b"" for the client's end; `head_timed_out`; `limit_body` when a
 verb gives its body's limit; `request_done` when the shell has finished an exchange;
 `tunnel_opened` when a CONNECT to port 80 was answered; `give_again` when the shell
-leaves a request's command for later or sends it once more), commands go out
+leaves a request's command for later or sends it once more; `take_held` when the
+connection's bytes become a relay's), commands go out
 (`next_command` for heads, `next_body` for a request's body), as h11's Connection and
 mitmproxy's layers do; nothing here reads a socket, sleeps or logs. The order of a
 request's checks:
@@ -18,9 +19,13 @@ request's checks:
 5. where it goes (`_route`): the verbs' namespace on the proxy's own address, an
    absolute-form target, or a port-80 tunnel's own host; its Host the very host.
 
-A request that h11 read (step 4, and every verb call) has a body, empty or not: the
-machine is then in its body state until the body's end. `next_body` gives the body as
-h11 reads it from the client's bytes (`BodyData`, `BodyEnd`; `NeedBody` for more; a
+The client's bytes wait here (`buffer`) from the moment they come, in every state: the
+client's protocol gives them as they arrive (lnk_proxy.lane.LaneProtocol), and the
+socket is not read while more than twice CLIENT_BUFFER_BYTES wait. A request that h11
+read (step 4, and every verb call) has a body, empty or not: the machine is then in its
+body state until the body's end. `next_body` gives the body as h11 reads it from the
+client's bytes (given to h11 as it needs them, so that h11 holds no more than a read's
+worth) (`BodyData`, `BodyEnd`; `NeedBody` for more; a
 `Continue` once, for a client that waits for a 100 before it sends), refusing a body
 h11 refuses (400, UNREADABLE_BODY) or one past its verb's limit (413, from the
 Content-Length before a byte is read, else as it passes). The shell sends the body on
@@ -130,11 +135,10 @@ class Refuse:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OpenTunnel:
     """A CONNECT to `target`: decide it and answer it. To port 80 (HTTP_PORT), its
-    requests follow on this connection (`tunnel_opened`); else relay `early` (what the
-    client sent after the CONNECT's head) and what follows."""
+    requests follow on this connection (`tunnel_opened`); else the connection's bytes are
+    the tunnel's, what the client sent after the CONNECT's head first (`take_held`)."""
 
     target: Target
-    early: bytes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -288,12 +292,16 @@ class ClientConnection:
     tunnel its requests travel in from the start (an endpoint's address on port 80)."""
 
     __slots__ = ("again", "body_ended", "body_size", "buffer", "continued", "declared",
-                 "ended", "given", "limit", "reading", "state", "tunnel")
+                 "end_given", "ended", "given", "limit", "reading", "state", "tunnel")
 
     def __init__(self, tunnel: Target | None = None) -> None:
         self.tunnel = tunnel
-        self.buffer = b""
-        self.ended = False
+        # The client's bytes that no command has taken yet: the one place they wait
+        # while the connection is HTTP (the client's protocol gives them here as they
+        # come, lnk_proxy.lane.LaneProtocol; its size is the connection's flow control).
+        self.buffer = bytearray()
+        self.ended = False  # the client's end came
+        self.end_given = False  # ... and was given to the request's h11 reading
         self.state = _State.IDLE
         # The request h11 read (its server side): its body comes from here.
         self.reading: h11.Connection | None = None
@@ -315,16 +323,29 @@ class ClientConnection:
     # -- events in --------------------------------------------------------------------
 
     def receive_data(self, data: bytes) -> None:
-        """The client's bytes; b"" for its end. In the body state they are h11's."""
+        """The client's bytes, in any state (a body's are given to h11 as it needs them,
+        `next_body`; what comes during an exchange waits for the next head); b"" for its
+        end."""
         if self.state is _State.DONE or self.ended:
             return
-        if not data:
-            self.ended = True
-        if self.state is _State.BODY:
-            assert self.reading is not None  # the body state has its reading
-            self.reading.receive_data(data)
-        elif data:
+        if data:
             self.buffer += data
+        else:
+            self.ended = True
+
+    @property
+    def held(self) -> int:
+        """The client's bytes held here that no command has taken yet."""
+        return len(self.buffer)
+
+    def take_held(self) -> bytes:
+        """The connection's bytes are no longer HTTP's (a tunnel's relay, a WebSocket's
+        after its 101, the drain after a refusal): what is held, taken out, and nothing
+        more here."""
+        held = bytes(self.buffer)
+        self.buffer = bytearray()
+        self.state = _State.DONE
+        return held
 
     def limit_body(self, limit: int) -> Refuse | None:
         """A verb's limit for the body: past it, 413 (body_too_large). Refused now when
@@ -342,10 +363,13 @@ class ClientConnection:
         return Refuse(where=self.where, refusal=Refused(408, HEAD_TOO_SLOW))
 
     def request_done(self, leftover: bytes) -> None:
-        """The shell's exchange ended and the connection goes on; `leftover`: what the
-        client sent of its next request meanwhile. No row before a body's end."""
+        """The shell's exchange ended and the connection goes on; `leftover`: what of the
+        client's bytes the machine gave with the request and was not the request's (a
+        body-less request's `rest`, h11's trailing data), put back before what came
+        since. No row before a body's end."""
         self._expect(_State.BUSY)
-        self.buffer = leftover
+        if leftover:  # before what came during the exchange
+            self.buffer[:0] = leftover
         self.reading = None
         self.given = self.again = None
         self.state = _State.IDLE
@@ -387,8 +411,9 @@ class ClientConnection:
                 self.state = _State.DONE
                 return Closed()
             return NeedData(within_head=bool(self.buffer))
-        raw, rest = self.buffer[:end], self.buffer[end:]
-        self.buffer = b""
+        buffer = self.buffer
+        raw, rest = bytes(buffer[:end]), bytes(buffer[end:])
+        self.buffer = bytearray()
         self.state = _State.BUSY
         self.given = self._request(raw, rest)
         return self.given
@@ -405,8 +430,8 @@ class ClientConnection:
                 target = parse_connect(head.target)
             except TargetError as error:
                 return self._refuse("-", Refused(400, str(error)))
-            self.buffer = rest  # a port-80 tunnel's requests; else the shell's `early`
-            return OpenTunnel(target=target, early=rest)
+            self.buffer = bytearray(rest)  # a port-80 tunnel's requests, else its bytes
+            return OpenTunnel(target=target)
         parsed = None
         if not is_bodiless(head):
             parsed = _h11_reading(raw + rest)
@@ -431,8 +456,7 @@ class ClientConnection:
 
     def _begin_body(self, parsed: tuple[h11.Connection, h11.Request]) -> None:
         self.reading = parsed[0]
-        if self.ended:  # the client's end came with the head: h11's too
-            self.reading.receive_data(b"")
+        self.end_given = False
         self.declared = next((int(value) for name, value in parsed[1].headers
                               if name == b"content-length"), None)  # h11 checked it
         self.limit = None
@@ -456,6 +480,17 @@ class ClientConnection:
                     h11.InformationalResponse(status_code=100, headers=[])) or b"")
         try:
             event = reading.next_event()
+            # h11 is given the bytes held when it needs them (and the client's end after
+            # them): what it has not read is never more than one of the client's reads.
+            while event is h11.NEED_DATA and (self.buffer or (self.ended
+                                              and not self.end_given)):
+                if self.buffer:
+                    reading.receive_data(bytes(self.buffer))
+                    self.buffer = bytearray()
+                else:
+                    self.end_given = True
+                    reading.receive_data(b"")
+                event = reading.next_event()
         except h11.RemoteProtocolError:
             return self._refuse(self.where, Refused(400, UNREADABLE_BODY))
         if event is h11.NEED_DATA:

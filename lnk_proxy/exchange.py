@@ -26,11 +26,10 @@ from lnk_common.bodies import SWITCHED, BodyRead, pass_response
 from lnk_common.wire import Refused, Wire
 from lnk_proxy.bodiless import outgoing, response_fields
 from lnk_proxy.connection import BodyData, BodyEnd, ClientConnection, Continue, NeedBody
-from lnk_proxy.streams import Inbox, Outbox, read_within
+from lnk_proxy.streams import Inbox, Outbox, arrival_within, read_within
 from lnk_proxy.upstream import CHUNK, Upstream, held_bytes
 
 __all__ = [
-    "CLIENT_WATCH_SECONDS",
     "IDLE_SECONDS",
     "UPGRADES",
     "BodyRefused",
@@ -45,8 +44,6 @@ __all__ = [
 
 # A connection with nothing moving either way for this long is closed.
 IDLE_SECONDS = 300.0
-# How often a call that waits on its upstream looks whether its client went away.
-CLIENT_WATCH_SECONDS = 0.25
 
 # The protocols a request may ask to switch to, default deny. After a 101 the bytes are
 # relayed unread, so only a protocol that carries no further requests may be: a WebSocket
@@ -95,8 +92,7 @@ async def _watch_client(reader: Inbox, upstream: Upstream,
                         outcome: Outcome) -> None:
     """End the upstream call when its client has gone (its connection ended): the
     provider's work and the proxy's socket are not held for nobody."""
-    while not reader.at_eof():
-        await asyncio.sleep(CLIENT_WATCH_SECONDS)
+    await reader.closed()
     outcome.client_gone = True
     outcome.failure = " error=client-gone"
     upstream.close()
@@ -116,14 +112,15 @@ class BodyRefused(Exception):
 def client_body(connection: ClientConnection, reader: Inbox,
                 writer: Outbox, idle: float) -> BodyRead:
     """What reads the request's body for lnk_common.bodies and the exchange: the
-    machine's body commands carried out (the client's bytes read as it needs them,
-    waiting at most `idle` seconds; a 100 written for a client that waits for one) until
-    its next bytes (BodyData) or None at its end; BodyRefused for its refusal."""
+    machine's body commands carried out (the client's next bytes waited for as it needs
+    them, at most `idle` seconds: they come to the machine; a 100 written for a client
+    that waits for one) until its next bytes (BodyData) or None at its end; BodyRefused
+    for its refusal."""
     async def read() -> bytes | None:
         while True:
             command = connection.next_body()
             if isinstance(command, NeedBody):
-                connection.receive_data(await read_within(reader, CHUNK, idle))
+                await arrival_within(reader, idle)
             elif isinstance(command, Continue):
                 writer.write(command.data)
             elif isinstance(command, BodyData):

@@ -61,7 +61,7 @@ class RequestHead:
         return [value for field, value in self.fields if field == name]
 
 
-def head_end(buffer: bytes) -> int:
+def head_end(buffer: bytes | bytearray) -> int:
     """Where the head ends (the index after CRLF CRLF), -1 if not yet, or HeadError when
     a bare LF ends it first or it is too long already."""
     end = buffer.find(b"\r\n\r\n")

@@ -5,13 +5,14 @@ A request kept alive to the host of the last one is most of what a harness's too
 send, and its cost was asyncio's more than the proxy's own: the client's bytes fed to
 its reader, the connection's task woken to read them, a timer for each wait, the
 upstream's bytes fed to another reader and the task woken again (four turns of the
-loop a request). Here the client's protocol (`LaneProtocol`) hands what it receives
-to the connection's `Lane` while its task is parked (`Lane.idle`).
+loop a request). Here the client's protocol (`LaneProtocol`) gives what it receives to
+the connection's own machine (lnk_proxy.connection.ClientConnection, the one the task
+drives), where a client's bytes wait until a command takes them, and tells the
+connection's `Lane` while its task is parked (`Lane.idle`).
 
-The lane looks at it only when it is one whole head, nothing after it, and an upstream
-is kept for this connection. The head then goes to the connection's own machine
-(lnk_proxy.connection.ClientConnection, the one the task drives), whose checks every
-request passes in their one order. The lane carries out the machine's command itself
+The lane looks at them only when the machine holds one whole head and an upstream is
+kept for this connection. It then takes the machine's command for that head, whose
+checks every request passes in their one order. The lane carries out the machine's command itself
 only when it is a body-less request to the kept upstream's authority, and only after the
 gate and the name (Proxy.check_name), as the task's path checks them; any other command
 (a refusal, a verb, a CONNECT, a request with a body or to another host) it gives back
@@ -27,7 +28,9 @@ reading: the one body-less exchange, whatever its response. Two turns of the loo
 kept-alive request; one `allowed` and one `ended` line as ever.
 
 Bytes that are not one whole head, or come with no upstream kept, are the task's: the
-lane declines them (the client's protocol holds them in its inbox) and wakes the task.
+lane leaves them in the machine and wakes the task, which takes the machine's command
+(the head's time, HEAD_SECONDS, is the task's). What came behind a head waits in the
+machine, behind the request's `rest`, for the task once the exchange has ended.
 A kept upstream that closed, or sent what h11 refuses, before a response head: the
 request is given back to the machine too, and the task sends it once more on a new
 connection, as it always was (a new one that does so is the call's failure); a refusal
@@ -202,36 +205,34 @@ class Lane:
 
     # -- the client's side ----------------------------------------------------------
 
-    def take(self, data: bytes) -> bool:
-        """What the client sent, while the task is parked: True when the lane took it
-        (a request begun, or a refusal written); False, and the client's protocol feeds
-        it to the reader (the task woken to read it unless an exchange is in flight:
-        then it wakes at the exchange's end)."""
+    def moved(self) -> None:
+        """The client sent more (the machine holds it), while the task is parked: a
+        request begun, or a refusal written, here; else the task woken to take the
+        machine's next command (unless an exchange is in flight: then it wakes at the
+        exchange's end)."""
         if self.parked is None or self.exchange is not None:
-            return False
+            return
         try:
-            taken = self._begin(data)
+            taken = self._begin()
         except Exception as error:
             self._failed(error)
-            return True
+            return
         if not taken:
             self._wake(None)
-        return taken
 
-    def _begin(self, data: bytes) -> bool:
+    def _begin(self) -> bool:
         upstream, connection = self.kept[0], self.connection
         if upstream is None or connection is None:
             return False  # no kept upstream
         try:
-            if head_end(data) != len(data):
-                return False  # a head not whole, or more behind it
+            if head_end(connection.buffer) < 0:
+                return False  # no whole head yet: the task's, with the head's time
         except HeadError:
             # Bytes the head guard refuses before a head's end (a bare LF, a head past
             # MAX_HEAD_BYTES): the task gives them to the machine, which refuses them with
             # their reason (a HeadError here would be a fault of the lane's, and the
             # program would get no answer). In line, not a function: the hot path's.
             return False
-        connection.receive_data(data)
         command = connection.next_command()  # every check of the machine's, in its order
         protocol = upstream.writer.transport.get_protocol()
         if not (isinstance(command, Forward) and command.parsed is None
@@ -278,10 +279,11 @@ class Lane:
             self._finish(" error=ConnectionResetError")
 
     def _client_said_more(self) -> bool:
-        """The client's inbox has something for the task: bytes, the end or the error
-        its connection ended on."""
-        reader = self.reader
-        return held(reader) or reader.at_eof() or reader.exception() is not None
+        """The client said something for the task: bytes the machine holds, its end, or
+        the error its connection ended on."""
+        connection = self.connection
+        return ((connection is not None and (connection.held > 0 or connection.ended))
+                or self.reader.exception() is not None)
 
     def _start(self, call: int, command: Forward, upstream: Upstream,
                protocol: UpstreamProtocol, *, was_kept: bool) -> None:
@@ -406,8 +408,6 @@ class Lane:
             return
         if failure or closes:
             self._wake(END)
-        elif exchange.request.rest:
-            self._wake(NEXT)
         elif self._client_said_more():
             self._wake(None)
 
@@ -446,14 +446,18 @@ Handler = Callable[[Inbox, Outbox], Coroutine[Any, Any, None]]
 
 
 class LaneProtocol(Ends):
-    """A client connection's protocol (lnk_proxy.streams): its bytes go to its lane
-    first, else to its inbox; its handler runs as the connection's task from the moment
-    it is made (as asyncio.start_server's did)."""
+    """A client connection's protocol (lnk_proxy.streams): while the connection is HTTP
+    (`serve`), its bytes go to its machine (lnk_proxy.connection), where they wait until
+    a command takes them, and its lane is told (the task, if it waits, woken by the
+    inbox); else, and once a relay has taken the connection, to its inbox. Its handler
+    runs as the connection's task from the moment it is made (as asyncio.start_server's
+    did)."""
 
     def __init__(self, handler: Handler) -> None:
         super().__init__(CLIENT_BUFFER_BYTES)
         self.handler = handler
         self.lane: Lane | None = None
+        self.machine: ClientConnection | None = None
         self.task: asyncio.Task[None] | None = None  # held: a task is only weakly kept
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -462,20 +466,43 @@ class LaneProtocol(Ends):
         self.task = asyncio.get_running_loop().create_task(
             self.handler(self.inbox, self.outbox))
 
+    def serve(self, machine: ClientConnection) -> None:
+        """The connection is HTTP, read by `machine`: its bytes go there from now, with
+        what the inbox held already (and its end), until a read of the inbox takes them
+        back (a relay's)."""
+        self.machine = machine
+        held = self.inbox.hand_over(self._given_back)
+        if held:
+            machine.receive_data(held)
+        if self.inbox.at_eof():
+            machine.receive_data(b"")
+
+    def _given_back(self) -> bytes:
+        machine, self.machine = self.machine, None
+        return machine.take_held() if machine is not None else b""
+
     def data_received(self, data: bytes) -> None:
-        lane = self.lane
-        if lane is not None and lane.take(data):
+        machine = self.machine
+        if machine is None:
+            super().data_received(data)
             return
-        super().data_received(data)
+        machine.receive_data(data)
+        self.inbox.arrived(machine.held)
+        if self.lane is not None:
+            self.lane.moved()
 
     def eof_received(self) -> bool:
         keep = super().eof_received()
+        if self.machine is not None:
+            self.machine.receive_data(b"")
         if self.lane is not None:
             self.lane.client_ended(False)
         return keep
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
+        if self.machine is not None and exc is None:
+            self.machine.receive_data(b"")
         if self.lane is not None:
             self.lane.client_ended(True)
 

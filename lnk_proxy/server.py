@@ -71,7 +71,7 @@ from lnk_proxy.decide import (
 from lnk_proxy.exchange import IDLE_SECONDS, UPGRADES
 from lnk_proxy.lane import END, NEXT, Lane, LaneProtocol
 from lnk_proxy.resolver import system_resolver
-from lnk_proxy.streams import Inbox, Outbox, read_within
+from lnk_proxy.streams import Inbox, Outbox
 from lnk_proxy.target import Target
 from lnk_proxy.tunnel import HTTP_PORT
 from lnk_proxy.upstream import Upstream, open_socket, open_upstream
@@ -98,8 +98,6 @@ __all__ = ["BODY_IDLE_SECONDS", "HEAD_SECONDS", "HELD_BODIES_FULL", "HTTP_PORT",
 # A client has this long to send a whole head (slowloris: a head dribbled a byte at a
 # time holds a connection and its memory for nothing).
 HEAD_SECONDS = 10.0
-# What one read of a client's bytes asks for at most.
-_READ_BYTES = 65536
 
 Resolver = Callable[[str, int], Awaitable[list[Address]]]
 
@@ -155,27 +153,31 @@ class Proxy(Wire):
         """One client connection's requests (`connection`, sans IO) served with its lane
         and its kept upstream, both let go at its end."""
         kept: list[Upstream | None] = [None]
-        lane = self._lane(reader, writer, kept)
+        lane = self._lane(reader, writer, kept, connection)
         try:
             await self._requests(reader, writer, lane, connection)
         finally:
             _let_go(lane, kept)
 
-    def _lane(self, reader: Inbox, writer: Outbox, kept: list[Upstream | None]) -> Lane:
-        """The connection's lane (lnk_proxy.lane): every listener of the proxy's makes
-        its connections' protocol a `LaneProtocol` (lane_server); any other is a bug."""
+    def _lane(self, reader: Inbox, writer: Outbox, kept: list[Upstream | None],
+              connection: ClientConnection) -> Lane:
+        """The connection's lane (lnk_proxy.lane), its bytes given to `connection` from
+        now: every listener of the proxy's makes its connections' protocol a
+        `LaneProtocol` (lane_server); any other is a bug."""
         protocol = writer.transport.get_protocol()
         if not isinstance(protocol, LaneProtocol):
             raise RuntimeError("a client connection that no lane_server made")
-        return Lane(self, protocol, reader, writer, kept)
+        lane = Lane(self, protocol, reader, writer, kept)
+        protocol.serve(connection)
+        return lane
 
     async def _requests(self, reader: Inbox, writer: Outbox, lane: Lane,
                         connection: ClientConnection) -> None:
         """The connection's commands carried out one after another until it ends: its
-        bytes read as it needs them (a head within HEAD_SECONDS of its first byte;
-        between requests, parked in the lane, IDLE_SECONDS), each request's decision and
-        exchange (a body-less one carried out by the lane while the task is parked), a
-        CONNECT's tunnel."""
+        bytes waited for as it needs them (they go to `connection` as they come: a head
+        within HEAD_SECONDS of its first byte; between requests, parked in the lane,
+        IDLE_SECONDS), each request's decision and exchange (a body-less one carried out
+        by the lane while the task is parked), a CONNECT's tunnel."""
         deadline: float | None = None  # the head's, from its first byte
         while True:
             command = connection.next_command()
@@ -183,7 +185,7 @@ class Proxy(Wire):
                 deadline = deadline or asyncio.get_running_loop().time() + HEAD_SECONDS
                 try:
                     async with asyncio.timeout_at(deadline):
-                        connection.receive_data(await reader.read(_READ_BYTES))
+                        await reader.arrival()
                 except TimeoutError:
                     await self._refuse_as(reader, writer, connection.head_timed_out())
                     return
@@ -217,21 +219,17 @@ class Proxy(Wire):
     async def _parked(self, reader: Inbox, lane: Lane, connection: ClientConnection
                       ) -> bool:
         """Between requests, or while the lane carries one out: parked in the lane (which
-        gives whole heads to the connection's machine and carries out body-less
-        requests) until it has work for the task, then the client's next bytes given to
-        `connection` when they are what woke it. True: go on to the machine's next
-        command (the lane's NEXT: the machine holds it); False: the connection ends
-        (quiet past IDLE_SECONDS, its end, a refusal of the lane's, an exchange that
-        ends it)."""
+        takes whole heads from the connection's machine and carries out body-less
+        requests) until it has work for the task. True: go on to the machine's next
+        command (it holds the client's bytes or end, a request behind the last, or a
+        command the lane gave back); False: the connection ends (quiet past
+        IDLE_SECONDS, a refusal of the lane's, an exchange that ends it). The error the
+        client's connection ended on is raised, as a read of it would."""
         note = await lane.idle(connection, IDLE_SECONDS)
         if note is END:
             return False
-        if note is NEXT:
-            return True  # a request behind the last, or a command the lane gave back
-        try:  # between requests a client may idle; within a head it may not
-            connection.receive_data(await read_within(reader, _READ_BYTES, IDLE_SECONDS))
-        except TimeoutError:
-            return False
+        if note is not NEXT and (error := reader.exception()) is not None:
+            raise error
         return True
 
     async def forward(self, request: Forward, reader: Inbox, writer: Outbox, lane: Lane,

@@ -26,16 +26,25 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Ends", "Inbox", "Outbox", "held", "read_within"]
+__all__ = ["Ends", "Inbox", "Outbox", "arrival_within", "held", "read_within"]
 
 
 class Inbox:
     """A connection's received bytes, until they are read. One reader at a time (a
-    second read waiting at once is a bug: RuntimeError)."""
+    second read waiting at once is a bug: RuntimeError).
 
-    __slots__ = ("_eof", "_error", "_held", "_limit", "_paused", "_transport", "_waiter")
+    A client's connection gives its bytes to its machine while it is HTTP (lnk_proxy.lane
+    `LaneProtocol.serve`): the inbox then holds none, but says what came (`arrival`) and
+    when the connection ended (`closed`), and pauses the socket's reading past twice its
+    limit held by the machine (`arrived`). The first read takes the machine's bytes back
+    (`hand_over`'s `source`): from then on the connection is a relay's, and its bytes
+    are here, the machine's first."""
+
+    __slots__ = ("_closed", "_eof", "_error", "_held", "_limit", "_paused", "_source",
+                 "_transport", "_waiter")
 
     def __init__(self, limit: int) -> None:
         self._limit = limit  # past twice this, the socket is no longer read
@@ -45,6 +54,9 @@ class Inbox:
         self._waiter: asyncio.Future[None] | None = None
         self._transport: asyncio.Transport | None = None
         self._paused = False  # reading paused by this inbox (not by a splice's)
+        # While the bytes are another's (a machine's): what gives them back, once.
+        self._source: Callable[[], bytes] | None = None
+        self._closed: asyncio.Future[None] | None = None  # `closed`'s, made when asked
 
     @property
     def held(self) -> int:
@@ -80,16 +92,65 @@ class Inbox:
     def feed_eof(self) -> None:
         self._eof = True
         self._wake()
+        self._ended()
 
     def set_exception(self, error: BaseException) -> None:
         self._error = error
         waiter, self._waiter = self._waiter, None
         if waiter is not None and not waiter.cancelled():
             waiter.set_exception(error)
+        self._ended()
+
+    # -- while the bytes are another's (a client's machine) ------------------------------
+
+    def hand_over(self, source: Callable[[], bytes]) -> bytes:
+        """The bytes go elsewhere from now (the protocol gives them), until a read takes
+        them back from `source`: what is held here, taken out for the new holder."""
+        self._source = source
+        held = bytes(self._held)
+        self._held.clear()
+        return held
+
+    def arrived(self, held: int) -> None:
+        """Bytes came, given elsewhere, where `held` are now held: the waiter woken, the
+        socket no longer read past twice the limit (until the next wait)."""
+        self._wake()
+        transport = self._transport
+        if transport is not None and not self._paused and held > 2 * self._limit:
+            try:
+                transport.pause_reading()
+            except NotImplementedError:  # a transport that cannot pause: all is held
+                self._transport = None
+            else:
+                self._paused = True
+
+    async def arrival(self) -> None:
+        """Wait for what comes next (bytes given elsewhere, or the end); returns at once
+        at the end, and raises the connection's error."""
+        if self._error is not None:
+            raise self._error
+        if not self._eof:
+            await self._wait()
+
+    async def closed(self) -> None:
+        """Returns once the connection's end or its error came."""
+        if self._eof or self._error is not None:
+            return
+        if self._closed is None:
+            self._closed = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._closed)
+
+    def _ended(self) -> None:
+        closed = self._closed
+        if closed is not None and not closed.done():
+            closed.set_result(None)
 
     async def read(self, n: int = -1) -> bytes:
         """Up to `n` bytes (at least one, or b"" at the end), waiting for them if none
         are held; with `n` below 0, every byte until the end."""
+        if self._source is not None:  # the bytes come back here: the machine's first
+            source, self._source = self._source, None
+            self._held[:0] = source()
         if self._error is not None:
             raise self._error
         if n == 0:
@@ -244,3 +305,9 @@ async def read_within(reader: Inbox, size: int, seconds: float) -> bytes:
     async with asyncio.timeout(seconds):
         return await reader.read(size)
 
+
+
+async def arrival_within(reader: Inbox, seconds: float) -> None:
+    """`reader.arrival()`, waiting at most `seconds`; TimeoutError past that."""
+    async with asyncio.timeout(seconds):
+        await reader.arrival()

@@ -73,7 +73,9 @@ async def connect(proxy: Proxy, command: OpenTunnel, reader: Inbox,
         raise
     if upstream is None:
         return True
-    await _tunnel(proxy, target, command.early, reader, writer, upstream, "connect")
+    # What the client sent after the CONNECT's head comes first from the reader (the
+    # machine's bytes, taken back by the first read: lnk_proxy.streams.Inbox).
+    await _tunnel(proxy, target, b"", reader, writer, upstream, "connect")
     return False
 
 

@@ -148,10 +148,9 @@ def verb(path: str) -> object:
     return check
 
 
-def tunnel(authority: str, early: bytes = b"") -> object:
+def tunnel(authority: str) -> object:
     def check(command: Command) -> bool:
-        return (isinstance(command, OpenTunnel) and command.target.authority == authority
-                and command.early == early)
+        return isinstance(command, OpenTunnel) and command.target.authority == authority
     return check
 
 
@@ -168,6 +167,25 @@ def test_an_absolute_form_request_is_forwarded_plain_and_the_next_one_follows() 
      >> Data(GET[10:]) << forward("a.test:80", "/x")
      >> Done() << NeedData(within_head=False)
      >> End() << Closed())
+
+
+def test_bytes_that_come_during_an_exchange_wait_behind_what_it_gives_back() -> None:
+    (Playbook()
+     >> Data(GET + GET[:5]) << forward("a.test:80", "/x", rest=GET[:5])
+     >> Data(GET[5:9]) >> Data(GET[9:])  # during the exchange: held, in order
+     >> Done(GET[:5]) << forward("a.test:80", "/x"))
+    (Playbook()
+     >> Data(POST + b"Content-Length: 4\r\n\r\nda")
+     << forward("a.test:80", "/up", plain=False, rest=b"da")
+     >> Data(b"ta") >> Data(GET)  # held until h11 needs them: then all at once
+     << FromBody(BodyData(data=b"da")) << FromBody(BodyData(data=b"ta"))
+     << FromBody(BodyEnd()))
+    playbook = Playbook() >> Data(POST + b"Content-Length: 2\r\n\r\n") >> Data(b"ok" + GET)
+    command = playbook.connection.next_command()
+    assert isinstance(command, Forward) and command.parsed is not None
+    playbook << FromBody(BodyData(data=b"ok")) << FromBody(BodyEnd())
+    assert command.parsed[0].trailing_data[0] == GET and playbook.connection.held == 0
+    playbook >> Done(command.parsed[0].trailing_data[0]) << forward("a.test:80", "/x")
 
 
 def test_a_head_byte_by_byte_is_one_request_when_whole() -> None:
@@ -316,9 +334,13 @@ def test_the_verbs_namespace_by_origin_form_or_the_proxys_own_address() -> None:
 
 
 def test_a_connect_is_a_tunnel_with_what_followed_its_head() -> None:
-    (Playbook()
-     >> Data(b"CONNECT a.test:443 HTTP/1.1\r\nHost: a.test:443\r\n\r\n\x16\x03\x01")
-     << tunnel("a.test:443", b"\x16\x03\x01"))
+    playbook = (Playbook()
+                >> Data(b"CONNECT a.test:443 HTTP/1.1\r\nHost: a.test:443\r\n\r\n\x16\x03")
+                << tunnel("a.test:443") >> Data(b"\x01"))
+    # What followed the head, and what came since, are the tunnel's, taken out whole.
+    assert playbook.connection.take_held() == b"\x16\x03\x01"
+    playbook >> Data(b"more")
+    assert playbook.connection.held == 0  # no longer HTTP's: nothing more held here
     Playbook() >> Data(b"CONNECT a.test HTTP/1.1\r\n\r\n") << refused("-", 400)
 
 
@@ -327,7 +349,7 @@ def test_a_port_80_tunnels_requests_go_to_its_host_only_and_no_connect_inside() 
     (Playbook()
      >> Data(b"CONNECT a.test:80 HTTP/1.1\r\nHost: a.test:80\r\n\r\n"
              b"GET /p HTTP/1.1\r\nHost: a.test\r\n\r\n")
-     << tunnel("a.test:80", b"GET /p HTTP/1.1\r\nHost: a.test\r\n\r\n")
+     << tunnel("a.test:80")
      >> TunnelOpened(into) << forward("a.test:80", "/p")
      >> Done(b"GET /q HTTP/1.1\r\nHost: b.test\r\n\r\n") << refused(
          "a.test:80", 400, "the Host header names another host than the tunnel's (a.test:80)"))

@@ -9,6 +9,7 @@ by lnk_common.wire (the relay's asyncio streams have the same test in test_wire_
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import struct
@@ -17,7 +18,8 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from lnk_common import wire
-from lnk_proxy.lane import lane_server
+from lnk_proxy.connection import ClientConnection, Forward
+from lnk_proxy.lane import CLIENT_BUFFER_BYTES, LaneProtocol, lane_server
 from lnk_proxy.streams import Ends, Inbox, Outbox, read_within
 
 # A test's whole scenario gives up after this long (a loaded machine is slow, never this).
@@ -223,5 +225,106 @@ def test_a_tunnels_held_bytes_are_taken_out_whole_and_the_rest_left_in_the_socke
         server.close()
         assert held  # the inbox held bytes: they were taken out, not lost
         assert head + held + rest == sent
+
+    _run(scenario)
+
+
+# -- a client's connection while it is HTTP: its bytes are its machine's ----------------
+
+async def _served() -> tuple[LaneProtocol, ClientConnection, socket.socket, asyncio.Server]:
+    """A loopback connection to a `lane_server`, its protocol serving a machine (as the
+    proxy's task does: Proxy._lane) once the client has sent its first bytes, which
+    came to the inbox before."""
+    made: list[tuple[Inbox, Outbox]] = []
+    release = asyncio.Event()
+
+    async def handle(reader: Inbox, writer: Outbox) -> None:
+        made.append((reader, writer))
+        await release.wait()
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    server = await lane_server(handle, listener)
+    client = socket.create_connection(listener.getsockname()[:2])
+    client.sendall(b"GET http://a.test/ HTTP/1.1\r\n")
+    await _poll(lambda: bool(made) and made[0][0].held > 0, "the first bytes in the inbox")
+    protocol = made[0][1].transport.get_protocol()
+    assert isinstance(protocol, LaneProtocol)
+    machine = ClientConnection()
+    protocol.serve(machine)
+    release.set()
+    return protocol, machine, client, server
+
+
+def test_an_http_connections_bytes_wait_in_its_machine_until_a_relay_takes_them_back() -> None:
+    async def scenario() -> None:
+        protocol, machine, client, server = await _served()
+        inbox = protocol.inbox
+        assert inbox.held == 0 and machine.held == len(b"GET http://a.test/ HTTP/1.1\r\n")
+        waiting = asyncio.ensure_future(inbox.arrival())
+        await asyncio.sleep(0)
+        client.sendall(b"Host: a.test\r\n\r\nnext")
+        await waiting  # woken by bytes it does not hold
+        await _poll(lambda: machine.held == 49, "the rest in the machine")
+        assert inbox.held == 0
+        command = machine.next_command()
+        assert isinstance(command, Forward) and command.rest == b"next"
+        machine.request_done(command.rest)
+        # A read of the inbox (a relay's) takes the machine's bytes back, first, and
+        # every byte after comes to the inbox.
+        assert await inbox.read(2) == b"ne"
+        client.sendall(b"-more")
+        await _poll(lambda: inbox.held == 7, "the next bytes in the inbox")
+        assert machine.held == 0 and await inbox.read(100) == b"xt-more"
+        client.close()
+        assert await inbox.read(10) == b""
+        server.close()
+
+    _run(scenario)
+
+
+def test_past_twice_its_limit_held_by_the_machine_the_socket_waits_for_the_next_wait() -> None:
+    async def scenario() -> None:
+        protocol, machine, client, server = await _served()
+        transport = protocol.outbox.transport if protocol.outbox is not None else None
+        assert transport is not None
+        sending = asyncio.get_running_loop().run_in_executor(
+            None, client.sendall, b"x" * (8 * CLIENT_BUFFER_BYTES))
+        await _poll(lambda: machine.held > 2 * CLIENT_BUFFER_BYTES, "past twice the limit")
+        assert not transport.is_reading()
+        # Bounded: one read's worth past twice the limit at most, however much is sent.
+        assert machine.held <= 2 * CLIENT_BUFFER_BYTES + 256 * 1024
+        machine.take_held()
+        waiting = asyncio.ensure_future(protocol.inbox.arrival())
+        await _poll(transport.is_reading, "read again once the task waits")
+        await waiting
+        client.shutdown(socket.SHUT_RDWR)  # the sending thread woken, by an error
+        with contextlib.suppress(OSError):
+            await sending
+        client.close()
+        server.close()
+
+    _run(scenario)
+
+
+def test_closed_says_the_end_or_the_reset_and_arrival_raises_the_reset() -> None:
+    async def scenario() -> None:
+        protocol, machine, client, server = await _served()
+        closed = asyncio.ensure_future(protocol.inbox.closed())
+        await asyncio.sleep(0.01)
+        assert not closed.done()
+        client.shutdown(socket.SHUT_WR)  # its end: the machine is told too
+        await closed
+        await _poll(lambda: machine.ended, "the machine told of the end")
+        await protocol.inbox.arrival()  # at the end: at once
+        server.close()
+        protocol2, _machine2, client2, server2 = await _served()
+        closed2 = asyncio.ensure_future(protocol2.inbox.closed())
+        client2.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client2.close()
+        await closed2
+        with pytest.raises(ConnectionResetError):
+            await protocol2.inbox.arrival()
+        client.close()
+        server2.close()
 
     _run(scenario)
