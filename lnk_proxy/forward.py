@@ -33,9 +33,9 @@ from lnk_proxy.exchange import (
     next_cycle,
     outgoing,
 )
-from lnk_proxy.lane import Lane
+from lnk_proxy.lane import Lane, take_kept
 from lnk_proxy.streams import Inbox, Outbox
-from lnk_proxy.upstream import Upstream, held_bytes
+from lnk_proxy.upstream import Upstream
 
 if TYPE_CHECKING:
     from lnk_proxy.server import Proxy
@@ -51,33 +51,23 @@ async def forward(proxy: Proxy, request: Forward, reader: Inbox, writer: Outbox,
     `lane.kept` holds the connection's upstream between requests; `connection` (its
     machine) reads a body."""
     target = request.target
-    kept = lane.kept
-    previous = kept[0]
-    kept[0] = None
     try:
-        if (previous is not None and previous.authority == target.authority
-                and previous.usable() and not held_bytes(previous)):
-            proxy.check_name(target)
-            upstream = previous
-        else:
-            if previous is not None:
-                previous.close()
-            upstream = await proxy.connect_upstream(target)
+        kept = take_kept(proxy, lane.kept, target)  # the lane's rule too
+        upstream = kept or await proxy.connect_upstream(target)
     except Refused as refusal:
-        if previous is not None:
-            previous.close()
         await proxy.refuse(writer, target.authority, refusal)
         await linger(reader, writer)  # the refusal read, not reset away
         return False, b""
+    was_kept = kept is not None
     if request.parsed is None:
-        lane.carry(connection, request, upstream, was_kept=upstream is previous)
+        lane.carry(connection, request, upstream, was_kept=was_kept)
         return None
     client, asked = request.parsed
     outcome = await exchange(proxy, target.authority, "http", client, reader, writer,
                              upstream, outgoing(asked, request.path,
                                                 asks_to_upgrade(asked.headers)),
                              body=client_body(connection, reader, writer, IDLE_SECONDS))
-    return await _settle(proxy, outcome, client, upstream, upstream is previous, request,
+    return await _settle(proxy, outcome, client, upstream, was_kept, request,
                          reader, writer, lane, connection)
 
 

@@ -61,10 +61,11 @@ from lnk_proxy.streams import Ends, Inbox, Outbox, held
 
 if TYPE_CHECKING:
     from lnk_proxy.server import Proxy
+    from lnk_proxy.target import Target
     from lnk_proxy.upstream import Upstream
 
 __all__ = ["CLIENT_BUFFER_BYTES", "END", "NEXT", "Lane", "LaneProtocol", "UpstreamProtocol",
-           "lane_server"]
+           "lane_server", "take_kept"]
 
 # A client connection's inbox (lnk_proxy.streams) holds at most about twice this before
 # its socket is no longer read (the `limit` the proxy's listeners always had).
@@ -234,29 +235,31 @@ class Lane:
             # program would get no answer). In line, not a function: the hot path's.
             return False
         command = connection.next_command()  # every check of the machine's, in its order
-        protocol = upstream.writer.transport.get_protocol()
-        if not (isinstance(command, Forward) and command.parsed is None
-                and upstream.authority == command.target.authority and upstream.usable()
-                and not held(upstream.reader) and isinstance(protocol, UpstreamProtocol)):
-            connection.give_again()  # the task's to carry out, as the machine gave it
-            self._wake(NEXT)
-            return True
-        assert isinstance(protocol, UpstreamProtocol)  # for mypy: the test above
+        if not (isinstance(command, Forward) and command.parsed is None):
+            return self._give_back(connection)  # the task's: h11's, a verb, a tunnel...
         target = command.target
-        self.kept[0] = None
         try:
-            self.proxy.check_name(target)
+            kept = take_kept(self.proxy, self.kept, target)  # the task's rule, and checks
+            if kept is None:  # a new connection, decided by the task (it may await)
+                return self._give_back(connection)
             call = next(self.proxy.ids)
             self.proxy.log.write("allowed", target.authority, f"id={call} kind=http")
         except Refused as refusal:
-            upstream.close()
             self.proxy.refuse_now(self.writer, target.authority, refusal)
             self._wake(END)
             return True
         except BaseException:
             upstream.close()
             raise
-        self._start(call, command, upstream, protocol, was_kept=True)
+        protocol = kept.writer.transport.get_protocol()
+        assert isinstance(protocol, UpstreamProtocol)  # every upstream's (open_upstream)
+        self._start(call, command, kept, protocol, was_kept=True)
+        return True
+
+    def _give_back(self, connection: ClientConnection) -> bool:
+        """The machine's command is the task's to carry out, as the machine gave it."""
+        connection.give_again()
+        self._wake(NEXT)
         return True
 
     def carry(self, connection: ClientConnection, command: Forward, upstream: Upstream, *,
@@ -440,6 +443,30 @@ class Lane:
             self.missed = note
         else:
             parked.set_result(note)
+
+
+def take_kept(proxy: Proxy, kept: list[Upstream | None], target: Target
+              ) -> Upstream | None:
+    """The connection's kept upstream (`kept`'s one slot, emptied), when a request to
+    `target` may go on it: the same authority (its address was checked when it was
+    opened), still open, and nothing it sent unasked held (those bytes would be read as
+    this request's response); then the wire's gate and the name checked again, and the
+    call counted (Proxy.check_name: Refused, and the upstream closed). Else it is
+    closed, and None: the request is decided afresh on a new connection. The one rule,
+    for the lane's requests and the task's (lnk_proxy.forward)."""
+    previous, kept[0] = kept[0], None
+    if previous is None:
+        return None
+    if not (previous.authority == target.authority and previous.usable()
+            and not held(previous.reader)):
+        previous.close()
+        return None
+    try:
+        proxy.check_name(target)
+    except BaseException:
+        previous.close()
+        raise
+    return previous
 
 
 Handler = Callable[[Inbox, Outbox], Coroutine[Any, Any, None]]
