@@ -67,8 +67,8 @@ if TYPE_CHECKING:
 __all__ = ["CLIENT_BUFFER_BYTES", "END", "NEXT", "Lane", "LaneProtocol", "UpstreamProtocol",
            "lane_server", "take_kept"]
 
-# A client connection's inbox (lnk_proxy.streams) holds at most about twice this before
-# its socket is no longer read (the `limit` the proxy's listeners always had).
+# A client connection's bytes waiting (in its machine while it is HTTP, else in its inbox:
+# lnk_proxy.streams) are at most about twice this before its socket is no longer read (the `limit` the proxy's listeners always had).
 CLIENT_BUFFER_BYTES = 1 << 20
 
 

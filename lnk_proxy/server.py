@@ -21,9 +21,10 @@ Every refusal is a status and one line, in the response and in the wire's log.
 
 Every body-less request's exchange is carried out in the protocols' callbacks by the
 connection's lane (lnk_proxy.lane) while this task is parked. A kept-alive one to the
-host of the last one the lane takes itself: it gives the head to the same machine and
-carries out only its body-less request to the kept upstream's host, after the same
-`check_name`; any other command it gives back to the machine (`give_again`), and this
+host of the last one the lane takes itself: it takes the head's command from the same
+machine (which the client's protocol gives every byte) and carries out only its body-less
+request to the kept upstream's host, by the rule and after the checks the task's
+`forward` uses too (`lane.take_kept`: `check_name`); any other command it gives back to the machine (`give_again`), and this
 task takes it as the machine's next, as it takes every command. Any other body-less
 request is decided here and handed to the lane with its upstream.
 """
