@@ -63,6 +63,7 @@ from lnk_proxy.target import Target, TargetError, parse_absolute, parse_connect
 from lnk_proxy.verbs import is_verb_target
 
 __all__ = [
+    "BODY_PIECE_BYTES",
     "OWN_AUTHORITIES",
     "UNREADABLE_BODY",
     "UNREADABLE_HEAD",
@@ -97,6 +98,10 @@ UNREADABLE_HEAD = "the request is not HTTP/1.1 as h11 reads it"
 UNREADABLE_BODY = ("the request body is not HTTP/1.1 as h11 reads it (its chunked framing "
                    "or its length)")
 HEAD_TOO_SLOW = "the request head took too long"
+# A chunked body's bytes are given to h11 this many at a time: what h11 holds past the
+# body's end (the next request, given back to the machine after the exchange) is never
+# more, however much the client sent at once.
+BODY_PIECE_BYTES = 64 * 1024
 CONNECT_IN_TUNNEL = "a CONNECT inside a tunnel"
 NOT_FOR_THE_PROXY = ("the proxy takes absolute-form requests (http://host/…), CONNECT, "
                      "and its verbs' paths (/_link/…)")
@@ -144,13 +149,12 @@ class OpenTunnel:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Forward:
     """A request to pass on to `target`, with `path` as its target upstream. `raw` is
-    its admitted head, `rest` what the client sent after it (its body begun, or the
-    next request); `parsed`: h11's reading (its server side fed raw + rest, and the
-    Request), None for a body-less request, which nothing else reads."""
+    its admitted head (what the client sent after it stays in the machine: its body,
+    `next_body`, or the next request); `parsed`: h11's reading (its server side fed the
+    head, and the Request), None for a body-less request, which nothing else reads."""
 
     head: RequestHead
     raw: bytes
-    rest: bytes
     target: Target
     path: str
     parsed: tuple[h11.Connection, h11.Request] | None
@@ -272,8 +276,8 @@ def _route(head: RequestHead, tunnel: Target | None) -> tuple[Target, str] | str
 
 
 def _h11_reading(data: bytes) -> tuple[h11.Connection, h11.Request] | None:
-    """Step 4: h11's server side fed `data` (a head and what followed it) and its
-    Request, or None when h11 refuses what the head guard admitted."""
+    """Step 4: h11's server side fed `data` (a whole admitted head) and its Request, or
+    None when h11 refuses what the head guard admitted."""
     client = h11.Connection(h11.SERVER)
     client.receive_data(data)
     try:
@@ -292,7 +296,8 @@ class ClientConnection:
     tunnel its requests travel in from the start (an endpoint's address on port 80)."""
 
     __slots__ = ("again", "body_ended", "body_size", "buffer", "continued", "declared",
-                 "end_given", "ended", "given", "limit", "reading", "state", "tunnel")
+                 "end_given", "ended", "fed", "given", "limit", "reading", "state",
+                 "tunnel")
 
     def __init__(self, tunnel: Target | None = None) -> None:
         self.tunnel = tunnel
@@ -308,6 +313,7 @@ class ClientConnection:
         self.declared: int | None = None  # the body's Content-Length, if it has one
         self.limit: int | None = None  # a verb's, once it gives it; else none
         self.body_size = 0
+        self.fed = 0  # the body's bytes given to h11 (`_piece`)
         self.body_ended = False
         self.continued = False  # the 100 for a client that waits for one is given
         # The command of the request in hand (a whole head's), until its exchange is
@@ -365,8 +371,8 @@ class ClientConnection:
     def request_done(self, leftover: bytes) -> None:
         """The shell's exchange ended and the connection goes on; `leftover`: what of the
         client's bytes the machine gave with the request and was not the request's (a
-        body-less request's `rest`, h11's trailing data), put back before what came
-        since. No row before a body's end."""
+        h11's trailing data: what it was given past the body's end), put back before
+        what came since. No row before a body's end."""
         self._expect(_State.BUSY)
         if leftover:  # before what came during the exchange
             self.buffer[:0] = leftover
@@ -411,14 +417,15 @@ class ClientConnection:
                 self.state = _State.DONE
                 return Closed()
             return NeedData(within_head=bool(self.buffer))
-        buffer = self.buffer
-        raw, rest = bytes(buffer[:end]), bytes(buffer[end:])
-        self.buffer = bytearray()
+        # The head out, what follows kept (no copy of it: a client that sends many
+        # requests at once costs a head's bytes a request, not all it sent).
+        raw = bytes(self.buffer[:end])
+        del self.buffer[:end]
         self.state = _State.BUSY
-        self.given = self._request(raw, rest)
+        self.given = self._request(raw)
         return self.given
 
-    def _request(self, raw: bytes, rest: bytes) -> Command:
+    def _request(self, raw: bytes) -> Command:
         try:
             head = check_head(raw)  # step 2
         except HeadError as error:
@@ -430,11 +437,10 @@ class ClientConnection:
                 target = parse_connect(head.target)
             except TargetError as error:
                 return self._refuse("-", Refused(400, str(error)))
-            self.buffer = bytearray(rest)  # a port-80 tunnel's requests, else its bytes
-            return OpenTunnel(target=target)
+            return OpenTunnel(target=target)  # held: a port-80 tunnel's requests, or its bytes
         parsed = None
         if not is_bodiless(head):
-            parsed = _h11_reading(raw + rest)
+            parsed = _h11_reading(raw)
             if parsed is None:
                 return self._refuse(self.where, Refused(400, UNREADABLE_HEAD))
         found = _route(head, self.tunnel)  # step 5
@@ -443,7 +449,7 @@ class ClientConnection:
             return found
         if isinstance(found, str):
             if parsed is None:  # h11 takes every body-less head (tests/test_bodiless.py)
-                parsed = _h11_reading(raw + rest)
+                parsed = _h11_reading(raw)
                 if parsed is None:
                     return self._refuse(self.where, Refused(400, UNREADABLE_HEAD))
             self._begin_body(parsed)
@@ -451,7 +457,7 @@ class ClientConnection:
         target, path = found
         if parsed is not None:
             self._begin_body(parsed)
-        return Forward(head=head, raw=raw, rest=rest, target=target, path=path,
+        return Forward(head=head, raw=raw, target=target, path=path,
                        parsed=parsed)
 
     def _begin_body(self, parsed: tuple[h11.Connection, h11.Request]) -> None:
@@ -460,7 +466,7 @@ class ClientConnection:
         self.declared = next((int(value) for name, value in parsed[1].headers
                               if name == b"content-length"), None)  # h11 checked it
         self.limit = None
-        self.body_size = 0
+        self.body_size = self.fed = 0
         self.body_ended = self.continued = False
         self.state = _State.BODY
 
@@ -485,8 +491,7 @@ class ClientConnection:
             while event is h11.NEED_DATA and (self.buffer or (self.ended
                                               and not self.end_given)):
                 if self.buffer:
-                    reading.receive_data(bytes(self.buffer))
-                    self.buffer = bytearray()
+                    reading.receive_data(self._piece())
                 else:
                     self.end_given = True
                     reading.receive_data(b"")
@@ -508,6 +513,18 @@ class ClientConnection:
         # refused rather than let through.
         return self._refuse(self.where, Refused(400, UNREADABLE_BODY))
 
+
+    def _piece(self) -> bytes:
+        """The next of the body's bytes held, for h11: at most what the Content-Length
+        still needs (nothing past the body given), else BODY_PIECE_BYTES of a chunked
+        one (h11's trailing data, given back after the request, at most that)."""
+        wanted = BODY_PIECE_BYTES
+        if self.declared is not None and self.declared > self.fed:
+            wanted = self.declared - self.fed
+        piece = bytes(self.buffer[:wanted])
+        del self.buffer[:wanted]
+        self.fed += len(piece)
+        return piece
 
     def _refuse(self, where: str, refusal: Refused) -> Refuse:
         self.state = _State.DONE

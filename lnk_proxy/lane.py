@@ -68,7 +68,8 @@ __all__ = ["CLIENT_BUFFER_BYTES", "END", "NEXT", "Lane", "LaneProtocol", "Upstre
            "lane_server", "take_kept"]
 
 # A client connection's bytes waiting (in its machine while it is HTTP, else in its inbox:
-# lnk_proxy.streams) are at most about twice this before its socket is no longer read (the `limit` the proxy's listeners always had).
+# lnk_proxy.streams) are at most about twice this before its socket is no longer read
+# (the `limit` the proxy's listeners always had).
 CLIENT_BUFFER_BYTES = 1 << 20
 
 
@@ -401,8 +402,9 @@ class Lane:
             upstream.close()
         closes = exchange.reading.close  # the program asked for the end after it
         if not failure and not closes and self.connection is not None:
-            # The machine takes the next head, from what came with this one.
-            self.connection.request_done(exchange.request.rest)
+            # The machine takes the next head, from what came behind this one (it
+            # holds it: nothing of it was given out with a body-less request).
+            self.connection.request_done(b"")
         self.proxy.log.write(
             "ended", exchange.authority,
             f"id={exchange.call} sent=0 received={exchange.reading.passed} "

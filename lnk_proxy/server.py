@@ -24,8 +24,9 @@ connection's lane (lnk_proxy.lane) while this task is parked. A kept-alive one t
 host of the last one the lane takes itself: it takes the head's command from the same
 machine (which the client's protocol gives every byte) and carries out only its body-less
 request to the kept upstream's host, by the rule and after the checks the task's
-`forward` uses too (`lane.take_kept`: `check_name`); any other command it gives back to the machine (`give_again`), and this
-task takes it as the machine's next, as it takes every command. Any other body-less
+`forward` uses too (`lane.take_kept`: `check_name`); any other command it gives back to
+the machine (`give_again`), and this task takes it as the machine's next, as it takes
+every command. Any other body-less
 request is decided here and handed to the lane with its upstream.
 """
 

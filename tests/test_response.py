@@ -230,7 +230,7 @@ def _conversation(client: list[bytes], answers: list[list[bytes]], end: bool
             reading.next_cycle()
         else:
             upstream = h11.Connection(h11.CLIENT)
-        connection.request_done(command.rest)
+        connection.request_done(b"")
 
 
 @fuzz(4)
