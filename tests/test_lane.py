@@ -32,9 +32,10 @@ from lnk_common import wirestate
 from lnk_common.wirelog import WireLog, log_path
 from lnk_proxy import server as proxy_server
 from lnk_proxy.decide import parse_hosts
-from lnk_proxy.lane import lane_server
+from lnk_proxy.lane import CLIENT_BUFFER_BYTES, LaneProtocol, lane_server
 from lnk_proxy.machine import Machine
 from lnk_proxy.streams import Outbox
+from lnk_proxy.upstream import CHUNK
 from tests.testnet import ORIGIN, ORIGIN_ADDRESS
 
 HOST = "upstream.test"
@@ -595,6 +596,37 @@ def test_a_client_gone_in_the_middle_ends_the_call_with_its_line(
         ended = rig.events("ended")
         assert len(ended) == 2 and ended[1].endswith(" error=ConnectionResetError"), ended
         assert not rig.proxy.open
+        rig.close()
+
+    _run(test)
+
+
+def test_what_a_client_sends_past_its_answers_waits_bounded_in_its_machine(
+        tmp_path: Path, origin: Path) -> None:
+    """A request whose answer does not come, and 8 MiB of requests sent behind it: they
+    wait in the connection's machine, which holds at most one read past twice
+    CLIENT_BUFFER_BYTES (the socket no longer read). A socket not read is not watched
+    (asyncio's): the call ends when the connection does (here, closed by the proxy's
+    side; else at its idle time), with its line."""
+    async def test() -> None:
+        rig, _reader, writer = await _kept(tmp_path, lambda n, _head: HANG if n == 2 else FINE)
+        writer.write(rig.request("/slow"))
+        await _until(lambda: len(rig.host.requests) == 2)
+        writer.write(rig.request() * ((8 << 20) // len(rig.request())))
+        [transport] = _client_transports(rig)
+        protocol = transport.get_protocol()
+        assert isinstance(protocol, LaneProtocol) and protocol.machine is not None
+        machine = protocol.machine
+        await _until(lambda: not transport.is_reading(), seconds=30)
+        assert not transport.is_reading(), machine.held
+        assert 2 * CLIENT_BUFFER_BYTES < machine.held <= 2 * CLIENT_BUFFER_BYTES + CHUNK
+        await asyncio.sleep(0.05)  # nothing more is read meanwhile
+        assert machine.held <= 2 * CLIENT_BUFFER_BYTES + CHUNK
+        transport.abort()
+        await _until(lambda: len(rig.events("ended")) == 2 and not rig.proxy.open)
+        assert rig.events("ended")[1].endswith(" error=ConnectionResetError")
+        assert not rig.proxy.open and len(rig.host.requests) == 2
+        writer.close()
         rig.close()
 
     _run(test)
