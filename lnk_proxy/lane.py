@@ -84,10 +84,10 @@ END = _End()
 
 
 class _Next:
-    """The machine holds the task's next command: the next request, which came behind
-    the last one (its `request_done` was given it), or a command the lane gave back
-    (`ClientConnection.give_again`: one that needs an await, or a request to send once
-    more). The task takes it, reading nothing."""
+    """The task's next command is the machine's to give: the client sent more (bytes,
+    which the machine holds, its end, or the error its connection ended on), or the
+    lane gave a command back (`ClientConnection.give_again`: one that needs an await, or
+    a request to send once more)."""
 
     __slots__ = ()
 
@@ -95,7 +95,7 @@ class _Next:
 NEXT = _Next()
 
 
-Note = _End | _Next | None
+Note = _End | _Next
 # No note missed (Lane.missed).
 _NO_NOTE = object()
 
@@ -167,16 +167,14 @@ class Lane:
 
     async def idle(self, connection: ClientConnection, seconds: float) -> Note:
         """Park the task between requests, or while the lane carries out its request,
-        until it has work: None when the reader has bytes, its end or its error, else a
-        note (END, or NEXT: the machine holds the task's next command). `connection`: the
-        connection's machine, idle with nothing buffered (the lane gives it a whole
-        head)."""
+        until it has work: END, or NEXT (the machine gives the task's next command).
+        `connection`: the connection's machine, idle or carried out by the lane."""
         self.connection = connection
         loop = asyncio.get_running_loop()
         wait = seconds
         while True:
             if self.exchange is None and self._client_said_more():
-                return None
+                return NEXT
             parked: asyncio.Future[Note | _Rung] = loop.create_future()
             self.parked = parked
             timer = loop.call_later(wait, _ring, parked)  # no cancel of the task: a
@@ -220,7 +218,7 @@ class Lane:
             self._failed(error)
             return
         if not taken:
-            self._wake(None)
+            self._wake(NEXT)
 
     def _begin(self) -> bool:
         upstream, connection = self.kept[0], self.connection
@@ -309,7 +307,7 @@ class Lane:
                 except Exception as error:
                     self._failed(error)
             return  # half-closed: the response still goes, then the task reads the end
-        self._wake(None)
+        self._wake(NEXT)
 
     def pause(self) -> None:
         """The client's send buffer is full: its upstream waits."""
@@ -414,7 +412,7 @@ class Lane:
         if failure or closes:
             self._wake(END)
         elif self._client_said_more():
-            self._wake(None)
+            self._wake(NEXT)
 
     def _failed(self, error: Exception) -> None:
         """What raised in a callback (the log with no descriptor left, or a bug) is said

@@ -71,7 +71,7 @@ from lnk_proxy.decide import (
     matching_rule,
 )
 from lnk_proxy.exchange import IDLE_SECONDS, UPGRADES
-from lnk_proxy.lane import END, NEXT, Lane, LaneProtocol
+from lnk_proxy.lane import END, Lane, LaneProtocol
 from lnk_proxy.resolver import system_resolver
 from lnk_proxy.streams import Inbox, Outbox
 from lnk_proxy.target import Target
@@ -230,7 +230,7 @@ class Proxy(Wire):
         note = await lane.idle(connection, IDLE_SECONDS)
         if note is END:
             return False
-        if note is not NEXT and (error := reader.exception()) is not None:
+        if (error := reader.exception()) is not None:
             raise error
         return True
 
