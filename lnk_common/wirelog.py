@@ -59,10 +59,19 @@ from lnk_common.boundedlog import (
     printable,
 )
 
-__all__ = ["EVENTS", "REASON_CLASS_CHARS", "WireLog", "fold_key", "log_path", "parse_line",
-           "printable", "reason_class"]
+__all__ = ["EVENTS", "REASON_CLASS_CHARS", "WireLog", "ended_detail", "fold_key", "log_path",
+           "parse_line", "printable", "reason_class"]
 
 EVENTS = ("allowed", "ended", "refused", "paused", "started", "exited", "changed")
+
+
+def ended_detail(call: int, sent: int, received: int, started: float,
+                 failure: str = "") -> str:
+    """An `ended` line's detail, the one shape of every call's (the proxy's and the
+    relay's): its id, the bytes each way, its seconds since `started` (time.monotonic),
+    and how it failed (" error=…"), if it did."""
+    return (f"id={call} sent={sent} received={received} "
+            f"seconds={time.monotonic() - started:.3f}{failure}")
 
 
 def log_path(settings: str, wire: str) -> str:

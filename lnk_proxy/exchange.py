@@ -24,6 +24,7 @@ import h11
 
 from lnk_common.bodies import SWITCHED, BodyRead, pass_response
 from lnk_common.wire import Refused, Wire
+from lnk_common.wirelog import ended_detail
 from lnk_proxy.bodiless import outgoing, response_fields
 from lnk_proxy.connection import BodyData, BodyEnd, ClientConnection, Continue, NeedBody
 from lnk_proxy.streams import Inbox, Outbox, arrival_within, read_within
@@ -176,8 +177,8 @@ async def exchange(wire: Wire, authority: str, kind: str, client: h11.Connection
         if not outcome.reusable:
             upstream.close()
         wire.log.write("ended", authority,
-                       f"id={call} sent={outcome.sent} received={outcome.received} "
-                       f"seconds={time.monotonic() - started:.3f}{outcome.failure}")
+                       ended_detail(call, outcome.sent, outcome.received, started,
+                                    outcome.failure))
     return outcome
 
 

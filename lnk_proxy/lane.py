@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 import h11
 
 from lnk_common.wire import Refused
+from lnk_common.wirelog import ended_detail
 from lnk_proxy.bodiless import bodiless_request_bytes, client_closes
 from lnk_proxy.connection import ClientConnection, Forward
 from lnk_proxy.head import HeadError, head_end
@@ -403,10 +404,8 @@ class Lane:
             # The machine takes the next head, from what came behind this one (it
             # holds it: nothing of it was given out with a body-less request).
             self.connection.request_done(b"")
-        self.proxy.log.write(
-            "ended", exchange.authority,
-            f"id={exchange.call} sent=0 received={exchange.reading.passed} "
-            f"seconds={time.monotonic() - exchange.started:.3f}{failure}")
+        self.proxy.log.write("ended", exchange.authority, ended_detail(
+            exchange.call, 0, exchange.reading.passed, exchange.started, failure))
         if not wake:
             return
         if failure or closes:
@@ -427,11 +426,9 @@ class Lane:
             exchange.protocol.sink = None
             exchange.upstream.close()
             with contextlib.suppress(Exception):
-                self.proxy.log.write(
-                    "ended", exchange.authority,
-                    f"id={exchange.call} sent=0 received={exchange.reading.passed} "
-                    f"seconds={time.monotonic() - exchange.started:.3f} "
-                    f"error={type(error).__name__}")
+                self.proxy.log.write("ended", exchange.authority, ended_detail(
+                    exchange.call, 0, exchange.reading.passed, exchange.started,
+                    f" error={type(error).__name__}"))
         self._wake(END)
 
     def _wake(self, note: Note) -> None:

@@ -25,6 +25,7 @@ import time
 from typing import TYPE_CHECKING
 
 from lnk_common.wire import Refused, linger
+from lnk_common.wirelog import ended_detail
 from lnk_proxy import sni
 from lnk_proxy.connection import ClientConnection, OpenTunnel
 from lnk_proxy.streams import Inbox, Outbox
@@ -157,8 +158,7 @@ async def _carry(proxy: Proxy, target: Target, early: bytes, reader: Inbox,
         counted[:] = await proxy.relay(ends, None)
     finally:  # an ended line for every allowed one, even when the proxy is stopping
         proxy.log.write("ended", target.authority,
-                        f"id={call} sent={counted[0] + len(first)} received={counted[1]} "
-                        f"seconds={time.monotonic() - started:.3f}")
+                        ended_detail(call, counted[0] + len(first), counted[1], started))
 
 
 async def _client_hello(reader: Inbox, data: bytes

@@ -31,7 +31,7 @@ from lnk_common.wire import (
     no_delay,
     refusal_head,
 )
-from lnk_common.wirelog import WireLog
+from lnk_common.wirelog import WireLog, ended_detail
 
 __all__ = ["BODY_IDLE_SECONDS", "CONNECT_SECONDS", "HEAD_SECONDS",
            "MAX_HELD_BODY_BYTES", "RESPONSE_IDLE_SECONDS", "Relay"]
@@ -131,8 +131,7 @@ class Relay(Wire):
             counted[:] = await self.relay(ends, up_writer)
         finally:
             self.log.write("ended", target,
-                           f"id={call} sent={counted[0]} received={counted[1]} "
-                           f"seconds={time.monotonic() - started:.3f}")
+                           ended_detail(call, counted[0], counted[1], started))
 
     # -- a models port: one request, filtered --------------------------------------------
 
@@ -251,8 +250,7 @@ class Relay(Wire):
                 failure = " error=client-gone"
             up_writer.close()
             self.log.write("ended", target,
-                           f"id={call} sent={sent} received={streamed.received} "
-                           f"seconds={time.monotonic() - started:.3f}{failure}")
+                           ended_detail(call, sent, streamed.received, started, failure))
 
 
 class _Streamed:

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -34,7 +36,7 @@ from lnk_common.boundedlog import (
 )
 from lnk_common.controls import DNS_NAMES_PER_TARGET, MAX_TRACKED_NAMES, Controls
 from lnk_common.endpoints import MAX_KEPT_NAMES
-from lnk_common.wirelog import WireLog, fold_key, parse_line
+from lnk_common.wirelog import WireLog, ended_detail, fold_key, parse_line
 from tests.conftest import (
     LNK_SANDBOX,
     SANDBOX_TIMEOUT_SECONDS,
@@ -74,6 +76,17 @@ def _inside(run_sandbox: RunSandbox, spec: Path, tmp_path: Path, code: str, *arg
 
 
 # -- the sans-IO folds and the bounded file -----------------------------------------------------
+
+
+def test_every_calls_ended_line_has_one_shape() -> None:
+    """The proxy's calls (the lane's, h11's, a tunnel's) and the relay's write their
+    `ended` line through one function: id, bytes each way, seconds, then a failure."""
+    started = time.monotonic()
+    detail = ended_detail(7, 12, 34, started)
+    assert re.fullmatch(r"id=7 sent=12 received=34 seconds=\d+\.\d{3}", detail), detail
+    failed = ended_detail(8, 0, 5, started, " error=ConnectionResetError")
+    assert re.fullmatch(r"id=8 sent=0 received=5 seconds=\d+\.\d{3} "
+                        r"error=ConnectionResetError", failed), failed
 
 
 def test_N11_folds_write_the_first_lines_of_a_kind_then_count_the_rest() -> None:
