@@ -24,8 +24,8 @@ client's protocol gives them as they arrive (lnk_proxy.lane.LaneProtocol), and t
 socket is not read while more than twice CLIENT_BUFFER_BYTES wait. A request that h11
 read (step 4, and every verb call) has a body, empty or not: the machine is then in its
 body state until the body's end. `next_body` gives the body as h11 reads it from the
-client's bytes (given to h11 as it needs them, so that h11 holds no more than a read's
-worth) (`BodyData`, `BodyEnd`; `NeedBody` for more; a
+client's bytes (given to h11 as it needs them: no byte past a Content-Length, a chunked
+body BODY_PIECE_BYTES at a time) (`BodyData`, `BodyEnd`; `NeedBody` for more; a
 `Continue` once, for a client that waits for a 100 before it sends), refusing a body
 h11 refuses (400, UNREADABLE_BODY) or one past its verb's limit (413, from the
 Content-Length before a byte is read, else as it passes). The shell sends the body on
@@ -370,8 +370,8 @@ class ClientConnection:
 
     def request_done(self, leftover: bytes) -> None:
         """The shell's exchange ended and the connection goes on; `leftover`: what of the
-        client's bytes the machine gave with the request and was not the request's (a
-        h11's trailing data: what it was given past the body's end), put back before
+        client's bytes the machine gave with the request and were not the request's
+        (h11's trailing data: what it was given past the body's end), put back before
         what came since. No row before a body's end."""
         self._expect(_State.BUSY)
         if leftover:  # before what came during the exchange
@@ -487,7 +487,7 @@ class ClientConnection:
         try:
             event = reading.next_event()
             # h11 is given the bytes held when it needs them (and the client's end after
-            # them): what it has not read is never more than one of the client's reads.
+            # them), a piece at a time (`_piece`): never a byte past a Content-Length.
             while event is h11.NEED_DATA and (self.buffer or (self.ended
                                               and not self.end_given)):
                 if self.buffer:
