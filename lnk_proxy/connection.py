@@ -304,7 +304,9 @@ class ClientConnection:
         # The client's bytes that no command has taken yet: the one place they wait
         # while the connection is HTTP (the client's protocol gives them here as they
         # come, lnk_proxy.lane.LaneProtocol; its size is the connection's flow control).
-        self.buffer = bytearray()
+        # One read's bytes are held as they came (no copy: most reads are one head, or
+        # one piece of a body), a bytearray once more come behind them (`_cut`).
+        self.buffer: bytes | bytearray = b""
         self.ended = False  # the client's end came
         self.end_given = False  # ... and was given to the request's h11 reading
         self.state = _State.IDLE
@@ -334,10 +336,14 @@ class ClientConnection:
         end."""
         if self.state is _State.DONE or self.ended:
             return
-        if data:
-            self.buffer += data
-        else:
+        if not data:
             self.ended = True
+        elif not self.buffer:
+            self.buffer = data
+        else:
+            if not isinstance(self.buffer, bytearray):
+                self.buffer = bytearray(self.buffer)
+            self.buffer += data
 
     @property
     def held(self) -> int:
@@ -349,7 +355,7 @@ class ClientConnection:
         after its 101, the drain after a refusal): what is held, taken out, and nothing
         more here."""
         held = bytes(self.buffer)
-        self.buffer = bytearray()
+        self.buffer = b""
         self.state = _State.DONE
         return held
 
@@ -375,7 +381,9 @@ class ClientConnection:
         what came since. No row before a body's end."""
         self._expect(_State.BUSY)
         if leftover:  # before what came during the exchange
-            self.buffer[:0] = leftover
+            buffer = bytearray(leftover)
+            buffer += self.buffer
+            self.buffer = buffer
         self.reading = None
         self.given = self.again = None
         self.state = _State.IDLE
@@ -419,8 +427,7 @@ class ClientConnection:
             return NeedData(within_head=bool(self.buffer))
         # The head out, what follows kept (no copy of it: a client that sends many
         # requests at once costs a head's bytes a request, not all it sent).
-        raw = bytes(self.buffer[:end])
-        del self.buffer[:end]
+        raw = self._cut(end)
         self.state = _State.BUSY
         self.given = self._request(raw)
         return self.given
@@ -521,10 +528,22 @@ class ClientConnection:
         wanted = BODY_PIECE_BYTES
         if self.declared is not None and self.declared > self.fed:
             wanted = self.declared - self.fed
-        piece = bytes(self.buffer[:wanted])
-        del self.buffer[:wanted]
+        piece = self._cut(wanted)
         self.fed += len(piece)
         return piece
+
+    def _cut(self, size: int) -> bytes:
+        """The first `size` bytes held (all, if fewer), taken out; the rest is not
+        copied (a bytearray's front is cut in place)."""
+        buffer = self.buffer
+        if size >= len(buffer):
+            self.buffer = b""
+            return bytes(buffer)  # held as one read came: no copy
+        if not isinstance(buffer, bytearray):
+            buffer = self.buffer = bytearray(buffer)
+        taken = bytes(buffer[:size])
+        del buffer[:size]
+        return taken
 
     def _refuse(self, where: str, refusal: Refused) -> Refuse:
         self.state = _State.DONE
