@@ -12,9 +12,10 @@ connection's `Lane` while its task is parked (`Lane.idle`).
 
 The lane looks at them only when the machine holds one whole head and an upstream is
 kept for this connection. It then takes the machine's command for that head, whose
-checks every request passes in their one order. The lane carries out the machine's command itself
-only when it is a body-less request to the kept upstream's authority, and only after the
-gate and the name (Proxy.check_name), as the task's path checks them; any other command
+checks every request passes in their one order. The lane carries out the machine's
+command itself only when it is a body-less request that the kept upstream may take, by
+the one rule the task's `forward` uses too (`take_kept`: the same authority, still open,
+nothing sent unasked; then the gate and the name, Proxy.check_name); any other command
 (a refusal, a verb, a CONNECT, a request with a body or to another host) it gives back
 to the machine (`ClientConnection.give_again`), and the task, woken, takes it as the
 machine's next command, as it takes every other. A body-less request the task decided (a
@@ -30,7 +31,7 @@ kept-alive request; one `allowed` and one `ended` line as ever.
 Bytes that are not one whole head, or come with no upstream kept, are the task's: the
 lane leaves them in the machine and wakes the task, which takes the machine's command
 (the head's time, HEAD_SECONDS, is the task's). What came behind a head waits in the
-machine, behind the request's `rest`, for the task once the exchange has ended.
+machine, for the task once the exchange has ended.
 A kept upstream that closed, or sent what h11 refuses, before a response head: the
 request is given back to the machine too, and the task sends it once more on a new
 connection, as it always was (a new one that does so is the call's failure); a refusal
