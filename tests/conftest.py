@@ -147,18 +147,62 @@ NOT_USER_DEPENDENT = {
 }
 
 
-# A name here that is no test module (renamed, removed) would quietly mark nothing.
-_STALE = sorted(name for name in NOT_USER_DEPENDENT
+# -- the longest modules first --------------------------------------------------------------
+#
+# .ci/run's workers take a module whole (--dist loadfile) as they come free, in the order of
+# the collection (--no-loadscope-reorder: xdist's own order, most tests first, handed
+# test_verbs_model's 13 tests and 77 s out among the last, and a worker ran it alone at the
+# end). These go first, longest first: the modules of 10 s or more in CI's runs (seconds
+# as root / as the ordinary user, c682e5b, record 0038); the rest follow in the
+# collection's order. A module missing here costs seconds at the end, never a test.
+LONGEST_FIRST = (
+    "test_verbs_model",  # 77 / 57
+    "test_harnesses",  # 77 / 67
+    "test_guests_ssh",  # 62 / 46
+    "test_ask",  # 49 / 48
+    "test_ask_dialog",  # 45 / -
+    "test_secret_verb_sandbox",  # 41 / 27
+    "test_log_bounds",  # 33 / 39
+    "test_endpoints",  # 35 / 36
+    "test_local_models_sandbox",  # 30 / 29
+    "test_local_models",  # 27 / -
+    "test_allow",  # 25 / 23
+    "test_open_verb",  # 24 / 24
+    "test_wire",  # 25 / 23
+    "test_toml",  # 21 / -
+    "test_errors_attacks",  # 19 / 15
+    "test_mcpremote",  # 18 / -
+    "test_mcp_verb",  # 16 / 17
+    "test_wire_controls",  # 17 / 17
+    "test_secret_rules_telegram_reading",  # 14 / -
+    "test_secret_rules",  # 13 / -
+    "test_proxy_parsers_reference",  # 12 / -
+    "test_verbs_frame",  # 11 / 12
+    "test_unix_sockets",  # 11 / 12
+    "test_learn_network",  # 10 / 11
+)
+_RANK = {name: rank for rank, name in enumerate(LONGEST_FIRST)}
+
+# A name here that is no test module (renamed, removed) would quietly mark or order nothing.
+_STALE = sorted(name for name in (*NOT_USER_DEPENDENT, *LONGEST_FIRST)
                 if not (Path(__file__).parent / f"{name}.py").is_file())
 if _STALE:
-    raise pytest.UsageError(f"tests/conftest.py NOT_USER_DEPENDENT names no test module: {_STALE}")
+    raise pytest.UsageError(f"tests/conftest.py NOT_USER_DEPENDENT or LONGEST_FIRST names no "
+                            f"test module: {_STALE}")
+
+
+def _module_name(item: pytest.Item) -> str | None:
+    module = getattr(item, "module", None)
+    return None if module is None else str(module.__name__).rpartition(".")[2]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        module = getattr(item, "module", None)
-        if module is None or module.__name__.rpartition(".")[2] not in NOT_USER_DEPENDENT:
+        name = _module_name(item)
+        if name is None or name not in NOT_USER_DEPENDENT:
             item.add_marker(pytest.mark.depends_on_user)
+    # A stable sort: each module's tests stay together and in their order.
+    items.sort(key=lambda item: _RANK.get(_module_name(item) or "", len(_RANK)))
 
 
 @pytest.fixture
