@@ -147,18 +147,101 @@ NOT_USER_DEPENDENT = {
 }
 
 
-# A name here that is no test module (renamed, removed) would quietly mark nothing.
-_STALE = sorted(name for name in NOT_USER_DEPENDENT
+# -- the longest modules first --------------------------------------------------------------
+#
+# .ci/run's workers take a module whole (--dist loadfile) as they come free, in the order of
+# the collection (--no-loadscope-reorder: xdist's own order, most tests first, handed
+# test_verbs_model's 13 tests and 77 s out among the last, and a worker ran it alone at the
+# end). The modules marked depends_on_user go first (CI's user run waits for root's to end
+# them: below), then the others; in each part these go first, longest first: the modules
+# of 10 s or more in CI's runs (seconds as root / as the ordinary user, c682e5b, record
+# 0038), the rest following in the collection's order. A module missing here costs
+# seconds at the end, never a test.
+LONGEST_FIRST = (
+    "test_verbs_model",  # 77 / 57
+    "test_harnesses",  # 77 / 67
+    "test_guests_ssh",  # 62 / 46
+    "test_ask",  # 49 / 48
+    "test_ask_dialog",  # 45 / -
+    "test_secret_verb_sandbox",  # 41 / 27
+    "test_log_bounds",  # 33 / 39
+    "test_endpoints",  # 35 / 36
+    "test_local_models_sandbox",  # 30 / 29
+    "test_local_models",  # 27 / -
+    "test_allow",  # 25 / 23
+    "test_open_verb",  # 24 / 24
+    "test_wire",  # 25 / 23
+    "test_toml",  # 21 / -
+    "test_errors_attacks",  # 19 / 15
+    "test_mcpremote",  # 18 / -
+    "test_mcp_verb",  # 16 / 17
+    "test_wire_controls",  # 17 / 17
+    "test_secret_rules_telegram_reading",  # 14 / -
+    "test_secret_rules",  # 13 / -
+    "test_proxy_parsers_reference",  # 12 / -
+    "test_verbs_frame",  # 11 / 12
+    "test_unix_sockets",  # 11 / 12
+    "test_learn_network",  # 10 / 11
+)
+_RANK = {name: rank for rank, name in enumerate(LONGEST_FIRST)}
+
+# A name here that is no test module (renamed, removed) would quietly mark or order nothing.
+_STALE = sorted(name for name in (*NOT_USER_DEPENDENT, *LONGEST_FIRST)
                 if not (Path(__file__).parent / f"{name}.py").is_file())
 if _STALE:
-    raise pytest.UsageError(f"tests/conftest.py NOT_USER_DEPENDENT names no test module: {_STALE}")
+    raise pytest.UsageError(f"tests/conftest.py NOT_USER_DEPENDENT or LONGEST_FIRST names no "
+                            f"test module: {_STALE}")
+
+
+def _module_name(item: pytest.Item) -> str | None:
+    module = getattr(item, "module", None)
+    return None if module is None else str(module.__name__).rpartition(".")[2]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        module = getattr(item, "module", None)
-        if module is None or module.__name__.rpartition(".")[2] not in NOT_USER_DEPENDENT:
+        name = _module_name(item)
+        if name is None or name not in NOT_USER_DEPENDENT:
             item.add_marker(pytest.mark.depends_on_user)
+    # A stable sort (each module's tests stay together and in their order): the marked
+    # modules first (below), each part longest first.
+    items.sort(key=lambda item: (_module_name(item) in NOT_USER_DEPENDENT,
+                                 _RANK.get(_module_name(item) or "", len(_RANK))))
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        _marked_from([item.nodeid for item in items])
+
+
+# -- CI: when root's marked tests have all ended -------------------------------------------
+#
+# .ci/run starts the ordinary user's run once root's run has ended every test marked
+# depends_on_user (their teardowns too: no sandbox, server or screen of theirs is left),
+# while root's run goes on with the rest (pure code and loopback, none of which starts a
+# sandbox or reads a file's owner). It names a file in LNK_CI_MARKED_ENDED, which the run
+# (its controller under pytest-xdist, which sees every test's reports) makes then.
+_MARKED_ENDED = os.environ.get("LNK_CI_MARKED_ENDED", "")
+_marked_left: set[str] | None = None
+
+
+def _marked_from(nodeids: list[str]) -> None:
+    global _marked_left
+    if _MARKED_ENDED and _marked_left is None:
+        _marked_left = {nodeid for nodeid in nodeids
+                        if Path(nodeid.partition("::")[0]).stem not in NOT_USER_DEPENDENT}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: object, ids: list[str]) -> None:
+    _marked_from(ids)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    global _marked_left
+    if _marked_left is None or report.when != "teardown":
+        return
+    _marked_left.discard(report.nodeid)
+    if not _marked_left:
+        Path(_MARKED_ENDED).touch()
+        _marked_left = None
 
 
 @pytest.fixture

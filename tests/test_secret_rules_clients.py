@@ -18,11 +18,12 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-# Both are test dependencies (pyproject.toml): missing, the run fails here, never skips.
-import aiogram  # noqa: F401
+# The two clients (test dependencies, pyproject.toml) are imported in the tests that use
+# them, not here: importing aiogram takes about 3 s of CPU, which every pytest-xdist worker
+# paid at collection (CI's eight), whichever ran these tests. Missing, those tests fail on
+# their import, never skip.
 import orjson
 import pytest
-import telegram  # noqa: F401
 
 from lnk_proxy import secret_rules as s
 

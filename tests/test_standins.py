@@ -33,11 +33,13 @@ _names = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters
                  min_size=1, max_size=8).filter(lambda name: name not in (".", ".."))
 
 
+# The runs' ids as st.text over hex digits: the same ids as st.from_regex's `[0-9a-f]{16}`,
+# drawn four times faster (1.5 s became 0.35 s here).
 @fuzz(2)
 @given(st.dictionaries(st.lists(_names, min_size=1, max_size=3).map(lambda p: "/" + "/".join(p)),
                        st.tuples(st.sampled_from([FOLDER, FILE]),
                                  st.one_of(st.none(), st.integers(0, 2**63)),
-                                 st.lists(st.from_regex(r"[0-9a-f]{16}", fullmatch=True),
+                                 st.lists(st.text("0123456789abcdef", min_size=16, max_size=16),
                                           max_size=3)),
                        max_size=5))
 def test_index_round_trip_with_any_path(entries: dict[str, tuple[str, int | None, list[str]]]

@@ -5,6 +5,7 @@ not a traceback."""
 
 from __future__ import annotations
 
+import string
 import subprocess
 import sys
 import tomllib
@@ -33,7 +34,10 @@ _TOKENS = [
 _documents = st.lists(st.sampled_from(_TOKENS) | st.text(max_size=3), max_size=24).map("".join)
 
 # Documents that are valid, with every kind of value: lines `key = value` in tables.
-_keys = st.from_regex(r"[A-Za-z0-9_-]{1,8}", fullmatch=True)
+# Bare keys as st.text over their alphabet: the same keys as st.from_regex's
+# `[A-Za-z0-9_-]{1,8}`, drawn about three times faster (the property's thousand documents
+# took 18 s of CI's root run with the regex; record 0038).
+_keys = st.text(alphabet=string.ascii_letters + string.digits + "_-", min_size=1, max_size=8)
 _scalars = (
     st.integers(min_value=-(10**20), max_value=10**20).map(str)
     | st.integers(min_value=0, max_value=10**6).map(str)
