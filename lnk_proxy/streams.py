@@ -79,15 +79,7 @@ class Inbox:
         if not data:
             return
         self._held += data
-        self._wake()
-        transport = self._transport
-        if transport is not None and not self._paused and len(self._held) > 2 * self._limit:
-            try:
-                transport.pause_reading()
-            except NotImplementedError:  # a transport that cannot pause: all is held
-                self._transport = None
-            else:
-                self._paused = True
+        self.arrived(len(self._held))
 
     def feed_eof(self) -> None:
         self._eof = True
@@ -112,8 +104,9 @@ class Inbox:
         return held
 
     def arrived(self, held: int) -> None:
-        """Bytes came, given elsewhere, where `held` are now held: the waiter woken, the
-        socket no longer read past twice the limit (until the next wait)."""
+        """Bytes came (here, or given elsewhere), and `held` are now held: the waiter
+        woken, the socket no longer read past twice the limit (until a read or a wait
+        brings it back)."""
         self._wake()
         transport = self._transport
         if transport is not None and not self._paused and held > 2 * self._limit:
