@@ -76,7 +76,7 @@ async def connect(proxy: Proxy, command: OpenTunnel, reader: Inbox,
         return True
     # What the client sent after the CONNECT's head comes first from the reader (the
     # machine's bytes, taken back by the first read: lnk_proxy.streams.Inbox).
-    await _tunnel(proxy, target, b"", reader, writer, upstream, "connect")
+    await _tunnel(proxy, target, reader, writer, upstream, "connect")
     return False
 
 
@@ -104,7 +104,7 @@ async def endpoint(proxy: Proxy, reader: Inbox,
         _refused_unanswered(proxy, target.authority, refusal)
         return
     if upstream is not None:
-        await _tunnel(proxy, target, b"", reader, writer, upstream, "endpoint")
+        await _tunnel(proxy, target, reader, writer, upstream, "endpoint")
         return
     await proxy.serve_connection(reader, writer, ClientConnection(target))
 
@@ -115,26 +115,26 @@ def _refused_unanswered(proxy: Proxy, where: str, refusal: Refused) -> None:
     proxy.count_refusal(where, refusal)
 
 
-async def _tunnel(proxy: Proxy, target: Target, early: bytes, reader: Inbox,
+async def _tunnel(proxy: Proxy, target: Target, reader: Inbox,
                   writer: Outbox, upstream: socket.socket, kind: str) -> None:
     """An allowed connection carried both ways: to port 443 only once its ClientHello
     names the very host. `upstream` is closed here (by `relay` once the tunnel is
     spliced), whatever happens."""
     try:
-        await _carry(proxy, target, early, reader, writer, upstream, kind)
+        await _carry(proxy, target, reader, writer, upstream, kind)
     finally:
         upstream.close()  # a no-op once `splice_ends` has taken its descriptor
 
 
-async def _carry(proxy: Proxy, target: Target, early: bytes, reader: Inbox,
+async def _carry(proxy: Proxy, target: Target, reader: Inbox,
                  writer: Outbox, upstream: socket.socket, kind: str) -> None:
     call = next(proxy.ids)
-    first = early
+    first = b""  # the ClientHello, read here to be judged, then sent on first
     if target.port == 443:  # an IP literal gets no name in a ClientHello: closed
         named: str | object | None = None
         try:
             async with asyncio.timeout(HELLO_SECONDS):
-                first, named = await _client_hello(reader, early)
+                first, named = await _client_hello(reader)
         except TimeoutError:
             named = None
         if named != target.host:
@@ -161,16 +161,15 @@ async def _carry(proxy: Proxy, target: Target, early: bytes, reader: Inbox,
                         ended_detail(call, counted[0] + len(first), counted[1], started))
 
 
-async def _client_hello(reader: Inbox, data: bytes
-                        ) -> tuple[bytes, str | object | None]:
+async def _client_hello(reader: Inbox) -> tuple[bytes, str | object | None]:
     """The ClientHello's bytes and the name it asks for (read once: a reading is a TLS
     handshake begun, which was a tunnel's dearest step when done twice)."""
+    data = b""
     while True:
-        if data:
-            named = sni.server_name(data)
-            if named is not sni.NEED_MORE:
-                return data, named
         chunk = await reader.read(sni.MAX_CLIENT_HELLO_BYTES)
         if not chunk:  # closed before a whole ClientHello: it names no host
             return data, None
         data += chunk
+        named = sni.server_name(data)
+        if named is not sni.NEED_MORE:
+            return data, named
