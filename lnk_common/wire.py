@@ -515,7 +515,12 @@ class Wire:
 
     def sever_calls(self, tasks: list[asyncio.Task[None]]) -> None:
         """`sever`, for the tunnels of `tasks` only (a host taken away), from any thread:
-        their sockets shut down before the loop cancels the calls."""
+        their sockets shut down before the loop cancels the calls. Each is marked first:
+        a relay that sees its socket shut writes its ended line at once, maybe before
+        the loop runs `end_calls`, and that line must say `closed=taken-away` too."""
+        for task in tasks:
+            if task in self.open:
+                self.log.closed_calls[task] = "taken-away"
         with self.tunnel_lock:
             for task in tasks:
                 for fd in self.call_fds.get(task, ()):
@@ -523,11 +528,14 @@ class Wire:
 
     def end_calls(self, tasks: list[asyncio.Task[None]]) -> None:
         """Cancel those of `tasks` still open (on the loop), as close_all does; their
-        ended lines say `closed=taken-away`."""
+        ended lines say `closed=taken-away`. A task that ended between `sever_calls`
+        marking it and now leaves no mark behind."""
         for task in tasks:
             if task in self.open:
                 self.log.closed_calls[task] = "taken-away"
                 task.cancel()
+            else:
+                self.log.closed_calls.pop(task, None)
 
     def close_all(self) -> None:
         for task in list(self.open):

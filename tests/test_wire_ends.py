@@ -110,3 +110,49 @@ def test_no_product_module_reads_a_streams_private_buffer() -> None:
     readers = [path.relative_to(root).as_posix() for path in root.glob("lnk_*/**/*.py")
                if "._buffer" in path.read_text(encoding="utf-8")]
     assert readers == []
+
+
+def test_a_tunnel_taken_away_says_so_even_when_it_ends_before_the_loop_is_told(
+        tmp_path: Path) -> None:
+    """`disallow` of a host: the watch's thread shuts the tunnel's sockets down
+    (`sever_calls`), then asks the loop to cancel its call (`end_calls`). The splice
+    threads see the shut down at once, so the call can end, and write its `ended` line,
+    before the loop runs `end_calls` (CI saw it once, at d07f197): that line says
+    `closed=taken-away` all the same, and nothing of the call is kept after. Real
+    sockets and real splice threads; the loop is told only once the line is written."""
+    from lnk_common.wirelog import WireLog, ended_detail
+
+    log = WireLog(str(tmp_path), "w")
+    the_wire = wire.Wire(log=log, settings=str(tmp_path), wire="w")
+    ours, clients = socket.socketpair()
+    theirs, upstreams = socket.socketpair()
+
+    async def call() -> None:
+        started = time.monotonic()
+        pipes = (os.pipe(), os.pipe())
+        ends = wire.Splice(clients.detach(), b"", upstreams.detach(), b"", pipes)
+        sent, received = await the_wire.relay(ends, None)
+        log.write("ended", "db.lnkt:7", ended_detail(1, sent, received, started))
+
+    async def scenario() -> asyncio.Task[None]:
+        task = asyncio.create_task(call())
+        the_wire.open.add(task)
+        while task not in the_wire.call_fds:
+            await asyncio.sleep(0.01)
+        severing = threading.Thread(target=the_wire.sever_calls, args=([task],))
+        severing.start()
+        await asyncio.wait_for(asyncio.shield(task), 30)  # ended, the loop not told
+        severing.join()
+        return task
+
+    try:
+        task = asyncio.run(scenario())
+        lines = (tmp_path / "sandbox" / "wires" / "w" / "log").read_text().splitlines()
+        ended = [line.split("\t") for line in lines if "\tended\t" in line]
+        assert len(ended) == 1 and "closed=taken-away" in ended[0][3], ended
+        the_wire.open.discard(task)  # as the call's own end does
+        the_wire.end_calls([task])  # the loop told late: it ended already
+        assert log.closed_calls == {}
+    finally:
+        for sock in (ours, theirs):
+            sock.close()
