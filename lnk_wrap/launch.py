@@ -804,9 +804,11 @@ class _Sandbox:
 def _start_sandbox(bwrap: str, policy: Policy, inside: tuple[list[str], list[str]],
                    env: Mapping[str, str], facts: bwrap_plan.HostFacts, outside: Outside,
                    proxy_given: Mapping[str, str]) -> _Sandbox:
-    """Start the ways out (if any), bubblewrap with `inside` (the init's argv and the
-    command), and then the watch: bubblewrap makes the sandbox while the
-    watch starts, and the init runs nothing before the watch has its listener."""
+    """Start the ways out (if any), the watch, and then bubblewrap with `inside` (the
+    init's argv and the command): the watch readies itself while bubblewrap makes the
+    sandbox, and the init runs nothing before the watch has its listener. The watch
+    comes first so that a launcher killed at any moment after bubblewrap starts leaves
+    one that ends what bubblewrap left (lnk_wrap.leftovers)."""
     import _socket
 
     watch_end, init_end = (end.detach() for end in
@@ -827,21 +829,28 @@ def _start_sandbox(bwrap: str, policy: Policy, inside: tuple[list[str], list[str
     planned = bwrap_plan.plan(policy, facts)
     init, command = inside
     argv = [*planned.bwrap_argv(bwrap), "--", *init, *planned.init_args(), "--", *command]
-    child = _spawn_bubblewrap(argv, env, facts)
     ready, ready_write = os.pipe()
     try:
-        watch = _start_watch(policy, facts.loaders, outside, watch_end, ready_write)
+        watch = _start_watch(policy, facts.loaders, outside, (watch_end, init_end),
+                             ready_write)
     except OSError:
-        # No watch, so the init (its end of the socket closed under it) runs nothing;
-        # bubblewrap is ended here all the same.
-        _kill_sandbox(None, child)
-        os.waitpid(child, 0)
+        # No watch, so no sandbox: its ends closed, nothing started.
+        for fd in (init_end, go_read, ready, *(fd for fd, _ in facts.data_files)):
+            os.close(fd)
         if wire is not None:
             wire.end()
         raise
     finally:
         os.close(watch_end)
         os.close(ready_write)
+    try:
+        child = _spawn_bubblewrap(argv, env, facts)
+    except OSError:
+        _end_helper(watch, None)  # the init's end closed under it: it ends at once
+        os.close(ready)
+        if wire is not None:
+            wire.end()
+        raise
     return _Sandbox(child, watch, wire, go_write, ready)
 
 
@@ -977,18 +986,20 @@ def _unreachable_trust_dropped(env: dict[str, str], policy: Policy,
     return {name: value for name, value in env.items() if name not in dropped}
 
 
-def _start_watch(policy: Policy, loaders: tuple[str, ...], outside: Outside, watch_end: int,
-                 ready: int) -> int:
-    """Start the sandbox's watch (lnk_execwatch.main says what it does) on `watch_end`,
-    one end of a socket pair whose other the init has; it says on `ready` when it holds
-    the init's listener. Return its pid.
+def _start_watch(policy: Policy, loaders: tuple[str, ...], outside: Outside,
+                 ends: tuple[int, int], ready: int) -> int:
+    """Start the sandbox's watch (lnk_execwatch.main says what it does) on the first of
+    `ends`, a socket pair whose second end the init will have; it says on `ready` when
+    it holds the init's listener. Return its pid.
 
     Every sandbox has one: it judges unix sockets, and with [commands] programs too. It
     is this launcher forked, not a new interpreter (lnk-sandbox-exec-watch is the same
     code for an administrator): a Python start is some 10 ms at every sandbox start, a
-    fork well under one. It is forked once bubblewrap is started, so that bubblewrap
-    makes the sandbox meanwhile: the init, whatever comes first, runs nothing before
-    the watch has taken its listener and said so."""
+    fork well under one. It is forked just before bubblewrap starts, and readies
+    itself while bubblewrap makes the sandbox: the init, whatever comes first, runs
+    nothing before the watch has taken its listener and said so."""
+    watch_end, init_end = ends
+    init_inode = os.fstat(init_end).st_ino  # what the holders of the init's end hold
     argv = ["--socket-fd", str(watch_end), *helper_argv(policy, "watch")]
     if policy.commands and not policy.learn:  # `learn` records every program instead
         if policy.open_pages:  # the sandbox's browser runs whatever [commands] lists
@@ -1009,7 +1020,7 @@ def _start_watch(policy: Policy, loaders: tuple[str, ...], outside: Outside, wat
         code = 1
         try:
             _become_the_watch(outside, (watch_end, ready))
-            code = _watch(argv, watch_end, ready, launcher, at_once=at_once)
+            code = _watch(argv, (watch_end, init_inode), ready, launcher, at_once=at_once)
         except SystemExit as done:
             code = done.code if isinstance(done.code, int) else 1
         finally:
@@ -1040,18 +1051,30 @@ def _become_the_watch(outside: Outside, kept: tuple[int, int]) -> None:
     os.closerange(high + 1, 1 << 16)
 
 
-def _watch(argv: list[str], watch_end: int, ready: int, launcher: int, *,
+def _watch(argv: list[str], channel: tuple[int, int], ready: int, launcher: int, *,
            at_once: bool) -> int:
     """Receive the init's listener and acknowledge it (the init waits for that), tell
     the launcher, then serve: at once, or (`at_once` false) from the first call handed
-    over; returns at once when the sandbox ends, or the launcher, before any call.
-    Nothing here imports ctypes before a call comes (the init sends the descriptors
-    with SCM_RIGHTS: lnk_wrap.init._HandOver)."""
+    over; returns at once when the sandbox ends, or the launcher, before any call. A
+    launcher that ends before the init hands over its listener (killed outright while
+    bubblewrap makes the sandbox) is one whose sandbox the watch ends: every process
+    holding the init's end of `channel` (its socket and that end's inode). Nothing here
+    imports ctypes before a call comes (the init sends the descriptors with
+    SCM_RIGHTS: lnk_wrap.init._HandOver)."""
+    watch_end = channel[0]
     # Until the watch proper asks the kernel to kill it with the launcher (PDEATHSIG,
     # which needs ctypes), the launcher's end is watched here.
-    launcher_gone = os.pidfd_open(launcher)
-    if os.getppid() != launcher:  # the launcher ended before its pidfd was open
-        return 1
+    try:
+        launcher_gone = os.pidfd_open(launcher)
+    except ProcessLookupError:
+        launcher_gone = -1
+    if launcher_gone < 0 or os.getppid() != launcher:  # it ended before its pidfd was open
+        return _end_the_unmade(channel)
+    waiting = select.poll()
+    waiting.register(watch_end, select.POLLIN)
+    waiting.register(launcher_gone, select.POLLIN)
+    if watch_end not in dict(waiting.poll()):  # the launcher ended first
+        return _end_the_unmade(channel)
     from lnk_common.fdpass import receive_fds
 
     received = receive_fds(watch_end, 2)
@@ -1079,6 +1102,21 @@ def _watch(argv: list[str], watch_end: int, ready: int, launcher: int, *,
 
     watch_main(argv, (received[0], received[1]))
     return 0
+
+
+def _end_the_unmade(channel: tuple[int, int]) -> int:
+    """The launcher ended before the sandbox's init handed over: what bubblewrap made
+    of the sandbox is ended (lnk_wrap.leftovers says why bubblewrap may leave it), or
+    the watch says on its way out what it could not end."""
+    from lnk_wrap.leftovers import SWEEP_SECONDS, end_holders
+
+    watch_end, init_inode = channel
+    if not end_holders(init_inode, watch_end):
+        os.write(2, f"lnk-sandbox: the launcher was killed while it made the sandbox, and "
+                    f"a process of that sandbox outlived {SWEEP_SECONDS:g} s of the watch's "
+                    f"kills; find it with: ls -l /proc/*/fd | grep 'socket:\\[{init_inode}\\]'"
+                    "\n".encode())
+    return 1
 
 
 def _end_helper(pid: int, first: int | None) -> None:
