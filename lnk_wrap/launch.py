@@ -829,13 +829,21 @@ def _start_sandbox(bwrap: str, policy: Policy, inside: tuple[list[str], list[str
     planned = bwrap_plan.plan(policy, facts)
     init, command = inside
     argv = [*planned.bwrap_argv(bwrap), "--", *init, *planned.init_args(), "--", *command]
+    # Everything bubblewrap's start needs is made before the watch is forked: a page the
+    # launcher writes between the fork and the spawn is a copy made on the start's path.
+    given = [fd for fd in (facts.info_fd, facts.watch_fd, facts.block_fd,
+                           *(fd for fd, _ in facts.data_files)) if fd is not None]
+    for fd in given:
+        os.set_inheritable(fd, True)
+    # Bubblewrap is outside until it has made the sandbox: never a loader variable.
+    bwrap_env = without_loader_variables(env)
     ready, ready_write = os.pipe()
     try:
         watch = _start_watch(policy, facts.loaders, outside, (watch_end, init_end),
                              ready_write)
     except OSError:
         # No watch, so no sandbox: its ends closed, nothing started.
-        for fd in (init_end, go_read, ready, *(fd for fd, _ in facts.data_files)):
+        for fd in (*given, ready):
             os.close(fd)
         if wire is not None:
             wire.end()
@@ -844,7 +852,7 @@ def _start_sandbox(bwrap: str, policy: Policy, inside: tuple[list[str], list[str
         os.close(watch_end)
         os.close(ready_write)
     try:
-        child = _spawn_bubblewrap(argv, env, facts)
+        child = _spawn_bubblewrap(argv, bwrap_env, given)
     except OSError:
         _end_helper(watch, None)  # the init's end closed under it: it ends at once
         os.close(ready)
@@ -854,22 +862,15 @@ def _start_sandbox(bwrap: str, policy: Policy, inside: tuple[list[str], list[str
     return _Sandbox(child, watch, wire, go_write, ready)
 
 
-def _spawn_bubblewrap(argv: list[str], env: Mapping[str, str],
-                      facts: bwrap_plan.HostFacts) -> int:
-    """Start bubblewrap with the descriptors the plan names (inherited only by it,
-    closed here after)."""
-    given = [fd for fd in (facts.info_fd, facts.watch_fd, facts.block_fd,
-                           *(fd for fd, _ in facts.data_files)) if fd is not None]
-    for fd in given:
-        os.set_inheritable(fd, True)
+def _spawn_bubblewrap(argv: list[str], env: Mapping[str, str], given: list[int]) -> int:
+    """Start bubblewrap with the environment `env` and the descriptors `given` (the
+    plan's, made inheritable; inherited only by it, closed here after)."""
     try:
-        # Bubblewrap is outside until it has made the sandbox: never a loader variable.
         # The signals this interpreter ignores for itself at its start are the
         # program's at their defaults again, as a shell or Python's subprocess gives
         # them: an ignored SIGPIPE passed on to the program made `yes | head -1` say
         # "Broken pipe" in every sandbox.
-        return os.posix_spawn(argv[0], argv, without_loader_variables(env),
-                              setsigdef=PYTHON_IGNORED_SIGNALS)
+        return os.posix_spawn(argv[0], argv, env, setsigdef=PYTHON_IGNORED_SIGNALS)
     finally:
         for fd in given:
             os.close(fd)
@@ -997,9 +998,28 @@ def _start_watch(policy: Policy, loaders: tuple[str, ...], outside: Outside,
     code for an administrator): a Python start is some 10 ms at every sandbox start, a
     fork well under one. It is forked just before bubblewrap starts, and readies
     itself while bubblewrap makes the sandbox: the init, whatever comes first, runs
-    nothing before the watch has taken its listener and said so."""
+    nothing before the watch has taken its listener and said so. Forked first, it costs
+    the start a millisecond or so (docs/decisions/0001's last section): the price of
+    a watch that outlives a launcher killed while bubblewrap makes the sandbox."""
     watch_end, init_end = ends
     init_inode = os.fstat(init_end).st_ino  # what the holders of the init's end hold
+    launcher = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # the watch: it never returns into the launcher's code
+        code = 1
+        try:
+            _become_the_watch(outside, (watch_end, ready))
+            code = _watch(_watch_argv(policy, loaders, watch_end),
+                          (watch_end, init_inode), ready, launcher,
+                          at_once=_watch_at_once(policy))
+        except SystemExit as done:
+            code = done.code if isinstance(done.code, int) else 1
+        finally:
+            os._exit(code)
+    return pid
+
+
+def _watch_argv(policy: Policy, loaders: tuple[str, ...], watch_end: int) -> list[str]:
     argv = ["--socket-fd", str(watch_end), *helper_argv(policy, "watch")]
     if policy.commands and not policy.learn:  # `learn` records every program instead
         if policy.open_pages:  # the sandbox's browser runs whatever [commands] lists
@@ -1008,24 +1028,16 @@ def _start_watch(policy: Policy, loaders: tuple[str, ...], outside: Outside,
             argv += ["--command", BROWSER_FOLDER_INSIDE]
         for path in loaders:
             argv += ["--loader", path]
-    # Where execs are handed over, the first call (the init's exec of the program) comes
-    # at once, and with a wire the program is there to call out: the watch readies itself
-    # right away, while the init goes on. Else it imports what judges a call only when
-    # one comes (which waits in the kernel meanwhile): a program that makes none, a
-    # build's compiler or a test run without a network, never pays for it.
-    at_once = bool(policy.learn or policy.commands or policy.has_wire())
-    launcher = os.getpid()
-    pid = os.fork()
-    if pid == 0:  # the watch: it never returns into the launcher's code
-        code = 1
-        try:
-            _become_the_watch(outside, (watch_end, ready))
-            code = _watch(argv, (watch_end, init_inode), ready, launcher, at_once=at_once)
-        except SystemExit as done:
-            code = done.code if isinstance(done.code, int) else 1
-        finally:
-            os._exit(code)
-    return pid
+    return argv
+
+
+def _watch_at_once(policy: Policy) -> bool:
+    """Where execs are handed over, the first call (the init's exec of the program) comes
+    at once, and with a wire the program is there to call out: the watch readies itself
+    right away, while the init goes on. Else it imports what judges a call only when
+    one comes (which waits in the kernel meanwhile): a program that makes none, a
+    build's compiler or a test run without a network, never pays for it."""
+    return bool(policy.learn or policy.commands or policy.has_wire())
 
 
 def _become_the_watch(outside: Outside, kept: tuple[int, int]) -> None:
