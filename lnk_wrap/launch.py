@@ -27,8 +27,10 @@ Order of operations:
 4. Build bubblewrap's argv from typed options (lnk_wrap.bwrap.plan) and the init's:
    the C one where bin/setup built it (lnk_wrap/sandbox_init/lnk-init.c), else
    lnk_wrap.init, which does the same in Python (init_argv).
-5. Start bubblewrap, then fork the sandbox's watch (lnk_execwatch.main) while
-   bubblewrap makes the sandbox; learn the sandbox's pid from --info-fd, wait for the
+5. Fork the sandbox's watch (lnk_execwatch.main), then start bubblewrap: the watch
+   readies itself while bubblewrap makes the sandbox, and outlives this launcher if it
+   is killed meanwhile, to end what bubblewrap made (lnk_wrap.leftovers, bubblewrap's
+   issue #633); learn the sandbox's pid from --info-fd, wait for the
    watch's word that it holds the init's listener (so the init exists), give the init
    its go-ahead, pass on the signals it is sent (bubblewrap itself does not), and exit
    with the program's status. A TERM, INT, HUP or QUIT that arrives before the
