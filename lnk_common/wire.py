@@ -528,11 +528,10 @@ class Wire:
 
     def end_calls(self, tasks: list[asyncio.Task[None]]) -> None:
         """Cancel those of `tasks` still open (on the loop), as close_all does; their
-        ended lines say `closed=taken-away`. A task that ended between `sever_calls`
-        marking it and now leaves no mark behind."""
+        ended lines say `closed=taken-away` (`sever_calls` marked them). A task that ended
+        between that mark and now leaves no mark behind."""
         for task in tasks:
             if task in self.open:
-                self.log.closed_calls[task] = "taken-away"
                 task.cancel()
             else:
                 self.log.closed_calls.pop(task, None)

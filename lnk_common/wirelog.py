@@ -148,7 +148,7 @@ class WireLog:
         # every ended line written meanwhile is a call it closed, and says so.
         self.closing = ""
         # Calls closed one by one (their task: a host `disallow` took away), and why: a
-        # call's ended line says so, as a switch's do (`Wire.end_calls` fills it).
+        # call's ended line says so, as a switch's do (`Wire.sever_calls` fills it).
         self.closed_calls: dict[object, str] = {}
 
     def write(self, event: str, target: str, detail: str) -> None:

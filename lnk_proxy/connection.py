@@ -520,7 +520,6 @@ class ClientConnection:
         # refused rather than let through.
         return self._refuse(self.where, Refused(400, UNREADABLE_BODY))
 
-
     def _piece(self) -> bytes:
         """The next of the body's bytes held, for h11: at most what the Content-Length
         still needs (nothing past the body given), else BODY_PIECE_BYTES of a chunked

@@ -299,7 +299,6 @@ async def read_within(reader: Inbox, size: int, seconds: float) -> bytes:
         return await reader.read(size)
 
 
-
 async def arrival_within(reader: Inbox, seconds: float) -> None:
     """`reader.arrival()`, waiting at most `seconds`; TimeoutError past that."""
     async with asyncio.timeout(seconds):
